@@ -1,0 +1,47 @@
+"""Client side of the coordinator's admin API, used by ``netcheck round run`` and friends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from netcheck.config import CoordinatorConfig
+from netcheck.errors import NetcheckError
+
+
+class AdminError(NetcheckError):
+    """The admin API refused the request or could not be reached."""
+
+
+def admin_url(cfg: CoordinatorConfig, path: str) -> str:
+    """URL of an admin route; a wildcard bind address is reached over loopback."""
+    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
+    return f"http://{host}:{cfg.port}{path}"
+
+
+async def admin_request(
+    cfg: CoordinatorConfig,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout_s: float = 600.0,
+) -> Any:
+    """Send one authenticated admin request and return the decoded JSON reply.
+
+    Raises:
+        AdminError: connection refused, wrong token, or an error reply (with its text).
+    """
+    headers = {"Authorization": f"Bearer {cfg.admin_token}"}
+    url = admin_url(cfg, path)
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http,
+            http.request(method, url, json=body, headers=headers) as resp,
+        ):
+            if resp.status >= 400:
+                raise AdminError(f"{method} {path}: HTTP {resp.status}: {await resp.text()}")
+            return await resp.json()
+    except aiohttp.ClientError as exc:
+        raise AdminError(f"cannot reach the coordinator at {url}: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Analysis: verdicts per node per round, timing models and detectors (pure functions)."""

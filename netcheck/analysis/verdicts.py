@@ -1,0 +1,143 @@
+"""Verdicts (pure): what one node's result in one round means.
+
+No crypto and no I/O here: the coordinator checks the commitment and the receipt
+signature and passes the booleans in :class:`Observation`; times are its own monotonic
+nanoseconds. docs/design.md, "A round", step 6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # stdlib only at run time (docs/design.md, module map)
+    from netcheck.coordinator.planner import Assignment
+
+
+class Verdict(StrEnum):
+    """Outcome of one node in one round."""
+
+    PASS = "pass"
+    WRONG_ANSWER = "wrong-answer"
+    LATE = "late"
+    MALFORMED = "malformed"
+    MISSING = "missing"
+    PROFILE_MISMATCH = "profile-mismatch"
+    DISCONNECTED = "disconnected"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the coordinator saw for one node in one round.
+
+    ``released_ns``/``arrived_ns``: coordinator ``time.monotonic_ns()`` when the release
+    was written and when the result arrived (``None`` = did not happen). ``outputs``:
+    the result's token ids (``None`` = no result). ``commitment_ok``: the result's
+    commitment equals ``protocol.jobs.commitment(outputs)``. ``signature_ok``: the
+    receipt signature verifies under the node's key. ``disconnected``: the session
+    closed before a result. ``error``: the node's own error report, if any.
+    """
+
+    released_ns: int | None
+    arrived_ns: int | None
+    outputs: Sequence[Sequence[int]] | None
+    commitment: bytes | None
+    signature_ok: bool
+    disconnected: bool
+    error: str | None
+    commitment_ok: bool
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """A node's verdict in one round, with a human-readable reason.
+
+    ``elapsed_s``: arrival minus release on the coordinator clock, seconds (``None`` if
+    unknown). ``canaries_checked``/``canaries_matched``: canary outputs compared/equal.
+    """
+
+    node_key: str
+    verdict: Verdict
+    reason: str
+    elapsed_s: float | None
+    canaries_checked: int
+    canaries_matched: int
+
+
+def profile_mismatch(node_key: str, reason: str) -> NodeOutcome:
+    """Outcome of a node the planner skipped (``RoundPlan.skipped``)."""
+    return NodeOutcome(node_key, Verdict.PROFILE_MISMATCH, reason, None, 0, 0)
+
+
+def _positions(items: Sequence[int], limit: int = 20) -> str:
+    shown = ", ".join(str(i) for i in items[:limit])
+    return f"[{shown}{', ...' if len(items) > limit else ''}]"
+
+
+def _malformed(a: Assignment, obs: Observation, max_new_tokens: int) -> str | None:
+    outputs = obs.outputs
+    assert outputs is not None
+    b = len(a.prompts)
+    if len(outputs) != b:
+        return f"{len(outputs)} outputs, expected {b}"
+    short = [i for i, o in enumerate(outputs) if len(o) != max_new_tokens]
+    if short:
+        return f"outputs at positions {_positions(short)} are not {max_new_tokens} tokens long"
+    if obs.commitment is None or not obs.commitment_ok:
+        return "commitment does not match the outputs"
+    if not obs.signature_ok:
+        return "receipt signature does not verify"
+    if obs.released_ns is None:
+        return "result arrived before release"
+    if obs.arrived_ns is None:
+        return "result without arrival time"
+    if obs.arrived_ns < obs.released_ns:
+        return "result arrived before release"
+    return None
+
+
+def verify(
+    assignment: Assignment, obs: Observation, *, max_new_tokens: int, deadline_s: float
+) -> NodeOutcome:
+    """Judge one node's result against its assignment.
+
+    Checks, first failure wins: no result (``disconnected`` if the session closed,
+    else ``missing``); ``malformed`` (wrong number of outputs, an output not
+    ``max_new_tokens`` long, commitment mismatch, bad receipt signature, no usable
+    release/arrival times); ``wrong-answer`` (any canary output differs from its
+    reference answer; the reason lists the positions); ``late`` (arrival minus release
+    exceeds ``deadline_s`` seconds, which already includes 2 x RTT and slack); else
+    ``pass``. A result that arrived before the session closed is judged normally.
+    """
+    key = assignment.node_key
+    k = len(assignment.canary_ids)
+    if obs.outputs is None:
+        if obs.disconnected:
+            return NodeOutcome(
+                key, Verdict.DISCONNECTED, "session closed before result", None, 0, 0
+            )
+        reason = f"node reported error: {obs.error}" if obs.error else "no result before timeout"
+        return NodeOutcome(key, Verdict.MISSING, reason, None, 0, 0)
+    elapsed: float | None = None
+    if obs.released_ns is not None and obs.arrived_ns is not None:
+        elapsed = (obs.arrived_ns - obs.released_ns) / 1e9
+    problem = _malformed(assignment, obs, max_new_tokens)
+    if problem is not None:
+        return NodeOutcome(key, Verdict.MALFORMED, problem, elapsed, 0, 0)
+    assert elapsed is not None
+    wrong = [
+        pos
+        for pos, answer in zip(assignment.canary_positions, assignment.canary_answers, strict=True)
+        if tuple(obs.outputs[pos]) != tuple(answer)
+    ]
+    matched = k - len(wrong)
+    if wrong:
+        reason = f"canary mismatch at positions {_positions(wrong)} ({matched}/{k} matched)"
+        return NodeOutcome(key, Verdict.WRONG_ANSWER, reason, elapsed, k, matched)
+    if elapsed > deadline_s:
+        reason = f"{elapsed:.3f} s after release, deadline {deadline_s:.3f} s"
+        return NodeOutcome(key, Verdict.LATE, reason, elapsed, k, matched)
+    reason = f"{matched}/{k} canaries matched in {elapsed:.3f} s (deadline {deadline_s:.3f} s)"
+    return NodeOutcome(key, Verdict.PASS, reason, elapsed, k, matched)

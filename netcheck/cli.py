@@ -1,0 +1,290 @@
+"""The ``netcheck`` command line (click).
+
+Groups: ``keygen``, ``model synth``, ``reference build``, ``coordinator serve``,
+``node run``, ``round run``, ``nodes``, ``demo``. Every command has ``--help``.
+Errors netcheck raises on purpose (:class:`~netcheck.errors.NetcheckError`) are printed
+as one line and exit with status 2; anything else is a bug and shows a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from netcheck import __version__
+from netcheck.errors import NetcheckError
+
+log = logging.getLogger("netcheck")
+
+
+def setup_logging(verbose: bool = False, label: str = "") -> None:
+    """One log line per event: time, level, component, message (node id inside)."""
+    prefix = f"[{label}] " if label else ""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format=f"%(asctime)s %(levelname)-7s {prefix}%(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    for noisy in ("aiohttp.access", "httpx", "filelock", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except NetcheckError as exc:
+            click.secho(f"error: {exc}", fg="red", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group)
+@click.version_option(__version__, prog_name="netcheck")
+def main() -> None:
+    """netcheck: validate untrusted GPU providers with hidden canaries in mixed batches."""
+
+
+# -- keys -----------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+def keygen(path: Path) -> None:
+    """Write a new Ed25519 identity key to PATH (PEM, mode 0600) and print its public key.
+
+    Paste the printed public key into the coordinator's ``allowed_nodes`` (for a node)
+    or into each node's ``coordinator_key`` (for the coordinator).
+    """
+    from netcheck.keys import generate_key, public_key_text
+
+    key = generate_key(path)
+    click.echo(public_key_text(key))
+
+
+# -- models and references -------------------------------------------------------------
+
+
+@main.group()
+def model() -> None:
+    """Synthetic models for profiles (generated locally, no download)."""
+
+
+@model.command("synth")
+@click.option("--preset", default="tiny", show_default=True, help="Preset name (tiny, small, 1b, ...).")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+def model_synth(preset: str, out_dir: Path) -> None:
+    """Write a seeded synthetic Llama model + byte tokenizer (HF format) to OUT_DIR.
+
+    The same preset gives byte-identical weights on any machine; the weight hash is
+    printed and stored in OUT_DIR/netcheck-synth.json.
+    """
+    from netcheck.engines.synth import synth_model
+
+    digest = synth_model(preset, out_dir)
+    click.echo(f"preset {preset}: weight hash {digest}")
+
+
+@main.group()
+def reference() -> None:
+    """Reference sets: canary answers computed on trusted hardware."""
+
+
+@reference.command("build")
+@click.option("--profile", "profile_name", required=True, help="Profile name or TOML path.")
+@click.option("--count", default=64, show_default=True, help="Prompts to answer (rounded up to B).")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Coordinator config whose database receives the references.",
+)
+@click.option("--database", help="Database URL (overrides --config), e.g. sqlite:///netcheck.db.")
+def reference_build(
+    profile_name: str, count: int, config_path: Path | None, database: str | None
+) -> None:
+    """Run the profile's engine on this (trusted) machine and store prompts + answers."""
+    from netcheck.config import load_coordinator_config, load_profile
+    from netcheck.engines import load_engine
+    from netcheck.progress import progress_bar
+    from netcheck.references.build import build_references
+    from netcheck.storage import Store
+
+    setup_logging()
+    if database is None:
+        if config_path is None:
+            raise click.UsageError("give --config or --database")
+        database = load_coordinator_config(config_path).database
+    profile = load_profile(profile_name)
+    engine = load_engine(profile)
+    store = Store(database)
+    with progress_bar("reference answers", total=count) as advance:
+        n = build_references(profile, engine, store, count, progress=advance)
+    click.echo(f"stored {n} references for {profile.name} (fingerprint {engine.fingerprint_id[:12]})")
+
+
+# -- coordinator -----------------------------------------------------------------------
+
+
+@main.group()
+def coordinator() -> None:
+    """Run the coordinator service."""
+
+
+@coordinator.command("serve")
+@click.option(
+    "--config",
+    "config_path",
+    default="configs/coordinator.toml",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+@click.option("-v", "--verbose", is_flag=True)
+def coordinator_serve(config_path: Path, verbose: bool) -> None:
+    """Serve the node websocket endpoint and the admin API until interrupted."""
+    from netcheck.coordinator.app import serve
+
+    setup_logging(verbose, "coordinator")
+    asyncio.run(serve(config_path))
+
+
+# -- node ------------------------------------------------------------------------------
+
+
+@main.group()
+def node() -> None:
+    """Run a node (a GPU provider) that joins a coordinator."""
+
+
+@node.command("run")
+@click.option(
+    "--config",
+    "config_path",
+    default="configs/node.toml",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+@click.option(
+    "--emulate-batch-time",
+    type=float,
+    default=None,
+    help="EMULATION for one-machine demos: hold each result until an emulated GPU "
+    "service time of this many seconds has passed. Never use on a real node.",
+)
+@click.option("--adversary", type=click.Choice(["wrong-dtype", "made-up", "proxy"]), hidden=True)
+@click.option("--backend", hidden=True, help="Shared backend URL for --adversary proxy.")
+@click.option("-v", "--verbose", is_flag=True)
+def node_run(
+    config_path: Path,
+    emulate_batch_time: float | None,
+    adversary: str | None,
+    backend: str | None,
+    verbose: bool,
+) -> None:
+    """Join the coordinator named in the config and answer validation rounds."""
+    from netcheck.node.app import run_node
+
+    cfg_label = config_path.stem
+    setup_logging(verbose, cfg_label)
+    asyncio.run(run_node(config_path, emulate_batch_time, adversary, backend))
+
+
+@node.command("backend", hidden=True)
+@click.option("--profile", "profile_name", required=True)
+@click.option("--port", type=int, required=True)
+@click.option("--emulate-batch-time", type=float, required=True)
+@click.option("--beta", type=float, default=1.0, show_default=True)
+def node_backend(profile_name: str, port: int, emulate_batch_time: float, beta: float) -> None:
+    """DEMO ADVERSARY: shared inference backend behind several proxy identities."""
+    from netcheck.node.app import run_backend
+
+    setup_logging(False, "backend")
+    asyncio.run(run_backend(profile_name, port, emulate_batch_time, beta))
+
+
+# -- operator commands against a running coordinator ------------------------------------
+
+
+def _admin(config_path: Path, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    from netcheck.admin_client import admin_request
+    from netcheck.config import load_coordinator_config
+
+    cfg = load_coordinator_config(config_path)
+    return asyncio.run(admin_request(cfg, method, path, body))
+
+
+_config_option = click.option(
+    "--config",
+    "config_path",
+    default="configs/coordinator.toml",
+    show_default=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Coordinator config (for its address and admin token).",
+)
+
+
+@main.group("round")
+def round_group() -> None:
+    """Validation rounds."""
+
+
+@round_group.command("run")
+@_config_option
+@click.option("--profile", "profile_name", default=None, help="Profile to validate (default: first).")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw JSON report.")
+def round_run(config_path: Path, profile_name: str | None, as_json: bool) -> None:
+    """Ask the running coordinator to run a round now and print the verdict table."""
+    from netcheck.report import print_round
+
+    report = _admin(config_path, "POST", "/admin/rounds", {"profile": profile_name})
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        print_round(report)
+
+
+@main.command()
+@_config_option
+@click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
+def nodes(config_path: Path, as_json: bool) -> None:
+    """List nodes connected to the running coordinator."""
+    from netcheck.report import print_nodes
+
+    data = _admin(config_path, "GET", "/admin/nodes")
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        print_nodes(data)
+
+
+# -- demo ------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--rounds", default=3, show_default=True, help="Validation rounds to run.")
+@click.option(
+    "--workdir",
+    default="demo-run",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Scratch folder for keys, configs, database and logs (recreated).",
+)
+@click.option("--profile", "profile_name", default="cpu-tiny", show_default=True)
+def demo(rounds: int, workdir: Path, profile_name: str) -> None:
+    """Run a coordinator and 7 node processes on loopback and show cheaters caught.
+
+    Three honest nodes, one running float32's model in bfloat16 while claiming float32,
+    one returning made-up tokens, and two identities proxying to one shared backend.
+    GPU service time is EMULATED (all nodes share this machine's CPU). Exits 0 when
+    every honest node passes every round and every cheater fails every round.
+    """
+    from netcheck.demo import run_demo
+
+    setup_logging(False, "demo")
+    sys.exit(run_demo(workdir, rounds, profile_name))

@@ -1,0 +1,280 @@
+"""Configuration: profiles, coordinator and node settings, loaded from TOML.
+
+Every model is a frozen pydantic v2 model that rejects unknown fields. The loaders
+(:func:`load_profile`, :func:`load_coordinator_config`, :func:`load_node_config`) turn
+every failure (missing file, bad TOML, bad field) into :class:`~netcheck.errors.ConfigError`
+whose message names the file and the field, e.g.
+``configs/profiles/x.toml: batch_size: Input should be greater than 1``.
+
+Relative paths in a coordinator or node file (``identity_key``, a sqlite ``database``)
+are resolved against the directory of that file, so a config works from any working
+directory. Models built directly (without a loader) keep paths as given.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from netcheck.errors import ConfigError
+
+DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent / "configs" / "profiles"
+"""Where :func:`load_profile` looks up a profile given by name (the repository's
+``configs/profiles``)."""
+
+KEY_TEXT_PREFIX = "ed25519:"
+_SQLITE_URL = re.compile(r"^(sqlite(?:\+\w+)?:///)([^?]*)(\?.*)?$")
+
+
+def _check_key_text(text: str) -> str:
+    """Validate the text form of a public key: ``ed25519:<base64url, no padding, 32 bytes>``."""
+    if not text.startswith(KEY_TEXT_PREFIX):
+        raise ValueError(f"public key must start with {KEY_TEXT_PREFIX!r}")
+    body = text[len(KEY_TEXT_PREFIX) :]
+    if "=" in body or not re.fullmatch(r"[A-Za-z0-9_-]+", body):
+        raise ValueError("public key must be base64url without padding")
+    raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    if len(raw) != 32:
+        raise ValueError(f"public key must encode 32 bytes, got {len(raw)}")
+    return text
+
+
+def _base_dir(info: ValidationInfo) -> Path | None:
+    context = info.context
+    if isinstance(context, dict) and isinstance(context.get("base_dir"), Path):
+        return context["base_dir"]
+    return None
+
+
+def _resolve_path(value: Path, info: ValidationInfo) -> Path:
+    value = value.expanduser()
+    base = _base_dir(info)
+    if base is not None and not value.is_absolute():
+        value = base / value
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeadlineParams(_Model):
+    """Deadline model: ``D = max(a * t_ref_s, b * p99_s) + 2 * rtt_s + slack_s`` (seconds)."""
+
+    t_ref_s: float = Field(gt=0)
+    """Reference time of one batch on the profile's hardware, seconds."""
+    a: float = Field(default=1.5, gt=0)
+    b: float = Field(default=1.2, ge=0)
+    p99_s: float = Field(default=0.0, ge=0)
+    """Observed 99th percentile of honest batch times, seconds (0 = not yet measured)."""
+    slack_s: float = Field(default=0.5, ge=0)
+
+
+class Profile(_Model):
+    """A hardware + engine class: what a node must run and how fast (architecture.md)."""
+
+    name: str = Field(min_length=1)
+    engine: Literal["torch", "vllm"]
+    model: str = Field(min_length=1)
+    """``synth:<preset>`` (generated locally) or a local model directory."""
+    dtype: Literal["float32", "bfloat16", "float16"]
+    device: str = "cpu"
+    """``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``."""
+    batch_size: int = Field(gt=1)
+    """B: prompts per mixed batch."""
+    prompt_len: int = Field(gt=0)
+    """Padded prompt length, tokens."""
+    max_new_tokens: int = Field(gt=0)
+    """Fixed output length, tokens (generation ignores EOS)."""
+    canaries_min: int = Field(default=1, ge=1)
+    canaries_max: int = Field(default=3, ge=1)
+    deadline: DeadlineParams
+    dispatch_timeout_s: float = Field(default=10.0, gt=0)
+    result_timeout_s: float = Field(default=120.0, gt=0)
+
+    @field_validator("device")
+    @classmethod
+    def _check_device(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", value):
+            raise ValueError("device must be 'cpu', 'auto', 'cuda' or 'cuda:<n>'")
+        return value
+
+    @model_validator(mode="after")
+    def _check_canaries(self) -> Profile:
+        if self.canaries_min > self.canaries_max:
+            raise ValueError(
+                f"canaries_min ({self.canaries_min}) must be <= canaries_max ({self.canaries_max})"
+            )
+        if self.canaries_max >= self.batch_size:
+            raise ValueError(
+                f"canaries_max ({self.canaries_max}) must be < batch_size ({self.batch_size})"
+            )
+        return self
+
+    def deadline_s(self, rtt_s: float) -> float:
+        """Result deadline after release, seconds, for a node with round-trip time ``rtt_s``.
+
+        ``max(a * t_ref_s, b * p99_s) + 2 * rtt_s + slack_s`` (docs/design.md).
+        Raises ValueError if ``rtt_s`` is negative.
+        """
+        if rtt_s < 0:
+            raise ValueError(f"rtt_s must be >= 0, got {rtt_s}")
+        d = self.deadline
+        return max(d.a * d.t_ref_s, d.b * d.p99_s) + 2 * rtt_s + d.slack_s
+
+
+class CoordinatorConfig(_Model):
+    """``configs/coordinator.toml``: the coordinator service."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8470, ge=0, le=65535)
+    identity_key: Path
+    allowed_nodes: list[str] = Field(default_factory=list)
+    """Node public keys in text form ``ed25519:<base64url-no-pad>``."""
+    open_enrollment: bool = False
+    """Accept any node key; must be set explicitly when ``allowed_nodes`` is empty."""
+    database: str = Field(default="sqlite:///netcheck.db", validate_default=True)
+    admin_token: str = Field(min_length=16)
+    profiles: list[str] = Field(min_length=1)
+    handshake_timeout_s: float = Field(default=5.0, gt=0)
+    max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+
+    @field_validator("identity_key")
+    @classmethod
+    def _resolve_key(cls, value: Path, info: ValidationInfo) -> Path:
+        return _resolve_path(value, info)
+
+    @field_validator("allowed_nodes")
+    @classmethod
+    def _check_nodes(cls, value: list[str]) -> list[str]:
+        for i, text in enumerate(value):
+            try:
+                _check_key_text(text)
+            except ValueError as exc:
+                raise ValueError(f"entry {i}: {exc}") from None
+        return value
+
+    @field_validator("database")
+    @classmethod
+    def _resolve_database(cls, value: str, info: ValidationInfo) -> str:
+        match = _SQLITE_URL.match(value)
+        base = _base_dir(info)
+        if match is None or base is None:
+            return value
+        prefix, path, query = match.group(1), match.group(2), match.group(3) or ""
+        if path in ("", ":memory:") or path.startswith("/"):
+            return value
+        return f"{prefix}{(base / Path(path).expanduser()).as_posix()}{query}"
+
+    @model_validator(mode="after")
+    def _check_enrollment(self) -> CoordinatorConfig:
+        if not self.allowed_nodes and not self.open_enrollment:
+            raise ValueError("allowed_nodes is empty; list node keys or set open_enrollment = true")
+        return self
+
+
+class NodeConfig(_Model):
+    """``configs/node.toml``: one node."""
+
+    coordinator_url: str
+    coordinator_key: str
+    """Pinned coordinator public key, ``ed25519:<base64url-no-pad>``."""
+    identity_key: Path
+    profile: str = Field(min_length=1)
+    name: str = ""
+
+    @field_validator("coordinator_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not re.match(r"^wss?://[^/\s]+", value):
+            raise ValueError("coordinator_url must start with ws:// or wss://")
+        return value
+
+    @field_validator("coordinator_key")
+    @classmethod
+    def _check_key(cls, value: str) -> str:
+        return _check_key_text(value)
+
+    @field_validator("identity_key")
+    @classmethod
+    def _resolve_key(cls, value: Path, info: ValidationInfo) -> Path:
+        return _resolve_path(value, info)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _format_error(path: Path, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        lines.append(f"{path}: {loc}: {msg}" if loc else f"{path}: {msg}")
+    return "\n".join(lines)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def _load(model: type[_M], path: Path, data: dict[str, Any]) -> _M:
+    try:
+        return model.model_validate(data, context={"base_dir": path.resolve().parent})
+    except ValidationError as exc:
+        raise ConfigError(_format_error(path, exc)) from None
+
+
+def load_profile(name_or_path: str | Path, profiles_dir: Path | None = None) -> Profile:
+    """Load a profile by name (``<profiles_dir>/<name>.toml``) or by path to a ``.toml`` file.
+
+    ``profiles_dir`` defaults to :data:`DEFAULT_PROFILES_DIR`. The ``name`` field defaults
+    to the file's stem; a profile loaded by name must carry that name. Raises ConfigError
+    naming file and field.
+    """
+    text = str(name_or_path)
+    by_name = not (text.endswith(".toml") or "/" in text or "\\" in text)
+    path = (profiles_dir or DEFAULT_PROFILES_DIR) / f"{text}.toml" if by_name else Path(text)
+    data = _read_toml(path)
+    data.setdefault("name", path.stem)
+    if by_name and data["name"] != text:
+        raise ConfigError(f"{path}: name: {data['name']!r} does not match the profile name")
+    return _load(Profile, path, data)
+
+
+def load_coordinator_config(path: str | Path) -> CoordinatorConfig:
+    """Load ``coordinator.toml``; relative paths resolve against its directory.
+
+    Raises ConfigError naming file and field.
+    """
+    path = Path(path)
+    return _load(CoordinatorConfig, path, _read_toml(path))
+
+
+def load_node_config(path: str | Path) -> NodeConfig:
+    """Load ``node.toml``; relative paths resolve against its directory.
+
+    Raises ConfigError naming file and field.
+    """
+    path = Path(path)
+    return _load(NodeConfig, path, _read_toml(path))

@@ -1,0 +1,1 @@
+"""Coordinator: websocket endpoint, node registry, round planner and runner, admin API."""

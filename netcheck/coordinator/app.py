@@ -1,0 +1,61 @@
+"""Process entry point of ``netcheck coordinator serve``: wire config, keys, store, server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from netcheck.config import load_coordinator_config, load_profile
+from netcheck.coordinator.server import WS_PATH, Coordinator
+from netcheck.keys import load_private_key, public_key_text
+from netcheck.storage import Store
+
+log = logging.getLogger("netcheck.coordinator")
+
+
+def build_coordinator(config_path: Path) -> Coordinator:
+    """Load everything a coordinator needs from its config file.
+
+    Raises:
+        ConfigError, KeyFileError, StorageError: with the file or field at fault.
+    """
+    cfg = load_coordinator_config(config_path)
+    identity = load_private_key(cfg.identity_key)
+    profiles = {p.name: p for p in (load_profile(name) for name in cfg.profiles)}
+    store = Store(cfg.database)
+    aborted = store.abort_unfinished_rounds()
+    if aborted:
+        log.warning("marked %d round(s) left unfinished by a previous run as aborted", aborted)
+    return Coordinator(cfg, identity, profiles, store)
+
+
+async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, then close every session with ``shutdown``."""
+    coord = build_coordinator(config_path)
+    runner = web.AppRunner(coord.make_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, coord.config.host, coord.config.port)
+    await site.start()
+    log.info(
+        "coordinator %s listening on ws://%s:%d%s (profiles: %s; %s)",
+        public_key_text(coord.identity),
+        coord.config.host,
+        coord.config.port,
+        WS_PATH,
+        ", ".join(coord.profiles),
+        "open enrollment" if coord.config.open_enrollment else f"{len(coord.allowed)} allowed nodes",
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    await stop.wait()
+    log.info("coordinator shutting down")
+    await runner.cleanup()
+    coord.store.close()

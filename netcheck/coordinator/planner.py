@@ -1,0 +1,167 @@
+"""Round planner (pure): who gets which mixed batch, where the canaries hide, which keys.
+
+No I/O and no global randomness: every random choice comes from the ``rng`` argument
+(``random.SystemRandom()`` in production, a seeded ``random.Random`` in tests).
+docs/design.md, "A round", step 1.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from netcheck.config import Profile
+from netcheck.errors import RoundError
+from netcheck.storage.tables import ReferenceRow
+from netcheck.workloads.prompts import PromptGenerator
+
+JOB_KEY_BYTES = 32
+JOB_NONCE_BYTES = 12  # ChaCha20-Poly1305 nonce of the job payload (protocol/jobs.py)
+_MAX_DECOY_DRAWS = 8  # rounds of redraws before giving up on distinct decoys
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    """A connected node as the planner sees it: key text and claimed fingerprint id."""
+
+    node_key: str
+    fingerprint_id: str
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One node's mixed batch.
+
+    ``prompts`` has exactly B entries; canary ``canary_ids[i]`` sits at
+    ``prompts[canary_positions[i]]`` (positions ascending) and its reference answer is
+    ``canary_answers[i]`` (``max_new_tokens`` token ids). ``job_key`` is 32 bytes,
+    ``job_nonce`` 12 bytes.
+    """
+
+    node_key: str
+    prompts: tuple[str, ...]
+    canary_positions: tuple[int, ...]
+    canary_ids: tuple[str, ...]
+    canary_answers: tuple[tuple[int, ...], ...]
+    job_key: bytes
+    job_nonce: bytes
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """A planned round: one assignment per served node; ``skipped`` = (node_key, reason)
+    for nodes that get no job (verdict ``profile-mismatch``)."""
+
+    round_id: str
+    profile: str
+    batch_size: int
+    max_new_tokens: int
+    assignments: tuple[Assignment, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+
+def _decoys(rng: random.Random, n: int, taken: set[str]) -> list[str]:
+    """``n`` fresh prompts, distinct from each other and from ``taken``."""
+    gen = PromptGenerator(seed=rng.randbytes(16))
+    out: list[str] = []
+    seen = set(taken)
+    for _ in range(_MAX_DECOY_DRAWS):
+        for p in gen.prompts(n - len(out)):
+            if p not in seen:
+                seen.add(p)
+                out.append(p)
+        if len(out) == n:
+            return out
+    raise RoundError(f"prompt generator gave fewer than {n} distinct decoys")
+
+
+def plan_round(
+    round_id: str,
+    nodes: Sequence[PlanNode],
+    canaries: Mapping[str, Sequence[ReferenceRow]],
+    profile: Profile,
+    rng: random.Random,
+) -> RoundPlan:
+    """Plan one round for ``nodes`` under ``profile``.
+
+    For each node, in order: k ~ U[canaries_min, canaries_max]; k canaries drawn from
+    ``canaries[node.fingerprint_id]`` (rows of this profile, unspent, not yet given to
+    another node in this plan); B - k fresh decoys from
+    ``PromptGenerator(seed=rng.randbytes(16))``; k random positions; a fresh job key
+    and nonce. A node whose fingerprint has fewer than k usable canaries is skipped.
+    Every batch is distinct (fresh decoys; a repeat is redrawn).
+
+    Args:
+        round_id: caller-chosen round id.
+        nodes: connected nodes; node keys must be distinct.
+        canaries: unspent reference rows by fingerprint id.
+        profile: gives B, max_new_tokens, canaries_min/max.
+        rng: the only source of randomness.
+
+    Raises:
+        RoundError: empty round id, duplicate node key, a canary answer of the wrong
+            length, or the prompt generator cannot produce distinct decoys.
+    """
+    if not round_id:
+        raise RoundError("round id must not be empty")
+    keys = [n.node_key for n in nodes]
+    if len(set(keys)) != len(keys):
+        raise RoundError(f"round {round_id}: duplicate node key in the plan")
+    b = profile.batch_size
+    used: set[str] = set()
+    batches: set[tuple[str, ...]] = set()
+    assignments: list[Assignment] = []
+    skipped: list[tuple[str, str]] = []
+    for node in nodes:
+        k = rng.randint(profile.canaries_min, profile.canaries_max)
+        pool = [
+            c
+            for c in canaries.get(node.fingerprint_id, ())
+            if c.spent_round is None and c.profile == profile.name and c.ref_id not in used
+        ]
+        fp = node.fingerprint_id[:12]
+        if not pool:
+            skipped.append((node.node_key, f"no unspent canaries for fingerprint {fp}"))
+            continue
+        if len(pool) < k:
+            reason = f"too few unspent canaries for fingerprint {fp} ({len(pool)} < {k})"
+            skipped.append((node.node_key, reason))
+            continue
+        chosen = rng.sample(pool, k)
+        for c in chosen:
+            if len(c.answer) != profile.max_new_tokens:
+                raise RoundError(
+                    f"canary {c.ref_id}: answer has {len(c.answer)} tokens, "
+                    f"profile {profile.name} wants {profile.max_new_tokens}"
+                )
+        positions = sorted(rng.sample(range(b), k))
+        canary_prompts = {c.prompt for c in chosen}
+        while True:
+            decoys = iter(_decoys(rng, b - k, canary_prompts))
+            slots = dict(zip(positions, chosen, strict=True))
+            prompts = tuple(slots[i].prompt if i in slots else next(decoys) for i in range(b))
+            if prompts not in batches:
+                break
+        batches.add(prompts)
+        used.update(c.ref_id for c in chosen)
+        ordered = [slots[i] for i in positions]
+        assignments.append(
+            Assignment(
+                node_key=node.node_key,
+                prompts=prompts,
+                canary_positions=tuple(positions),
+                canary_ids=tuple(c.ref_id for c in ordered),
+                canary_answers=tuple(tuple(c.answer) for c in ordered),
+                job_key=rng.randbytes(JOB_KEY_BYTES),
+                job_nonce=rng.randbytes(JOB_NONCE_BYTES),
+            )
+        )
+    return RoundPlan(
+        round_id=round_id,
+        profile=profile.name,
+        batch_size=b,
+        max_new_tokens=profile.max_new_tokens,
+        assignments=tuple(assignments),
+        skipped=tuple(skipped),
+    )

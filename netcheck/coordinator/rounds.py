@@ -1,0 +1,322 @@
+"""The round runner: executes a pure :class:`RoundPlan` over live sessions.
+
+Steps (docs/design.md, "A round"): measure RTT, plan (pure), persist plan and spend
+canaries, dispatch encrypted jobs, wait for acks, release every node in one tight loop,
+collect results, verify (pure), record verdicts. All times are on the coordinator's
+monotonic clock (``time.monotonic_ns``); wall time is stored only as the round's start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from netcheck.analysis.verdicts import NodeOutcome, Observation, Verdict, verify
+from netcheck.config import Profile
+from netcheck.coordinator.planner import Assignment, PlanNode, RoundPlan, plan_round
+from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
+from netcheck.errors import RoundError
+from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
+from netcheck.protocol.messages import Job, Release
+
+if TYPE_CHECKING:
+    from netcheck.coordinator.server import Coordinator
+
+log = logging.getLogger("netcheck.round")
+
+#: Echo samples per node before a round; the minimum is used (detection.md §2).
+ECHO_SAMPLES = 3
+ECHO_TIMEOUT_S = 2.0
+
+
+def new_round_id() -> str:
+    """A unique, sortable round id such as ``r20261130T031500-a1b2c3``."""
+    return time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+@dataclass
+class NodeTiming:
+    """Raw timestamps for one node in one round (``time.monotonic_ns`` values)."""
+
+    rtt_s: float | None = None
+    deadline_s: float | None = None
+    job_sent_ns: int | None = None
+    acked_ns: int | None = None
+    release_start_ns: int | None = None
+    release_end_ns: int | None = None
+    arrived_ns: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RoundReport:
+    """What a round produced: verdicts per node and the phase timings (seconds)."""
+
+    round_id: str
+    profile: str
+    status: str
+    outcomes: list[NodeOutcome] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "round_id": self.round_id,
+            "profile": self.profile,
+            "status": self.status,
+            "phases": self.phases,
+            "verdicts": [
+                {
+                    "node_key": o.node_key,
+                    "verdict": str(o.verdict),
+                    "reason": o.reason,
+                    "elapsed_s": o.elapsed_s,
+                    "canaries_checked": o.canaries_checked,
+                    "canaries_matched": o.canaries_matched,
+                }
+                for o in self.outcomes
+            ],
+        }
+
+
+async def _measure_rtts(sessions: Sequence[NodeSession]) -> None:
+    async def one(s: NodeSession) -> None:
+        samples = []
+        for _ in range(ECHO_SAMPLES):
+            rtt = await s.measure_rtt(secrets.randbits(62), ECHO_TIMEOUT_S)
+            if rtt is not None:
+                samples.append(rtt)
+        s.rtt_s = min(samples) if samples else s.rtt_s
+
+    await asyncio.gather(*(one(s) for s in sessions))
+
+
+async def _dispatch(
+    plan: RoundPlan, profile: Profile, by_key: dict[str, NodeSession], timing: dict[str, NodeTiming]
+) -> dict[str, asyncio.Future[int]]:
+    acks: dict[str, asyncio.Future[int]] = {}
+
+    async def one(a: Assignment) -> None:
+        s = by_key[a.node_key]
+        t = timing[a.node_key]
+        job = Job(
+            round_id=plan.round_id,
+            nonce=a.job_nonce,
+            ciphertext=seal_job(a.prompts, a.job_key, plan.round_id, a.job_nonce),
+            batch_size=plan.batch_size,
+            max_new_tokens=plan.max_new_tokens,
+            deadline_s=float(t.deadline_s or 0.0),
+        )
+        acks[a.node_key] = s.expect_ack(plan.round_id)
+        t.job_sent_ns = time.monotonic_ns()
+        try:
+            await s.send(job)
+        except ConnectionError:
+            log.warning("round %s: node %s gone during dispatch", plan.round_id, s.label)
+
+    await asyncio.gather(*(one(a) for a in plan.assignments))
+    return acks
+
+
+async def _release(
+    round_id: str,
+    ready: Sequence[tuple[NodeSession, Assignment]],
+    timing: dict[str, NodeTiming],
+) -> None:
+    """Write every ready node's ``release`` frame in one tight loop.
+
+    Frames are sealed ahead while holding every session's send lock, so the loop does
+    nothing but socket writes and clock reads (architecture.md, "Release").
+    """
+    sessions = [s for s, _ in ready]
+    for s in sessions:
+        await s.send_lock.acquire()
+    try:
+        frames = [
+            s.transport.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready
+        ]
+        for (s, _), frame in zip(ready, frames, strict=True):
+            t = timing[s.node_key]
+            t.release_start_ns = time.monotonic_ns()
+            try:
+                await s.ws.send_bytes(frame)
+            except ConnectionError:
+                log.warning("round %s: node %s gone at release", round_id, s.label)
+            t.release_end_ns = time.monotonic_ns()
+    finally:
+        for s in sessions:
+            s.send_lock.release()
+
+
+def _observe(
+    s: NodeSession, a: Assignment, round_id: str, t: NodeTiming, fut: asyncio.Future[Arrival] | None
+) -> Observation:
+    base: dict[str, Any] = {"released_ns": t.release_start_ns}
+    if fut is None or not fut.done():
+        return Observation(
+            arrived_ns=None, outputs=None, commitment=None, commitment_ok=False,
+            signature_ok=False, disconnected=s.closed.is_set(), error=None, **base,
+        )  # fmt: skip
+    exc = fut.exception()
+    if isinstance(exc, NodeDisconnected):
+        return Observation(
+            arrived_ns=None, outputs=None, commitment=None, commitment_ok=False,
+            signature_ok=False, disconnected=True, error=None, **base,
+        )  # fmt: skip
+    arrival = fut.result()
+    t.arrived_ns = arrival.arrived_ns
+    res = arrival.result
+    if res is None:
+        return Observation(
+            arrived_ns=arrival.arrived_ns, outputs=None, commitment=None, commitment_ok=False,
+            signature_ok=False, disconnected=False, error=arrival.error, **base,
+        )  # fmt: skip
+    return Observation(
+        arrived_ns=arrival.arrived_ns,
+        outputs=res.outputs,
+        commitment=res.commitment,
+        commitment_ok=commitment(res.outputs) == res.commitment,
+        signature_ok=verify_receipt(
+            s.node_key_raw, res.signature, s.session_id, round_id, res.commitment
+        ),
+        disconnected=False,
+        error=None,
+        **base,
+    )
+
+
+async def run_round(
+    coord: Coordinator, profile_name: str, *, rng: random.Random | None = None
+) -> RoundReport:
+    """Run one validation round for every node connected with ``profile_name``.
+
+    Raises:
+        RoundError: unknown profile, or no node connected with it.
+        StorageError: the plan or the outcome could not be persisted (the round is
+            then not acknowledged to the operator as done).
+    """
+    profile = coord.profiles.get(profile_name)
+    if profile is None:
+        raise RoundError(f"unknown profile {profile_name!r}")
+    async with coord.round_lock:
+        return await _run_locked(coord, profile, rng or random.SystemRandom())
+
+
+async def _run_locked(coord: Coordinator, profile: Profile, rng: random.Random) -> RoundReport:
+    sessions = coord.connected(profile.name)
+    if not sessions:
+        raise RoundError(f"no node connected with profile {profile.name!r}")
+    round_id = new_round_id()
+    by_key = {s.node_key: s for s in sessions}
+    timing = {s.node_key: NodeTiming() for s in sessions}
+    store = coord.store
+    t0 = time.monotonic()
+
+    await _measure_rtts(sessions)
+    for s in sessions:
+        timing[s.node_key].rtt_s = s.rtt_s
+        timing[s.node_key].deadline_s = profile.deadline_s(s.rtt_s or 0.0)
+
+    # Plan (pure) and persist before anything reaches a node.
+    fps = {s.fingerprint_id for s in sessions}
+    pool = {
+        fp: await asyncio.to_thread(
+            store.unspent_canaries, fp, profile.canaries_max * len(sessions) * 4
+        )
+        for fp in fps
+    }
+    plan = plan_round(
+        round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng
+    )
+    await asyncio.to_thread(store.record_plan, plan, time.time())
+    t_planned = time.monotonic()
+    log.info(
+        "round %s planned: %d nodes, %d skipped, B=%d",
+        round_id, len(plan.assignments), len(plan.skipped), plan.batch_size,
+    )  # fmt: skip
+
+    # Dispatch and wait for acknowledgements.
+    acks = await _dispatch(plan, profile, by_key, timing)
+    if acks:
+        await asyncio.wait(acks.values(), timeout=profile.dispatch_timeout_s)
+    ready: list[tuple[NodeSession, Assignment]] = []
+    for a in plan.assignments:
+        ack = acks.get(a.node_key)
+        if ack is not None and ack.done() and ack.exception() is None:
+            timing[a.node_key].acked_ns = ack.result()
+            ready.append((by_key[a.node_key], a))
+    t_dispatched = time.monotonic()
+
+    # Release, then collect.
+    results = {s.node_key: s.expect_result(round_id) for s, _ in ready}
+    await _release(round_id, ready, timing)
+    t_released = time.monotonic()
+    if results:
+        await asyncio.wait(results.values(), timeout=profile.result_timeout_s)
+    t_collected = time.monotonic()
+
+    # Verify (pure) and record.
+    outcomes: list[NodeOutcome] = []
+    records: dict[str, dict[str, Any]] = {}
+    for a in plan.assignments:
+        s, t = by_key[a.node_key], timing[a.node_key]
+        fut = results.get(a.node_key)
+        if fut is None:
+            gone = s.closed.is_set()
+            outcomes.append(
+                NodeOutcome(
+                    a.node_key,
+                    Verdict.DISCONNECTED if gone else Verdict.MISSING,
+                    "session closed before release" if gone else "no ack before dispatch deadline",
+                    None, len(a.canary_ids), 0,
+                )  # fmt: skip
+            )
+            records[a.node_key] = {"timing": t.as_dict()}
+            continue
+        obs = _observe(s, a, round_id, t, fut)
+        outcome = verify(
+            a, obs, max_new_tokens=plan.max_new_tokens, deadline_s=float(t.deadline_s or 0.0)
+        )
+        outcomes.append(outcome)
+        arrival = fut.result() if fut.done() and fut.exception() is None else None
+        res = arrival.result if arrival else None
+        records[a.node_key] = {
+            "timing": t.as_dict(),
+            "session_id": s.session_id.hex(),
+            "outputs": [list(o) for o in res.outputs] if res else None,
+            "commitment": res.commitment.hex() if res else None,
+            "signature": res.signature.hex() if res else None,
+        }
+    for node_key, reason in plan.skipped:
+        outcomes.append(NodeOutcome(node_key, Verdict.PROFILE_MISMATCH, reason, None, 0, 0))
+        records[node_key] = {"timing": timing[node_key].as_dict()}
+    t_verified = time.monotonic()
+
+    starts = [t.release_start_ns for t in timing.values() if t.release_start_ns is not None]
+    ends = [t.release_end_ns for t in timing.values() if t.release_end_ns is not None]
+    elapsed = [o.elapsed_s for o in outcomes if o.elapsed_s is not None]
+    phases = {
+        "plan_s": t_planned - t0,
+        "dispatch_s": t_dispatched - t_planned,
+        "release_skew_s": (max(ends) - min(starts)) / 1e9 if starts else 0.0,
+        "release_loop_s": t_released - t_dispatched,
+        "compute_median_s": statistics.median(elapsed) if elapsed else 0.0,
+        "collect_s": t_collected - t_released,
+        "verify_s": t_verified - t_collected,
+        "total_s": t_verified - t0,
+    }
+    await asyncio.to_thread(store.record_outcome, round_id, outcomes, records)
+    await asyncio.to_thread(store.finish_round, round_id, "complete", phases)
+    for s in sessions:
+        s.forget_round(round_id)
+    for o in outcomes:
+        log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
+    return RoundReport(round_id, profile.name, "complete", outcomes, phases)

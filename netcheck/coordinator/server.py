@@ -1,0 +1,195 @@
+"""The coordinator service: websocket endpoint for nodes, node registry, admin API.
+
+Layout of the aiohttp application:
+
+- ``GET /v1/ws`` — node sessions (docs/protocol.md §2-§4).
+- ``/admin/...`` — operator API (see :mod:`netcheck.coordinator.admin`), bearer token.
+
+The handshake runs in :meth:`Coordinator.handle_ws` with a hard timeout; after it, one
+reader task per session (:meth:`NodeSession.read_loop`) owns all receives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict, deque
+from collections.abc import Mapping
+
+from aiohttp import WSMsgType, web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.session import NodeSession
+from netcheck.engines.fingerprint import fingerprint_id
+from netcheck.errors import CloseCode, HandshakeError, ProtocolError
+from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
+from netcheck.protocol.handshake import CoordinatorHandshake
+from netcheck.storage import Store
+
+log = logging.getLogger("netcheck.coordinator")
+
+WS_PATH = "/v1/ws"
+HEARTBEAT_S = 15.0
+#: Handshake attempts allowed per source address per minute (docs/protocol.md §6).
+HANDSHAKES_PER_MINUTE = 120
+
+
+class Coordinator:
+    """Holds node sessions and runs validation rounds.
+
+    Args:
+        config: validated coordinator configuration.
+        identity: the coordinator's Ed25519 identity key.
+        profiles: accepted profiles by name.
+        store: the database.
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        identity: Ed25519PrivateKey,
+        profiles: Mapping[str, Profile],
+        store: Store,
+    ) -> None:
+        self.config = config
+        self.identity = identity
+        self.profiles = dict(profiles)
+        self.store = store
+        self.sessions: dict[str, NodeSession] = {}
+        self.allowed = {public_key_bytes(parse_public_key(k)) for k in config.allowed_nodes}
+        self.round_lock = asyncio.Lock()
+        self.handshake_failures = 0
+        self._attempts: dict[str, deque[float]] = defaultdict(deque)
+        self._readers: set[asyncio.Task[None]] = set()
+
+    # -- admission ---------------------------------------------------------------
+
+    def admit(self, node_key: bytes) -> bool:
+        """True if a node key may open a session (allowlist, or open enrollment)."""
+        return self.config.open_enrollment or node_key in self.allowed
+
+    def _rate_limited(self, peer: str) -> bool:
+        now = time.monotonic()
+        window = self._attempts[peer]
+        while window and now - window[0] > 60.0:
+            window.popleft()
+        window.append(now)
+        return len(window) > HANDSHAKES_PER_MINUTE
+
+    # -- websocket endpoint ------------------------------------------------------
+
+    async def handle_ws(self, request: web.Request) -> web.StreamResponse:
+        """Accept a node: handshake, register, then read until the session ends."""
+        peer = request.remote or "?"
+        ws = web.WebSocketResponse(
+            max_msg_size=self.config.max_message_bytes,
+            compress=False,
+            heartbeat=HEARTBEAT_S,
+        )
+        await ws.prepare(request)
+        if self._rate_limited(peer):
+            log.warning("handshake from %s refused: rate limit", peer)
+            await ws.close(code=CloseCode.RATE_LIMITED, message=b"rate limited")
+            return ws
+        try:
+            session = await asyncio.wait_for(
+                self._handshake(ws, peer), self.config.handshake_timeout_s
+            )
+        except TimeoutError:
+            self.handshake_failures += 1
+            log.warning("handshake from %s timed out", peer)
+            await ws.close(code=CloseCode.HANDSHAKE_TIMEOUT, message=b"handshake timeout")
+            return ws
+        except ProtocolError as exc:
+            self.handshake_failures += 1
+            log.warning("handshake from %s rejected: %s", peer, exc)
+            await ws.close(code=exc.code, message=exc.code.name.lower().encode())
+            return ws
+        except ConnectionError:
+            return ws
+        await self._serve(session)
+        return ws
+
+    async def _receive_binary(self, ws: web.WebSocketResponse) -> bytes:
+        msg = await ws.receive()
+        if msg.type == WSMsgType.BINARY:
+            return bytes(msg.data)
+        if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+            raise ConnectionError("peer closed during handshake")
+        raise HandshakeError(CloseCode.BAD_HANDSHAKE, f"{msg.type.name} frame during handshake")
+
+    async def _handshake(self, ws: web.WebSocketResponse, peer: str) -> NodeSession:
+        hs = CoordinatorHandshake(self.identity, self.admit, path=WS_PATH)
+        welcome = hs.receive_hello(await self._receive_binary(ws))
+        await ws.send_bytes(welcome)
+        accepted = hs.receive_auth(await self._receive_binary(ws))
+        claim = accepted.claim
+        node_key = public_key_text(Ed25519PublicKey.from_public_bytes(accepted.node_key))
+        if claim.profile not in self.profiles:
+            raise HandshakeError(
+                CloseCode.PROFILE_MISMATCH, f"node {node_key} claims unknown profile {claim.profile!r}"
+            )
+        fp_id = fingerprint_id(claim.fingerprint)
+        return NodeSession(
+            node_key=node_key,
+            node_key_raw=accepted.node_key,
+            claim=claim,
+            fingerprint_id=fp_id,
+            ws=ws,
+            transport=accepted.transport,
+            peer=peer,
+        )
+
+    async def _serve(self, session: NodeSession) -> None:
+        old = self.sessions.get(session.node_key)
+        if old is not None:
+            log.info("node %s reconnected; closing its previous session", session.label)
+            old.fail_waiters()
+            await old.ws.close(code=CloseCode.SUPERSEDED, message=b"superseded")
+        # Persist before we count the node as connected (architecture.md: persist first).
+        await asyncio.to_thread(
+            self.store.upsert_node,
+            session.node_key,
+            "",
+            session.claim.profile,
+            session.fingerprint_id,
+            dict(session.claim.fingerprint),
+            time.time(),
+        )
+        self.sessions[session.node_key] = session
+        log.info(
+            "node %s joined from %s: profile=%s fingerprint=%s",
+            session.label,
+            session.peer,
+            session.claim.profile,
+            session.fingerprint_id[:12],
+        )
+        code = await session.read_loop()
+        if self.sessions.get(session.node_key) is session:
+            del self.sessions[session.node_key]
+        if not session.ws.closed:
+            await session.ws.close(code=code, message=code.name.lower().encode())
+        log.info("node %s left (close code %d %s)", session.label, int(code), code.name)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def make_app(self) -> web.Application:
+        """The aiohttp application: websocket endpoint plus admin API."""
+        from netcheck.coordinator.admin import add_admin_routes
+
+        app = web.Application(client_max_size=1024 * 1024)
+        app["coordinator"] = self
+        app.router.add_get(WS_PATH, self.handle_ws)
+        add_admin_routes(app, self)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        for session in list(self.sessions.values()):
+            await session.ws.close(code=CloseCode.SHUTDOWN, message=b"shutdown")
+
+    def connected(self, profile: str | None = None) -> list[NodeSession]:
+        """Connected sessions, optionally only those claiming ``profile``."""
+        return [s for s in self.sessions.values() if profile is None or s.claim.profile == profile]

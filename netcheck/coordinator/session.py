@@ -1,0 +1,189 @@
+"""One connected node, as the coordinator sees it: the websocket plus the sans-I/O transport.
+
+The reader task (:meth:`NodeSession.read_loop`) is the only place that receives frames
+for a session. It stamps arrival times on the coordinator's monotonic clock the moment
+a frame is read, before decryption or any other work (docs/protocol.md, "Timing").
+Waiters for acknowledgements, results and echo replies are futures keyed by round id or
+echo nonce; a disconnect fails all of them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import WSMsgType, web
+
+from netcheck.errors import CloseCode, ProtocolError
+from netcheck.protocol.messages import (
+    Ack,
+    Bye,
+    Echo,
+    EchoReply,
+    Error,
+    Message,
+    ProfileClaim,
+    Result,
+)
+from netcheck.protocol.transport import Transport
+
+log = logging.getLogger("netcheck.coordinator")
+
+
+class NodeDisconnected(Exception):
+    """The node's session ended while a round was waiting for it."""
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A result (or a node-reported error) with its arrival time.
+
+    Attributes:
+        arrived_ns: ``time.monotonic_ns()`` when the frame was read off the socket.
+        result: the decoded result, or None when the node reported an error.
+        error: the node's error reason, if any.
+    """
+
+    arrived_ns: int
+    result: Result | None
+    error: str | None = None
+
+
+@dataclass
+class NodeSession:
+    """State of one authenticated node session (coordinator side).
+
+    Attributes:
+        node_key: the node's public identity key in text form (``ed25519:...``).
+        node_key_raw: the same key, raw 32 bytes (for receipt verification).
+        claim: the profile claim from the handshake (signed by the node).
+        fingerprint_id: SHA-256 hex of the claimed engine fingerprint.
+        ws: the aiohttp websocket.
+        transport: the sans-I/O encrypted transport.
+        peer: remote address, for logs.
+    """
+
+    node_key: str
+    node_key_raw: bytes
+    claim: ProfileClaim
+    fingerprint_id: str
+    ws: web.WebSocketResponse
+    transport: Transport
+    peer: str
+    connected_at: float = field(default_factory=time.time)
+    rtt_s: float | None = None
+    send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _acks: dict[str, asyncio.Future[int]] = field(default_factory=dict)
+    _results: dict[str, asyncio.Future[Arrival]] = field(default_factory=dict)
+    _echoes: dict[int, asyncio.Future[int]] = field(default_factory=dict)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def session_id(self) -> bytes:
+        """16-byte session id from the key schedule (docs/protocol.md §2.4)."""
+        return self.transport.session_id
+
+    @property
+    def label(self) -> str:
+        """Short name for logs: the node's configured name, else its key prefix."""
+        return f"{self.node_key[:20]}"
+
+    async def send(self, msg: Message) -> None:
+        """Seal and write one message; the lock keeps counters in write order."""
+        async with self.send_lock:
+            await self.ws.send_bytes(self.transport.seal(msg))
+
+    def expect_ack(self, round_id: str) -> asyncio.Future[int]:
+        """Future resolved with the arrival time (ns) of the node's ``ack`` for a round."""
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._acks[round_id] = fut
+        return fut
+
+    def expect_result(self, round_id: str) -> asyncio.Future[Arrival]:
+        """Future resolved with the node's ``result`` (or ``error``) for a round."""
+        fut: asyncio.Future[Arrival] = asyncio.get_running_loop().create_future()
+        self._results[round_id] = fut
+        return fut
+
+    def forget_round(self, round_id: str) -> None:
+        """Drop waiters of a finished round (late frames are then unexpected)."""
+        self._acks.pop(round_id, None)
+        self._results.pop(round_id, None)
+
+    async def measure_rtt(self, nonce: int, timeout_s: float) -> float | None:
+        """Round-trip time to the node *process* via an application echo, in seconds.
+
+        Websocket pings are answered by aiohttp or by any relay, so they do not measure
+        the path to the node process (docs/protocol.md §4). Returns None on timeout.
+        """
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._echoes[nonce] = fut
+        t0 = time.monotonic_ns()
+        try:
+            await self.send(Echo(nonce=nonce))
+            t1 = await asyncio.wait_for(fut, timeout_s)
+        except (TimeoutError, NodeDisconnected, ConnectionError):
+            return None
+        finally:
+            self._echoes.pop(nonce, None)
+        return (t1 - t0) / 1e9
+
+    def _dispatch(self, msg: Message, arrived_ns: int) -> None:
+        """Route one decrypted message to its waiter; unexpected ones are protocol errors."""
+        if isinstance(msg, Ack):
+            fut = self._acks.get(msg.round_id)
+            if fut is None or fut.done():
+                raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"ack for unknown round {msg.round_id!r}")
+            fut.set_result(arrived_ns)
+        elif isinstance(msg, Result | Error):
+            rfut = self._results.get(msg.round_id)
+            if rfut is None or rfut.done():
+                raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"result for unknown round {msg.round_id!r}")
+            if isinstance(msg, Result):
+                rfut.set_result(Arrival(arrived_ns, msg))
+            else:
+                rfut.set_result(Arrival(arrived_ns, None, msg.reason))
+        elif isinstance(msg, EchoReply):
+            efut = self._echoes.get(msg.nonce)
+            if efut is not None and not efut.done():
+                efut.set_result(arrived_ns)
+        elif isinstance(msg, Echo):
+            # Nodes may measure their RTT to us too; answered from the reader task.
+            asyncio.get_running_loop().create_task(self.send(EchoReply(nonce=msg.nonce)))
+        else:
+            raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} not allowed from a node")
+
+    async def read_loop(self) -> CloseCode:
+        """Read frames until the session ends; returns the close code to use.
+
+        Raises nothing: protocol errors are logged and turned into close codes here,
+        in one place (style.md: bad network input becomes a close code in one place).
+        """
+        code = CloseCode.NORMAL
+        try:
+            async for wsmsg in self.ws:
+                arrived_ns = time.monotonic_ns()
+                if wsmsg.type != WSMsgType.BINARY:
+                    raise ProtocolError(CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame, expected binary")
+                msg = self.transport.open(wsmsg.data)
+                if isinstance(msg, Bye):
+                    log.info("node %s said bye: %s", self.label, msg.reason)
+                    break
+                self._dispatch(msg, arrived_ns)
+        except ProtocolError as exc:
+            log.warning("node %s: closing session: %s", self.label, exc)
+            code = exc.code
+        finally:
+            self.fail_waiters()
+        return code
+
+    def fail_waiters(self) -> None:
+        """Fail every pending waiter with :class:`NodeDisconnected`."""
+        self.closed.set()
+        for waiters in (self._acks, self._results, self._echoes):
+            for fut in waiters.values():
+                if not fut.done():
+                    fut.set_exception(NodeDisconnected(self.node_key))
+            waiters.clear()

@@ -1,0 +1,278 @@
+"""``netcheck demo``: a real coordinator and real node processes on loopback.
+
+What runs (each a separate OS process, talking over real signed websocket sessions):
+
+- the coordinator (``netcheck coordinator serve``);
+- three honest nodes (``netcheck node run``);
+- ``wrong-dtype``: runs the model in bfloat16 but claims the profile's float32;
+- ``made-up``: returns random tokens of the right shape;
+- ``proxy-a`` and ``proxy-b``: two identities forwarding their batches to one shared
+  backend process (one emulated GPU).
+
+Every node process shares this machine's CPU, so GPU service time is **EMULATED**
+(:mod:`netcheck.node.emulation`): real inference, then each result is held until the
+profile's ``t_ref_s`` has passed on the node's own emulated GPU. The shared backend has
+one emulated GPU for both proxies (processor sharing, beta = 1), so the pair needs
+``2 * t_ref_s`` and misses the deadline ``a * t_ref_s + 2 rtt + slack``.
+
+The demo builds references first (trusted machine = this one), runs the rounds through
+the coordinator's admin API, prints the verdicts and exits 0 when every honest node
+passed every round and every cheater failed every round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from netcheck.admin_client import AdminError, admin_request
+from netcheck.config import CoordinatorConfig, load_coordinator_config, load_profile
+from netcheck.keys import generate_key, public_key_text
+from netcheck.report import print_round, verdict_text
+
+console = Console(stderr=False)
+
+
+@dataclass(frozen=True)
+class DemoNode:
+    """One node identity in the demo and the behaviour it plays."""
+
+    name: str
+    adversary: str | None  # None = honest
+
+    @property
+    def role(self) -> str:
+        return "honest" if self.adversary is None else f"cheater ({self.adversary})"
+
+
+NODES = (
+    DemoNode("honest-1", None),
+    DemoNode("honest-2", None),
+    DemoNode("honest-3", None),
+    DemoNode("wrong-dtype", "wrong-dtype"),
+    DemoNode("made-up", "made-up"),
+    DemoNode("proxy-a", "proxy"),
+    DemoNode("proxy-b", "proxy"),
+)
+
+
+def free_port() -> int:
+    """An unused TCP port on loopback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _toml(values: dict[str, Any]) -> str:
+    # JSON string/array/number/bool literals are valid TOML values for what we write.
+    return "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+
+
+def write_configs(workdir: Path, profile_name: str) -> tuple[Path, dict[str, str]]:
+    """Keys and config files for the coordinator and every demo node.
+
+    Returns the coordinator config path and a map node key → demo name.
+    """
+    keys = workdir / "keys"
+    coord_key = generate_key(keys / "coordinator.pem")
+    names: dict[str, str] = {}
+    for n in NODES:
+        names[public_key_text(generate_key(keys / f"{n.name}.pem"))] = n.name
+    port = free_port()
+    coord_cfg = workdir / "coordinator.toml"
+    coord_cfg.write_text(
+        "# Written by `netcheck demo`.\n"
+        + _toml(
+            {
+                "host": "127.0.0.1",
+                "port": port,
+                "identity_key": "keys/coordinator.pem",
+                "allowed_nodes": list(names),
+                "database": "sqlite:///netcheck.db",
+                "admin_token": secrets.token_urlsafe(24),
+                "profiles": [profile_name],
+            }
+        )
+    )
+    for n in NODES:
+        (workdir / f"{n.name}.toml").write_text(
+            "# Written by `netcheck demo`.\n"
+            + _toml(
+                {
+                    "coordinator_url": f"ws://127.0.0.1:{port}/v1/ws",
+                    "coordinator_key": public_key_text(coord_key),
+                    "identity_key": f"keys/{n.name}.pem",
+                    "profile": profile_name,
+                    "name": n.name,
+                }
+            )
+        )
+    return coord_cfg, names
+
+
+def build_demo_references(cfg: CoordinatorConfig, profile_name: str, count: int) -> None:
+    """Answer ``count`` prompts on this machine (the trusted side) into the database."""
+    from netcheck.engines import load_engine
+    from netcheck.progress import progress_bar
+    from netcheck.references.build import build_references
+    from netcheck.storage import Store
+
+    profile = load_profile(profile_name)
+    with console.status("loading the reference engine (synthesizes the model if needed)"):
+        engine = load_engine(profile)
+    store = Store(cfg.database)
+    try:
+        with progress_bar("building reference answers", total=count) as advance:
+            build_references(profile, engine, store, count, progress=advance)
+    finally:
+        store.close()
+        engine.close()
+
+
+class Processes:
+    """The demo's child processes; all are terminated on exit."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.logs = workdir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, *args: str) -> None:
+        log = (self.logs / f"{name}.log").open("wb")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "netcheck", *args], stdout=log, stderr=subprocess.STDOUT
+        )
+
+    def check_alive(self) -> None:
+        for name, p in self.procs.items():
+            if p.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"{name} exited with status {p.returncode}:\n{tail}")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + 10
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+async def wait_connected(cfg: CoordinatorConfig, procs: Processes, n: int, timeout_s: float) -> None:
+    """Poll the admin API until ``n`` nodes are connected."""
+    deadline = time.monotonic() + timeout_s
+    connected = 0
+    while time.monotonic() < deadline:
+        procs.check_alive()
+        try:
+            connected = (await admin_request(cfg, "GET", "/admin/status"))["connected"]
+        except AdminError:
+            connected = 0
+        if connected >= n:
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"only {connected}/{n} nodes connected after {timeout_s:.0f} s")
+
+
+def summarize(reports: list[dict[str, Any]], names: dict[str, str]) -> bool:
+    """Print the per-node summary; True when honest nodes passed and cheaters failed."""
+    by_name = {n.name: n for n in NODES}
+    table = Table(title="demo summary: verdict per round")
+    table.add_column("node")
+    table.add_column("role")
+    for i in range(len(reports)):
+        table.add_column(f"round {i + 1}")
+    table.add_column("outcome")
+    ok_all = True
+    for key, name in sorted(names.items(), key=lambda kv: kv[1]):
+        verdicts = []
+        for rep in reports:
+            v = next((v["verdict"] for v in rep["verdicts"] if v["node_key"] == key), "absent")
+            verdicts.append(v)
+        node = by_name[name]
+        if node.adversary is None:
+            ok = all(v == "pass" for v in verdicts)
+            outcome = "[green]passed as expected[/green]" if ok else "[red]FALSE ALARM[/red]"
+        else:
+            ok = all(v != "pass" for v in verdicts)
+            outcome = "[green]caught every round[/green]" if ok else "[red]ESCAPED a round[/red]"
+        ok_all &= ok
+        table.add_row(name, node.role, *(verdict_text(v) for v in verdicts), outcome)
+    console.print(table)
+    return ok_all
+
+
+async def _run(workdir: Path, rounds: int, profile_name: str, procs: Processes) -> bool:
+    profile = load_profile(profile_name)
+    coord_path, names = write_configs(workdir, profile_name)
+    cfg = load_coordinator_config(coord_path)
+    count = rounds * len(NODES) * profile.canaries_max
+    await asyncio.to_thread(build_demo_references, cfg, profile_name, count)
+
+    batch_time = profile.deadline.t_ref_s
+    console.print(
+        f"[bold]EMULATION[/bold]: each node's GPU serves a batch in {batch_time:.2f} s "
+        f"(profile t_ref_s); the proxy pair shares one emulated GPU."
+    )
+    procs.start("coordinator", "coordinator", "serve", "--config", str(coord_path))
+    backend_port = free_port()
+    procs.start(
+        "backend", "node", "backend", "--profile", profile_name, "--port", str(backend_port),
+        "--emulate-batch-time", str(batch_time), "--beta", "1.0",
+    )  # fmt: skip
+    await asyncio.sleep(0.5)
+    for n in NODES:
+        args = ["node", "run", "--config", str(workdir / f"{n.name}.toml")]
+        if n.adversary == "proxy":
+            args += ["--adversary", "proxy", "--backend", f"http://127.0.0.1:{backend_port}"]
+        else:
+            args += ["--emulate-batch-time", str(batch_time)]
+            if n.adversary:
+                args += ["--adversary", n.adversary]
+        procs.start(n.name, *args)
+    with console.status(f"waiting for {len(NODES)} nodes to join (they load their engines)"):
+        await wait_connected(cfg, procs, len(NODES), timeout_s=300)
+    console.print(f"all {len(NODES)} nodes joined over signed sessions")
+
+    reports = []
+    for i in range(rounds):
+        with console.status(f"round {i + 1}/{rounds}: dispatch, release, compute, verify"):
+            report = await admin_request(cfg, "POST", "/admin/rounds", {"profile": profile_name})
+        print_round(report, names)
+        reports.append(report)
+    return summarize(reports, names)
+
+
+def run_demo(workdir: Path, rounds: int, profile_name: str) -> int:
+    """Run the demo; returns the process exit status (0 = every verdict as expected)."""
+    t0 = time.monotonic()
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    procs = Processes(workdir)
+    try:
+        ok = asyncio.run(_run(workdir.resolve(), rounds, profile_name, procs))
+    except (RuntimeError, AdminError) as exc:
+        console.print(f"[red]demo failed:[/red] {exc}")
+        ok = False
+    finally:
+        procs.stop()
+    took = time.monotonic() - t0
+    verdict = "[green]OK[/green]" if ok else "[red]FAILED[/red]"
+    console.print(f"demo {verdict} in {took:.1f} s; logs and database in {workdir}/")
+    return 0 if ok else 1

@@ -1,0 +1,193 @@
+"""The ``vllm`` engine: one in-process ``vllm.LLM`` answering fixed-size batches.
+
+Prompts are tokenized here (same tokenizer, same left truncation as the torch engine)
+and passed as ``TokensPrompt``; vLLM does not pad, so each request holds its own
+number of prompt tokens. Decoding: ``temperature=0`` (greedy), ``max_tokens`` =
+``min_tokens`` = ``max_new_tokens``, ``ignore_eos=True``, ``seed=0``. The engine runs
+with ``enforce_eager=True``, prefix caching off, ``max_num_seqs`` = B and a token budget
+large enough to prefill the whole batch in one scheduler step, so every batch is
+scheduled the same way.
+
+``VLLM_ENABLE_V1_MULTIPROCESSING=0`` is set before vLLM is imported (the engine core
+then runs in this process). The KV cache size is given explicitly
+(``kv_cache_memory_bytes``, computed from the model config) so that on the CPU
+backend nothing depends on how much host memory is free, and the memory-probing
+warm-up is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from netcheck.engines.base import Engine, check_dtype, encode_prompts, model_identity
+from netcheck.engines.fingerprint import make_fingerprint
+from netcheck.engines.synth import weight_hash
+from netcheck.errors import EngineError
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_MIN_KV_CACHE_BYTES = 64 << 20
+_KV_BLOCK_TOKENS = 256  # largest block size vLLM picks on CPU; over-allocation is harmless
+
+
+def kv_cache_bytes(model_dir: Path, dtype: str, batch_size: int, max_model_len: int) -> int:
+    """KV-cache bytes for ``batch_size`` sequences of ``max_model_len`` tokens, x2 margin.
+
+    Per token: 2 (K and V) x layers x key/value heads x head_dim x dtype bytes, from
+    ``config.json``; at least 64 MiB.
+
+    Raises:
+        EngineError: config.json missing or without the needed fields.
+    """
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        heads = int(cfg["num_attention_heads"])
+        kv_heads = int(cfg.get("num_key_value_heads") or heads)
+        head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
+        layers = int(cfg["num_hidden_layers"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise EngineError(f"cannot read model config in {model_dir}: {exc}") from exc
+    per_token = 2 * layers * kv_heads * head_dim * _DTYPE_BYTES[dtype]
+    blocks = math.ceil(max_model_len / _KV_BLOCK_TOKENS) + 1
+    tokens = batch_size * blocks * _KV_BLOCK_TOKENS
+    return max(_MIN_KV_CACHE_BYTES, 2 * per_token * tokens)
+
+
+def _device_name(device: str) -> str:
+    """Fingerprint device name of the platform vLLM runs on."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        if device not in ("cpu", "auto"):
+            raise EngineError(f"device {device!r} requested but this vLLM build is CPU-only")
+        return "cpu"
+    if device == "cpu":
+        raise EngineError("device 'cpu' requested but this vLLM build targets an accelerator")
+    import torch
+
+    index = 0
+    if device.startswith("cuda:"):
+        index = int(device.split(":", 1)[1])
+    return str(torch.cuda.get_device_name(index))
+
+
+class VllmEngine(Engine):
+    """An in-process ``vllm.LLM`` running greedy fixed-size batches.
+
+    Args:
+        model_dir: Hugging Face model directory (config, safetensors, tokenizer).
+        dtype: "float32", "bfloat16" or "float16".
+        device: "cpu", "cuda", "cuda:N" or "auto" (must match the installed vLLM build).
+        batch_size, prompt_len, max_new_tokens: the fixed batch shape.
+        model_id: fingerprint model id; default from :func:`base.model_identity`.
+
+    Raises:
+        EngineError: vLLM missing, bad arguments, or the model failed to load.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        dtype: str,
+        device: str = "cpu",
+        batch_size: int,
+        prompt_len: int,
+        max_new_tokens: int,
+        model_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            batch_size=batch_size, prompt_len=prompt_len, max_new_tokens=max_new_tokens
+        )
+        check_dtype(dtype)
+        model_dir = Path(model_dir)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        try:
+            import vllm
+            from vllm import LLM, SamplingParams
+        except ImportError as exc:
+            raise EngineError(f"vllm engine needs vllm: {exc}") from exc
+        device_name = _device_name(device)
+        max_model_len = prompt_len + max_new_tokens
+        try:
+            self._llm: Any = LLM(
+                model=str(model_dir),
+                tokenizer=str(model_dir),
+                dtype=dtype,
+                enforce_eager=True,
+                seed=0,
+                max_num_seqs=batch_size,
+                max_model_len=max_model_len,
+                max_num_batched_tokens=max(batch_size * max_model_len, 2048),
+                enable_prefix_caching=False,
+                gpu_memory_utilization=0.1,
+                kv_cache_memory_bytes=kv_cache_bytes(model_dir, dtype, batch_size, max_model_len),
+            )
+        except EngineError:
+            raise
+        except Exception as exc:  # vLLM raises many types while loading
+            raise EngineError(f"vLLM could not load {model_dir}: {exc}") from exc
+        self._tokenizer = self._llm.get_tokenizer()
+        self._params = SamplingParams(
+            temperature=0.0,
+            max_tokens=max_new_tokens,
+            min_tokens=max_new_tokens,
+            ignore_eos=True,
+            seed=0,
+            detokenize=False,
+        )
+        self._fingerprint = make_fingerprint(
+            engine=self.name,
+            engine_version=f"vllm-{vllm.__version__}",
+            model_id=model_id or model_identity(model_dir),
+            weight_hash=weight_hash(model_dir),
+            dtype=dtype,
+            device=device_name,
+            batch_size=batch_size,
+            prompt_len=prompt_len,
+            max_new_tokens=max_new_tokens,
+        )
+
+    def generate(self, prompts: Sequence[str]) -> list[list[int]]:
+        """Answer one batch; see :meth:`Engine.generate` (shape ``[B][max_new_tokens]``)."""
+        if self._llm is None:
+            raise EngineError("engine is closed")
+        from vllm.inputs import TokensPrompt
+
+        items = self._check_prompts(prompts)
+        ids = encode_prompts(self._tokenizer, items, self._prompt_len)
+        requests = [TokensPrompt(prompt_token_ids=r) for r in ids]
+        try:
+            outputs = self._llm.generate(requests, self._params, use_tqdm=False)
+        except Exception as exc:  # engine-core failures surface as many types
+            raise EngineError(f"vLLM generate failed: {exc}") from exc
+        n = self._max_new_tokens
+        result = [[int(t) for t in o.outputs[0].token_ids] for o in outputs]
+        if len(result) != self._batch_size or any(len(r) != n for r in result):
+            raise EngineError(
+                f"vLLM returned {len(result)} outputs of lengths "
+                f"{sorted({len(r) for r in result})}, expected {self._batch_size} x {n}"
+            )
+        return result
+
+    def close(self) -> None:
+        """Shut the vLLM engine core down. Idempotent."""
+        llm, self._llm = self._llm, None
+        if llm is None:
+            return
+        engine = getattr(llm, "llm_engine", None)
+        shutdown = getattr(engine, "shutdown", None) or getattr(
+            getattr(engine, "engine_core", None), "shutdown", None
+        )
+        if callable(shutdown):
+            try:
+                shutdown()
+            except Exception:  # noqa: BLE001 - best effort on teardown
+                pass
+        del llm

@@ -1,0 +1,1 @@
+"""The node side: websocket client, workers, labelled emulation and demo adversaries."""

@@ -1,0 +1,101 @@
+"""DEMO ADVERSARIES: cheating node behaviours, used by ``netcheck demo`` and tests.
+
+Each one is a :class:`~netcheck.node.workers.Worker` that *claims* the honest engine
+fingerprint of its profile but does something cheaper:
+
+- ``wrong-dtype`` (:func:`wrong_dtype_worker`): runs the right model in another dtype
+  (e.g. bfloat16 instead of float32) and lies about it in its fingerprint.
+- ``made-up`` (:class:`MadeUpWorker`): returns random tokens of the right shape.
+- ``proxy`` (:class:`ProxyWorker`): forwards every batch to a shared backend
+  (:mod:`netcheck.node.backend`) that also serves other identities.
+
+They are reachable only through the hidden ``--adversary`` option of ``netcheck node
+run``; they exist so that the demo and the tests can show cheaters being caught.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import aiohttp
+
+from netcheck.config import Profile
+from netcheck.engines import load_engine
+from netcheck.errors import EngineError
+from netcheck.node.workers import EngineWorker
+
+ADVERSARIES = ("wrong-dtype", "made-up", "proxy")
+
+
+class ClaimingWorker(EngineWorker):
+    """Runs an engine but claims another fingerprint."""
+
+    def __init__(self, engine: object, claimed: dict[str, str | int]) -> None:
+        super().__init__(engine)  # type: ignore[arg-type]
+        self._claimed = dict(claimed)
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return dict(self._claimed)
+
+
+def wrong_dtype_worker(profile: Profile, dtype: str = "bfloat16") -> ClaimingWorker:
+    """Load the profile's model in ``dtype`` but claim the profile's own dtype."""
+    engine = load_engine(profile, dtype=dtype)
+    claimed = dict(engine.fingerprint, dtype=profile.dtype)
+    return ClaimingWorker(engine, claimed)
+
+
+class MadeUpWorker:
+    """Returns random tokens of the right shape; claims the honest fingerprint."""
+
+    def __init__(self, fingerprint: dict[str, str | int], max_new_tokens: int, vocab: int = 258):
+        self._fingerprint = dict(fingerprint)
+        self.max_new_tokens = max_new_tokens
+        self.vocab = vocab
+        self._rng = random.Random()
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return dict(self._fingerprint)
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        return [
+            [self._rng.randrange(self.vocab) for _ in range(self.max_new_tokens)] for _ in prompts
+        ]
+
+
+class ProxyWorker:
+    """Forwards batches to a shared backend over HTTP (JSON, loopback)."""
+
+    def __init__(self, backend_url: str, fingerprint: dict[str, str | int]) -> None:
+        self.backend_url = backend_url.rstrip("/")
+        self._fingerprint = dict(fingerprint)
+
+    @classmethod
+    async def connect(cls, backend_url: str) -> ProxyWorker:
+        """Ask the backend for the fingerprint it runs, and claim it."""
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(backend_url.rstrip("/") + "/fingerprint") as resp,
+        ):
+            resp.raise_for_status()
+            fp = await resp.json()
+        return cls(backend_url, fp)
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return dict(self._fingerprint)
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(self.backend_url + "/generate", json={"prompts": list(prompts)}) as resp,
+            ):
+                resp.raise_for_status()
+                body = await resp.json()
+        except aiohttp.ClientError as exc:
+            raise EngineError(f"shared backend unreachable: {exc}") from exc
+        return [list(map(int, o)) for o in body["outputs"]]

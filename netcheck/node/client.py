@@ -1,0 +1,245 @@
+"""The node: a websocket client that joins a coordinator and runs released batches.
+
+One :class:`NodeClient` keeps one session at a time and reconnects with exponential
+backoff and jitter. Close codes that no retry can fix (unknown node key, wrong pinned
+coordinator key, unknown profile) stop the node with :class:`NodeFatalError` instead.
+
+Per round (docs/protocol.md §5): ``job`` → store it and ``ack`` (the prompts stay
+encrypted); ``release`` → decrypt with the job key, run the batch on the worker, reply
+``result`` with the commitment and a signed receipt. ``echo`` is answered at once from
+the reader loop, so it measures the path to this process, not to a relay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from urllib.parse import urlparse
+
+import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from netcheck import __version__
+from netcheck.errors import CloseCode, EngineError, NetcheckError, ProtocolError
+from netcheck.node.workers import Worker
+from netcheck.protocol.handshake import NodeHandshake
+from netcheck.protocol.jobs import commitment, open_job, sign_receipt
+from netcheck.protocol.messages import (
+    Ack,
+    Bye,
+    Echo,
+    EchoReply,
+    Error,
+    Job,
+    Message,
+    ProfileClaim,
+    Release,
+    Result,
+)
+from netcheck.protocol.transport import Transport
+
+log = logging.getLogger("netcheck.node")
+
+#: Close codes after which reconnecting cannot help (configuration must change).
+FATAL_CODES = frozenset(
+    {CloseCode.UNKNOWN_NODE_KEY, CloseCode.WRONG_COORDINATOR_KEY, CloseCode.PROFILE_MISMATCH}
+)
+HANDSHAKE_TIMEOUT_S = 10.0
+HEARTBEAT_S = 15.0
+
+
+class NodeFatalError(NetcheckError):
+    """The coordinator refused this node for a reason a retry cannot fix."""
+
+
+class _Session:
+    """One live session: transport, send lock and pending jobs."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> None:
+        self.ws = ws
+        self.transport = transport
+        self.lock = asyncio.Lock()
+        self.jobs: dict[str, Job] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def send(self, msg: Message) -> None:
+        async with self.lock:
+            await self.ws.send_bytes(self.transport.seal(msg))
+
+
+class NodeClient:
+    """Joins the coordinator at ``url`` and serves rounds with ``worker``.
+
+    Args:
+        url: coordinator websocket URL, e.g. ``ws://127.0.0.1:8470/v1/ws``.
+        identity: this node's Ed25519 identity key.
+        coordinator_key: the pinned coordinator public key.
+        profile: profile name this node claims.
+        worker: runs batches; its ``fingerprint`` is claimed in the handshake.
+        max_message_bytes: websocket message size cap.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        identity: Ed25519PrivateKey,
+        coordinator_key: Ed25519PublicKey,
+        profile: str,
+        worker: Worker,
+        *,
+        max_message_bytes: int = 8 * 1024 * 1024,
+        label: str = "node",
+    ) -> None:
+        self.url = url
+        self.identity = identity
+        self.coordinator_key = coordinator_key
+        self.profile = profile
+        self.worker = worker
+        self.max_message_bytes = max_message_bytes
+        self.label = label
+        self.rounds_served = 0
+
+    async def run_forever(self, stop: asyncio.Event | None = None) -> None:
+        """Keep a session open, reconnecting with backoff (0.5 s doubling to 30 s).
+
+        Raises:
+            NodeFatalError: the coordinator refused us for a non-retryable reason.
+        """
+        delay = 0.5
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            try:
+                code = await self.run_session()
+                delay = 0.5 if code == CloseCode.NORMAL else delay
+            except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
+                log.warning("%s: cannot reach coordinator at %s: %s", self.label, self.url, exc)
+            if stop.is_set():
+                break
+            wait = delay * (0.5 + random.random())
+            log.info("%s: reconnecting in %.1f s", self.label, wait)
+            try:
+                await asyncio.wait_for(stop.wait(), wait)
+            except TimeoutError:
+                pass
+            delay = min(delay * 2, 30.0)
+
+    async def run_session(self) -> CloseCode:
+        """Connect, handshake and serve until the session ends; returns its close code.
+
+        Raises:
+            NodeFatalError: refused for a non-retryable reason (see ``FATAL_CODES``).
+        """
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(
+                self.url,
+                compress=0,
+                heartbeat=HEARTBEAT_S,
+                max_msg_size=self.max_message_bytes,
+            ) as ws,
+        ):
+            try:
+                session = await asyncio.wait_for(self._handshake(ws), HANDSHAKE_TIMEOUT_S)
+            except ProtocolError as exc:
+                log.error("%s: handshake failed: %s", self.label, exc)
+                await ws.close(code=exc.code, message=exc.code.name.lower().encode())
+                if exc.code in FATAL_CODES:
+                    raise NodeFatalError(str(exc)) from exc
+                return exc.code
+            log.info(
+                "%s: session open with coordinator (profile %s, session %s)",
+                self.label,
+                self.profile,
+                session.transport.session_id.hex()[:12],
+            )
+            code = await self._serve(session)
+            for task in session.tasks:
+                task.cancel()
+            return code
+
+    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> _Session:
+        claim = ProfileClaim(
+            profile=self.profile,
+            fingerprint=dict(self.worker.fingerprint),
+            software=f"netcheck/{__version__}",
+        )
+        path = urlparse(self.url).path or "/"
+        hs = NodeHandshake(self.identity, self.coordinator_key, claim, path=path)
+        await ws.send_bytes(hs.start())
+        await ws.send_bytes(hs.receive_welcome(await self._receive_binary(ws)))
+        return _Session(ws, hs.transport())
+
+    async def _receive_binary(self, ws: aiohttp.ClientWebSocketResponse) -> bytes:
+        msg = await ws.receive()
+        if msg.type == aiohttp.WSMsgType.BINARY:
+            return bytes(msg.data)
+        code = ws.close_code
+        if code is not None and code in CloseCode._value2member_map_:
+            cc = CloseCode(code)
+            log.error("%s: coordinator closed the handshake: %s (%d)", self.label, cc.name, code)
+            if cc in FATAL_CODES:
+                raise NodeFatalError(f"coordinator refused this node: {cc.name}")
+        raise ConnectionError(f"coordinator closed the connection (code {code})")
+
+    async def _serve(self, session: _Session) -> CloseCode:
+        ws = session.ws
+        try:
+            async for wsmsg in ws:
+                if wsmsg.type != aiohttp.WSMsgType.BINARY:
+                    raise ProtocolError(CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame")
+                msg = session.transport.open(wsmsg.data)
+                await self._handle(session, msg)
+        except ProtocolError as exc:
+            log.error("%s: closing session: %s", self.label, exc)
+            await ws.close(code=exc.code, message=exc.code.name.lower().encode())
+            return exc.code
+        code = ws.close_code or CloseCode.NORMAL
+        name = CloseCode(code).name if code in CloseCode._value2member_map_ else str(code)
+        log.info("%s: session closed by coordinator: %s (%d)", self.label, name, code)
+        if code in FATAL_CODES:
+            raise NodeFatalError(f"coordinator closed the session: {name}")
+        return CloseCode(code) if code in CloseCode._value2member_map_ else CloseCode.NORMAL
+
+    async def _handle(self, session: _Session, msg: Message) -> None:
+        if isinstance(msg, Job):
+            if msg.round_id in session.jobs:
+                raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"second job for {msg.round_id}")
+            session.jobs[msg.round_id] = msg
+            await session.send(Ack(round_id=msg.round_id))
+        elif isinstance(msg, Release):
+            job = session.jobs.pop(msg.round_id, None)
+            if job is None:
+                raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"release for unknown {msg.round_id}")
+            prompts = open_job(job.ciphertext, msg.job_key, job.round_id, job.nonce)
+            task = asyncio.get_running_loop().create_task(self._run_job(session, job, prompts))
+            session.tasks.add(task)
+            task.add_done_callback(session.tasks.discard)
+        elif isinstance(msg, Echo):
+            await session.send(EchoReply(nonce=msg.nonce))
+        elif isinstance(msg, Bye):
+            await session.ws.close()
+        elif not isinstance(msg, EchoReply):
+            raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} from coordinator")
+
+    async def _run_job(self, session: _Session, job: Job, prompts: list[str]) -> None:
+        try:
+            outputs = await self.worker.run(prompts)
+        except EngineError as exc:
+            log.error("%s: round %s failed: %s", self.label, job.round_id, exc)
+            await session.send(Error(round_id=job.round_id, reason="engine error"))
+            return
+        packed = tuple(tuple(int(t) for t in o) for o in outputs)
+        digest = commitment(packed)
+        signature = sign_receipt(
+            self.identity, session.transport.session_id, job.round_id, digest
+        )
+        try:
+            await session.send(
+                Result(round_id=job.round_id, outputs=packed, commitment=digest, signature=signature)
+            )
+        except ConnectionError:
+            log.warning("%s: session gone before the result of %s was sent", self.label, job.round_id)
+            return
+        self.rounds_served += 1
+        log.info("%s: round %s answered (%d outputs)", self.label, job.round_id, len(packed))

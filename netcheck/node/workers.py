@@ -1,0 +1,74 @@
+"""What a node does with a released batch: a :class:`Worker` turns B prompts into B outputs.
+
+- :class:`EngineWorker` — the real thing: runs the local inference engine. This is what
+  ``netcheck node run`` uses unless told otherwise.
+- :class:`EmulatedWorker` — **EMULATION, for demos and tests on one machine only**: runs
+  the real engine, then holds the result until an emulated GPU's service time has passed
+  (see :mod:`netcheck.node.emulation`). Never the default for a real node.
+
+Demo adversaries live in :mod:`netcheck.node.adversary`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from netcheck.engines.base import Engine
+from netcheck.node.emulation import EmulatedGPU
+
+
+class Worker(Protocol):
+    """Runs one batch. ``fingerprint`` is what the node *claims* in its handshake."""
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]: ...
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        """Return B outputs of exactly ``max_new_tokens`` token ids each.
+
+        Raises:
+            EngineError: the engine failed.
+        """
+        ...
+
+
+class EngineWorker:
+    """Runs batches on a local engine in a worker thread (one batch at a time)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return dict(self.engine.fingerprint)
+
+    def _generate(self, prompts: Sequence[str]) -> list[list[int]]:
+        with self._lock:
+            return self.engine.generate(list(prompts))
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        return await asyncio.to_thread(self._generate, prompts)
+
+
+class EmulatedWorker:
+    """EMULATION: real inference, then the emulated GPU's service time.
+
+    The result is returned when both the real computation and the emulated service
+    (:meth:`EmulatedGPU.serve`) are done, i.e. at ``max(real, emulated)`` after release.
+    """
+
+    def __init__(self, inner: Worker, gpu: EmulatedGPU) -> None:
+        self.inner = inner
+        self.gpu = gpu
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return self.inner.fingerprint
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        outputs, _ = await asyncio.gather(self.inner.run(prompts), self.gpu.serve())
+        return outputs

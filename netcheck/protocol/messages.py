@@ -1,0 +1,336 @@
+"""Message types of netcheck/1: one frozen dataclass per message (docs/protocol.md §5).
+
+Every message validates its fields on construction and raises
+``MessageError(CloseCode.MALFORMED_MESSAGE, ...)`` on a bad one, so an invalid message
+cannot exist. Sequence fields accept lists and are stored as tuples. Byte fields have
+exact lengths (keys and nonces) or caps; integers are range-checked and never ``bool``.
+The wire encoding lives in ``codec.py``; the type names (``TYPE``) are the ``"t"`` key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from netcheck.errors import CloseCode, MessageError
+
+# docs/protocol.md §5.1 — field limits
+KEY_BYTES = 32  # X25519 and Ed25519 public keys, job keys
+NONCE_BYTES = 32  # handshake nonces
+JOB_NONCE_BYTES = 12  # ChaCha20-Poly1305 nonce of a job payload
+SIGNATURE_BYTES = 64  # Ed25519
+DIGEST_BYTES = 32  # SHA-256
+MAX_NAME_CHARS = 64  # versions, suites, fingerprint keys
+MAX_LIST_ITEMS = 8  # versions and suites offered
+MAX_ROUND_ID_CHARS = 64
+MAX_TEXT_CHARS = 256  # profile, software, fingerprint string values
+MAX_REASON_CHARS = 1024
+MAX_FINGERPRINT_ITEMS = 32
+MAX_BATCH = 65536  # batch_size, len(outputs)
+MAX_TOKENS = 65536  # max_new_tokens, tokens per output row
+MAX_CIPHERTEXT_BYTES = 8 * 1024 * 1024
+MAX_DEADLINE_S = 86400.0
+TOKEN_ID_LIMIT = 2**31  # 0 <= token id < 2**31
+INT64_MAX = 2**63 - 1
+ROUND_ID_RE = re.compile(r"[A-Za-z0-9._:-]+")
+
+
+def _bad(msg_type: str, field: str, why: str) -> MessageError:
+    return MessageError(CloseCode.MALFORMED_MESSAGE, f"{msg_type}.{field}: {why}")
+
+
+def _bytes(t: str, f: str, v: object, *, exact: int | None = None, max_len: int = 0) -> None:
+    if type(v) is not bytes:
+        raise _bad(t, f, "expected bytes")
+    if exact is not None and len(v) != exact:
+        raise _bad(t, f, f"expected {exact} bytes, got {len(v)}")
+    if max_len and len(v) > max_len:
+        raise _bad(t, f, f"longer than {max_len} bytes")
+
+
+def _str(t: str, f: str, v: object, max_chars: int, *, min_chars: int = 0) -> None:
+    if type(v) is not str:
+        raise _bad(t, f, "expected str")
+    if not min_chars <= len(v) <= max_chars:
+        raise _bad(t, f, f"length {len(v)} outside [{min_chars}, {max_chars}]")
+
+
+def _int(t: str, f: str, v: object, lo: int, hi: int) -> None:
+    if type(v) is not int:
+        raise _bad(t, f, "expected int")
+    if not lo <= v <= hi:
+        raise _bad(t, f, f"{v} outside [{lo}, {hi}]")
+
+
+def _round_id(t: str, v: object) -> None:
+    _str(t, "round_id", v, MAX_ROUND_ID_CHARS, min_chars=1)
+    assert isinstance(v, str)
+    if not ROUND_ID_RE.fullmatch(v):
+        raise _bad(t, "round_id", "characters outside [A-Za-z0-9._:-]")
+
+
+def _tuple(obj: object, field: str, t: str) -> tuple[Any, ...]:
+    """Normalise a list/tuple field to a tuple stored on the frozen instance."""
+    v = getattr(obj, field)
+    if type(v) is list:
+        v = tuple(v)
+        object.__setattr__(obj, field, v)
+    if type(v) is not tuple:
+        raise _bad(t, field, "expected a sequence")
+    return v
+
+
+def _names(obj: object, field: str, t: str) -> None:
+    items = _tuple(obj, field, t)
+    if not 1 <= len(items) <= MAX_LIST_ITEMS:
+        raise _bad(t, field, f"expected 1..{MAX_LIST_ITEMS} entries")
+    for item in items:
+        _str(t, field, item, MAX_NAME_CHARS, min_chars=1)
+
+
+@dataclass(frozen=True)
+class ProfileClaim:
+    """What a node claims to run (docs/protocol.md §2.4): profile name, engine
+    fingerprint (``engines.fingerprint``: str -> str | int, at most 32 entries) and
+    software version string. Signed inside the handshake transcript."""
+
+    profile: str
+    fingerprint: dict[str, str | int]
+    software: str
+
+    TYPE: ClassVar[str] = "profile_claim"
+
+    def __post_init__(self) -> None:
+        t = self.TYPE
+        _str(t, "profile", self.profile, MAX_TEXT_CHARS, min_chars=1)
+        _str(t, "software", self.software, MAX_TEXT_CHARS)
+        if type(self.fingerprint) is not dict:
+            raise _bad(t, "fingerprint", "expected a map")
+        if len(self.fingerprint) > MAX_FINGERPRINT_ITEMS:
+            raise _bad(t, "fingerprint", f"more than {MAX_FINGERPRINT_ITEMS} entries")
+        for key, value in self.fingerprint.items():
+            _str(t, "fingerprint", key, MAX_NAME_CHARS, min_chars=1)
+            if type(value) is int:
+                _int(t, "fingerprint", value, -INT64_MAX - 1, INT64_MAX)
+            else:
+                _str(t, "fingerprint", value, MAX_TEXT_CHARS)
+        object.__setattr__(self, "fingerprint", dict(self.fingerprint))
+
+
+@dataclass(frozen=True)
+class Hello:
+    """Handshake message 1, node -> coordinator (docs/protocol.md §2.2)."""
+
+    versions: tuple[str, ...]
+    suites: tuple[str, ...]
+    ephemeral: bytes  # X25519 public key, 32 bytes
+    nonce: bytes  # 32 random bytes
+    node_key: bytes  # node's Ed25519 identity, raw 32 bytes
+    coordinator_key: bytes  # the coordinator key the node expects (pinned), 32 bytes
+
+    TYPE: ClassVar[str] = "hello"
+
+    def __post_init__(self) -> None:
+        t = self.TYPE
+        _names(self, "versions", t)
+        _names(self, "suites", t)
+        _bytes(t, "ephemeral", self.ephemeral, exact=KEY_BYTES)
+        _bytes(t, "nonce", self.nonce, exact=NONCE_BYTES)
+        _bytes(t, "node_key", self.node_key, exact=KEY_BYTES)
+        _bytes(t, "coordinator_key", self.coordinator_key, exact=KEY_BYTES)
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """Handshake message 2, coordinator -> node (docs/protocol.md §2.3).
+
+    ``signature`` is the coordinator's Ed25519 signature over
+    ``b"netcheck/1 coordinator\\0" || th2``."""
+
+    version: str
+    suite: str
+    ephemeral: bytes
+    nonce: bytes
+    coordinator_key: bytes
+    signature: bytes
+
+    TYPE: ClassVar[str] = "welcome"
+
+    def __post_init__(self) -> None:
+        t = self.TYPE
+        _str(t, "version", self.version, MAX_NAME_CHARS, min_chars=1)
+        _str(t, "suite", self.suite, MAX_NAME_CHARS, min_chars=1)
+        _bytes(t, "ephemeral", self.ephemeral, exact=KEY_BYTES)
+        _bytes(t, "nonce", self.nonce, exact=NONCE_BYTES)
+        _bytes(t, "coordinator_key", self.coordinator_key, exact=KEY_BYTES)
+        _bytes(t, "signature", self.signature, exact=SIGNATURE_BYTES)
+
+
+@dataclass(frozen=True)
+class Auth:
+    """Handshake message 3, node -> coordinator (docs/protocol.md §2.4).
+
+    ``signature`` is the node's Ed25519 signature over ``b"netcheck/1 node\\0" || th3``;
+    th3 covers ``claim``."""
+
+    signature: bytes
+    claim: ProfileClaim
+
+    TYPE: ClassVar[str] = "auth"
+
+    def __post_init__(self) -> None:
+        _bytes(self.TYPE, "signature", self.signature, exact=SIGNATURE_BYTES)
+        if not isinstance(self.claim, ProfileClaim):
+            raise _bad(self.TYPE, "claim", "expected a profile claim")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A batch to run, coordinator -> node (docs/protocol.md §5.2). ``ciphertext`` is the
+    prompt list sealed under a job key the node learns only from ``Release``."""
+
+    round_id: str
+    nonce: bytes  # 12 bytes, ChaCha20-Poly1305 nonce of the payload
+    ciphertext: bytes
+    batch_size: int
+    max_new_tokens: int
+    deadline_s: float  # hint: seconds from release to result the coordinator allows
+
+    TYPE: ClassVar[str] = "job"
+
+    def __post_init__(self) -> None:
+        t = self.TYPE
+        _round_id(t, self.round_id)
+        _bytes(t, "nonce", self.nonce, exact=JOB_NONCE_BYTES)
+        _bytes(t, "ciphertext", self.ciphertext, max_len=MAX_CIPHERTEXT_BYTES)
+        if len(self.ciphertext) < 16:
+            raise _bad(t, "ciphertext", "shorter than the 16-byte tag")
+        _int(t, "batch_size", self.batch_size, 1, MAX_BATCH)
+        _int(t, "max_new_tokens", self.max_new_tokens, 1, MAX_TOKENS)
+        d = self.deadline_s
+        if type(d) is int:
+            object.__setattr__(self, "deadline_s", d := float(d))
+        if type(d) is not float or not math.isfinite(d) or not 0.0 < d <= MAX_DEADLINE_S:
+            raise _bad(t, "deadline_s", f"expected a float in (0, {MAX_DEADLINE_S}]")
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Node -> coordinator: job received and ready to run (docs/protocol.md §5.3)."""
+
+    round_id: str
+
+    TYPE: ClassVar[str] = "ack"
+
+    def __post_init__(self) -> None:
+        _round_id(self.TYPE, self.round_id)
+
+
+@dataclass(frozen=True)
+class Release:
+    """Coordinator -> node: the 32-byte job key; the node starts now (§5.4)."""
+
+    round_id: str
+    job_key: bytes
+
+    TYPE: ClassVar[str] = "release"
+
+    def __post_init__(self) -> None:
+        _round_id(self.TYPE, self.round_id)
+        _bytes(self.TYPE, "job_key", self.job_key, exact=KEY_BYTES)
+
+
+@dataclass(frozen=True)
+class Result:
+    """Node -> coordinator: token ids per prompt, commitment and receipt signature (§5.5).
+
+    ``outputs``: batch_size rows of token ids, each ``0 <= id < 2**31``."""
+
+    round_id: str
+    outputs: tuple[tuple[int, ...], ...]
+    commitment: bytes  # jobs.commitment(outputs), 32 bytes
+    signature: bytes  # jobs.sign_receipt(...), 64 bytes
+
+    TYPE: ClassVar[str] = "result"
+
+    def __post_init__(self) -> None:
+        t = self.TYPE
+        _round_id(t, self.round_id)
+        rows = _tuple(self, "outputs", t)
+        if len(rows) > MAX_BATCH:
+            raise _bad(t, "outputs", f"more than {MAX_BATCH} rows")
+        normalised = []
+        for row in rows:
+            if type(row) is list:
+                row = tuple(row)
+            if type(row) is not tuple or len(row) > MAX_TOKENS:
+                raise _bad(t, "outputs", f"rows must be sequences of <= {MAX_TOKENS} ints")
+            for token in row:
+                if type(token) is not int or not 0 <= token < TOKEN_ID_LIMIT:
+                    raise _bad(t, "outputs", "token ids must be ints in [0, 2**31)")
+            normalised.append(row)
+        object.__setattr__(self, "outputs", tuple(normalised))
+        _bytes(t, "commitment", self.commitment, exact=DIGEST_BYTES)
+        _bytes(t, "signature", self.signature, exact=SIGNATURE_BYTES)
+
+
+@dataclass(frozen=True)
+class Echo:
+    """Coordinator -> node: application-level RTT probe (§5.6); 0 <= nonce < 2**63."""
+
+    nonce: int
+
+    TYPE: ClassVar[str] = "echo"
+
+    def __post_init__(self) -> None:
+        _int(self.TYPE, "nonce", self.nonce, 0, INT64_MAX)
+
+
+@dataclass(frozen=True)
+class EchoReply:
+    """Node -> coordinator: answer to ``Echo`` carrying the same nonce (§5.6)."""
+
+    nonce: int
+
+    TYPE: ClassVar[str] = "echo_reply"
+
+    def __post_init__(self) -> None:
+        _int(self.TYPE, "nonce", self.nonce, 0, INT64_MAX)
+
+
+@dataclass(frozen=True)
+class Error:
+    """Node -> coordinator: the node could not run the job of ``round_id`` (§5.7)."""
+
+    round_id: str
+    reason: str
+
+    TYPE: ClassVar[str] = "error"
+
+    def __post_init__(self) -> None:
+        _round_id(self.TYPE, self.round_id)
+        _str(self.TYPE, "reason", self.reason, MAX_REASON_CHARS)
+
+
+@dataclass(frozen=True)
+class Bye:
+    """Either side: orderly end of the session (§5.8)."""
+
+    reason: str
+
+    TYPE: ClassVar[str] = "bye"
+
+    def __post_init__(self) -> None:
+        _str(self.TYPE, "reason", self.reason, MAX_REASON_CHARS)
+
+
+Message = Hello | Welcome | Auth | Job | Ack | Release | Result | Echo | EchoReply | Error | Bye
+
+MESSAGE_TYPES: dict[str, type[Message]] = {
+    cls.TYPE: cls
+    for cls in (Hello, Welcome, Auth, Job, Ack, Release, Result, Echo, EchoReply, Error, Bye)
+}
+HANDSHAKE_TYPES = frozenset({"hello", "welcome", "auth"})
+FRAME_TYPES = frozenset(MESSAGE_TYPES) - HANDSHAKE_TYPES

@@ -1,0 +1,137 @@
+"""Table definitions (SQLAlchemy Core) and the reference row type.
+
+Portable SQL only: JSON columns use :class:`sqlalchemy.JSON` (TEXT on SQLite, JSON on
+PostgreSQL); byte strings are stored as hex text so rows read the same everywhere.
+Times are Unix seconds (``*_at``, float) or monotonic nanoseconds of the coordinator's
+clock (``*_ns``, integer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+
+@dataclass(frozen=True)
+class ReferenceRow:
+    """One stored reference: a prompt and its answer computed on trusted hardware.
+
+    ``answer`` holds exactly the profile's ``max_new_tokens`` token ids; ``created_at`` is
+    Unix seconds; ``spent_round`` is the round that used it as a canary (``None`` = unspent).
+    """
+
+    ref_id: str
+    profile: str
+    fingerprint_id: str
+    prompt: str
+    answer: tuple[int, ...]
+    created_at: float
+    spent_round: str | None = None
+
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("node_key", String(64), primary_key=True),  # "ed25519:<base64url>"
+    Column("name", String(200), nullable=False, default=""),
+    Column("profile", String(200), nullable=False),
+    Column("fingerprint_id", String(64), nullable=False),
+    Column("fingerprint", JSON, nullable=False),
+    Column("first_seen_at", Float, nullable=False),
+    Column("last_seen_at", Float, nullable=False),
+)
+
+reference_prompts = Table(
+    "reference_prompts",
+    metadata,
+    Column("ref_id", String(64), primary_key=True),
+    Column("profile", String(200), nullable=False),
+    Column("fingerprint_id", String(64), nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("answer", JSON, nullable=False),  # list[int]
+    Column("created_at", Float, nullable=False),
+    Column("spent_round", String(200), nullable=True),
+    Index("ix_reference_prompts_fp_spent", "fingerprint_id", "spent_round"),
+)
+
+rounds = Table(
+    "rounds",
+    metadata,
+    Column("round_id", String(200), primary_key=True),
+    Column("profile", String(200), nullable=False),
+    Column("batch_size", Integer, nullable=False),
+    Column("max_new_tokens", Integer, nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("finished_at", Float, nullable=True),
+    Column("status", String(50), nullable=False),  # "planned", then the caller's status
+    Column("skipped", JSON, nullable=False),  # [[node_key, reason], ...]
+    Column("timing", JSON, nullable=True),  # round-level timings (record_outcome)
+    Column("summary", JSON, nullable=True),
+    Index("ix_rounds_started_at", "started_at"),
+)
+
+assignments = Table(
+    "assignments",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("round_id", String(200), ForeignKey("rounds.round_id"), nullable=False),
+    Column("node_key", String(64), nullable=False),
+    Column("prompts", JSON, nullable=False),  # list[str], the whole mixed batch in order
+    Column("canary_ids", JSON, nullable=False),  # list[str], aligned with positions
+    Column("positions", JSON, nullable=False),  # list[int]
+    Column("job_key", String(64), nullable=False),  # hex; the coordinator is trusted
+    Column("job_nonce", String(64), nullable=False),  # hex
+    UniqueConstraint("round_id", "node_key", name="uq_assignments_round_node"),
+)
+
+results = Table(
+    "results",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("round_id", String(200), ForeignKey("rounds.round_id"), nullable=False),
+    Column("node_key", String(64), nullable=False),
+    Column("session_id", String(64), nullable=True),  # hex
+    Column("released_ns", BigInteger, nullable=True),
+    Column("arrived_ns", BigInteger, nullable=True),
+    Column("rtt_s", Float, nullable=True),
+    Column("outputs", JSON, nullable=True),  # list[list[int]]
+    Column("commitment", String(128), nullable=True),  # hex
+    Column("signature", String(256), nullable=True),  # hex
+    Column("error", Text, nullable=True),
+    Column("extra", JSON, nullable=True),  # other per-node timing keys
+    UniqueConstraint("round_id", "node_key", name="uq_results_round_node"),
+)
+
+verdicts = Table(
+    "verdicts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("round_id", String(200), ForeignKey("rounds.round_id"), nullable=False),
+    Column("node_key", String(64), nullable=False),
+    Column("verdict", String(50), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("elapsed_s", Float, nullable=True),
+    Column("canaries_checked", Integer, nullable=False),
+    Column("canaries_matched", Integer, nullable=False),
+    Column("recorded_at", Float, nullable=False),
+    Column("passed", Boolean, nullable=False),
+    UniqueConstraint("round_id", "node_key", name="uq_verdicts_round_node"),
+    Index("ix_verdicts_node", "node_key"),
+)

@@ -1,0 +1,115 @@
+"""Test helpers that are part of the package (as in trio.testing): an in-process
+coordinator on a real loopback socket, and node clients to join it.
+
+Used by the test suite and the load/bench scripts; nothing here is emulation of the
+protocol: sessions are real websockets with the real handshake and frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.server import WS_PATH, Coordinator
+from netcheck.keys import public_key_text
+from netcheck.node.client import NodeClient
+from netcheck.node.workers import Worker
+from netcheck.storage import Store
+
+
+@dataclass
+class RunningCoordinator:
+    """A coordinator serving on 127.0.0.1 for a test; ``url`` is its websocket URL."""
+
+    coord: Coordinator
+    runner: web.AppRunner
+    port: int
+    identity: Ed25519PrivateKey
+    nodes: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}{WS_PATH}"
+
+    def node(
+        self,
+        worker: Worker,
+        profile: str,
+        identity: Ed25519PrivateKey | None = None,
+        *,
+        coordinator_key: Ed25519PrivateKey | None = None,
+        label: str = "node",
+        client_cls: type[NodeClient] = NodeClient,
+    ) -> NodeClient:
+        """A node client for this coordinator (not started)."""
+        return client_cls(
+            self.url,
+            identity or Ed25519PrivateKey.generate(),
+            (coordinator_key or self.identity).public_key(),
+            profile,
+            worker,
+            label=label,
+        )
+
+    def start(self, client: NodeClient) -> asyncio.Task[None]:
+        """Run a node client in the background until the test ends."""
+        task = asyncio.get_running_loop().create_task(client.run_forever())
+        self.nodes.append(task)
+        return task
+
+    async def wait_connected(self, n: int, timeout_s: float = 30.0) -> None:
+        """Wait until ``n`` sessions are registered (bounded wait)."""
+        async with asyncio.timeout(timeout_s):
+            while len(self.coord.sessions) < n:
+                await asyncio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def running_coordinator(
+    tmp_path: Path,
+    profiles: Sequence[Profile],
+    *,
+    allowed: Sequence[Ed25519PrivateKey] = (),
+    open_enrollment: bool | None = None,
+    store: Store | None = None,
+    handshake_timeout_s: float = 5.0,
+) -> AsyncIterator[RunningCoordinator]:
+    """Start a coordinator on a free loopback port; stop it and its nodes on exit."""
+    identity = Ed25519PrivateKey.generate()
+    cfg = CoordinatorConfig(
+        host="127.0.0.1",
+        port=0,
+        identity_key=tmp_path / "unused.pem",
+        allowed_nodes=[public_key_text(k) for k in allowed],
+        open_enrollment=(not allowed) if open_enrollment is None else open_enrollment,
+        database=f"sqlite:///{tmp_path / 'netcheck.db'}",
+        admin_token=secrets.token_urlsafe(24),
+        profiles=[p.name for p in profiles],
+        handshake_timeout_s=handshake_timeout_s,
+    )
+    store = store or Store(cfg.database)
+    coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
+    runner = web.AppRunner(coord.make_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = site._server
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+    rc = RunningCoordinator(coord, runner, port, identity)
+    try:
+        yield rc
+    finally:
+        for task in rc.nodes:
+            task.cancel()
+        await asyncio.gather(*rc.nodes, return_exceptions=True)
+        await runner.cleanup()
+        store.close()

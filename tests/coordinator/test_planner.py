@@ -1,0 +1,129 @@
+"""Tests for netcheck.coordinator.planner.plan_round (pure, seeded rng)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from netcheck.config import Profile, load_profile
+from netcheck.coordinator.planner import PlanNode, RoundPlan, plan_round
+from netcheck.errors import RoundError
+from netcheck.storage import ReferenceRow
+
+FP_A = "a" * 64
+FP_B = "b" * 64
+
+
+@pytest.fixture
+def profile() -> Profile:
+    return load_profile("cpu-tiny")
+
+
+def canaries(fp: str, n: int, profile: Profile, tag: str = "") -> list[ReferenceRow]:
+    t = profile.max_new_tokens
+    return [
+        ReferenceRow(
+            f"{fp[:2]}{tag}{i:03d}", profile.name, fp, f"canary {fp[:2]}{tag} {i}", (i,) * t, 0.0
+        )
+        for i in range(n)
+    ]
+
+
+def nodes(n: int, fp: str = FP_A) -> list[PlanNode]:
+    return [PlanNode(f"node{i}", fp) for i in range(n)]
+
+
+def plan(profile: Profile, n_nodes: int = 8, seed: int = 1, n_canaries: int = 100) -> RoundPlan:
+    pool = {FP_A: canaries(FP_A, n_canaries, profile)}
+    return plan_round("R1", nodes(n_nodes), pool, profile, random.Random(seed))
+
+
+def test_shape_and_positions(profile: Profile) -> None:
+    """Each batch has exactly B prompts with k in range and canaries at their positions."""
+    p = plan(profile)
+    by_id = {c.ref_id: c for c in canaries(FP_A, 100, profile)}
+    assert (p.round_id, p.profile, p.batch_size, p.max_new_tokens) == ("R1", "cpu-tiny", 16, 16)
+    assert len(p.assignments) == 8 and p.skipped == ()
+    ks = set()
+    for a in p.assignments:
+        k = len(a.canary_ids)
+        ks.add(k)
+        assert profile.canaries_min <= k <= profile.canaries_max
+        assert len(a.prompts) == profile.batch_size
+        assert len(set(a.prompts)) == profile.batch_size
+        assert list(a.canary_positions) == sorted(set(a.canary_positions))
+        assert len(a.canary_positions) == len(a.canary_answers) == k
+        for pos, cid, ans in zip(a.canary_positions, a.canary_ids, a.canary_answers, strict=True):
+            assert a.prompts[pos] == by_id[cid].prompt and ans == by_id[cid].answer
+        others = [x for i, x in enumerate(a.prompts) if i not in a.canary_positions]
+        assert not any(x.startswith("canary") for x in others)
+        assert len(a.job_key) == 32 and len(a.job_nonce) == 12
+    assert len(ks) > 1  # k varies between nodes
+
+
+def test_batches_distinct_and_canaries_unique(profile: Profile) -> None:
+    """Every batch is distinct; no canary goes to two nodes; job keys are fresh."""
+    p = plan(profile, n_nodes=20)
+    assert len({a.prompts for a in p.assignments}) == 20
+    ids = [cid for a in p.assignments for cid in a.canary_ids]
+    assert len(ids) == len(set(ids))
+    assert len({a.job_key for a in p.assignments}) == 20
+
+
+def test_deterministic_for_seeded_rng(profile: Profile) -> None:
+    """The same seed gives the same plan; another seed a different one."""
+    assert plan(profile, seed=7) == plan(profile, seed=7)
+    assert plan(profile, seed=7) != plan(profile, seed=8)
+
+
+def test_skipped_nodes(profile: Profile) -> None:
+    """Nodes without (enough) unspent canaries for their fingerprint are skipped."""
+    pool = {
+        FP_A: canaries(FP_A, 2, profile),  # 2 canaries, k drawn from 1..3
+        FP_B: [],
+    }
+    spent = [
+        ReferenceRow("x1", profile.name, "c" * 64, "p", (0,) * 16, 0.0, spent_round="R0"),
+    ]
+    pool["c" * 64] = spent
+    ns = [PlanNode("nb", FP_B), PlanNode("nc", "c" * 64), PlanNode("nd", "d" * 64)]
+    ns += nodes(6)
+    p = plan_round("R1", ns, pool, profile, random.Random(3))
+    skipped = dict(p.skipped)
+    assert skipped["nb"] == f"no unspent canaries for fingerprint {FP_B[:12]}"
+    assert skipped["nc"].startswith("no unspent canaries")
+    assert skipped["nd"] == f"no unspent canaries for fingerprint {'d' * 12}"
+    served = {a.node_key for a in p.assignments}
+    assert served and served.isdisjoint(skipped)
+    assert sum(len(a.canary_ids) for a in p.assignments) <= 2
+    assert served | set(skipped) == {n.node_key for n in ns}
+    assert any(
+        r.startswith(("too few", "no unspent")) for k, r in p.skipped if k.startswith("node")
+    )
+
+
+def test_other_profile_rows_ignored(profile: Profile) -> None:
+    """Reference rows built for another profile are never used."""
+    other = profile.model_copy(update={"name": "other"})
+    pool = {FP_A: canaries(FP_A, 50, other)}
+    p = plan_round("R1", nodes(2), pool, profile, random.Random(0))
+    assert p.assignments == () and len(p.skipped) == 2
+
+
+def test_rejects_bad_input(profile: Profile) -> None:
+    """Empty round id, duplicate node keys and wrong-length answers raise RoundError."""
+    pool = {FP_A: canaries(FP_A, 10, profile)}
+    with pytest.raises(RoundError, match="empty"):
+        plan_round("", nodes(1), pool, profile, random.Random(0))
+    with pytest.raises(RoundError, match="duplicate"):
+        plan_round("R", [PlanNode("n", FP_A)] * 2, pool, profile, random.Random(0))
+    short = {FP_A: [ReferenceRow("s", profile.name, FP_A, "p", (1, 2), 0.0)] * 3}
+    with pytest.raises(RoundError, match="answer has 2 tokens"):
+        plan_round("R", nodes(1), short, profile, random.Random(0))
+
+
+def test_no_nodes(profile: Profile) -> None:
+    """A round without nodes is an empty plan."""
+    p = plan_round("R", [], {}, profile, random.Random(0))
+    assert p.assignments == () and p.skipped == ()

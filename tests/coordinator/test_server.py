@@ -1,0 +1,153 @@
+"""Sessions over real loopback websockets: admission, pinning, bad frames, admin API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.config import DeadlineParams, Profile
+from netcheck.errors import CloseCode
+from netcheck.node.adversary import MadeUpWorker
+from netcheck.node.client import NodeFatalError
+from netcheck.protocol.handshake import NodeHandshake
+from netcheck.protocol.messages import Echo, ProfileClaim
+from netcheck.testing import RunningCoordinator, running_coordinator
+
+PROFILE = Profile(
+    name="test",
+    engine="torch",
+    model="synth:tiny",
+    dtype="float32",
+    batch_size=4,
+    prompt_len=32,
+    max_new_tokens=4,
+    canaries_min=1,
+    canaries_max=1,
+    deadline=DeadlineParams(t_ref_s=1.0),
+)
+FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+
+
+def worker() -> MadeUpWorker:
+    return MadeUpWorker(FP, PROFILE.max_new_tokens)
+
+
+async def raw_session(rc: RunningCoordinator, identity: Ed25519PrivateKey):  # type: ignore[no-untyped-def]
+    """Open a websocket and complete the handshake by hand; returns (http, ws, transport)."""
+    http = aiohttp.ClientSession()
+    ws = await http.ws_connect(rc.url)
+    claim = ProfileClaim(profile=PROFILE.name, fingerprint=FP, software="test")
+    hs = NodeHandshake(identity, rc.identity.public_key(), claim)
+    await ws.send_bytes(hs.start())
+    welcome = await ws.receive()
+    await ws.send_bytes(hs.receive_welcome(welcome.data))
+    return http, ws, hs.transport()
+
+
+async def test_allowed_node_joins(tmp_path: Path) -> None:
+    """A node whose key is in the allowlist opens a session."""
+    key = Ed25519PrivateKey.generate()
+    async with running_coordinator(tmp_path, [PROFILE], allowed=[key]) as rc:
+        rc.start(rc.node(worker(), PROFILE.name, key))
+        await rc.wait_connected(1)
+        session = next(iter(rc.coord.sessions.values()))
+        assert session.claim.profile == PROFILE.name
+        rtt = await session.measure_rtt(7, timeout_s=5.0)
+        assert rtt is not None and rtt > 0
+
+
+async def test_unknown_node_key_is_refused(tmp_path: Path) -> None:
+    """A key outside the allowlist is closed with UNKNOWN_NODE_KEY; the node stops."""
+    async with running_coordinator(
+        tmp_path, [PROFILE], allowed=[Ed25519PrivateKey.generate()]
+    ) as rc:
+        client = rc.node(worker(), PROFILE.name)
+        with pytest.raises(NodeFatalError, match="UNKNOWN_NODE_KEY"):
+            await client.run_session()
+        assert rc.coord.handshake_failures == 1
+        assert not rc.coord.sessions
+
+
+async def test_wrong_pinned_coordinator_key_is_refused(tmp_path: Path) -> None:
+    """A node pinning another coordinator key never opens a session."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        client = rc.node(worker(), PROFILE.name, coordinator_key=Ed25519PrivateKey.generate())
+        with pytest.raises(NodeFatalError, match="WRONG_COORDINATOR_KEY"):
+            await client.run_session()
+        assert not rc.coord.sessions
+
+
+async def test_unknown_profile_is_refused(tmp_path: Path) -> None:
+    """A node claiming a profile the coordinator does not accept gets PROFILE_MISMATCH."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        client = rc.node(worker(), "no-such-profile")
+        with pytest.raises(NodeFatalError, match="PROFILE_MISMATCH"):
+            await client.run_session()
+
+
+async def test_tampered_frame_closes_only_that_session(tmp_path: Path) -> None:
+    """A bit flip in a frame closes that session with DECRYPT_FAILED; others keep going."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        rc.start(rc.node(worker(), PROFILE.name))
+        await rc.wait_connected(1)
+        http, ws, transport = await raw_session(rc, Ed25519PrivateKey.generate())
+        try:
+            await rc.wait_connected(2)
+            frame = bytearray(transport.seal(Echo(nonce=1)))
+            frame[-1] ^= 0x01
+            await ws.send_bytes(bytes(frame))
+            msg = await ws.receive(timeout=5.0)
+            assert msg.type == aiohttp.WSMsgType.CLOSE
+            assert ws.close_code == CloseCode.DECRYPT_FAILED
+        finally:
+            await ws.close()
+            await http.close()
+        await rc.wait_connected(1)
+        survivor = next(iter(rc.coord.sessions.values()))
+        assert await survivor.measure_rtt(9, timeout_s=5.0) is not None
+
+
+async def test_replayed_frame_closes_session(tmp_path: Path) -> None:
+    """Sending the same sealed frame twice closes the session with COUNTER_MISMATCH."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        http, ws, transport = await raw_session(rc, Ed25519PrivateKey.generate())
+        try:
+            frame = transport.seal(Echo(nonce=5))
+            await ws.send_bytes(frame)
+            reply = await ws.receive(timeout=5.0)
+            assert reply.type == aiohttp.WSMsgType.BINARY  # the echo_reply
+            await ws.send_bytes(frame)
+            msg = await ws.receive(timeout=5.0)
+            assert msg.type == aiohttp.WSMsgType.CLOSE
+            assert ws.close_code == CloseCode.COUNTER_MISMATCH
+        finally:
+            await ws.close()
+            await http.close()
+
+
+async def test_silent_peer_times_out_in_handshake(tmp_path: Path) -> None:
+    """A client that never sends hello is closed with HANDSHAKE_TIMEOUT."""
+    async with running_coordinator(tmp_path, [PROFILE], handshake_timeout_s=0.3) as rc:
+        async with aiohttp.ClientSession() as http, http.ws_connect(rc.url) as ws:
+            msg = await ws.receive(timeout=5.0)
+            assert msg.type == aiohttp.WSMsgType.CLOSE
+            assert ws.close_code == CloseCode.HANDSHAKE_TIMEOUT
+
+
+async def test_admin_api_needs_the_token(tmp_path: Path) -> None:
+    """The admin API refuses requests without the bearer token and accepts the right one."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        base = f"http://127.0.0.1:{rc.port}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(base + "/admin/status") as resp:
+                assert resp.status == 401
+            bad = {"Authorization": "Bearer wrong-token-wrong-token"}
+            async with http.get(base + "/admin/status", headers=bad) as resp:
+                assert resp.status == 401
+            good = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+            async with http.get(base + "/admin/status", headers=good) as resp:
+                assert resp.status == 200
+                assert (await resp.json())["connected"] == 0

@@ -1,0 +1,39 @@
+"""Shared fixtures for engine tests: one synthetic-model cache per test session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from netcheck.config import DeadlineParams, Profile
+from netcheck.engines import ensure_synth_model
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private NETCHECK_MODEL_CACHE holding the tiny and tiny-alt models."""
+    root = tmp_path_factory.mktemp("models")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NETCHECK_MODEL_CACHE", str(root))
+        ensure_synth_model("tiny")
+        ensure_synth_model("tiny-alt")
+        yield root
+
+
+def make_profile(engine: str, **overrides: object) -> Profile:
+    """A small test profile: tiny model, B=8, 64 prompt tokens, 16 new tokens."""
+    fields: dict[str, object] = {
+        "name": f"test-{engine}",
+        "engine": engine,
+        "model": "synth:tiny",
+        "dtype": "float32",
+        "device": "cpu",
+        "batch_size": 8,
+        "prompt_len": 64,
+        "max_new_tokens": 16,
+        "deadline": DeadlineParams(t_ref_s=1.0),
+    }
+    fields.update(overrides)
+    return Profile.model_validate(fields)

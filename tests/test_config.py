@@ -1,0 +1,195 @@
+"""Tests for netcheck.config: profiles, coordinator and node files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from netcheck.config import (
+    DEFAULT_PROFILES_DIR,
+    Profile,
+    load_coordinator_config,
+    load_node_config,
+    load_profile,
+)
+from netcheck.errors import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+KEY = "ed25519:" + "A" * 43
+
+PROFILE = """
+engine = "torch"
+model = "synth:tiny"
+dtype = "float32"
+batch_size = 16
+prompt_len = 64
+max_new_tokens = 16
+[deadline]
+t_ref_s = 2.0
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_repo_profiles_load() -> None:
+    """The shipped cpu-tiny profiles load by name with the documented values."""
+    p = load_profile("cpu-tiny")
+    assert (p.name, p.engine, p.model, p.dtype, p.device) == (
+        "cpu-tiny",
+        "torch",
+        "synth:tiny",
+        "float32",
+        "cpu",
+    )
+    assert (p.batch_size, p.prompt_len, p.max_new_tokens) == (16, 64, 16)
+    assert (p.canaries_min, p.canaries_max) == (1, 3)
+    assert p.deadline.t_ref_s == 2.0 and p.deadline.slack_s == 0.5
+    v = load_profile("cpu-tiny-vllm")
+    assert v.engine == "vllm" and v.model_dump(exclude={"name", "engine"}) == p.model_dump(
+        exclude={"name", "engine"}
+    )
+    assert DEFAULT_PROFILES_DIR == REPO / "configs" / "profiles"
+
+
+def test_deadline_formula() -> None:
+    """deadline_s = max(a*t_ref, b*p99) + 2*rtt + slack."""
+    p = load_profile("cpu-tiny")
+    assert p.deadline_s(0.0) == pytest.approx(1.5 * 2.0 + 0.5)
+    assert p.deadline_s(0.1) == pytest.approx(3.0 + 0.2 + 0.5)
+    slow = p.model_copy(update={"deadline": p.deadline.model_copy(update={"p99_s": 5.0})})
+    assert slow.deadline_s(0.0) == pytest.approx(1.2 * 5.0 + 0.5)
+    with pytest.raises(ValueError):
+        p.deadline_s(-1.0)
+
+
+def test_profile_by_path_and_name(tmp_path: Path) -> None:
+    """A profile loads by path (name = file stem) or by name from a given directory."""
+    path = write(tmp_path / "x.toml", PROFILE)
+    assert load_profile(path).name == "x"
+    assert load_profile("x", profiles_dir=tmp_path).name == "x"
+
+
+def test_bad_field_names_file_and_field(tmp_path: Path) -> None:
+    """A bad value is reported as '<file>: <field>: <pydantic message>'."""
+    path = write(tmp_path / "x.toml", PROFILE.replace("batch_size = 16", "batch_size = 1"))
+    with pytest.raises(ConfigError) as err:
+        load_profile(path)
+    assert str(err.value) == f"{path}: batch_size: Input should be greater than 1"
+
+
+def test_nested_field_named(tmp_path: Path) -> None:
+    """A bad nested value names its dotted path."""
+    path = write(tmp_path / "x.toml", PROFILE.replace("t_ref_s = 2.0", "t_ref_s = -1"))
+    with pytest.raises(ConfigError, match=r"x\.toml: deadline\.t_ref_s: "):
+        load_profile(path)
+
+
+def test_unknown_field_rejected(tmp_path: Path) -> None:
+    """Unknown fields are errors, not silently ignored."""
+    path = write(tmp_path / "x.toml", "batch_sise = 3\n" + PROFILE)
+    with pytest.raises(ConfigError, match="batch_sise: Extra inputs are not permitted"):
+        load_profile(path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("canaries_max = 16\n", "canaries_max (16) must be < batch_size (16)"),
+        ("canaries_min = 3\ncanaries_max = 2\n", "canaries_min (3) must be <= canaries_max"),
+    ],
+)
+def test_canary_bounds(tmp_path: Path, extra: str, message: str) -> None:
+    """1 <= canaries_min <= canaries_max < batch_size is enforced."""
+    path = write(tmp_path / "x.toml", extra + PROFILE)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_profile(path)
+
+
+def test_profile_name_mismatch(tmp_path: Path) -> None:
+    """A profile loaded by name must carry that name."""
+    write(tmp_path / "x.toml", 'name = "y"\n' + PROFILE)
+    with pytest.raises(ConfigError, match="name: 'y' does not match"):
+        load_profile("x", profiles_dir=tmp_path)
+
+
+def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
+    """A missing file and invalid TOML are ConfigErrors naming the file."""
+    with pytest.raises(ConfigError, match="nope.toml: file not found"):
+        load_profile("nope", profiles_dir=tmp_path)
+    path = write(tmp_path / "bad.toml", "engine = \n")
+    with pytest.raises(ConfigError, match="bad.toml: invalid TOML"):
+        load_profile(path)
+
+
+def test_profile_is_frozen() -> None:
+    """Profiles are immutable."""
+    p = load_profile("cpu-tiny")
+    with pytest.raises(ValueError):
+        p.batch_size = 3  # type: ignore[misc]
+    assert isinstance(p, Profile)
+
+
+def test_example_configs_load() -> None:
+    """configs/coordinator.toml and configs/node.toml load; key paths resolve to configs/."""
+    c = load_coordinator_config(REPO / "configs" / "coordinator.toml")
+    assert c.identity_key == REPO / "configs" / "keys" / "coordinator.pem"
+    assert c.database == f"sqlite:///{(REPO / 'configs' / 'netcheck.db').as_posix()}"
+    assert c.profiles and c.open_enrollment
+    n = load_node_config(REPO / "configs" / "node.toml")
+    assert n.identity_key == REPO / "configs" / "keys" / "node.pem"
+    assert n.coordinator_url.startswith("ws://")
+
+
+COORD = f"""
+identity_key = "keys/c.pem"
+allowed_nodes = ["{KEY}"]
+admin_token = "0123456789abcdef"
+profiles = ["cpu-tiny"]
+"""
+
+
+def test_coordinator_paths(tmp_path: Path) -> None:
+    """Relative key and sqlite paths resolve against the file; absolute/other URLs stay."""
+    c = load_coordinator_config(write(tmp_path / "etc" / "c.toml", COORD))
+    assert c.identity_key == tmp_path / "etc" / "keys" / "c.pem"
+    assert c.database == f"sqlite:///{(tmp_path / 'etc' / 'netcheck.db').as_posix()}"
+    for url in ("sqlite:////abs/x.db", "sqlite://", "postgresql://u@h/db"):
+        text = COORD + f'database = "{url}"\n'
+        assert load_coordinator_config(write(tmp_path / "c2.toml", text)).database == url
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (('allowed_nodes = ["' + KEY + '"]', "allowed_nodes = []"), "set open_enrollment"),
+        (("0123456789abcdef", "short"), "admin_token: String should have at least 16"),
+        ((KEY, "ed25519:abc"), "allowed_nodes: Value error, entry 0: public key must encode"),
+        (('profiles = ["cpu-tiny"]', "profiles = []"), "profiles: List should have at least 1"),
+    ],
+)
+def test_coordinator_rejects(tmp_path: Path, change: tuple[str, str], message: str) -> None:
+    """Empty allow-list without open enrollment, short token, bad key text are rejected."""
+    path = write(tmp_path / "c.toml", COORD.replace(*change))
+    with pytest.raises(ConfigError) as err:
+        load_coordinator_config(path)
+    assert str(path) in str(err.value)
+    assert message.replace("Value error, ", "") in str(err.value)
+
+
+def test_node_config_rejects(tmp_path: Path) -> None:
+    """A node file with a non-websocket URL or a malformed pinned key is rejected."""
+    good = (
+        f'coordinator_url = "ws://h:1/v1/ws"\ncoordinator_key = "{KEY}"\n'
+        'identity_key = "/abs/n.pem"\nprofile = "cpu-tiny"\n'
+    )
+    n = load_node_config(write(tmp_path / "n.toml", good))
+    assert n.identity_key == Path("/abs/n.pem") and n.name == ""
+    with pytest.raises(ConfigError, match="coordinator_url: Value error|coordinator_url: "):
+        load_node_config(write(tmp_path / "n.toml", good.replace("ws://", "http://")))
+    with pytest.raises(ConfigError, match="coordinator_key: .*must start with"):
+        load_node_config(write(tmp_path / "n.toml", good.replace("ed25519:", "rsa:")))
