@@ -99,7 +99,7 @@ def public_key_bytes(key: Ed25519PublicKey | Ed25519PrivateKey) -> bytes:
 
 
 def public_key_text(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
-    """``"ed25519:" + base64url(raw 32 bytes)`` without padding (52 characters)."""
+    """``"ed25519:" + base64url(raw 32 bytes)`` without padding (51 characters)."""
     body = base64.urlsafe_b64encode(public_key_bytes(key)).rstrip(b"=").decode()
     return TEXT_PREFIX + body
 
@@ -115,7 +115,9 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
         raise KeyFileError("public key text must be a string")
     text = text.strip()
     if not text.startswith(TEXT_PREFIX) or not _TEXT_BODY.fullmatch(text[len(TEXT_PREFIX) :]):
-        raise KeyFileError(f"not a public key of the form ed25519:<43 base64url chars>: {text[:80]!r}")
+        raise KeyFileError(
+            f"not a public key of the form ed25519:<43 base64url chars>: {text[:80]!r}"
+        )
     raw = base64.urlsafe_b64decode(text[len(TEXT_PREFIX) :] + "=")
     try:
         key = Ed25519PublicKey.from_public_bytes(raw)

@@ -180,7 +180,6 @@ class Coordinator:
         from netcheck.coordinator.admin import add_admin_routes
 
         app = web.Application(client_max_size=1024 * 1024)
-        app["coordinator"] = self
         app.router.add_get(WS_PATH, self.handle_ws)
         add_admin_routes(app, self)
         app.on_shutdown.append(self._on_shutdown)

@@ -149,9 +149,6 @@ class NodeSession:
             efut = self._echoes.get(msg.nonce)
             if efut is not None and not efut.done():
                 efut.set_result(arrived_ns)
-        elif isinstance(msg, Echo):
-            # Nodes may measure their RTT to us too; answered from the reader task.
-            asyncio.get_running_loop().create_task(self.send(EchoReply(nonce=msg.nonce)))
         else:
             raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} not allowed from a node")
 

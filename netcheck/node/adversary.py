@@ -15,7 +15,9 @@ run``; they exist so that the demo and the tests can show cheaters being caught.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
 from collections.abc import Sequence
 
 import aiohttp
@@ -74,15 +76,24 @@ class ProxyWorker:
         self._fingerprint = dict(fingerprint)
 
     @classmethod
-    async def connect(cls, backend_url: str) -> ProxyWorker:
-        """Ask the backend for the fingerprint it runs, and claim it."""
-        async with (
-            aiohttp.ClientSession() as http,
-            http.get(backend_url.rstrip("/") + "/fingerprint") as resp,
-        ):
-            resp.raise_for_status()
-            fp = await resp.json()
-        return cls(backend_url, fp)
+    async def connect(cls, backend_url: str, timeout_s: float = 300.0) -> ProxyWorker:
+        """Ask the backend for the fingerprint it runs (waiting while it starts), claim it.
+
+        Raises:
+            EngineError: the backend did not answer within ``timeout_s`` seconds.
+        """
+        url = backend_url.rstrip("/") + "/fingerprint"
+        deadline = time.monotonic() + timeout_s
+        async with aiohttp.ClientSession() as http:
+            while True:
+                try:
+                    async with http.get(url) as resp:
+                        resp.raise_for_status()
+                        return cls(backend_url, await resp.json())
+                except aiohttp.ClientError as exc:
+                    if time.monotonic() > deadline:
+                        raise EngineError(f"shared backend {url} not reachable: {exc}") from exc
+                await asyncio.sleep(0.5)
 
     @property
     def fingerprint(self) -> dict[str, str | int]:

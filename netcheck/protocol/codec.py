@@ -212,4 +212,3 @@ def unpack_value(data: bytes, limits: Limits = DEFAULT_LIMITS) -> object:
         MessageError: as ``decode_message`` for bytes that break the limits.
     """
     return _unpack(data, limits)
-

@@ -52,7 +52,7 @@ HANDSHAKE_LIMITS = Limits(
     max_str_len=1024,
     max_bin_len=64,
     max_depth=3,
-    max_objects=16,
+    max_objects=128,  # a profile claim holds up to 32 fingerprint entries
 )
 
 RandomBytes = Callable[[int], bytes]
@@ -225,7 +225,9 @@ class NodeHandshake(_Machine):
         _verify(self._coordinator, welcome.signature, COORDINATOR_LABEL + th2)
         self._transcript.mix(welcome.signature)
         shared = _exchange(self._ephemeral, welcome.ephemeral)
-        th3 = self._transcript.mix(encode_message(Auth(bytes(64), self._claim), omit=("signature",)))
+        th3 = self._transcript.mix(
+            encode_message(Auth(bytes(64), self._claim), omit=("signature",))
+        )
         auth = Auth(signature=self._identity.sign(NODE_LABEL + th3), claim=self._claim)
         th_final = self._transcript.mix(auth.signature)
         to_coordinator, to_node, session_id = derive_keys(shared, th_final)

@@ -104,11 +104,7 @@ def receipt_bytes(session_id: bytes, round_id: str, node_key: bytes, commitment:
     _check("node_key", node_key, 32)
     _check("commitment", commitment, 32)
     return (
-        RECEIPT_LABEL
-        + _lp(session_id)
-        + _lp(round_id.encode())
-        + _lp(node_key)
-        + _lp(commitment)
+        RECEIPT_LABEL + _lp(session_id) + _lp(round_id.encode()) + _lp(node_key) + _lp(commitment)
     )
 
 

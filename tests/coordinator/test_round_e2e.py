@@ -34,9 +34,9 @@ def profile() -> Profile:
     base = load_profile("cpu-tiny")
     return base.model_copy(
         update={
-            "deadline": DeadlineParams(t_ref_s=3.0, a=1.0, b=1.0, p99_s=0.0, slack_s=0.5),
+            "deadline": DeadlineParams(t_ref_s=4.0, a=1.0, b=1.0, p99_s=0.0, slack_s=0.5),
             "dispatch_timeout_s": 2.0,
-            "result_timeout_s": 12.0,
+            "result_timeout_s": 15.0,
         }
     )
 
@@ -100,7 +100,7 @@ async def test_round_verdicts_for_honest_and_cheating_nodes(
         "honest-2": honest,
         "made-up": MadeUpWorker(fp, profile.max_new_tokens),
         "wrong-dtype": ClaimingWorker(bf16, dict(bf16.fingerprint, dtype=profile.dtype)),
-        "late": EmulatedWorker(honest, EmulatedGPU(5.0)),
+        "late": EmulatedWorker(honest, EmulatedGPU(8.0)),
         "malformed": ShortOutputs(honest),
         "mismatch": ClaimingWorker(engine, dict(fp, model_id="synth:other")),
         "vanishing": vanishing,

@@ -38,6 +38,7 @@ from netcheck.protocol.handshake import (
     COORDINATOR_LABEL,
     NODE_LABEL,
     PROLOGUE_LABEL,
+    SUITE,
     TRAFFIC_INFO,
     Transcript,
 )
@@ -55,7 +56,7 @@ LOW_ORDER_POINTS = [
 
 
 def _edit(data: bytes, **changes: object) -> bytes:
-    return encode_message(dataclasses.replace(decode_message(data), **changes))  # type: ignore[type-var]
+    return encode_message(dataclasses.replace(decode_message(data), **changes))
 
 
 def _signed_welcome(
@@ -65,15 +66,21 @@ def _signed_welcome(
     transcript the node expects (the prologue names ``coordinator_key``)."""
     transcript = Transcript("/v1/ws", coordinator_key)
     transcript.mix(hello)
-    unsigned = Welcome("netcheck/1", decode_message(hello).suites[0], ephemeral, bytes(32),  # type: ignore[union-attr]
-                       coordinator_key, bytes(64))
+    unsigned = Welcome(
+        "netcheck/1",
+        SUITE,
+        ephemeral,
+        bytes(32),
+        coordinator_key,
+        bytes(64),
+    )
     th2 = transcript.mix(encode_message(unsigned, omit=("signature",)))
     welcome = dataclasses.replace(unsigned, signature=signer.sign(COORDINATOR_LABEL + th2))
     return encode_message(welcome)
 
 
 def _code(exc_info: pytest.ExceptionInfo) -> CloseCode:
-    return exc_info.value.code  # type: ignore[no-any-return]
+    return exc_info.value.code
 
 
 # --- frames ---------------------------------------------------------------------------
@@ -300,7 +307,7 @@ def test_downgrade_suite_list_edited(node_id, coord_id):
     """Editing the offered suites in flight breaks the signed transcript too."""
     node = NodeHandshake(node_id, coord_id.public_key(), CLAIM)
     hello = node.start()
-    suites = decode_message(hello).suites  # type: ignore[union-attr]
+    suites = decode_message(hello).suites
     welcome = CoordinatorHandshake(coord_id, lambda k: True).receive_hello(
         _edit(hello, suites=(*suites, "weak-suite"))
     )
@@ -381,8 +388,15 @@ def test_low_order_point_to_node(node_id, coord_id, point):
 def test_signature_reuse_across_contexts(connect, node_id, coord_id):
     """Signing labels are prefix-free; a receipt signature is refused as an auth
     signature and an auth signature does not verify as a receipt."""
-    labels = [PROLOGUE_LABEL, COORDINATOR_LABEL, NODE_LABEL, TRAFFIC_INFO, JOB_LABEL,
-              COMMITMENT_LABEL, RECEIPT_LABEL]
+    labels = [
+        PROLOGUE_LABEL,
+        COORDINATOR_LABEL,
+        NODE_LABEL,
+        TRAFFIC_INFO,
+        JOB_LABEL,
+        COMMITMENT_LABEL,
+        RECEIPT_LABEL,
+    ]
     assert len(set(labels)) == len(labels)
     signing = [COORDINATOR_LABEL, NODE_LABEL, RECEIPT_LABEL]
     assert all(a == b or not b.startswith(a) for a in signing for b in signing)
@@ -396,5 +410,5 @@ def test_signature_reuse_across_contexts(connect, node_id, coord_id):
     with pytest.raises(HandshakeError) as err:
         coordinator.receive_auth(encode_message(Auth(signature=receipt_sig, claim=CLAIM)))
     assert _code(err) is CloseCode.BAD_SIGNATURE
-    auth_sig = decode_message(pair.auth).signature  # type: ignore[union-attr]
+    auth_sig = decode_message(pair.auth).signature
     assert not verify_receipt(public_key_bytes(node_id), auth_sig, session_id, "r1", bytes(32))

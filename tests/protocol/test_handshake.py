@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from protocol_support import CLAIM, seeded
 
 from netcheck.errors import CloseCode, HandshakeError, LocalProtocolError
 from netcheck.keys import public_key_bytes
@@ -19,12 +20,11 @@ from netcheck.protocol import (
     encode_message,
 )
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, SUITE, VERSION
-from protocol_support import CLAIM, seeded
 
 
 def _edit(data: bytes, **changes: object) -> bytes:
     """Decode a handshake message, replace fields, re-encode it."""
-    return encode_message(dataclasses.replace(decode_message(data), **changes))  # type: ignore[type-var]
+    return encode_message(dataclasses.replace(decode_message(data), **changes))
 
 
 def test_success_both_sides_agree(connect):
@@ -45,7 +45,7 @@ def test_messages_are_small_and_versioned(connect):
     for data in (pair.hello, pair.welcome, pair.auth):
         assert len(data) <= MAX_HANDSHAKE_BYTES
     welcome = decode_message(pair.welcome)
-    assert (welcome.version, welcome.suite) == (VERSION, SUITE)  # type: ignore[union-attr]
+    assert (welcome.version, welcome.suite) == (VERSION, SUITE)
 
 
 def test_sessions_are_fresh(connect):

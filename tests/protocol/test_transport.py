@@ -35,7 +35,9 @@ def make(**kwargs) -> tuple[Transport, Transport]:
 def raw_frame(plaintext: bytes, *, counter: int = 0, key: bytes = K_NC, direction: int = 0):
     """A frame built by hand from any plaintext (node -> coordinator by default)."""
     ctr = counter.to_bytes(8, "big")
-    sealed = ChaCha20Poly1305(key).encrypt(bytes(4) + ctr, plaintext, SID + bytes([direction]) + ctr)
+    sealed = ChaCha20Poly1305(key).encrypt(
+        bytes(4) + ctr, plaintext, SID + bytes([direction]) + ctr
+    )
     return b"\x01" + ctr + sealed
 
 

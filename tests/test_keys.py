@@ -1,0 +1,174 @@
+"""Identity key files and the public-key text form (netcheck/keys.py)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import stat
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from netcheck.errors import KeyFileError
+from netcheck.keys import (
+    generate_key,
+    load_private_key,
+    parse_public_key,
+    public_key_bytes,
+    public_key_text,
+)
+
+
+def test_generate_writes_pem_with_mode_0600(tmp_path):
+    """generate_key writes an unencrypted PKCS#8 PEM file with mode 0600."""
+    path = tmp_path / "node.key"
+    key = generate_key(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    assert public_key_bytes(load_private_key(path)) == public_key_bytes(key)
+
+
+def test_generate_ignores_permissive_umask(tmp_path):
+    """The key file is 0600 even under a permissive umask."""
+    old = os.umask(0)
+    try:
+        path = generate_key(tmp_path / "k") and tmp_path / "k"
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_generate_creates_parent_directories(tmp_path):
+    """Missing parent directories are created."""
+    path = tmp_path / "a" / "b" / "id.key"
+    generate_key(path)
+    assert path.exists()
+
+
+def test_generate_refuses_overwrite(tmp_path):
+    """An existing key file is never overwritten."""
+    path = tmp_path / "node.key"
+    generate_key(path)
+    before = path.read_bytes()
+    with pytest.raises(KeyFileError, match="exists"):
+        generate_key(path)
+    assert path.read_bytes() == before
+
+
+def test_generate_reports_unwritable_location(tmp_path):
+    """A path whose parent is a file gives KeyFileError."""
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(KeyFileError):
+        generate_key(tmp_path / "file" / "k")
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_load_refuses_group_or_world_access(tmp_path, mode):
+    """A key readable or writable by group or others is refused, naming chmod."""
+    path = tmp_path / "node.key"
+    generate_key(path)
+    path.chmod(mode)
+    with pytest.raises(KeyFileError, match="chmod 600"):
+        load_private_key(path)
+
+
+def test_load_missing_file(tmp_path):
+    """A missing key file gives KeyFileError."""
+    with pytest.raises(KeyFileError, match="not found"):
+        load_private_key(tmp_path / "absent.key")
+
+
+def test_load_directory(tmp_path):
+    """A directory is not a key file."""
+    with pytest.raises(KeyFileError):
+        load_private_key(tmp_path)
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    path.chmod(0o600)
+    return path
+
+
+def test_load_malformed_file(tmp_path):
+    """A file that is not PEM gives KeyFileError."""
+    with pytest.raises(KeyFileError, match="PEM"):
+        load_private_key(_write(tmp_path / "k", b"not a key"))
+
+
+def test_load_oversized_file(tmp_path):
+    """A huge file is refused before parsing."""
+    with pytest.raises(KeyFileError, match="too large"):
+        load_private_key(_write(tmp_path / "k", b"x" * 20000))
+
+
+def test_load_refuses_other_key_types(tmp_path):
+    """A PEM key of another algorithm (X25519) gives KeyFileError."""
+    pem = X25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    with pytest.raises(KeyFileError, match="Ed25519"):
+        load_private_key(_write(tmp_path / "k", pem))
+
+
+def test_load_refuses_encrypted_key(tmp_path):
+    """A passphrase-protected key gives KeyFileError (netcheck keys are unencrypted)."""
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"pw"),
+    )
+    with pytest.raises(KeyFileError):
+        load_private_key(_write(tmp_path / "k", pem))
+
+
+def test_text_form_round_trip():
+    """public_key_text and parse_public_key round-trip; private keys give the public text."""
+    key = Ed25519PrivateKey.generate()
+    text = public_key_text(key)
+    assert text.startswith("ed25519:") and len(text) == 51 and "=" not in text
+    assert text == public_key_text(key.public_key())
+    assert public_key_bytes(parse_public_key(text)) == public_key_bytes(key)
+    assert public_key_bytes(parse_public_key(f"  {text}\n")) == public_key_bytes(key)
+
+
+def test_text_form_is_base64url_of_raw_key():
+    """The text body is base64url of the raw 32 bytes without padding."""
+    key = Ed25519PrivateKey.generate()
+    body = public_key_text(key).removeprefix("ed25519:")
+    assert base64.urlsafe_b64decode(body + "=") == public_key_bytes(key)
+
+
+def _canonical() -> str:
+    return public_key_text(Ed25519PrivateKey.generate())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "ed25519:",
+        "ssh-ed25519 AAAA",
+        "x25519:" + "A" * 43,
+        "ed25519:" + "A" * 42,
+        "ed25519:" + "A" * 44,
+        "ed25519:" + "A" * 42 + "=",
+        "ed25519:" + "A" * 42 + "+",
+        "ed25519:" + "A" * 42 + "B",  # non-zero unused bits: not canonical
+        "ed25519:" + "A" * 21 + " " + "A" * 21,
+    ],
+)
+def test_parse_rejects_bad_text(text):
+    """Wrong prefix, length, padding, alphabet or non-canonical text is KeyFileError."""
+    with pytest.raises(KeyFileError):
+        parse_public_key(text)
+
+
+def test_parse_rejects_non_string():
+    """Non-string input is KeyFileError."""
+    with pytest.raises(KeyFileError):
+        parse_public_key(b"ed25519:AAAA")
