@@ -74,8 +74,9 @@ def find_result_sharing(
                 if tuple(prompts.get(a, ())) != tuple(prompts.get(b, ())):
                     commit_pairs.add((a, b))
                     findings.append(
-                        SharingFinding(RESULT_SHARING, round_id, a, b, "commitment", (),
-                                       commit.hex())  # fmt: skip
+                        SharingFinding(
+                            RESULT_SHARING, round_id, a, b, "commitment", (), commit.hex()
+                        )  # fmt: skip
                     )
     rows: dict[tuple[int, ...], list[tuple[str, int]]] = {}
     for node, res in results.items():
@@ -94,10 +95,10 @@ def find_result_sharing(
                     continue  # the same prompt may legitimately give the same answer
                 (a, ia), (b, ib) = sorted(((na, pa), (nb, pb)))
                 matches.setdefault((a, b), []).append((ia, ib))
-    for (a, b), pos in matches.items():
+    for (a, b), where in matches.items():
         if (a, b) not in commit_pairs:
             findings.append(
-                SharingFinding(RESULT_SHARING, round_id, a, b, "outputs", tuple(sorted(pos)), "")
+                SharingFinding(RESULT_SHARING, round_id, a, b, "outputs", tuple(sorted(where)), "")
             )
     return sorted(findings, key=lambda f: (f.a, f.b, f.evidence))
 

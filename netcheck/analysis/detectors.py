@@ -48,26 +48,28 @@ class DetectorConfig:
       load must add to a node's service time (Detector A) — a 25% slowdown. Honest
       co-hosted GPUs couple by a few percent; a shared GPU with batching efficiency beta
       adds ``log(1 + beta)`` (0.41 at beta = 0.5) for a pair.
-    - ``min_rounds`` (4): minimum rounds in each arm of a test (partner loaded / not),
+    - ``min_rounds`` (2): minimum rounds in each arm of a test (partner loaded / not),
       and for Detector B minimum co-loaded rounds is ``min_coloaded_rounds`` (8).
     - ``r_floor`` (0.5): minimum residual correlation for a Detector B edge.
     - ``max_partners`` (8): forward selection stops after this many partners per node.
     - ``forward_selection`` (True): Detector A with greedy forward selection; False =
       the plain pairwise Welch test (the baseline).
     - ``use_correlation`` (True): run Detector B.
-    - ``prior_df`` (0): degrees of freedom of the empirical-Bayes prior on each node's
-      residual variance (moderated t, Smyth 2004); 0 = ordinary t.
+    - ``prior_df`` (10): degrees of freedom of the empirical-Bayes prior on each node's
+      residual variance (moderated t, Smyth 2004): the prior variance is the median
+      node variance; 0 = ordinary t. Short screenings give each node few rounds, and
+      a variance from 6 residuals makes the Bonferroni-level t threshold ~22.
     """
 
     alpha: float = 0.01
     effect_floor: float = math.log(1.25)
-    min_rounds: int = 4
+    min_rounds: int = 2
     min_coloaded_rounds: int = 8
     r_floor: float = 0.5
     max_partners: int = 8
     forward_selection: bool = True
     use_correlation: bool = True
-    prior_df: float = 0.0
+    prior_df: float = 10.0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -169,9 +171,7 @@ def _betainc(a: FloatArray, b: FloatArray, x: FloatArray) -> FloatArray:
     x = np.clip(x, 0.0, 1.0)
     inner = (x > 0) & (x < 1)
     xs = np.where(inner, x, 0.5)
-    log_front = (
-        _LGAMMA(a + b) - _LGAMMA(a) - _LGAMMA(b) + a * np.log(xs) + b * np.log1p(-xs)
-    )
+    log_front = _LGAMMA(a + b) - _LGAMMA(a) - _LGAMMA(b) + a * np.log(xs) + b * np.log1p(-xs)
     front = np.exp(log_front)
     direct = xs < (a + 1.0) / (a + b + 2.0)
     xa = np.where(direct, xs, 1.0 - xs)
@@ -329,8 +329,8 @@ def forward_selection(e: FloatArray, loaded: BoolArray, cfg: DetectorConfig) -> 
                 coef = cy / cc
                 rss = np.maximum(float(ry @ ry) - cy * cy / cc, 0.0)
                 s2 = rss / dof
-                if cfg.prior_df > 0:
-                    s2 = (cfg.prior_df * s0_sq + dof * s2) / (cfg.prior_df + dof)
+                if cfg.prior_df > 0:  # moderate upward only: never below the node's own
+                    s2 = np.maximum(s2, (cfg.prior_df * s0_sq + dof * s2) / (cfg.prior_df + dof))
                 t = coef / np.sqrt(s2 / cc)
             t = np.where(usable & np.isfinite(t) & (coef > cfg.effect_floor), t, -np.inf)
             j = int(np.argmax(t))
@@ -418,7 +418,11 @@ def connected_components(n: int, pairs: list[tuple[int, int]]) -> list[list[int]
 
 
 def detect(
-    e: FloatArray, loaded: BoolArray, node_keys: tuple[str, ...], cfg: DetectorConfig
+    e: FloatArray,
+    loaded: BoolArray,
+    node_keys: tuple[str, ...],
+    cfg: DetectorConfig,
+    censored: BoolArray | None = None,
 ) -> Detection:
     """Run Detector A (and B if configured) and group the nodes.
 
@@ -427,6 +431,10 @@ def detect(
             NaN where not observed.
         loaded: schedule bits ``(n, R)``.
         node_keys: the ``n`` node keys, in row order.
+        censored: ``(n, R)`` bool, cells imputed at the deadline for a missing result.
+            Detector A uses them (slow when co-loaded is the signal); Detector B ignores
+            them: imputed cells carry no noise, so two nodes censored in the same rounds
+            would correlate through the round effects alone.
     Returns:
         :class:`Detection`: mutual Detector A edges, Detector B edges, and the connected
         components of their union as suspect groups.
@@ -454,15 +462,16 @@ def detect(
         hit = (pw.p < p_crit) & (pw.effect > cfg.effect_floor)
         mutual = hit & hit.T
         for i, j in zip(*np.nonzero(np.triu(mutual, 1)), strict=True):
-            weak = (i, j) if pw.t[i, j] <= pw.t[j, i] else (j, i)
+            wi, wj = (i, j) if pw.t[i, j] <= pw.t[j, i] else (j, i)
             edges[(int(i), int(j))] = Edge(
-                node_keys[i], node_keys[j], "A-welch", float(pw.t[weak]), float(pw.df[weak]),
+                node_keys[i], node_keys[j], "A-welch", float(pw.t[wi, wj]), float(pw.df[wi, wj]),
                 float(max(pw.p[i, j], pw.p[j, i])), p_crit,
                 float(min(pw.effect[i, j], pw.effect[j, i])), cfg.effect_floor,
                 int(min(pw.n1[i, j] + pw.n0[i, j], pw.n1[j, i] + pw.n0[j, i])),
             )  # fmt: skip
     if cfg.use_correlation:
-        ct = residual_correlation(e, cfg.min_coloaded_rounds)
+        e_b = e if censored is None else np.where(censored, np.nan, e)
+        ct = residual_correlation(e_b, cfg.min_coloaded_rounds)
         hit = (ct.p < p_crit) & (ct.r > cfg.r_floor)
         for i, j in zip(*np.nonzero(np.triu(hit, 1)), strict=True):
             key = (int(i), int(j))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -41,15 +41,18 @@ from netcheck.sim.population import Population
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """Pipeline settings. ``confirm_cycles`` (6): cycles of (group, each member alone)
-    per suspect group; ``deadline_factor`` (3.0): a missing result is censored at
+    """Pipeline settings. Confirmation is sequential: blocks of ``confirm_cycles`` (4)
+    cycles of (group, each member alone), judged after each block on all data so far,
+    until confirmed or ``confirm_max_cycles`` (16) cycles; each look uses
+    ``confirm.alpha / looks`` (Bonferroni over the looks). ``deadline_factor`` (3.0): a missing result is censored at
     ``deadline_factor * T_ref``; ``capacity_a`` (1.25) and ``full_load_rounds`` (5): a
     node fails the emulated capacity test when it exceeds ``capacity_a * T_ref`` in
     more than half of the full-load rounds."""
 
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
-    confirm_cycles: int = 6
+    confirm_cycles: int = 4
+    confirm_max_cycles: int = 16
     deadline_factor: float = 3.0
     capacity_a: float = 1.25
     full_load_rounds: int = 5
@@ -74,12 +77,14 @@ class Screening:
 class Metrics:
     """Detection quality against the ground truth (see the module docstring).
 
-    ``found_by_size``: farm size -> (farms found, farms). ``false_flags``: honest keys
+    ``found_by_size``: farm size -> (farms found, farms); ``screened_by_size``: the same
+    before confirmation (2+ members of the farm in one suspect group). ``false_flags``: honest keys
     confirmed; ``capacity_farms``: farms with an identity failing the capacity test;
     ``capacity_honest``: honest nodes failing it.
     """
 
     found_by_size: dict[int, tuple[int, int]]
+    screened_by_size: dict[int, tuple[int, int]]
     member_recall: float
     false_flags: tuple[str, ...]
     honest_suspects: int
@@ -117,21 +122,26 @@ def _confirm(
     population: Population, members: Sequence[str], cfg: PipelineConfig,
     rng: np.random.Generator, deadline_s: float,
 ) -> tuple[ConfirmationResult, int]:  # fmt: skip
-    plan = plan_confirmation(members, cfg.confirm_cycles)
     index = {k: i for i, k in enumerate(population.node_keys)}
-    observations = []
-    for r, load in enumerate(plan):
-        bits = np.zeros(len(population.node_keys), dtype=bool)
-        bits[[index[k] for k in load]] = True
-        rid = f"confirm-{r:04d}"
-        rows = population.simulate_round(rid, bits, rng)
-        loaded_rows = [row for row in rows if row.loaded]
-        keys = [row.node_key for row in loaded_rows]
-        mat = log_service_matrix(loaded_rows, keys, [rid], deadline_s)
-        observations.append(
-            ConfirmationObservation(rid, frozenset(load), dict(zip(keys, mat.y[:, 0], strict=True)))
-        )
-    return judge_confirmation(members, observations, cfg.confirm), len(plan)
+    looks = max(1, -(-cfg.confirm_max_cycles // cfg.confirm_cycles))
+    judge_cfg = replace(cfg.confirm, alpha=cfg.confirm.alpha / looks)
+    observations: list[ConfirmationObservation] = []
+    result: ConfirmationResult | None = None
+    for _look in range(looks):
+        for load in plan_confirmation(members, cfg.confirm_cycles):
+            bits = np.zeros(len(population.node_keys), dtype=bool)
+            bits[[index[k] for k in load]] = True
+            rid = f"confirm-{len(observations):04d}"
+            rows = [row for row in population.simulate_round(rid, bits, rng) if row.loaded]
+            keys = [row.node_key for row in rows]
+            mat = log_service_matrix(rows, keys, [rid], deadline_s)
+            values = dict(zip(keys, mat.y[:, 0].tolist(), strict=True))
+            observations.append(ConfirmationObservation(rid, frozenset(load), values))
+        result = judge_confirmation(members, observations, judge_cfg)
+        if result.verdict == SHARED_BACKEND:
+            break
+    assert result is not None
+    return result, len(observations)
 
 
 def _capacity(
@@ -175,7 +185,7 @@ def run_screening(
     keys = population.node_keys
     mat = log_service_matrix(screening.rows, keys, screening.round_ids, deadline_s)
     polish = median_polish(mat.y)
-    detection = detect(polish.residuals, mat.loaded, keys, cfg.detector)
+    detection = detect(polish.residuals, mat.loaded, keys, cfg.detector, mat.censored)
     results = []
     spent = 0
     for group in detection.groups:
@@ -195,9 +205,7 @@ def score(
     confirmation_rounds: int = 0,
 ) -> Metrics:
     """Metrics of one run against the population's ground truth (module docstring)."""
-    farm_index = {
-        key: f for f, farm in enumerate(population.farms) for key in farm
-    }
+    farm_index = {key: f for f, farm in enumerate(population.farms) for key in farm}
     honest = population.honest
     found = [False] * len(population.farms)
     recalled: set[str] = set()
@@ -215,15 +223,23 @@ def score(
             if len(keys) >= 2:
                 found[f] = True
                 recalled.update(keys)
+    screened = [
+        any(len(set(g.members) & set(farm)) >= 2 for g in detection.groups)
+        for farm in population.farms
+    ]
     by_size: dict[int, tuple[int, int]] = {}
+    sc_size: dict[int, tuple[int, int]] = {}
     for f, farm in enumerate(population.farms):
         hit, total = by_size.get(len(farm), (0, 0))
         by_size[len(farm)] = (hit + found[f], total + 1)
+        hit, total = sc_size.get(len(farm), (0, 0))
+        sc_size[len(farm)] = (hit + screened[f], total + 1)
     n_farm_ids = sum(len(farm) for farm in population.farms)
     suspects = {k for g in detection.groups for k in g.members}
     cap = set(capacity_failed)
     return Metrics(
         found_by_size=dict(sorted(by_size.items())),
+        screened_by_size=dict(sorted(sc_size.items())),
         member_recall=len(recalled) / n_farm_ids if n_farm_ids else math.nan,
         false_flags=tuple(sorted(false_flags)),
         honest_suspects=len(suspects & honest),

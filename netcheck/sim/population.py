@@ -109,14 +109,12 @@ class Population:
     def cohosted(self) -> list[tuple[str, str]]:
         """The honest co-hosted pairs, as key pairs."""
         return [
-            (self.node_keys[i], self.node_keys[j])
-            for i, j in enumerate(self.cohost_of)
-            if j > i
+            (self.node_keys[i], self.node_keys[j]) for i, j in enumerate(self.cohost_of) if j > i
         ]
 
-    def service_times(self, loaded: npt.NDArray[np.bool_], rng: np.random.Generator) -> (
-        npt.NDArray[np.float64]
-    ):
+    def service_times(
+        self, loaded: npt.NDArray[np.bool_], rng: np.random.Generator
+    ) -> npt.NDArray[np.float64]:
         """EMULATION: service time (s) of every node for one round; NaN = not loaded or
         no result (``selective`` adversary). ``loaded``: ``(n,)`` bool."""
         spec = self.spec
@@ -124,7 +122,7 @@ class Population:
         is_farm = self.farm_of >= 0
         factor = np.ones(n)
         n_farms = len(self.farms)
-        k_loaded = np.bincount(self.farm_of[is_farm & loaded], minlength=n_farms)
+        k_loaded = np.bincount(self.farm_of[is_farm & loaded], minlength=max(n_farms, 1))
         k_node = np.where(is_farm, k_loaded[np.maximum(self.farm_of, 0)], 0)
         if spec.adversary == "pad":
             factor[is_farm] = 1.0 + spec.beta * (self.farm_size[is_farm] - 1)
@@ -203,6 +201,4 @@ def make_population(spec: PopulationSpec, rng: np.random.Generator) -> Populatio
         speed[farm_of == f] = s
     rtt = rng.uniform(spec.rtt_min_s, spec.rtt_max_s, n)
     sigma = spec.sigma_w * np.exp(spec.sigma_spread * rng.standard_normal(n))
-    return Population(
-        spec, keys, farm_of, tuple(farms), cohost_of, speed, rtt, sigma, farm_size
-    )
+    return Population(spec, keys, farm_of, tuple(farms), cohost_of, speed, rtt, sigma, farm_size)
