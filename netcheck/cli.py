@@ -77,7 +77,9 @@ def model() -> None:
 
 
 @model.command("synth")
-@click.option("--preset", default="tiny", show_default=True, help="Preset name (tiny, small, 1b, ...).")
+@click.option(
+    "--preset", default="tiny", show_default=True, help="Preset name (tiny, small, 1b, ...)."
+)
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
 def model_synth(preset: str, out_dir: Path) -> None:
     """Write a seeded synthetic Llama model + byte tokenizer (HF format) to OUT_DIR.
@@ -126,7 +128,9 @@ def reference_build(
     store = Store(database)
     with progress_bar("reference answers", total=count) as advance:
         n = build_references(profile, engine, store, count, progress=advance)
-    click.echo(f"stored {n} references for {profile.name} (fingerprint {engine.fingerprint_id[:12]})")
+    click.echo(
+        f"stored {n} references for {profile.name} (fingerprint {engine.fingerprint_id[:12]})"
+    )
 
 
 # -- coordinator -----------------------------------------------------------------------
@@ -236,7 +240,9 @@ def round_group() -> None:
 
 @round_group.command("run")
 @_config_option
-@click.option("--profile", "profile_name", default=None, help="Profile to validate (default: first).")
+@click.option(
+    "--profile", "profile_name", default=None, help="Profile to validate (default: first)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON report.")
 def round_run(config_path: Path, profile_name: str | None, as_json: bool) -> None:
     """Ask the running coordinator to run a round now and print the verdict table."""

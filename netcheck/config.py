@@ -104,6 +104,9 @@ class Profile(_Model):
     deadline: DeadlineParams
     dispatch_timeout_s: float = Field(default=10.0, gt=0)
     result_timeout_s: float = Field(default=120.0, gt=0)
+    cpu_threads: int | None = Field(default=None, ge=1)
+    """torch intra-op threads on the CPU (recorded in the fingerprint; None = torch's
+    default). Fix it in CPU profiles: the thread count can change CPU matmul results."""
 
     @field_validator("device")
     @classmethod

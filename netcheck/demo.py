@@ -173,7 +173,9 @@ class Processes:
                 p.kill()
 
 
-async def wait_connected(cfg: CoordinatorConfig, procs: Processes, n: int, timeout_s: float) -> None:
+async def wait_connected(
+    cfg: CoordinatorConfig, procs: Processes, n: int, timeout_s: float
+) -> None:
     """Poll the admin API until ``n`` nodes are connected."""
     deadline = time.monotonic() + timeout_s
     connected = 0

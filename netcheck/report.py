@@ -42,7 +42,8 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
     phases = report.get("phases", {})
     if phases:
         console.print(
-            "  phases: " + ", ".join(f"{k.removesuffix('_s')} {val * 1000:.1f} ms" for k, val in phases.items())
+            "  phases: "
+            + ", ".join(f"{k.removesuffix('_s')} {val * 1000:.1f} ms" for k, val in phases.items())
         )
 
 

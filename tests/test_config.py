@@ -46,12 +46,12 @@ def test_repo_profiles_load() -> None:
         "float32",
         "cpu",
     )
-    assert (p.batch_size, p.prompt_len, p.max_new_tokens) == (16, 64, 16)
-    assert (p.canaries_min, p.canaries_max) == (1, 3)
+    assert (p.batch_size, p.prompt_len, p.max_new_tokens) == (16, 64, 64)
+    assert (p.canaries_min, p.canaries_max) == (2, 3)
     assert p.deadline.t_ref_s == 2.0 and p.deadline.slack_s == 0.5
     v = load_profile("cpu-tiny-vllm")
-    assert v.engine == "vllm" and v.model_dump(exclude={"name", "engine"}) == p.model_dump(
-        exclude={"name", "engine"}
+    assert v.engine == "vllm" and v.model_dump(exclude={"name", "engine", "cpu_threads"}) == p.model_dump(
+        exclude={"name", "engine", "cpu_threads"}
     )
     assert DEFAULT_PROFILES_DIR == REPO / "configs" / "profiles"
 

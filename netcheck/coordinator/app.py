@@ -47,7 +47,9 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
         coord.config.port,
         WS_PATH,
         ", ".join(coord.profiles),
-        "open enrollment" if coord.config.open_enrollment else f"{len(coord.allowed)} allowed nodes",
+        "open enrollment"
+        if coord.config.open_enrollment
+        else f"{len(coord.allowed)} allowed nodes",
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

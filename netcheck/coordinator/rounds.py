@@ -140,9 +140,7 @@ async def _release(
     for s in sessions:
         await s.send_lock.acquire()
     try:
-        frames = [
-            s.transport.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready
-        ]
+        frames = [s.transport.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready]
         for (s, _), frame in zip(ready, frames, strict=True):
             t = timing[s.node_key]
             t.release_start_ns = time.monotonic_ns()
@@ -276,7 +274,9 @@ async def _run_locked(coord: Coordinator, profile: Profile, rng: random.Random) 
                     a.node_key,
                     Verdict.DISCONNECTED if gone else Verdict.MISSING,
                     "session closed before release" if gone else "no ack before dispatch deadline",
-                    None, len(a.canary_ids), 0,
+                    None,
+                    len(a.canary_ids),
+                    0,
                 )  # fmt: skip
             )
             records[a.node_key] = {"timing": t.as_dict()}

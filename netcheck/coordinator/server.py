@@ -129,7 +129,8 @@ class Coordinator:
         node_key = public_key_text(Ed25519PublicKey.from_public_bytes(accepted.node_key))
         if claim.profile not in self.profiles:
             raise HandshakeError(
-                CloseCode.PROFILE_MISMATCH, f"node {node_key} claims unknown profile {claim.profile!r}"
+                CloseCode.PROFILE_MISMATCH,
+                f"node {node_key} claims unknown profile {claim.profile!r}",
             )
         fp_id = fingerprint_id(claim.fingerprint)
         return NodeSession(

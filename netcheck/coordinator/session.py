@@ -135,12 +135,16 @@ class NodeSession:
         if isinstance(msg, Ack):
             fut = self._acks.get(msg.round_id)
             if fut is None or fut.done():
-                raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"ack for unknown round {msg.round_id!r}")
+                raise ProtocolError(
+                    CloseCode.UNEXPECTED_MESSAGE, f"ack for unknown round {msg.round_id!r}"
+                )
             fut.set_result(arrived_ns)
         elif isinstance(msg, Result | Error):
             rfut = self._results.get(msg.round_id)
             if rfut is None or rfut.done():
-                raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"result for unknown round {msg.round_id!r}")
+                raise ProtocolError(
+                    CloseCode.UNEXPECTED_MESSAGE, f"result for unknown round {msg.round_id!r}"
+                )
             if isinstance(msg, Result):
                 rfut.set_result(Arrival(arrived_ns, msg))
             else:
@@ -150,7 +154,9 @@ class NodeSession:
             if efut is not None and not efut.done():
                 efut.set_result(arrived_ns)
         else:
-            raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} not allowed from a node")
+            raise ProtocolError(
+                CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} not allowed from a node"
+            )
 
     async def read_loop(self) -> CloseCode:
         """Read frames until the session ends; returns the close code to use.
@@ -163,7 +169,9 @@ class NodeSession:
             async for wsmsg in self.ws:
                 arrived_ns = time.monotonic_ns()
                 if wsmsg.type != WSMsgType.BINARY:
-                    raise ProtocolError(CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame, expected binary")
+                    raise ProtocolError(
+                        CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame, expected binary"
+                    )
                 msg = self.transport.open(wsmsg.data)
                 if isinstance(msg, Bye):
                     log.info("node %s said bye: %s", self.label, msg.reason)

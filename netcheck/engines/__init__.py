@@ -74,14 +74,19 @@ def load_engine(
         engine_cls = VllmEngine
     else:
         raise EngineError(f"unknown engine {profile.engine!r} (use torch or vllm)")
+    model_id: str | None
     if model_dir is not None:
         directory = Path(model_dir)
         model_id = model_identity(directory)
     else:
         directory = resolve_model_dir(profile.model)
         model_id = profile.model if profile.model.startswith(SYNTH_PREFIX) else None
+    extra: dict[str, Any] = {}
+    if profile.engine == "torch":
+        extra["cpu_threads"] = profile.cpu_threads
     engine: Engine = engine_cls(
         directory,
+        **extra,
         dtype=dtype or profile.dtype,
         device=profile.device,
         batch_size=profile.batch_size,

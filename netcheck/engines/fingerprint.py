@@ -12,7 +12,8 @@ from collections.abc import Mapping
 
 Fingerprint = dict[str, str | int]
 """Keys: engine, engine_version, model_id, weight_hash, dtype, device, batch_size,
-prompt_len, max_new_tokens, decoding (always ``"greedy"``)."""
+prompt_len, max_new_tokens, decoding (always ``"greedy"``), and for CPU torch engines
+cpu_threads (the intra-op thread count changes the reduction order of CPU matmuls)."""
 
 FINGERPRINT_KEYS = (
     "engine",
@@ -39,9 +40,11 @@ def make_fingerprint(
     batch_size: int,
     prompt_len: int,
     max_new_tokens: int,
+    cpu_threads: int | None = None,
 ) -> Fingerprint:
-    """Build a fingerprint dict with exactly :data:`FINGERPRINT_KEYS` (decoding greedy)."""
-    return {
+    """Build a fingerprint dict with :data:`FINGERPRINT_KEYS` (decoding greedy), plus
+    ``cpu_threads`` when given."""
+    fp: Fingerprint = {
         "engine": engine,
         "engine_version": engine_version,
         "model_id": model_id,
@@ -53,6 +56,9 @@ def make_fingerprint(
         "max_new_tokens": int(max_new_tokens),
         "decoding": "greedy",
     }
+    if cpu_threads is not None:
+        fp["cpu_threads"] = int(cpu_threads)
+    return fp
 
 
 def canonical_json(fp: Mapping[str, str | int]) -> bytes:

@@ -351,4 +351,3 @@ def ensure_synth_model(preset: str, cache_dir: Path | None = None) -> Path:
                 shutil.rmtree(tmp, ignore_errors=True)
     _verify(target)
     return target
-

@@ -65,6 +65,8 @@ class TorchEngine(Engine):
         device: "cpu", "cuda", "cuda:N" or "auto".
         batch_size, prompt_len, max_new_tokens: the fixed batch shape.
         model_id: fingerprint model id; default from :func:`base.model_identity`.
+        cpu_threads: torch intra-op threads on the CPU (``torch.set_num_threads``,
+            process-wide); the count in effect is recorded in the fingerprint.
 
     Raises:
         EngineError: bad arguments, or the model/tokenizer failed to load.
@@ -82,12 +84,14 @@ class TorchEngine(Engine):
         prompt_len: int,
         max_new_tokens: int,
         model_id: str | None = None,
+        cpu_threads: int | None = None,
     ) -> None:
         super().__init__(
             batch_size=batch_size, prompt_len=prompt_len, max_new_tokens=max_new_tokens
         )
         check_dtype(dtype)
         model_dir = Path(model_dir)
+        digest = weight_hash(model_dir)  # fails fast on a directory without weights
         try:
             import torch
             import transformers
@@ -96,7 +100,13 @@ class TorchEngine(Engine):
             raise EngineError(f"torch engine needs torch and transformers: {exc}") from exc
         self._torch = torch
         _set_determinism(torch)
+        transformers.utils.logging.disable_progress_bar()  # no per-load bars in node logs
         self._device, device_name = resolve_torch_device(torch, device)
+        threads: int | None = None
+        if self._device.type == "cpu":
+            if cpu_threads is not None:
+                torch.set_num_threads(cpu_threads)
+            threads = torch.get_num_threads()
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
             model = AutoModelForCausalLM.from_pretrained(
@@ -115,12 +125,13 @@ class TorchEngine(Engine):
             engine=self.name,
             engine_version=f"torch-{torch.__version__}+transformers-{transformers.__version__}",
             model_id=model_id or model_identity(model_dir),
-            weight_hash=weight_hash(model_dir),
+            weight_hash=digest,
             dtype=dtype,
             device=device_name,
             batch_size=batch_size,
             prompt_len=prompt_len,
             max_new_tokens=max_new_tokens,
+            cpu_threads=threads,
         )
 
     def _batch_tensors(self, prompts: Sequence[str]) -> tuple[Any, Any]:
@@ -156,8 +167,10 @@ class TorchEngine(Engine):
             raise EngineError(f"torch generate failed: {exc}") from exc
         new = out[:, self._prompt_len :].tolist()
         if len(new) != self._batch_size or any(len(r) != n for r in new):
-            raise EngineError(f"torch generate returned shape {tuple(out.shape)}, expected "
-                              f"({self._batch_size}, {self._prompt_len + n})")
+            raise EngineError(
+                f"torch generate returned shape {tuple(out.shape)}, expected "
+                f"({self._batch_size}, {self._prompt_len + n})"
+            )
         return [[int(t) for t in row] for row in new]
 
     def close(self) -> None:

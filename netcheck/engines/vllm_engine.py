@@ -17,12 +17,13 @@ warm-up is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from netcheck.engines.base import Engine, check_dtype, encode_prompts, model_identity
 from netcheck.engines.fingerprint import make_fingerprint
@@ -107,6 +108,7 @@ class VllmEngine(Engine):
         )
         check_dtype(dtype)
         model_dir = Path(model_dir)
+        digest = weight_hash(model_dir)  # fails fast on a directory without weights
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         try:
             import vllm
@@ -119,12 +121,12 @@ class VllmEngine(Engine):
             self._llm: Any = LLM(
                 model=str(model_dir),
                 tokenizer=str(model_dir),
-                dtype=dtype,
+                dtype=cast(Any, dtype),  # checked above; vLLM annotates a Literal
                 enforce_eager=True,
                 seed=0,
                 max_num_seqs=batch_size,
                 max_model_len=max_model_len,
-                max_num_batched_tokens=max(batch_size * max_model_len, 2048),
+                max_num_batched_tokens=batch_size * max_model_len,
                 enable_prefix_caching=False,
                 gpu_memory_utilization=0.1,
                 kv_cache_memory_bytes=kv_cache_bytes(model_dir, dtype, batch_size, max_model_len),
@@ -146,7 +148,7 @@ class VllmEngine(Engine):
             engine=self.name,
             engine_version=f"vllm-{vllm.__version__}",
             model_id=model_id or model_identity(model_dir),
-            weight_hash=weight_hash(model_dir),
+            weight_hash=digest,
             dtype=dtype,
             device=device_name,
             batch_size=batch_size,
@@ -181,13 +183,9 @@ class VllmEngine(Engine):
         llm, self._llm = self._llm, None
         if llm is None:
             return
-        engine = getattr(llm, "llm_engine", None)
-        shutdown = getattr(engine, "shutdown", None) or getattr(
-            getattr(engine, "engine_core", None), "shutdown", None
-        )
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
         if callable(shutdown):
-            try:
+            with contextlib.suppress(Exception):  # best effort on teardown
                 shutdown()
-            except Exception:  # noqa: BLE001 - best effort on teardown
-                pass
         del llm

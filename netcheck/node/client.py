@@ -13,6 +13,7 @@ the reader loop, so it measures the path to this process, not to a relay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from urllib.parse import urlparse
@@ -118,10 +119,8 @@ class NodeClient:
                 break
             wait = delay * (0.5 + random.random())
             log.info("%s: reconnecting in %.1f s", self.label, wait)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
-            except TimeoutError:
-                pass
             delay = min(delay * 2, 30.0)
 
     async def run_session(self) -> CloseCode:
@@ -210,7 +209,9 @@ class NodeClient:
         elif isinstance(msg, Release):
             job = session.jobs.pop(msg.round_id, None)
             if job is None:
-                raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"release for unknown {msg.round_id}")
+                raise ProtocolError(
+                    CloseCode.UNEXPECTED_MESSAGE, f"release for unknown {msg.round_id}"
+                )
             prompts = open_job(job.ciphertext, msg.job_key, job.round_id, job.nonce)
             task = asyncio.get_running_loop().create_task(self._run_job(session, job, prompts))
             session.tasks.add(task)
@@ -220,7 +221,9 @@ class NodeClient:
         elif isinstance(msg, Bye):
             await session.ws.close()
         elif not isinstance(msg, EchoReply):
-            raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} from coordinator")
+            raise ProtocolError(
+                CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} from coordinator"
+            )
 
     async def _run_job(self, session: _Session, job: Job, prompts: list[str]) -> None:
         try:
@@ -231,15 +234,17 @@ class NodeClient:
             return
         packed = tuple(tuple(int(t) for t in o) for o in outputs)
         digest = commitment(packed)
-        signature = sign_receipt(
-            self.identity, session.transport.session_id, job.round_id, digest
-        )
+        signature = sign_receipt(self.identity, session.transport.session_id, job.round_id, digest)
         try:
             await session.send(
-                Result(round_id=job.round_id, outputs=packed, commitment=digest, signature=signature)
+                Result(
+                    round_id=job.round_id, outputs=packed, commitment=digest, signature=signature
+                )
             )
         except ConnectionError:
-            log.warning("%s: session gone before the result of %s was sent", self.label, job.round_id)
+            log.warning(
+                "%s: session gone before the result of %s was sent", self.label, job.round_id
+            )
             return
         self.rounds_served += 1
         log.info("%s: round %s answered (%d outputs)", self.label, job.round_id, len(packed))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -33,7 +34,13 @@ from netcheck.keys import public_key_bytes
 from netcheck.protocol.codec import DEFAULT_LIMITS, Limits, decode_message, encode_message
 from netcheck.protocol.messages import Auth, Hello, Message, ProfileClaim, Welcome
 from netcheck.protocol.states import Role
-from netcheck.protocol.transport import DEFAULT_MAX_COUNTER, Transport
+from netcheck.protocol.transport import (
+    DEFAULT_MAX_COUNTER,
+    DEFAULT_REKEY_AFTER_S,
+    DEFAULT_REKEY_FRAMES,
+    Clock,
+    Transport,
+)
 
 VERSION = "netcheck/1"
 SUITE = "x25519-ed25519-chacha20poly1305-sha256"
@@ -153,7 +160,8 @@ class NodeHandshake(_Machine):
         path: websocket endpoint path; both sides must use the same (it is in the
             prologue).
         random_bytes: entropy source (ephemeral key and nonce); injectable for tests.
-        limits, max_counter: passed to the resulting ``Transport``.
+        limits, max_counter, rekey_frames, rekey_after_s, clock: passed to the
+            resulting ``Transport`` (frame limits, key update policy, §3.3, §3.5).
 
     Raises:
         LocalProtocolError: if ``claim`` makes ``auth`` larger than 2 KiB.
@@ -169,6 +177,9 @@ class NodeHandshake(_Machine):
         random_bytes: RandomBytes = os.urandom,
         limits: Limits = DEFAULT_LIMITS,
         max_counter: int = DEFAULT_MAX_COUNTER,
+        rekey_frames: int = DEFAULT_REKEY_FRAMES,
+        rekey_after_s: float = DEFAULT_REKEY_AFTER_S,
+        clock: Clock = time.monotonic,
     ) -> None:
         super().__init__("start")
         if len(encode_message(Auth(bytes(64), claim))) > MAX_HANDSHAKE_BYTES:
@@ -180,6 +191,7 @@ class NodeHandshake(_Machine):
         self._random = random_bytes
         self._limits = limits
         self._max_counter = max_counter
+        self._rekey = (rekey_frames, rekey_after_s, clock)
         self._transcript = Transcript(path, self._coordinator_raw)
         self._ephemeral: X25519PrivateKey | None = None
         self._hello: Hello | None = None
@@ -238,6 +250,9 @@ class NodeHandshake(_Machine):
             session_id,
             limits=self._limits,
             max_counter=self._max_counter,
+            rekey_frames=self._rekey[0],
+            rekey_after_s=self._rekey[1],
+            clock=self._rekey[2],
         )
         return encode_message(auth)
 
@@ -271,7 +286,8 @@ class CoordinatorHandshake(_Machine):
         identity: the coordinator's Ed25519 identity key.
         admit: ``admit(node_key_raw32) -> bool``, called on ``hello``. It must only
             decide, not record: the key is proven only when ``receive_auth`` returns.
-        path, random_bytes, limits, max_counter: as for ``NodeHandshake``.
+        path, random_bytes, limits, max_counter, rekey_frames, rekey_after_s, clock: as
+            for ``NodeHandshake``.
     """
 
     def __init__(
@@ -283,6 +299,9 @@ class CoordinatorHandshake(_Machine):
         random_bytes: RandomBytes = os.urandom,
         limits: Limits = DEFAULT_LIMITS,
         max_counter: int = DEFAULT_MAX_COUNTER,
+        rekey_frames: int = DEFAULT_REKEY_FRAMES,
+        rekey_after_s: float = DEFAULT_REKEY_AFTER_S,
+        clock: Clock = time.monotonic,
     ) -> None:
         super().__init__("await_hello")
         self._identity = identity
@@ -291,6 +310,7 @@ class CoordinatorHandshake(_Machine):
         self._random = random_bytes
         self._limits = limits
         self._max_counter = max_counter
+        self._rekey = (rekey_frames, rekey_after_s, clock)
         self._transcript = Transcript(path, self._own_raw)
         self._node_key: Ed25519PublicKey | None = None
         self._hello: Hello | None = None
@@ -376,5 +396,8 @@ class CoordinatorHandshake(_Machine):
             session_id,
             limits=self._limits,
             max_counter=self._max_counter,
+            rekey_frames=self._rekey[0],
+            rekey_after_s=self._rekey[1],
+            clock=self._rekey[2],
         )
         return Accepted(transport, self._hello.node_key, auth.claim, session_id)

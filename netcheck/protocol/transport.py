@@ -1,18 +1,32 @@
 """Encrypted transport frames after the handshake (docs/protocol.md §3).
 
-Frame = ``type (1 byte, 0x01) || counter (8 bytes, big-endian) ||
+Frame = ``type (1 byte) || counter (8 bytes, big-endian) ||
 ChaCha20-Poly1305(key_dir).encrypt(nonce = 4 zero bytes || counter,
-plaintext = encode_message(msg), aad = session_id || direction || counter)``.
-Counters start at 0 per direction and must arrive exactly in order; any failure makes
-the transport permanently unusable (the session must close with the error's code).
+plaintext = encode_message(msg), aad = session_id || direction || counter || type)``
+(RFC 8439). Counters start at 0 per direction, run on across key updates and must
+arrive exactly in order; any failure makes the transport permanently unusable (the
+session must close with the error's code).
+
+Key update (§3.5), after TLS 1.3 KeyUpdate (RFC 8446 §4.6.3, §7.2) but with no extra
+frame and no round trip: the sender marks the last frame it seals under a key with
+type ``0x02``; right after that frame, sender and receiver both replace that
+direction's key by ``HKDF-Expand(key, "netcheck/1 key update", 32)`` (RFC 5869 §2.3).
+The sender decides when: after ``rekey_frames`` frames under one key, or once
+``rekey_after_s`` seconds of the injected ``clock`` have passed since the key was
+installed, or when ``request_key_update()`` was called.
 """
 
 from __future__ import annotations
 
+import math
 import struct
+import time
+from collections.abc import Callable
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from netcheck.errors import (
     CloseCode,
@@ -26,15 +40,37 @@ from netcheck.protocol.messages import FRAME_TYPES, Message
 from netcheck.protocol.states import Role, sends
 
 FRAME_DATA = 0x01  # docs/protocol.md §3.1
+FRAME_KEY_UPDATE = 0x02  # data frame after which the sender's key is ratcheted (§3.5)
+FRAME_TYPES_KNOWN = frozenset({FRAME_DATA, FRAME_KEY_UPDATE})
 HEADER_BYTES = 9  # type + counter
 TAG_BYTES = 16
 DEFAULT_MAX_COUNTER = 2**32  # frames per direction; reconnect before (§3.3)
+DEFAULT_REKEY_FRAMES = 2**20  # frames sealed under one key before a key update (§3.5)
+DEFAULT_REKEY_AFTER_S = 3600.0  # seconds a key may be used for sealing (§3.5)
+KEY_UPDATE_INFO = b"netcheck/1 key update"  # HKDF-Expand info (§3.5)
 DIRECTION = {Role.NODE: 0, Role.COORDINATOR: 1}  # byte naming the sender (§3.2)
 _COUNTER = struct.Struct(">Q")
 
+Clock = Callable[[], float]
 
-def _aad(session_id: bytes, sender: Role, counter_bytes: bytes) -> bytes:
-    return session_id + bytes([DIRECTION[sender]]) + counter_bytes
+
+def _aad(session_id: bytes, sender: Role, counter_bytes: bytes, frame_type: int) -> bytes:
+    """``session_id || direction || u64(counter) || type`` (26 bytes, §3.2)."""
+    return session_id + bytes([DIRECTION[sender]]) + counter_bytes + bytes([frame_type])
+
+
+def next_key(key: bytes) -> bytes:
+    """The next traffic key of one direction: ``HKDF-Expand(PRK = key, info =
+    "netcheck/1 key update", L = 32)`` with SHA-256 (RFC 5869 §2.3; the update rule of
+    RFC 8446 §7.2). One-way: a later key does not reveal an earlier one.
+
+    Args:
+        key: the current 32-byte key.
+
+    Returns:
+        32 bytes.
+    """
+    return HKDFExpand(hashes.SHA256(), length=32, info=KEY_UPDATE_INFO).derive(key)
 
 
 class Transport:
@@ -47,7 +83,18 @@ class Transport:
         session_id: 16 bytes, bound into every frame's AAD.
         limits: decoder limits; frames longer than ``limits.max_message_bytes`` plus the
             25 bytes of header and tag are rejected before decryption.
-        max_counter: frames allowed per direction (default 2**32; tests use small ones).
+        max_counter: frames allowed per direction over the whole session, all keys
+            together (default 2**32; tests use small ones).
+        rekey_frames: frames we seal under one key; the last of them is a key update
+            (default 2**20, at least 1). Only our sending direction; the peer decides
+            for its own (§3.5).
+        rekey_after_s: seconds of ``clock`` after which our next frame is a key update
+            (default 3600; ``math.inf`` turns the time trigger off).
+        clock: monotonic clock in seconds, read once per ``seal`` and at each key
+            installation (default ``time.monotonic``; inject a fake one in tests).
+
+    Raises:
+        LocalProtocolError: wrong key or session id sizes, or limits out of range.
     """
 
     def __init__(
@@ -59,26 +106,56 @@ class Transport:
         *,
         limits: Limits = DEFAULT_LIMITS,
         max_counter: int = DEFAULT_MAX_COUNTER,
+        rekey_frames: int = DEFAULT_REKEY_FRAMES,
+        rekey_after_s: float = DEFAULT_REKEY_AFTER_S,
+        clock: Clock = time.monotonic,
     ) -> None:
         if len(send_key) != 32 or len(recv_key) != 32 or len(session_id) != 16:
             raise LocalProtocolError("transport keys must be 32 bytes, session id 16")
         if not 0 < max_counter <= 2**64:
             raise LocalProtocolError("max_counter must be in (0, 2**64]")
+        if type(rekey_frames) is not int or rekey_frames < 1:
+            raise LocalProtocolError("rekey_frames must be an int >= 1")
+        if math.isnan(rekey_after_s) or rekey_after_s <= 0:
+            raise LocalProtocolError("rekey_after_s must be > 0 (math.inf: no time trigger)")
         self.role = role
         self.peer = Role.COORDINATOR if role is Role.NODE else Role.NODE
         self.session_id = session_id
+        self._send_key = send_key
+        self._recv_key = recv_key
         self._seal_aead = ChaCha20Poly1305(send_key)
         self._open_aead = ChaCha20Poly1305(recv_key)
         self._limits = limits
         self._max_counter = max_counter
+        self._rekey_frames = rekey_frames
+        self._rekey_after_s = rekey_after_s
+        self._clock = clock
         self._send_counter = 0
         self._recv_counter = 0
         self._bytes_sent = 0
         self._bytes_received = 0
+        self._sealed_under_key = 0  # frames sealed under the current send key
+        self._key_installed_s = clock()
+        self._update_requested = False
+        self._updates_sent = 0
+        self._updates_received = 0
         self._failed: ProtocolError | None = None
 
+    def request_key_update(self) -> None:
+        """Make the next sealed frame a key update (§3.5), whatever the thresholds."""
+        self._update_requested = True
+
+    def _update_due(self) -> bool:
+        return (
+            self._update_requested
+            or self._sealed_under_key + 1 >= self._rekey_frames
+            or self._clock() - self._key_installed_s >= self._rekey_after_s
+        )
+
     def seal(self, msg: Message) -> bytes:
-        """Encrypt ``msg`` into one frame (one websocket binary message).
+        """Encrypt ``msg`` into one frame (one websocket binary message). The frame is a
+        key update (type 0x02, §3.5) when one is due; our send key is then ratcheted
+        after sealing it.
 
         Raises:
             LocalProtocolError: counter exhausted, message not sendable by our role or
@@ -93,23 +170,35 @@ class Transport:
         plaintext = encode_message(msg)
         if len(plaintext) > self._limits.max_message_bytes:
             raise LocalProtocolError(f"message of {len(plaintext)} bytes exceeds the limit")
+        update = self._update_due()
+        frame_type = FRAME_KEY_UPDATE if update else FRAME_DATA
         counter = _COUNTER.pack(self._send_counter)
-        nonce = bytes(4) + counter
         sealed = self._seal_aead.encrypt(
-            nonce, plaintext, _aad(self.session_id, self.role, counter)
+            bytes(4) + counter, plaintext, _aad(self.session_id, self.role, counter, frame_type)
         )
         self._send_counter += 1
-        frame = bytes([FRAME_DATA]) + counter + sealed
+        self._sealed_under_key += 1
+        if update:
+            self._send_key = next_key(self._send_key)
+            self._seal_aead = ChaCha20Poly1305(self._send_key)
+            self._sealed_under_key = 0
+            self._key_installed_s = self._clock()
+            self._update_requested = False
+            self._updates_sent += 1
+        frame = bytes([frame_type]) + counter + sealed
         self._bytes_sent += len(frame)
         return frame
 
     def open(self, frame: bytes) -> Message:
         """Authenticate, decrypt and decode one received frame (docs/protocol.md §3.4).
+        After an authentic key-update frame (type 0x02) the receive key is ratcheted
+        (§3.5), so later frames under the old key fail with DECRYPT_FAILED.
 
         Raises:
             FrameError: MESSAGE_TOO_LARGE, PROTOCOL_ERROR (unknown frame type),
                 COUNTER_EXHAUSTED, COUNTER_MISMATCH (checked before decryption),
-                DECRYPT_FAILED (bad tag, truncated frame, wrong key or direction).
+                DECRYPT_FAILED (bad tag, truncated frame, wrong key, direction or
+                epoch, frame type changed in flight).
             MessageError: MALFORMED_MESSAGE, or UNEXPECTED_MESSAGE for a handshake type
                 or a type the peer may not send.
             After any failure every later call raises the same class and code.
@@ -127,8 +216,9 @@ class Transport:
             raise FrameError(CloseCode.MESSAGE_TOO_LARGE, f"frame of {len(frame)} bytes")
         if len(frame) < HEADER_BYTES + TAG_BYTES:
             raise FrameError(CloseCode.DECRYPT_FAILED, f"truncated frame ({len(frame)} bytes)")
-        if frame[0] != FRAME_DATA:
-            raise FrameError(CloseCode.PROTOCOL_ERROR, f"unknown frame type {frame[0]:#04x}")
+        frame_type = frame[0]
+        if frame_type not in FRAME_TYPES_KNOWN:
+            raise FrameError(CloseCode.PROTOCOL_ERROR, f"unknown frame type {frame_type:#04x}")
         if self._recv_counter >= self._max_counter:
             raise FrameError(CloseCode.COUNTER_EXHAUSTED, "receive counter exhausted")
         counter_bytes = frame[1:HEADER_BYTES]
@@ -141,12 +231,16 @@ class Transport:
             plaintext = self._open_aead.decrypt(
                 bytes(4) + counter_bytes,
                 frame[HEADER_BYTES:],
-                _aad(self.session_id, self.peer, counter_bytes),
+                _aad(self.session_id, self.peer, counter_bytes, frame_type),
             )
         except InvalidTag:
             raise FrameError(CloseCode.DECRYPT_FAILED, "authentication tag mismatch") from None
         self._recv_counter += 1
         self._bytes_received += len(frame)
+        if frame_type == FRAME_KEY_UPDATE:
+            self._recv_key = next_key(self._recv_key)
+            self._open_aead = ChaCha20Poly1305(self._recv_key)
+            self._updates_received += 1
         msg = decode_message(plaintext, limits=self._limits)
         if msg.TYPE not in FRAME_TYPES or not sends(self.peer, msg.TYPE):
             raise MessageError(
@@ -161,11 +255,14 @@ class Transport:
 
     def statistics(self) -> dict[str, int]:
         """Counters: frames_sent, frames_received, bytes_sent, bytes_received (whole
-        frames, bytes), and frames_left_to_send (before the counter limit)."""
+        frames, bytes), frames_left_to_send (before the counter limit), and
+        key_updates_sent, key_updates_received (key updates per direction, §3.5)."""
         return {
             "frames_sent": self._send_counter,
             "frames_received": self._recv_counter,
             "bytes_sent": self._bytes_sent,
             "bytes_received": self._bytes_received,
             "frames_left_to_send": self._max_counter - self._send_counter,
+            "key_updates_sent": self._updates_sent,
+            "key_updates_received": self._updates_received,
         }

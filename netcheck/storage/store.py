@@ -481,3 +481,20 @@ class Store:
         )
         with self._read("read verdicts") as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
+
+    def result_row(self, round_id: str, node_key: str) -> dict[str, Any] | None:
+        """The ``results`` row of one node in one round, or None if there is none.
+
+        Keys are the column names: ``session_id``, ``commitment``, ``signature`` (hex
+        str or None), ``outputs`` (list of token-id lists or None), timings, ``error``,
+        ``extra``. ``node_key`` is the text form (``ed25519:...``). Used to check a
+        stored receipt offline (:mod:`netcheck.receipts`).
+
+        Raises StorageError if the database failed.
+        """
+        query = select(results).where(
+            (results.c.round_id == round_id) & (results.c.node_key == node_key)
+        )
+        with self._read("read result") as conn:
+            row = conn.execute(query).first()
+        return None if row is None else dict(row._mapping)

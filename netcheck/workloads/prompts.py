@@ -156,9 +156,10 @@ class PromptGenerator:
         if len(text) <= self.max_chars:
             return text
         cut = text[: self.max_chars + 1].rsplit(" ", 1)[0].rstrip(",;:")
-        if len(cut) < self.min_chars or len(cut) > self.max_chars:
-            cut = text[: self.max_chars].rstrip()
-        return cut
+        if self.min_chars <= len(cut) <= self.max_chars:
+            return cut
+        cut = text[: self.max_chars]  # no usable word boundary: cut mid-word
+        return cut[:-1] + "." if cut.endswith(" ") else cut
 
     def prompt(self) -> str:
         """One prompt of ``min_chars`` to ``max_chars`` characters (ASCII)."""
@@ -176,7 +177,10 @@ class PromptGenerator:
             else:
                 if len(text) >= self.min_chars:
                     break
-                text = self._fit(f"{text} {extra}")
+                text = f"{text} {extra}"
+                if len(text) > self.max_chars:
+                    text = self._fit(text)
+                    break
         return text
 
     def prompts(self, n: int) -> list[str]:

@@ -128,11 +128,14 @@ async def test_replayed_frame_closes_session(tmp_path: Path) -> None:
 
 async def test_silent_peer_times_out_in_handshake(tmp_path: Path) -> None:
     """A client that never sends hello is closed with HANDSHAKE_TIMEOUT."""
-    async with running_coordinator(tmp_path, [PROFILE], handshake_timeout_s=0.3) as rc:
-        async with aiohttp.ClientSession() as http, http.ws_connect(rc.url) as ws:
-            msg = await ws.receive(timeout=5.0)
-            assert msg.type == aiohttp.WSMsgType.CLOSE
-            assert ws.close_code == CloseCode.HANDSHAKE_TIMEOUT
+    async with (
+        running_coordinator(tmp_path, [PROFILE], handshake_timeout_s=0.3) as rc,
+        aiohttp.ClientSession() as http,
+        http.ws_connect(rc.url) as ws,
+    ):
+        msg = await ws.receive(timeout=5.0)
+        assert msg.type == aiohttp.WSMsgType.CLOSE
+        assert ws.close_code == CloseCode.HANDSHAKE_TIMEOUT
 
 
 async def test_admin_api_needs_the_token(tmp_path: Path) -> None:

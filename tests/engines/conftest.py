@@ -1,8 +1,8 @@
-"""Shared fixtures for engine tests: one synthetic-model cache per test session."""
+"""Shared fixtures for engine tests: a private synthetic-model cache, test profiles."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,9 +11,9 @@ from netcheck.config import DeadlineParams, Profile
 from netcheck.engines import ensure_synth_model
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A private NETCHECK_MODEL_CACHE holding the tiny and tiny-alt models."""
+    """A private NETCHECK_MODEL_CACHE (set for one test module) with tiny and tiny-alt."""
     root = tmp_path_factory.mktemp("models")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NETCHECK_MODEL_CACHE", str(root))
@@ -22,7 +22,7 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield root
 
 
-def make_profile(engine: str, **overrides: object) -> Profile:
+def _make_profile(engine: str, **overrides: object) -> Profile:
     """A small test profile: tiny model, B=8, 64 prompt tokens, 16 new tokens."""
     fields: dict[str, object] = {
         "name": f"test-{engine}",
@@ -37,3 +37,9 @@ def make_profile(engine: str, **overrides: object) -> Profile:
     }
     fields.update(overrides)
     return Profile.model_validate(fields)
+
+
+@pytest.fixture(scope="session")
+def make_profile() -> Callable[..., Profile]:
+    """Factory for small test profiles: ``make_profile(engine, **field_overrides)``."""
+    return _make_profile

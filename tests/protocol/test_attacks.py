@@ -225,7 +225,7 @@ def test_deeply_nested_message_in_frame(connect):
     transport = pair.node_transport
     # Seal by hand with the node's own sealing key so the coordinator can open it.
     frame = transport._seal_aead.encrypt(
-        bytes(12), plaintext, pair.accepted.session_id + b"\x00" + bytes(8)
+        bytes(12), plaintext, pair.accepted.session_id + b"\x00" + bytes(8) + b"\x01"
     )
     with pytest.raises(MessageError) as err:
         pair.coordinator_transport.open(b"\x01" + bytes(8) + frame)
@@ -412,3 +412,76 @@ def test_signature_reuse_across_contexts(connect, node_id, coord_id):
     assert _code(err) is CloseCode.BAD_SIGNATURE
     auth_sig = decode_message(pair.auth).signature
     assert not verify_receipt(public_key_bytes(node_id), auth_sig, session_id, "r1", bytes(32))
+
+
+# --- key update (§3.5) ----------------------------------------------------------------------
+
+
+def test_forged_key_update(connect):
+    """Turning a data frame into a key update (type 0x01 -> 0x02) is DECRYPT_FAILED: the
+    type byte is in the AAD, so an attacker cannot desynchronise the keys."""
+    pair = connect()
+    frame = pair.node_transport.seal(Ack("r1"))
+    with pytest.raises(FrameError) as err:
+        pair.coordinator_transport.open(b"\x02" + frame[1:])
+    assert _code(err) is CloseCode.DECRYPT_FAILED
+
+
+def test_stripped_key_update(connect):
+    """Turning a key update into a data frame (0x02 -> 0x01) is DECRYPT_FAILED."""
+    pair = connect()
+    pair.node_transport.request_key_update()
+    frame = pair.node_transport.seal(Ack("r1"))
+    assert frame[0] == 0x02
+    with pytest.raises(FrameError) as err:
+        pair.coordinator_transport.open(b"\x01" + frame[1:])
+    assert _code(err) is CloseCode.DECRYPT_FAILED
+
+
+def test_old_key_refused_after_key_update():
+    """After a key update, a frame sealed under the previous key is DECRYPT_FAILED, even
+    with the expected counter."""
+    k1, k2, sid = bytes(32), bytes([1]) * 32, bytes(16)
+    sender = Transport(Role.NODE, k1, k2, sid, rekey_frames=2)
+    stale = Transport(Role.NODE, k1, k2, sid)  # never updates: keeps the old key
+    receiver = Transport(Role.COORDINATOR, k2, k1, sid)
+    for _ in range(2):
+        receiver.open(sender.seal(Ack("r")))  # the second frame is the key update
+    old = [stale.seal(Ack("r")) for _ in range(3)][2]  # counter 2, old key
+    with pytest.raises(FrameError) as err:
+        receiver.open(old)
+    assert _code(err) is CloseCode.DECRYPT_FAILED
+
+
+def test_key_update_from_other_session(connect):
+    """A key-update frame from another session is DECRYPT_FAILED and ratchets nothing."""
+    one, two = connect(), connect()
+    one.coordinator_transport.request_key_update()
+    with pytest.raises(FrameError) as err:
+        two.node_transport.open(one.coordinator_transport.seal(Echo(1)))
+    assert _code(err) is CloseCode.DECRYPT_FAILED
+    assert two.node_transport.statistics()["key_updates_received"] == 0
+
+
+@pytest.mark.parametrize("side", ["node", "coordinator"])
+def test_reflection_of_handshake_message(node_id, coord_id, side):
+    """A party's own handshake message sent back to it is UNEXPECTED_MESSAGE."""
+    node = NodeHandshake(node_id, coord_id.public_key(), CLAIM)
+    coordinator = CoordinatorHandshake(coord_id, lambda k: True)
+    hello = node.start()
+    welcome = coordinator.receive_hello(hello)
+    with pytest.raises(HandshakeError) as err:
+        if side == "node":
+            node.receive_welcome(hello)
+        else:
+            coordinator.receive_auth(welcome)
+    assert _code(err) is CloseCode.UNEXPECTED_MESSAGE
+
+
+def test_reflection_of_hello_to_coordinator(node_id, coord_id):
+    """A coordinator's welcome replayed to it as a first message is UNEXPECTED_MESSAGE."""
+    node = NodeHandshake(node_id, coord_id.public_key(), CLAIM)
+    welcome = CoordinatorHandshake(coord_id, lambda k: True).receive_hello(node.start())
+    with pytest.raises(HandshakeError) as err:
+        CoordinatorHandshake(coord_id, lambda k: True).receive_hello(welcome)
+    assert _code(err) is CloseCode.UNEXPECTED_MESSAGE

@@ -32,13 +32,14 @@ def make(**kwargs) -> tuple[Transport, Transport]:
     return node, coordinator
 
 
-def raw_frame(plaintext: bytes, *, counter: int = 0, key: bytes = K_NC, direction: int = 0):
+def raw_frame(
+    plaintext: bytes, *, counter: int = 0, key: bytes = K_NC, direction: int = 0, ftype: int = 1
+):
     """A frame built by hand from any plaintext (node -> coordinator by default)."""
     ctr = counter.to_bytes(8, "big")
-    sealed = ChaCha20Poly1305(key).encrypt(
-        bytes(4) + ctr, plaintext, SID + bytes([direction]) + ctr
-    )
-    return b"\x01" + ctr + sealed
+    aad = SID + bytes([direction]) + ctr + bytes([ftype])
+    sealed = ChaCha20Poly1305(key).encrypt(bytes(4) + ctr, plaintext, aad)
+    return bytes([ftype]) + ctr + sealed
 
 
 def test_round_trip_both_directions():
@@ -84,6 +85,8 @@ def test_statistics():
         "bytes_sent": len(frame),
         "bytes_received": 0,
         "frames_left_to_send": 9,
+        "key_updates_sent": 0,
+        "key_updates_received": 0,
     }
     assert coord.statistics()["frames_received"] == 1
     assert coord.statistics()["bytes_received"] == len(frame)
@@ -132,12 +135,13 @@ def test_malformed_plaintext():
     assert err.value.code is CloseCode.MALFORMED_MESSAGE
 
 
-def test_unknown_frame_type():
-    """A frame type other than 0x01 is PROTOCOL_ERROR."""
+@pytest.mark.parametrize("ftype", [0x00, 0x03, 0x80, 0xFF])
+def test_unknown_frame_type(ftype):
+    """A frame type other than 0x01 (data) and 0x02 (key update) is PROTOCOL_ERROR."""
     node, coord = make()
     frame = node.seal(Ack("r"))
     with pytest.raises(FrameError) as err:
-        coord.open(b"\x02" + frame[1:])
+        coord.open(bytes([ftype]) + frame[1:])
     assert err.value.code is CloseCode.PROTOCOL_ERROR
 
 

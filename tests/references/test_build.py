@@ -32,7 +32,7 @@ class FakeEngine:
     def generate(self, prompts: Sequence[str]) -> list[list[int]]:
         self.batches.append(len(prompts))
         n = self.max_new_tokens - (1 if self.short else 0)
-        return [list(hashlib.sha256(p.encode()).digest()[:n]) for p in prompts]
+        return [list((hashlib.sha512(p.encode()).digest() * 4)[:n]) for p in prompts]
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_engine_mismatch_refused(profile: Profile) -> None:
     store = Store("sqlite://")
     with pytest.raises(EngineError, match="batch size 8 != profile batch size 16"):
         build_references(profile, FakeEngine(profile, batch_size=8), store, 16, seed=1)
-    with pytest.raises(EngineError, match="not 16 tokens long"):
+    with pytest.raises(EngineError, match=f"not {profile.max_new_tokens} tokens long"):
         build_references(profile, FakeEngine(profile, short=True), store, 16, seed=1)
     assert store.count_references() == 0
     with pytest.raises(ValueError):

@@ -66,4 +66,7 @@ def test_bad_arguments() -> None:
         PromptGenerator(1).prompts(-1)
 
 
-PINNED_SEED0 = ""
+PINNED_SEED0 = (
+    "Tell me a short story about a bicycle and Tomas. "
+    "Ask the project team for help with the quarterly budget."
+)

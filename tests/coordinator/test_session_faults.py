@@ -1,0 +1,178 @@
+"""Session faults over real loopback websockets: truncation mid-round and silent peers.
+
+Each case checks the three promises of docs/protocol.md §9: the session ends, nothing
+is recorded as a valid result, and the coordinator keeps serving its other nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.config import DeadlineParams, Profile
+from netcheck.coordinator import rounds, server
+from netcheck.coordinator.rounds import run_round
+from netcheck.engines.fingerprint import fingerprint_id
+from netcheck.keys import public_key_text
+from netcheck.node.adversary import MadeUpWorker
+from netcheck.protocol.handshake import NodeHandshake
+from netcheck.protocol.jobs import commitment, sign_receipt
+from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
+from netcheck.protocol.transport import Transport
+from netcheck.storage import ReferenceRow, Store
+from netcheck.testing import RunningCoordinator, running_coordinator
+
+PROFILE = Profile(
+    name="test",
+    engine="torch",
+    model="synth:tiny",
+    dtype="float32",
+    batch_size=4,
+    prompt_len=32,
+    max_new_tokens=4,
+    canaries_min=1,
+    canaries_max=1,
+    deadline=DeadlineParams(t_ref_s=1.0),
+    dispatch_timeout_s=1.0,
+    result_timeout_s=3.0,
+)
+FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+
+
+def _store(tmp_path: Path) -> Store:
+    """A store holding enough canaries for a few rounds of two nodes."""
+    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}")
+    fp_id = fingerprint_id(FP)
+    rows = [
+        ReferenceRow(f"ref{i}", PROFILE.name, fp_id, f"prompt {i}", (1, 2, 3, 4), 0.0)
+        for i in range(16)
+    ]
+    store.add_references(rows)
+    return store
+
+
+async def _raw_session(rc: RunningCoordinator, identity: Ed25519PrivateKey):  # type: ignore[no-untyped-def]
+    """Open a websocket and complete the handshake by hand; returns (http, ws, transport)."""
+    http = aiohttp.ClientSession()
+    ws = await http.ws_connect(rc.url)
+    claim = ProfileClaim(profile=PROFILE.name, fingerprint=FP, software="test")
+    hs = NodeHandshake(identity, rc.identity.public_key(), claim)
+    await ws.send_bytes(hs.start())
+    welcome = await ws.receive(timeout=5.0)
+    await ws.send_bytes(hs.receive_welcome(welcome.data))
+    return http, ws, hs.transport()
+
+
+async def _serve_until_release(
+    ws: aiohttp.ClientWebSocketResponse, transport: Transport
+) -> tuple[Job, Release]:
+    """Answer echoes and ack the job like an honest node; return at the release."""
+    job = None
+    while True:
+        msg = transport.open((await ws.receive(timeout=8.0)).data)
+        if isinstance(msg, Echo):
+            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
+        elif isinstance(msg, Job):
+            job = msg
+            await ws.send_bytes(transport.seal(Ack(msg.round_id)))
+        elif isinstance(msg, Release):
+            assert job is not None
+            return job, msg
+
+
+def _assert_nothing_valid(store: Store, round_id: str, node_key: str) -> None:
+    row = store.result_row(round_id, node_key)
+    assert row is not None
+    assert row["signature"] is None and row["commitment"] is None and row["outputs"] is None
+    verdicts = {v["node_key"]: v for v in store.round_verdicts(round_id)}
+    assert not verdicts[node_key]["passed"]
+
+
+@pytest.mark.parametrize("cut", ["close_without_bye", "tcp_close", "partial_result_frame"])
+async def test_truncation_mid_round(tmp_path: Path, cut: str) -> None:
+    """A node cut off after release (no bye) is DISCONNECTED, nothing valid is stored,
+    and the coordinator finishes the round and keeps serving the other node."""
+    identity = Ed25519PrivateKey.generate()
+    node_key = public_key_text(identity)
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
+        await rc.wait_connected(1, timeout_s=5.0)
+        http, ws, transport = await _raw_session(rc, identity)
+        try:
+            await rc.wait_connected(2, timeout_s=5.0)
+            round_task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
+            job, _release = await _serve_until_release(ws, transport)
+            if cut == "close_without_bye":
+                await ws.close()
+            elif cut == "tcp_close":
+                await http.close()
+            else:  # a signed result, cut in flight: half a frame, then the connection
+                outputs = ((1, 2, 3, 4),) * job.batch_size
+                digest = commitment(outputs)
+                sig = sign_receipt(identity, transport.session_id, job.round_id, digest)
+                frame = transport.seal(Result(job.round_id, outputs, digest, sig))
+                await ws.send_bytes(frame[: len(frame) // 2])
+                await http.close()
+            report = await asyncio.wait_for(round_task, 8.0)
+        finally:
+            await ws.close()
+            await http.close()
+        verdicts = {o.node_key: str(o.verdict) for o in report.outcomes}
+        assert verdicts[node_key] == "disconnected"
+        assert len(verdicts) == 2  # the other node got a verdict too: it was served
+        _assert_nothing_valid(rc.coord.store, report.round_id, node_key)
+        await rc.wait_connected(1, timeout_s=2.0)
+        assert node_key not in rc.coord.sessions
+        survivor = next(iter(rc.coord.sessions.values()))
+        assert await survivor.measure_rtt(11, timeout_s=2.0) is not None
+
+
+async def test_silent_peer_in_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that completes the handshake, then never answers, is MISSING in the round
+    (bounded by the echo and dispatch timeouts); the other node is served."""
+    monkeypatch.setattr(rounds, "ECHO_TIMEOUT_S", 0.2)
+    identity = Ed25519PrivateKey.generate()
+    node_key = public_key_text(identity)
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
+        await rc.wait_connected(1, timeout_s=5.0)
+        http, ws, _transport = await _raw_session(rc, identity)
+        try:
+            await rc.wait_connected(2, timeout_s=5.0)
+            report = await asyncio.wait_for(run_round(rc.coord, PROFILE.name), 8.0)
+        finally:
+            await ws.close()
+            await http.close()
+        verdicts = {o.node_key: str(o.verdict) for o in report.outcomes}
+        assert verdicts[node_key] == "missing"
+        assert len(verdicts) == 2
+        _assert_nothing_valid(rc.coord.store, report.round_id, node_key)
+
+
+async def test_silent_peer_dropped_by_heartbeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that stops reading after the handshake (no pong) is dropped by the
+    websocket heartbeat; the other node stays connected and answers."""
+    monkeypatch.setattr(server, "HEARTBEAT_S", 0.3)
+    identity = Ed25519PrivateKey.generate()
+    node_key = public_key_text(identity)
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
+        await rc.wait_connected(1, timeout_s=5.0)
+        http, ws, _transport = await _raw_session(rc, identity)
+        try:
+            await rc.wait_connected(2, timeout_s=5.0)
+            async with asyncio.timeout(5.0):  # never read again: no pong is sent
+                while node_key in rc.coord.sessions:
+                    await asyncio.sleep(0.05)
+        finally:
+            await ws.close()
+            await http.close()
+        assert len(rc.coord.sessions) == 1
+        survivor = next(iter(rc.coord.sessions.values()))
+        assert await survivor.measure_rtt(12, timeout_s=2.0) is not None

@@ -1,0 +1,196 @@
+"""Offline receipt checks (netcheck.receipts): the function and `receipt verify`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.analysis.verdicts import NodeOutcome, Verdict
+from netcheck.coordinator.planner import RoundPlan
+from netcheck.keys import public_key_text
+from netcheck.protocol.jobs import commitment, sign_receipt
+from netcheck.receipts import receipt, verify_stored_receipt
+from netcheck.storage import Store
+
+OUTPUTS = [[1, 2, 3], [4, 5, 6]]
+ROUND = "r20260101T000000-abcdef"
+SID = bytes(range(16))
+
+
+@pytest.fixture
+def signed() -> dict[str, str]:
+    """A valid stored receipt, as hex/text fields."""
+    key = Ed25519PrivateKey.generate()
+    digest = commitment(OUTPUTS)
+    return {
+        "node_key": public_key_text(key),
+        "session_id": SID.hex(),
+        "round_id": ROUND,
+        "commitment_hex": digest.hex(),
+        "signature_hex": sign_receipt(key, SID, ROUND, digest).hex(),
+    }
+
+
+def _flip(hex_text: str) -> str:
+    return ("0" if hex_text[0] != "0" else "1") + hex_text[1:]
+
+
+def test_valid_receipt_verifies(signed):
+    """A receipt signed by the node verifies with its public key alone."""
+    check = verify_stored_receipt(**signed)
+    assert check.valid and not check.outputs_checked
+
+
+def test_valid_receipt_with_outputs(signed):
+    """Outputs that hash to the commitment make the check stronger and still valid."""
+    check = verify_stored_receipt(**signed, outputs=OUTPUTS)
+    assert check.valid and check.outputs_checked
+
+
+@pytest.mark.parametrize("field", ["commitment_hex", "session_id", "signature_hex"])
+def test_tampered_field_fails(signed, field):
+    """Changing one hex digit of the commitment, session id or signature is invalid."""
+    assert not verify_stored_receipt(**{**signed, field: _flip(signed[field])}).valid
+
+
+def test_tampered_round_id_fails(signed):
+    """The receipt does not verify for another round id."""
+    assert not verify_stored_receipt(**{**signed, "round_id": ROUND + "x"}).valid
+
+
+def test_other_node_key_fails(signed):
+    """Another node's public key does not verify the receipt."""
+    other = public_key_text(Ed25519PrivateKey.generate())
+    assert not verify_stored_receipt(**{**signed, "node_key": other}).valid
+
+
+def test_recomputed_commitment_must_match(signed):
+    """Outputs that differ from the committed ones make the receipt invalid."""
+    check = verify_stored_receipt(**signed, outputs=[[1, 2, 3], [4, 5, 7]])
+    assert not check.valid and "hash to" in check.reason
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"node_key": "ed25519:nope"},
+        {"session_id": "zz"},
+        {"commitment_hex": "00" * 31},
+        {"signature_hex": "00" * 65},
+    ],
+)
+def test_malformed_input_is_invalid(signed, changes):
+    """Malformed keys or hex give an invalid check with a reason, never an exception."""
+    check = verify_stored_receipt(**{**signed, **changes})
+    assert not check.valid and "malformed" in check.reason
+
+
+def test_malformed_outputs_are_invalid(signed):
+    """Token ids outside [0, 2**31) cannot be recomputed: invalid."""
+    assert not verify_stored_receipt(**signed, outputs=[[-1]]).valid
+
+
+def _args(signed: dict[str, str]) -> list[str]:
+    return [
+        "verify",
+        "--node-key",
+        signed["node_key"],
+        "--session-id",
+        signed["session_id"],
+        "--round-id",
+        signed["round_id"],
+        "--commitment",
+        signed["commitment_hex"],
+        "--signature",
+        signed["signature_hex"],
+    ]
+
+
+def test_cli_valid_exits_0(signed):
+    """`receipt verify` with a valid receipt prints valid and exits 0."""
+    result = CliRunner().invoke(receipt, _args(signed))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("valid:")
+
+
+def test_cli_invalid_exits_1(signed):
+    """A tampered commitment exits 1 and says INVALID."""
+    args = _args({**signed, "commitment_hex": _flip(signed["commitment_hex"])})
+    result = CliRunner().invoke(receipt, args)
+    assert result.exit_code == 1
+    assert "INVALID" in result.output
+
+
+def test_cli_outputs_json(signed, tmp_path: Path):
+    """--outputs-json recomputes the commitment: matching outputs 0, others 1."""
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({"outputs": OUTPUTS}))
+    bad.write_text(json.dumps([[9, 9, 9], [4, 5, 6]]))
+    runner = CliRunner()
+    ok = runner.invoke(receipt, [*_args(signed), "--outputs-json", str(good)])
+    assert ok.exit_code == 0 and "outputs match" in ok.output
+    assert runner.invoke(receipt, [*_args(signed), "--outputs-json", str(bad)]).exit_code == 1
+
+
+def test_cli_needs_fields_or_db(signed):
+    """Without the receipt fields or --from-db the command is a usage error (exit 2)."""
+    result = CliRunner().invoke(receipt, ["verify", "--node-key", signed["node_key"], "--round-id", ROUND])
+    assert result.exit_code == 2
+
+
+def _store_result(url: str, signed: dict[str, str], *, outputs: list[list[int]]) -> None:
+    store = Store(url)
+    try:
+        store.record_plan(RoundPlan(ROUND, "p", 2, 3, (), ()), started_at=1.0)
+        outcome = NodeOutcome(signed["node_key"], Verdict.PASS, "ok", 0.5, 0, 0)
+        evidence = {
+            "session_id": bytes.fromhex(signed["session_id"]),
+            "commitment": bytes.fromhex(signed["commitment_hex"]),
+            "signature": bytes.fromhex(signed["signature_hex"]),
+            "outputs": outputs,
+        }
+        store.record_outcome(ROUND, [outcome], {signed["node_key"]: evidence})
+    finally:
+        store.close()
+
+
+def test_store_result_row(signed, tmp_path: Path):
+    """Store.result_row returns the stored hex fields and outputs, or None."""
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    _store_result(url, signed, outputs=OUTPUTS)
+    with Store(url) as store:
+        row = store.result_row(ROUND, signed["node_key"])
+        assert row is not None
+        assert row["signature"] == signed["signature_hex"] and row["outputs"] == OUTPUTS
+        assert store.result_row(ROUND, "ed25519:other") is None
+
+
+def test_cli_from_db(signed, tmp_path: Path):
+    """--from-db reads the row and checks signature and outputs; altered outputs fail."""
+    good, bad = tmp_path / "good.db", tmp_path / "bad.db"
+    _store_result(f"sqlite:///{good}", signed, outputs=OUTPUTS)
+    _store_result(f"sqlite:///{bad}", signed, outputs=[[0, 0, 0], [4, 5, 6]])
+    runner = CliRunner()
+    base = ["verify", "--round-id", ROUND, "--node-key", signed["node_key"], "--from-db"]
+    ok = runner.invoke(receipt, [*base, f"sqlite:///{good}"])
+    assert ok.exit_code == 0, ok.output
+    assert "outputs match" in ok.output
+    assert runner.invoke(receipt, [*base, f"sqlite:///{bad}"]).exit_code == 1
+
+
+def test_cli_from_db_missing(signed, tmp_path: Path):
+    """A missing database file or row is reported, not created or guessed."""
+    runner = CliRunner()
+    base = ["verify", "--round-id", ROUND, "--node-key", signed["node_key"], "--from-db"]
+    missing = tmp_path / "none.db"
+    assert runner.invoke(receipt, [*base, f"sqlite:///{missing}"]).exit_code == 2
+    assert not missing.exists()
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    _store_result(url, signed, outputs=OUTPUTS)
+    other = public_key_text(Ed25519PrivateKey.generate())
+    result = runner.invoke(receipt, ["verify", "--round-id", ROUND, "--node-key", other, "--from-db", url])
+    assert result.exit_code == 1 and "no result" in result.output
