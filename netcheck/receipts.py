@@ -127,9 +127,10 @@ def _row_from_db(url: str, round_id: str, node_key: str) -> dict[str, Any]:
     from netcheck.storage import Store
 
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        if not Path(parsed.database).expanduser().exists():
-            raise click.BadParameter(f"no database file at {parsed.database}", param_hint="--from-db")
+    database = parsed.database or ""
+    is_file = parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
+    if is_file and not Path(database).expanduser().exists():
+        raise click.BadParameter(f"no database file at {database}", param_hint="--from-db")
     canonical = public_key_text(parse_public_key(node_key))
     store = Store(url)
     try:

@@ -64,6 +64,7 @@ from netcheck.protocol import (  # noqa: E402
     EchoReply,
     Error,
     Job,
+    Message,
     NodeHandshake,
     ProfileClaim,
     Release,
@@ -126,14 +127,14 @@ class Fixture:
         welcome = coord.receive_hello(hello)
         auth = node.receive_welcome(welcome)
         coord.receive_auth(auth)
-        to_coord = [
+        to_coord: list[Message] = [
             Ack("r1"),
             Result("r1", ((1, 2, 3), (4, 5, 6)), bytes(32), bytes(64)),
             Error("r1", "engine error"),
             EchoReply(7),
             Bye("done"),
         ]
-        to_node = [
+        to_node: list[Message] = [
             Job("r1", bytes(12), bytes(40), 2, 3, 1.5),
             Release("r1", bytes(32)),
             Echo(7),
@@ -144,9 +145,7 @@ class Fixture:
         messages = [encode_message(m) for m in (*to_coord, *to_node)]
         messages += [hello, welcome, auth]
         job_plaintexts = [msgpack.packb(["a prompt", "another"]), msgpack.packb([])]
-        return cls(
-            node_id, coord_id, hello, welcome, auth, frames, messages, job_plaintexts
-        )
+        return cls(node_id, coord_id, hello, welcome, auth, frames, messages, job_plaintexts)
 
 
 # --- mutators --------------------------------------------------------------------------

@@ -138,7 +138,9 @@ def test_cli_outputs_json(signed, tmp_path: Path):
 
 def test_cli_needs_fields_or_db(signed):
     """Without the receipt fields or --from-db the command is a usage error (exit 2)."""
-    result = CliRunner().invoke(receipt, ["verify", "--node-key", signed["node_key"], "--round-id", ROUND])
+    result = CliRunner().invoke(
+        receipt, ["verify", "--node-key", signed["node_key"], "--round-id", ROUND]
+    )
     assert result.exit_code == 2
 
 
@@ -192,5 +194,7 @@ def test_cli_from_db_missing(signed, tmp_path: Path):
     url = f"sqlite:///{tmp_path / 'n.db'}"
     _store_result(url, signed, outputs=OUTPUTS)
     other = public_key_text(Ed25519PrivateKey.generate())
-    result = runner.invoke(receipt, ["verify", "--round-id", ROUND, "--node-key", other, "--from-db", url])
+    result = runner.invoke(
+        receipt, ["verify", "--round-id", ROUND, "--node-key", other, "--from-db", url]
+    )
     assert result.exit_code == 1 and "no result" in result.output

@@ -1,0 +1,75 @@
+"""The ``netcheck`` command line: help texts, keygen, config errors."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from netcheck.cli import main
+
+COMMANDS = [
+    [],
+    ["keygen"],
+    ["model", "synth"],
+    ["reference", "build"],
+    ["coordinator", "serve"],
+    ["node", "run"],
+    ["round", "run"],
+    ["nodes"],
+    ["demo"],
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a) or "netcheck")
+def test_every_command_has_help(args: list[str]) -> None:
+    """``--help`` works on every command and describes it."""
+    result = CliRunner().invoke(main, [*args, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_keygen_writes_private_key_and_prints_public(tmp_path: Path) -> None:
+    """keygen writes a 0600 PEM file and prints the ed25519: public key."""
+    path = tmp_path / "node.pem"
+    result = CliRunner().invoke(main, ["keygen", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().startswith("ed25519:")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text().startswith("-----BEGIN PRIVATE KEY-----")
+
+
+def test_keygen_refuses_to_overwrite(tmp_path: Path) -> None:
+    """A second keygen on the same path fails with a clear error and keeps the key."""
+    path = tmp_path / "node.pem"
+    runner = CliRunner()
+    runner.invoke(main, ["keygen", str(path)])
+    before = path.read_bytes()
+    result = runner.invoke(main, ["keygen", str(path)])
+    assert result.exit_code == 2
+    assert "error:" in result.output
+    assert path.read_bytes() == before
+
+
+def test_bad_config_names_the_field(tmp_path: Path) -> None:
+    """A coordinator config with a bad field fails with the file and field named."""
+    cfg = tmp_path / "coordinator.toml"
+    cfg.write_text('port = "eighty"\nidentity_key = "k.pem"\nadmin_token = "x"\nprofiles = []\n')
+    result = CliRunner().invoke(main, ["round", "run", "--config", str(cfg)])
+    assert result.exit_code == 2
+    assert "coordinator.toml" in result.output
+    assert "port" in result.output
+
+
+def test_round_run_without_coordinator_is_a_clear_error(tmp_path: Path) -> None:
+    """Asking for a round when no coordinator listens gives a one-line error."""
+    cfg = tmp_path / "coordinator.toml"
+    cfg.write_text(
+        'port = 1\nidentity_key = "k.pem"\nadmin_token = "0123456789abcdef0123"\n'
+        'profiles = ["cpu-tiny"]\nopen_enrollment = true\n'
+    )
+    result = CliRunner().invoke(main, ["round", "run", "--config", str(cfg)])
+    assert result.exit_code == 2
+    assert "cannot reach the coordinator" in result.output
