@@ -294,3 +294,15 @@ def demo(rounds: int, workdir: Path, profile_name: str) -> None:
 
     setup_logging(False, "demo")
     sys.exit(run_demo(workdir, rounds, profile_name))
+
+
+# -- commands defined next to the code they drive ---------------------------------------
+
+
+def _register_subcommands() -> None:
+    from netcheck.receipts import receipt
+
+    main.add_command(receipt)
+
+
+_register_subcommands()

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from dataclasses import dataclass, field
 
-from aiohttp import WSMsgType, web
+from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
 
 from netcheck.errors import CloseCode, ProtocolError
 from netcheck.protocol.messages import (
@@ -30,6 +31,11 @@ from netcheck.protocol.messages import (
 from netcheck.protocol.transport import Transport
 
 log = logging.getLogger("netcheck.coordinator")
+
+
+def _too_big(exc: BaseException | None) -> bool:
+    """True if aiohttp rejected a websocket message for exceeding ``max_msg_size``."""
+    return isinstance(exc, WebSocketError) and exc.code == WSCloseCode.MESSAGE_TOO_BIG
 
 
 class NodeDisconnected(Exception):
@@ -168,6 +174,8 @@ class NodeSession:
         try:
             async for wsmsg in self.ws:
                 arrived_ns = time.monotonic_ns()
+                if wsmsg.type == WSMsgType.ERROR and _too_big(self.ws.exception()):
+                    raise ProtocolError(CloseCode.MESSAGE_TOO_LARGE, "websocket message too big")
                 if wsmsg.type != WSMsgType.BINARY:
                     raise ProtocolError(
                         CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame, expected binary"
@@ -183,6 +191,19 @@ class NodeSession:
         finally:
             self.fail_waiters()
         return code
+
+    async def keepalive(self, interval_s: float, misses_allowed: int) -> None:
+        """Echo the node process every ``interval_s``; close with IDLE_TIMEOUT after
+        ``misses_allowed`` unanswered echoes in a row (docs/protocol.md §6)."""
+        misses = 0
+        while not self.closed.is_set():
+            await asyncio.sleep(interval_s)
+            rtt = await self.measure_rtt(secrets.randbits(62), interval_s)
+            misses = 0 if rtt is not None else misses + 1
+            if misses >= misses_allowed:
+                log.warning("node %s: %d echoes unanswered, closing", self.label, misses)
+                await self.ws.close(code=CloseCode.IDLE_TIMEOUT, message=b"idle timeout")
+                return
 
     def fail_waiters(self) -> None:
         """Fail every pending waiter with :class:`NodeDisconnected`."""

@@ -38,7 +38,7 @@ from netcheck.protocol.messages import (
     Release,
     Result,
 )
-from netcheck.protocol.transport import Transport
+from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES, Transport
 
 log = logging.getLogger("netcheck.node")
 
@@ -48,6 +48,9 @@ FATAL_CODES = frozenset(
 )
 HANDSHAKE_TIMEOUT_S = 10.0
 HEARTBEAT_S = 15.0
+#: The coordinator echoes every 20 s (coordinator.server.KEEPALIVE_S); a coordinator
+#: silent for this long is treated as gone and the node reconnects.
+IDLE_TIMEOUT_S = 75.0
 
 
 class NodeFatalError(NetcheckError):
@@ -79,6 +82,8 @@ class NodeClient:
         profile: profile name this node claims.
         worker: runs batches; its ``fingerprint`` is claimed in the handshake.
         max_message_bytes: websocket message size cap.
+        local_addr: local (host, port) to connect from (load tests spread many nodes
+            over several 127.x.y.z source addresses); None = the system's choice.
     """
 
     def __init__(
@@ -91,8 +96,10 @@ class NodeClient:
         *,
         max_message_bytes: int = 8 * 1024 * 1024,
         label: str = "node",
+        local_addr: tuple[str, int] | None = None,
     ) -> None:
         self.url = url
+        self.local_addr = local_addr
         self.identity = identity
         self.coordinator_key = coordinator_key
         self.profile = profile
@@ -129,13 +136,15 @@ class NodeClient:
         Raises:
             NodeFatalError: refused for a non-retryable reason (see ``FATAL_CODES``).
         """
+        connector = aiohttp.TCPConnector(local_addr=self.local_addr) if self.local_addr else None
         async with (
-            aiohttp.ClientSession() as http,
+            aiohttp.ClientSession(connector=connector) as http,
             http.ws_connect(
                 self.url,
                 compress=0,
                 heartbeat=HEARTBEAT_S,
-                max_msg_size=self.max_message_bytes,
+                max_msg_size=self.max_message_bytes + HEADER_BYTES + TAG_BYTES,
+                receive_timeout=IDLE_TIMEOUT_S,
             ) as ws,
         ):
             try:
@@ -193,6 +202,12 @@ class NodeClient:
             log.error("%s: closing session: %s", self.label, exc)
             await ws.close(code=exc.code, message=exc.code.name.lower().encode())
             return exc.code
+        except TimeoutError:
+            log.warning(
+                "%s: coordinator silent for %.0f s, reconnecting", self.label, IDLE_TIMEOUT_S
+            )
+            await ws.close(code=CloseCode.IDLE_TIMEOUT, message=b"idle timeout")
+            return CloseCode.IDLE_TIMEOUT
         code = ws.close_code or CloseCode.NORMAL
         name = CloseCode(code).name if code in CloseCode._value2member_map_ else str(code)
         log.info("%s: session closed by coordinator: %s (%d)", self.label, name, code)
