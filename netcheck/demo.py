@@ -34,15 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
+from netcheck.report import console as report_console
 from netcheck.report import print_round, verdict_text
 
-console = Console(stderr=False)
+console = report_console()
 
 
 @dataclass(frozen=True)

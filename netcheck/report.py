@@ -8,6 +8,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+
+def console() -> Console:
+    """A console for tables: the terminal's width, or 120 columns when piped to a file."""
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=120)
+
+
 VERDICT_STYLE = {"pass": "green", "late": "yellow", "profile-mismatch": "magenta"}
 
 
@@ -37,11 +44,11 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
             f"{v['canaries_matched']}/{v['canaries_checked']}",
             v["reason"],
         )
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     phases = report.get("phases", {})
     if phases:
-        console.print(
+        out.print(
             "  phases: "
             + ", ".join(f"{k.removesuffix('_s')} {val * 1000:.1f} ms" for k, val in phases.items())
         )
@@ -61,4 +68,4 @@ def print_nodes(data: Mapping[str, Any]) -> None:
             "-" if rtt is None else f"{rtt * 1000:.2f}",
             n["peer"],
         )
-    Console().print(table)
+    console().print(table)
