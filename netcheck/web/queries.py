@@ -1,0 +1,470 @@
+"""Read-only queries for the dashboard and the exports (SQLAlchemy Core, no writes).
+
+Every query reads the tables of :mod:`netcheck.storage.tables` through the engine of the
+coordinator's :class:`~netcheck.storage.Store` (``Store`` owns the connection pool and
+the SQLite pragmas; this module only issues ``SELECT``). SQLAlchemy errors become
+:class:`~netcheck.errors.StorageError` as in the store.
+
+Flags belong to the screening work (``netcheck/storage/flags.py``). This module does not
+depend on that code's Python API: it reads a table named ``flags`` if the database has
+one (the ``Table`` object from ``netcheck.storage.flags`` if importable, else by
+reflection) and returns its rows as plain dicts; :mod:`netcheck.web.flagview` maps those
+to what the pages show. Without the table, there are simply no flags.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Connection,
+    Float,
+    Integer,
+    MetaData,
+    Numeric,
+    Table,
+    and_,
+    case,
+    func,
+    inspect,
+    select,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from netcheck.errors import StorageError
+from netcheck.storage import Store
+from netcheck.storage.tables import assignments, nodes, results, rounds, verdicts
+
+#: Failing verdicts among a node's most recent ``STRIKE_WINDOW`` verdicts are its strikes.
+STRIKE_WINDOW = 10
+
+#: Columns of each export, in order (cell types come from the tables: :meth:`Reader.column_types`).
+EXPORT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "rounds": (
+        "round_id", "profile", "batch_size", "max_new_tokens", "started_at", "finished_at",
+        "status", "skipped", "timing", "summary",
+    ),
+    "verdicts": (
+        "round_id", "node_key", "verdict", "reason", "elapsed_s", "canaries_checked",
+        "canaries_matched", "recorded_at", "passed",
+    ),
+    "timings": (
+        "round_id", "node_key", "session_id", "released_ns", "arrived_ns", "rtt_s",
+        "commitment", "signature", "error", "extra",
+    ),
+}  # fmt: skip
+_EXPORT_TABLES = {"rounds": rounds, "verdicts": verdicts, "timings": results}
+
+
+def _type_name(column: Any) -> str:
+    """``int``, ``float``, ``bool``, ``json`` or ``text``: how an export cell decodes."""
+    t = column.type
+    if isinstance(t, JSON):
+        return "json"
+    if isinstance(t, Boolean):
+        return "bool"
+    if isinstance(t, Integer):  # BigInteger is an Integer
+        return "int"
+    if isinstance(t, Float | Numeric):
+        return "float"
+    return "text"
+
+
+def _table_engine(store: Store) -> Engine:
+    # The store's engine is private to it; we only read through it (no writes here).
+    engine: Engine = store._engine
+    return engine
+
+
+class Reader:
+    """Read-only views of one store's database.
+
+    Args:
+        store: the coordinator's store; its engine (pool, pragmas) is reused.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._engine = _table_engine(store)
+        self._flags: Table | None = None
+
+    @contextmanager
+    def _conn(self, action: str) -> Iterator[Connection]:
+        try:
+            with self._engine.connect() as conn, conn.begin():
+                yield conn
+        except SQLAlchemyError as exc:
+            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+            raise StorageError(f"dashboard: {action}: {detail}") from exc
+
+    # ------------------------------------------------------------------ nodes
+
+    def node_summaries(self) -> list[dict[str, Any]]:
+        """Every known node with its verdict statistics, most recently seen first.
+
+        Keys: the ``nodes`` columns plus ``rounds`` (verdicts recorded), ``passed``,
+        ``pass_rate`` (None without verdicts), ``strikes`` (failures among the last
+        :data:`STRIKE_WINDOW` verdicts), ``last_verdict`` and ``last_round``.
+        """
+        v = verdicts.c
+        totals = (
+            select(
+                v.node_key,
+                func.count().label("rounds"),
+                func.sum(case((v.passed, 1), else_=0)).label("passed"),
+            )
+            .group_by(v.node_key)
+            .subquery()
+        )
+        ranked = select(
+            v.node_key,
+            v.verdict,
+            v.round_id,
+            v.passed,
+            func.row_number()
+            .over(partition_by=v.node_key, order_by=(v.recorded_at.desc(), v.id.desc()))
+            .label("rn"),
+        ).subquery()
+        strikes = (
+            select(
+                ranked.c.node_key,
+                func.sum(case((ranked.c.passed, 0), else_=1)).label("strikes"),
+            )
+            .where(ranked.c.rn <= STRIKE_WINDOW)
+            .group_by(ranked.c.node_key)
+            .subquery()
+        )
+        last = (
+            select(ranked.c.node_key, ranked.c.verdict, ranked.c.round_id)
+            .where(ranked.c.rn == 1)
+            .subquery()
+        )
+        query = (
+            select(
+                nodes,
+                func.coalesce(totals.c.rounds, 0).label("rounds"),
+                func.coalesce(totals.c.passed, 0).label("passed"),
+                func.coalesce(strikes.c.strikes, 0).label("strikes"),
+                last.c.verdict.label("last_verdict"),
+                last.c.round_id.label("last_round"),
+            )
+            .select_from(
+                nodes.outerjoin(totals, totals.c.node_key == nodes.c.node_key)
+                .outerjoin(strikes, strikes.c.node_key == nodes.c.node_key)
+                .outerjoin(last, last.c.node_key == nodes.c.node_key)
+            )
+            .order_by(nodes.c.last_seen_at.desc(), nodes.c.name, nodes.c.node_key)
+        )
+        with self._conn("node summaries") as conn:
+            out = [dict(r._mapping) for r in conn.execute(query)]
+        for row in out:
+            row["rounds"] = int(row["rounds"])
+            row["passed"] = int(row["passed"])
+            row["strikes"] = int(row["strikes"])
+            row["pass_rate"] = row["passed"] / row["rounds"] if row["rounds"] else None
+        return out
+
+    def node(self, node_key: str) -> dict[str, Any] | None:
+        """The ``nodes`` row of one node, or None."""
+        with self._conn("read node") as conn:
+            row = conn.execute(select(nodes).where(nodes.c.node_key == node_key)).first()
+        return None if row is None else dict(row._mapping)
+
+    def node_history(self, node_key: str, limit: int = 200) -> list[dict[str, Any]]:
+        """A node's last ``limit`` verdicts, oldest first, with timing evidence.
+
+        Keys: verdict columns, the round's ``started_at`` and ``profile``, the result's
+        ``released_ns``, ``arrived_ns``, ``rtt_s``, ``error`` and ``deadline_s`` (from the
+        result's ``extra``; None if not recorded).
+        """
+        r = results.c
+        query = (
+            select(
+                verdicts,
+                rounds.c.started_at,
+                rounds.c.profile,
+                r.released_ns,
+                r.arrived_ns,
+                r.rtt_s,
+                r.error,
+                r.extra,
+            )
+            .select_from(
+                verdicts.join(rounds, rounds.c.round_id == verdicts.c.round_id).outerjoin(
+                    results,
+                    and_(r.round_id == verdicts.c.round_id, r.node_key == verdicts.c.node_key),
+                )
+            )
+            .where(verdicts.c.node_key == node_key)
+            .order_by(rounds.c.started_at.desc(), verdicts.c.id.desc())
+            .limit(limit)
+        )
+        with self._conn("node history") as conn:
+            out = [_with_deadline(dict(row._mapping)) for row in conn.execute(query)]
+        out.reverse()
+        return out
+
+    # ----------------------------------------------------------------- rounds
+
+    def rounds(self, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+        """Rounds newest first, with ``counts`` (verdict -> number) and ``nodes``."""
+        query = (
+            select(rounds)
+            .order_by(rounds.c.started_at.desc(), rounds.c.round_id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        with self._conn("list rounds") as conn:
+            out = [dict(r._mapping) for r in conn.execute(query)]
+            ids = [r["round_id"] for r in out]
+            counts: dict[str, dict[str, int]] = {rid: {} for rid in ids}
+            if ids:
+                v = verdicts.c
+                cq = (
+                    select(v.round_id, v.verdict, func.count())
+                    .where(v.round_id.in_(ids))
+                    .group_by(v.round_id, v.verdict)
+                )
+                for rid, verdict, n in conn.execute(cq):
+                    counts[rid][verdict] = int(n)
+        for row in out:
+            row["counts"] = dict(sorted(counts[row["round_id"]].items()))
+            row["nodes"] = sum(row["counts"].values())
+        return out
+
+    def count_rounds(self) -> int:
+        """Number of rounds in the database."""
+        with self._conn("count rounds") as conn:
+            return int(conn.execute(select(func.count()).select_from(rounds)).scalar_one())
+
+    def round(self, round_id: str) -> dict[str, Any] | None:
+        """The ``rounds`` row of one round, or None."""
+        with self._conn("read round") as conn:
+            row = conn.execute(select(rounds).where(rounds.c.round_id == round_id)).first()
+        return None if row is None else dict(row._mapping)
+
+    def round_nodes(self, round_id: str) -> list[dict[str, Any]]:
+        """Per-node rows of one round: verdict columns joined with the result's timing.
+
+        Keys as :meth:`node_history` (without the round columns), plus ``name``.
+        """
+        r = results.c
+        query = (
+            select(
+                verdicts,
+                r.released_ns,
+                r.arrived_ns,
+                r.rtt_s,
+                r.error,
+                r.extra,
+                r.session_id,
+                r.commitment,
+                r.signature,
+                nodes.c.name,
+            )
+            .select_from(
+                verdicts.outerjoin(
+                    results,
+                    and_(r.round_id == verdicts.c.round_id, r.node_key == verdicts.c.node_key),
+                ).outerjoin(nodes, nodes.c.node_key == verdicts.c.node_key)
+            )
+            .where(verdicts.c.round_id == round_id)
+            .order_by(verdicts.c.node_key)
+        )
+        with self._conn("round nodes") as conn:
+            return [_with_deadline(dict(row._mapping)) for row in conn.execute(query)]
+
+    # ------------------------------------------------------------------ flags
+
+    def _flags_table(self) -> Table | None:
+        if self._flags is not None:
+            return self._flags
+        try:  # the screening work's table definition, if that module exists
+            table = getattr(importlib.import_module("netcheck.storage.flags"), "flags", None)
+        except ImportError:
+            table = None
+        try:
+            if not inspect(self._engine).has_table("flags"):
+                return None
+            if not isinstance(table, Table):
+                table = Table("flags", MetaData(), autoload_with=self._engine)
+        except SQLAlchemyError as exc:
+            raise StorageError(f"dashboard: read flags table: {exc}") from exc
+        self._flags = table
+        return table
+
+    def flags(self) -> list[dict[str, Any]]:
+        """Every row of the ``flags`` table (newest first when it has a time column)."""
+        table = self._flags_table()
+        if table is None:
+            return []
+        order = [
+            table.c[name].desc()
+            for name in ("created_at", "raised_at", "flagged_at", "recorded_at")
+            if name in table.c
+        ]
+        pk = list(table.primary_key.columns)
+        query = select(table).order_by(*order, *(c.desc() for c in pk))
+        with self._conn("list flags") as conn:
+            return [dict(r._mapping) for r in conn.execute(query)]
+
+    def flag_columns(self) -> tuple[str, ...]:
+        """Column names of the ``flags`` table (empty without one)."""
+        table = self._flags_table()
+        return () if table is None else tuple(c.name for c in table.columns)
+
+    def node_names(self, node_keys: Sequence[str]) -> dict[str, str]:
+        """Stored display names of some nodes (only those with a non-empty name)."""
+        query = select(nodes.c.node_key, nodes.c.name).where(nodes.c.node_key.in_(list(node_keys)))
+        with self._conn("read node names") as conn:
+            return {k: n for k, n in conn.execute(query) if n}
+
+    def timing_matrix(
+        self,
+        node_keys: Sequence[str] | None,
+        round_ids: Sequence[str] | None = None,
+        limit: int = 400,
+    ) -> dict[str, Any]:
+        """Screening evidence of a group: who was loaded in which round, and service times.
+
+        A node counts as *loaded* in a round when it was sent work (it has an assignment).
+        ``service_s`` = ``(arrived - released) / 1e9 - rtt`` (None without a result).
+
+        Args:
+            node_keys: the group; None = every node loaded in one of ``round_ids``.
+            round_ids: rounds to use; default: the ``limit`` most recent rounds in which
+                any member was loaded.
+        Returns:
+            ``{"node_keys": [...], "round_ids": [...] (oldest first), "loaded": {key:
+            [bool]}, "service_s": {key: [float | None]}, "elapsed_s": {key: [float |
+            None]}}``.
+        """
+        a = assignments.c
+        if node_keys is None:
+            if round_ids is None:
+                raise ValueError("give node_keys or round_ids")
+            with self._conn("timing matrix nodes") as conn:
+                kq = select(a.node_key).where(a.round_id.in_(list(round_ids))).distinct()
+                keys = sorted(conn.execute(kq).scalars())
+        else:
+            keys = list(dict.fromkeys(node_keys))
+        with self._conn("timing matrix") as conn:
+            if round_ids is None:
+                rq = (
+                    select(a.round_id, func.min(rounds.c.started_at).label("t"))
+                    .select_from(assignments.join(rounds, rounds.c.round_id == a.round_id))
+                    .where(a.node_key.in_(keys))
+                    .group_by(a.round_id)
+                    .order_by(func.min(rounds.c.started_at).desc())
+                    .limit(limit)
+                )
+                rids = [row[0] for row in conn.execute(rq)][::-1]
+            else:
+                rids = list(dict.fromkeys(round_ids))
+            loaded = {k: [False] * len(rids) for k in keys}
+            service: dict[str, list[float | None]] = {k: [None] * len(rids) for k in keys}
+            elapsed: dict[str, list[float | None]] = {k: [None] * len(rids) for k in keys}
+            index = {rid: i for i, rid in enumerate(rids)}
+            if rids and keys:
+                aq = select(a.round_id, a.node_key).where(
+                    a.round_id.in_(rids), a.node_key.in_(keys)
+                )
+                for rid, key in conn.execute(aq):
+                    loaded[key][index[rid]] = True
+                r = results.c
+                tq = (
+                    select(r.round_id, r.node_key, r.released_ns, r.arrived_ns, r.rtt_s,
+                           verdicts.c.elapsed_s)
+                    .select_from(
+                        results.outerjoin(
+                            verdicts,
+                            and_(verdicts.c.round_id == r.round_id,
+                                 verdicts.c.node_key == r.node_key),
+                        )
+                    )
+                    .where(r.round_id.in_(rids), r.node_key.in_(keys))
+                )  # fmt: skip
+                for rid, key, rel, arr, rtt, el in conn.execute(tq):
+                    i = index[rid]
+                    elapsed[key][i] = el
+                    if rel is not None and arr is not None:
+                        service[key][i] = (arr - rel) / 1e9 - (rtt or 0.0)
+        return {
+            "node_keys": keys,
+            "round_ids": rids,
+            "loaded": loaded,
+            "service_s": service,
+            "elapsed_s": elapsed,
+        }
+
+    def receipts(
+        self, node_keys: Sequence[str], round_ids: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Stored receipts of some nodes: what ``netcheck receipt verify`` needs, per result.
+
+        Keys: ``round_id``, ``node_key``, ``session_id``, ``commitment``, ``signature``
+        (hex), ``outputs`` (token ids), ``released_ns``, ``arrived_ns``, ``rtt_s``.
+        """
+        r = results.c
+        query = (
+            select(r.round_id, r.node_key, r.session_id, r.commitment, r.signature, r.outputs,
+                   r.released_ns, r.arrived_ns, r.rtt_s)
+            .where(r.node_key.in_(list(node_keys)), r.signature.is_not(None))
+            .order_by(r.round_id, r.node_key)
+        )  # fmt: skip
+        if round_ids is not None:
+            query = query.where(r.round_id.in_(list(round_ids)))
+        with self._conn("read receipts") as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
+
+    # ---------------------------------------------------------------- exports
+
+    def column_types(self, kind: str) -> dict[str, str]:
+        """How each column of an export decodes from CSV (see :func:`_type_name`)."""
+        if kind == "flags":
+            table = self._flags_table()
+            return {} if table is None else {c.name: _type_name(c) for c in table.columns}
+        table = _EXPORT_TABLES[kind]
+        return {c: _type_name(table.c[c]) for c in EXPORT_COLUMNS[kind]}
+
+    def export_rows(
+        self, kind: str, round_id: str | None = None
+    ) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+        """Columns and rows of one export: ``rounds``, ``verdicts``, ``timings`` or ``flags``.
+
+        Rows are in a fixed order (rounds by start, the others in insertion order);
+        ``round_id`` limits rounds, verdicts and timings to one round.
+
+        Raises:
+            KeyError: unknown ``kind``.
+        """
+        if kind == "flags":
+            return self.flag_columns(), self.flags()
+        cols = EXPORT_COLUMNS[kind]
+        table = _EXPORT_TABLES[kind]
+        query = select(*(table.c[c] for c in cols))
+        if kind == "rounds":
+            query = query.order_by(rounds.c.started_at, rounds.c.round_id)
+        else:
+            query = query.order_by(table.c.id)
+        if round_id is not None:
+            query = query.where(table.c.round_id == round_id)
+        with self._conn(f"export {kind}") as conn:
+            return cols, [dict(r._mapping) for r in conn.execute(query)]
+
+
+def _with_deadline(row: dict[str, Any]) -> dict[str, Any]:
+    extra = row.get("extra") or {}
+    deadline = extra.get("deadline_s") if isinstance(extra, dict) else None
+    row["deadline_s"] = (
+        float(deadline)
+        if isinstance(deadline, int | float) and math.isfinite(float(deadline))
+        else None
+    )
+    return row

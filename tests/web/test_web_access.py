@@ -1,0 +1,137 @@
+"""Access control of the admin API and the dashboard: token, loopback only, safe pages."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import make_mocked_request
+from web_support import web_coordinator
+
+from netcheck.config import Profile, load_profile
+from netcheck.web.routes import COOKIE, session_cookie_value
+
+
+@pytest.fixture
+def profile() -> Profile:
+    return load_profile("cpu-tiny")
+
+
+def _remote(address: str) -> Any:
+    transport = mock.Mock()
+    transport.get_extra_info.side_effect = lambda name, default=None: (
+        (address, 40000) if name == "peername" else default
+    )
+    return transport
+
+
+async def _through_middlewares(app: web.Application, request: web.Request) -> web.StreamResponse:
+    async def final(_: web.Request) -> web.StreamResponse:
+        return web.Response(text="reached the handler")
+
+    handler: Any = final
+    for mw in reversed(app.middlewares):
+        handler = functools.partial(mw, handler=handler)
+    result: web.StreamResponse = await handler(request)
+    return result
+
+
+async def test_admin_api_rejects_missing_and_wrong_tokens(tmp_path: Path, profile: Profile) -> None:
+    """/admin/ answers 401 without a bearer token or with a wrong one, 200 with the right one."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        url = f"http://127.0.0.1:{rc.port}/admin/status"
+        token = rc.coord.config.admin_token
+        async with aiohttp.ClientSession() as http:
+            for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": token}):
+                async with http.get(url, headers=headers) as resp:
+                    assert resp.status == 401, headers
+            async with http.get(url, headers={"Authorization": f"Bearer {token}"}) as resp:
+                assert resp.status == 200
+                assert (await resp.json())["connected"] == 0
+
+
+async def test_non_loopback_callers_are_refused_even_with_the_token(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """A caller from a non-loopback address gets 403 from the admin API and the dashboard."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        app = rc.runner.app
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        for path in ("/admin/status", "/dashboard/nodes", "/export/rounds.csv", "/metrics"):
+            for address in ("192.0.2.7", "10.1.2.3", "2001:db8::1"):
+                far = make_mocked_request(
+                    "GET", path, headers=headers, transport=_remote(address), app=app
+                )
+                assert far.remote == address
+                with pytest.raises(web.HTTPForbidden):
+                    await _through_middlewares(app, far)
+            near = make_mocked_request(
+                "GET", path, headers=headers, transport=_remote("127.0.0.1"), app=app
+            )
+            assert (await _through_middlewares(app, near)).status == 200
+
+
+async def test_dashboard_login_cookie_and_token_url(tmp_path: Path, profile: Profile) -> None:
+    """Pages redirect to the login form; the form and ?token= set an HMAC cookie, not the token."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        base = f"http://127.0.0.1:{rc.port}"
+        token = rc.coord.config.admin_token
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/dashboard/nodes", allow_redirects=False) as resp:
+                assert resp.status == 302
+                assert resp.headers["Location"].startswith("/dashboard/login?next=")
+            for path in ("/export/rounds.csv", "/metrics"):
+                async with http.get(base + path) as resp:
+                    assert resp.status == 401
+            form = {"token": "wrong", "next": "/dashboard/rounds"}
+            async with http.post(f"{base}/dashboard/login", data=form) as resp:
+                assert resp.status == 401
+            form = {"token": token, "next": "//evil.example/x"}
+            async with http.post(
+                f"{base}/dashboard/login", data=form, allow_redirects=False
+            ) as resp:
+                assert resp.status == 302
+                assert resp.headers["Location"] == "/dashboard/nodes"  # no open redirect
+                cookie = resp.cookies[COOKIE]
+                assert cookie.value == session_cookie_value(token) != token
+                assert cookie["httponly"] and cookie["samesite"] == "Strict"
+            async with http.get(f"{base}/dashboard/nodes") as resp:
+                assert resp.status == 200
+                assert "script-src" not in resp.headers["Content-Security-Policy"]
+                assert "default-src 'none'" in resp.headers["Content-Security-Policy"]
+        async with aiohttp.ClientSession() as http:
+            async with http.get(
+                f"{base}/dashboard/rounds?offset=0&token={token}", allow_redirects=False
+            ) as resp:
+                assert resp.status == 302
+                assert resp.headers["Location"] == "/dashboard/rounds?offset=0"
+                assert COOKIE in resp.cookies
+            async with http.get(f"{base}/dashboard/rounds") as resp:
+                assert resp.status == 200
+
+
+async def test_pages_escape_text_that_nodes_control(tmp_path: Path, profile: Profile) -> None:
+    """Names and fingerprints from the database are HTML-escaped, never markup."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        evil = "<script>alert(1)</script>"
+        key = "ed25519:" + "A" * 43
+        rc.coord.store.upsert_node(key, evil, profile.name, "f" * 64, {"model": evil}, 1.0)
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        base = f"http://127.0.0.1:{rc.port}"
+        async with aiohttp.ClientSession(headers=headers) as http:
+            for path in ("/dashboard/nodes", f"/dashboard/nodes/{key}"):
+                async with http.get(base + path) as resp:
+                    html = await resp.text()
+                    assert resp.status == 200
+                    assert evil not in html
+                    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+            async with http.get(f"{base}/dashboard/flags") as resp:
+                assert resp.status == 200
+                assert "no flags" in await resp.text()
+            async with http.get(f"{base}/dashboard/rounds/nope") as resp:
+                assert resp.status == 404
