@@ -300,9 +300,14 @@ def demo(rounds: int, workdir: Path, profile_name: str) -> None:
 
 
 def _register_subcommands() -> None:
+    from netcheck.coordinator.commands import flags, screen
+    from netcheck.engines.commands import engine
     from netcheck.receipts import receipt
 
+    main.add_command(engine)
     main.add_command(receipt)
+    main.add_command(screen)
+    main.add_command(flags)
 
 
 _register_subcommands()

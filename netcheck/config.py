@@ -87,7 +87,8 @@ class Profile(_Model):
     """A hardware + engine class: what a node must run and how fast (architecture.md)."""
 
     name: str = Field(min_length=1)
-    engine: Literal["torch", "vllm"]
+    engine: Literal["torch", "vllm", "factoring"]
+    """``factoring`` goes with ``workload = "factoring"`` (netcheck.engines.factoring_engine)."""
     model: str = Field(min_length=1)
     """``synth:<preset>`` (generated locally) or a local model directory."""
     dtype: Literal["float32", "bfloat16", "float16"]
@@ -107,6 +108,8 @@ class Profile(_Model):
     cpu_threads: int | None = Field(default=None, ge=1)
     """torch intra-op threads on the CPU (recorded in the fingerprint; None = torch's
     default). Fix it in CPU profiles: the thread count can change CPU matmul results."""
+    workload: Literal["llm", "factoring"] = "llm"
+    """What nodes compute: LLM prompts, or semiprimes to factor (netcheck.workloads)."""
 
     @field_validator("device")
     @classmethod
@@ -117,6 +120,12 @@ class Profile(_Model):
 
     @model_validator(mode="after")
     def _check_canaries(self) -> Profile:
+        if (self.workload == "factoring") != (self.engine == "factoring"):
+            raise ValueError(
+                f"workload {self.workload!r} needs engine "
+                f"{'factoring' if self.workload == 'factoring' else 'torch or vllm'}, "
+                f"got {self.engine!r}"
+            )
         if self.canaries_min > self.canaries_max:
             raise ValueError(
                 f"canaries_min ({self.canaries_min}) must be <= canaries_max ({self.canaries_max})"
@@ -154,11 +163,41 @@ class CoordinatorConfig(_Model):
     profiles: list[str] = Field(min_length=1)
     handshake_timeout_s: float = Field(default=5.0, gt=0)
     max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    # -- detection (docs/detection.md) ----------------------------------------------
+    schedule_secret_file: Path | None = None
+    """Secret key of the screening schedule (32 random bytes, mode 0600), created on
+    first start if missing. None = ``schedule.secret`` next to ``identity_key``."""
+    screening_interval_s: float = Field(default=0.0, ge=0)
+    """Run one screening round per profile every this many seconds (0 = no timer)."""
+    screening_full_every: int = Field(default=4, ge=1)
+    """Every n-th screening round loads every node (a full-load capacity round)."""
+    screening_window_rounds: int = Field(default=128, ge=4)
+    """Analysis uses the most recent this many screening and full rounds."""
+    screening_analyze_every: int = Field(default=16, ge=1)
+    """With the timer: run the analysis and confirmation after this many rounds."""
+    confirm_cycles: int = Field(default=4, ge=3)
+    """Confirmation cycles (group, then each member alone) per look."""
+    confirm_max_cycles: int = Field(default=16, ge=3)
+    """Cycles before a suspect group is cleared."""
+    capacity_window: int = Field(default=8, ge=1)
+    """Capacity test: a node's most recent this many verdicts form the window."""
+    capacity_strikes: int = Field(default=3, ge=1)
+    """Capacity test: ``late``/``missing`` verdicts in the window that raise a flag."""
+    relay_from_batch_times: bool = False
+    """Provisional relay check from batch times (pending the probe message); off by
+    default because a slow GPU and a relay look alike without the probe."""
 
-    @field_validator("identity_key")
+    @field_validator("identity_key", "schedule_secret_file")
     @classmethod
-    def _resolve_key(cls, value: Path, info: ValidationInfo) -> Path:
-        return _resolve_path(value, info)
+    def _resolve_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else _resolve_path(value, info)
+
+    @property
+    def schedule_secret_path(self) -> Path:
+        """Where the screening schedule secret lives (see ``schedule_secret_file``)."""
+        if self.schedule_secret_file is not None:
+            return self.schedule_secret_file
+        return self.identity_key.parent / "schedule.secret"
 
     @field_validator("allowed_nodes")
     @classmethod
@@ -186,6 +225,10 @@ class CoordinatorConfig(_Model):
     def _check_enrollment(self) -> CoordinatorConfig:
         if not self.allowed_nodes and not self.open_enrollment:
             raise ValueError("allowed_nodes is empty; list node keys or set open_enrollment = true")
+        if self.capacity_strikes > self.capacity_window:
+            raise ValueError("capacity_strikes must be <= capacity_window")
+        if self.confirm_max_cycles < self.confirm_cycles:
+            raise ValueError("confirm_max_cycles must be >= confirm_cycles")
         return self
 
 

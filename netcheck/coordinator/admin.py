@@ -7,6 +7,12 @@ Routes:
 - ``POST /admin/rounds``          — run a round now; body ``{"profile": NAME}`` (optional).
 - ``GET  /admin/rounds``          — recent rounds.
 - ``GET  /admin/rounds/{round_id}`` — verdicts of one round.
+- ``POST /admin/screening``       — run screening rounds, the analysis and confirmation;
+  body ``{"rounds": N, "profile": NAME}`` (both optional; N defaults to 16). Returns
+  the rounds, the detector summary, the confirmations and the flags raised.
+- ``GET  /admin/flags``           — flags, newest first, without evidence; query
+  parameters ``kind``, ``status``, ``node``, ``limit`` filter them.
+- ``GET  /admin/flags/{flag_id}`` — one flag with its evidence.
 
 Every request needs ``Authorization: Bearer <admin_token>`` from the coordinator config,
 and must come from a loopback address (the server also binds to loopback by default).
@@ -23,11 +29,15 @@ from aiohttp import web
 
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
+from netcheck.storage.flags import jsonable
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
 
 log = logging.getLogger("netcheck.admin")
+
+DEFAULT_SCREENING_ROUNDS = 16
+MAX_SCREENING_ROUNDS = 1024
 
 
 def _is_loopback(remote: str | None) -> bool:
@@ -75,8 +85,8 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
         ]  # fmt: skip
         return web.json_response({"connected": connected, "known": coord.store.list_nodes()})
 
-    async def start_round(request: web.Request) -> web.Response:
-        body: dict[str, Any] = {}
+    async def json_body(request: web.Request) -> dict[str, Any]:
+        body: Any = {}
         if request.can_read_body:
             try:
                 body = await request.json()
@@ -84,7 +94,14 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
                 raise web.HTTPBadRequest(text="body must be JSON") from None
         if not isinstance(body, dict):
             raise web.HTTPBadRequest(text="body must be a JSON object")
-        profile = body.get("profile") or coord.config.profiles[0]
+        return body
+
+    def default_profile() -> str:
+        return next(iter(coord.profiles), coord.config.profiles[0])
+
+    async def start_round(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        profile = body.get("profile") or default_profile()
         try:
             report = await run_round(coord, str(profile))
         except NetcheckError as exc:
@@ -98,9 +115,45 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
         rid = request.match_info["round_id"]
         return web.json_response({"round_id": rid, "verdicts": coord.store.round_verdicts(rid)})
 
+    async def screening(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        profile = str(body.get("profile") or default_profile())
+        n = body.get("rounds", DEFAULT_SCREENING_ROUNDS)
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SCREENING_ROUNDS:
+            raise web.HTTPBadRequest(text=f"rounds must be an integer in 0..{MAX_SCREENING_ROUNDS}")
+        try:
+            report = await coord.screening.run(profile, n)
+        except NetcheckError as exc:
+            raise web.HTTPConflict(text=str(exc)) from None
+        return web.json_response(report)
+
+    async def list_flags(request: web.Request) -> web.Response:
+        q = request.query
+        try:
+            limit = int(q.get("limit", "200"))
+        except ValueError:
+            raise web.HTTPBadRequest(text="limit must be an integer") from None
+        rows = coord.screening.flags.list_flags(
+            kind=q.get("kind"), status=q.get("status"), node_key=q.get("node"), limit=limit
+        )
+        return web.json_response(jsonable({"flags": rows}))
+
+    async def flag_detail(request: web.Request) -> web.Response:
+        try:
+            flag_id = int(request.match_info["flag_id"])
+        except ValueError:
+            raise web.HTTPBadRequest(text="flag id must be an integer") from None
+        flag = coord.screening.flags.get_flag(flag_id)
+        if flag is None:
+            raise web.HTTPNotFound(text=f"no flag {flag_id}")
+        return web.json_response(jsonable(flag))
+
     app.middlewares.append(auth)
     app.router.add_get("/admin/status", status)
     app.router.add_get("/admin/nodes", nodes)
     app.router.add_post("/admin/rounds", start_round)
     app.router.add_get("/admin/rounds", list_rounds)
     app.router.add_get("/admin/rounds/{round_id}", round_detail)
+    app.router.add_post("/admin/screening", screening)
+    app.router.add_get("/admin/flags", list_flags)
+    app.router.add_get("/admin/flags/{flag_id}", flag_detail)

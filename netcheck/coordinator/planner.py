@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from netcheck.config import Profile
 from netcheck.errors import RoundError
 from netcheck.storage.tables import ReferenceRow
-from netcheck.workloads.prompts import PromptGenerator
+from netcheck.workloads import Workload, get_workload
 
 JOB_KEY_BYTES = 32
 JOB_NONCE_BYTES = 12  # ChaCha20-Poly1305 nonce of the job payload (protocol/jobs.py)
@@ -61,9 +61,9 @@ class RoundPlan:
     skipped: tuple[tuple[str, str], ...]
 
 
-def _decoys(rng: random.Random, n: int, taken: set[str]) -> list[str]:
-    """``n`` fresh prompts, distinct from each other and from ``taken``."""
-    gen = PromptGenerator(seed=rng.randbytes(16))
+def _decoys(rng: random.Random, n: int, taken: set[str], workload: Workload) -> list[str]:
+    """``n`` fresh inputs of ``workload``, distinct from each other and from ``taken``."""
+    gen = workload.generator(rng.randbytes(16))
     out: list[str] = []
     seen = set(taken)
     for _ in range(_MAX_DECOY_DRAWS):
@@ -73,7 +73,7 @@ def _decoys(rng: random.Random, n: int, taken: set[str]) -> list[str]:
                 out.append(p)
         if len(out) == n:
             return out
-    raise RoundError(f"prompt generator gave fewer than {n} distinct decoys")
+    raise RoundError(f"{workload.name} generator gave fewer than {n} distinct decoys")
 
 
 def plan_round(
@@ -87,16 +87,16 @@ def plan_round(
 
     For each node, in order: k ~ U[canaries_min, canaries_max]; k canaries drawn from
     ``canaries[node.fingerprint_id]`` (rows of this profile, unspent, not yet given to
-    another node in this plan); B - k fresh decoys from
-    ``PromptGenerator(seed=rng.randbytes(16))``; k random positions; a fresh job key
-    and nonce. A node whose fingerprint has fewer than k usable canaries is skipped.
+    another node in this plan); B - k fresh decoys from the profile's workload
+    (``get_workload(profile).generator(rng.randbytes(16))``: prompts for ``llm``,
+    semiprimes for ``factoring``); k random positions; a fresh job key and nonce. A node whose fingerprint has fewer than k usable canaries is skipped.
     Every batch is distinct (fresh decoys; a repeat is redrawn).
 
     Args:
         round_id: caller-chosen round id.
         nodes: connected nodes; node keys must be distinct.
         canaries: unspent reference rows by fingerprint id.
-        profile: gives B, max_new_tokens, canaries_min/max.
+        profile: gives B, max_new_tokens, canaries_min/max and the workload.
         rng: the only source of randomness.
 
     Raises:
@@ -109,17 +109,22 @@ def plan_round(
     if len(set(keys)) != len(keys):
         raise RoundError(f"round {round_id}: duplicate node key in the plan")
     b = profile.batch_size
-    used: set[str] = set()
+    workload = get_workload(profile)
     batches: set[tuple[str, ...]] = set()
     assignments: list[Assignment] = []
     skipped: list[tuple[str, str]] = []
+    # Usable rows per fingerprint, filtered once; drawn rows are swap-removed below, so
+    # planning N nodes costs O(N + pool) instead of O(N * pool) (docs/scaling.md).
+    pools: dict[str, list[ReferenceRow]] = {}
     for node in nodes:
         k = rng.randint(profile.canaries_min, profile.canaries_max)
-        pool = [
-            c
-            for c in canaries.get(node.fingerprint_id, ())
-            if c.spent_round is None and c.profile == profile.name and c.ref_id not in used
-        ]
+        pool = pools.get(node.fingerprint_id)
+        if pool is None:
+            pool = pools[node.fingerprint_id] = [
+                c
+                for c in canaries.get(node.fingerprint_id, ())
+                if c.spent_round is None and c.profile == profile.name
+            ]
         fp = node.fingerprint_id[:12]
         if not pool:
             skipped.append((node.node_key, f"no unspent canaries for fingerprint {fp}"))
@@ -128,7 +133,11 @@ def plan_round(
             reason = f"too few unspent canaries for fingerprint {fp} ({len(pool)} < {k})"
             skipped.append((node.node_key, reason))
             continue
-        chosen = rng.sample(pool, k)
+        picks = rng.sample(range(len(pool)), k)  # the same draw as rng.sample(pool, k)
+        chosen = [pool[i] for i in picks]
+        for i in sorted(picks, reverse=True):
+            pool[i] = pool[-1]
+            pool.pop()
         for c in chosen:
             if len(c.answer) != profile.max_new_tokens:
                 raise RoundError(
@@ -138,13 +147,12 @@ def plan_round(
         positions = sorted(rng.sample(range(b), k))
         canary_prompts = {c.prompt for c in chosen}
         while True:
-            decoys = iter(_decoys(rng, b - k, canary_prompts))
+            decoys = iter(_decoys(rng, b - k, canary_prompts, workload))
             slots = dict(zip(positions, chosen, strict=True))
             prompts = tuple(slots[i].prompt if i in slots else next(decoys) for i in range(b))
             if prompts not in batches:
                 break
         batches.add(prompts)
-        used.update(c.ref_id for c in chosen)
         ordered = [slots[i] for i in positions]
         assignments.append(
             Assignment(

@@ -1,9 +1,17 @@
 """The round runner: executes a pure :class:`RoundPlan` over live sessions.
 
-Steps (docs/design.md, "A round"): measure RTT, plan (pure), persist plan and spend
-canaries, dispatch encrypted jobs, wait for acks, release every node in one tight loop,
-collect results, verify (pure), record verdicts. All times are on the coordinator's
-monotonic clock (``time.monotonic_ns``); wall time is stored only as the round's start.
+Steps (docs/design.md, "A round"): measure RTT, plan (pure), persist plan, schedule and
+spend canaries, dispatch encrypted jobs, wait for acks, release every node in one tight
+loop, collect results, verify (pure), record verdicts, then the per-round detection
+checks (answer-level sharing, capacity strikes; docs/detection.md). All times are on the
+coordinator's monotonic clock (``time.monotonic_ns``); wall time is stored only as the
+round's start.
+
+A round has a *load set*: only loaded nodes get a job. ``kind`` is ``full`` (every node
+loaded), ``screening`` (secret half-load schedule) or ``confirmation`` (a suspect group
+or one member). The full schedule, loaded or not, of every node connected with the
+profile is stored with the round (``round_schedules``), so the detectors see the
+unloaded nodes too.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import random
 import secrets
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +33,7 @@ from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
 from netcheck.errors import RoundError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
+from netcheck.web.metrics import observe_round
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
@@ -34,6 +43,10 @@ log = logging.getLogger("netcheck.round")
 #: Echo samples per node before a round; the minimum is used (detection.md §2).
 ECHO_SAMPLES = 3
 ECHO_TIMEOUT_S = 2.0
+
+
+#: A load set, or a rule that draws one from the round id and the connected node keys.
+LoadSpec = Collection[str] | Callable[[str, Sequence[str]], Collection[str]]
 
 
 def new_round_id() -> str:
@@ -66,12 +79,18 @@ class RoundReport:
     status: str
     outcomes: list[NodeOutcome] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)
+    kind: str = "full"
+    schedule: dict[str, bool] = field(default_factory=dict)
+    flags: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "round_id": self.round_id,
             "profile": self.profile,
             "status": self.status,
+            "kind": self.kind,
+            "schedule": self.schedule,
+            "flags": self.flags,
             "phases": self.phases,
             "verdicts": [
                 {
@@ -118,7 +137,14 @@ async def _dispatch(
         acks[a.node_key] = s.expect_ack(plan.round_id)
         t.job_sent_ns = time.monotonic_ns()
         try:
-            await s.send(job)
+            # Bounded: a node that stops reading fills its socket buffers, and the write
+            # then waits for it to drain; without the bound one such node would hold up the
+            # dispatch (hence the release) of every node until its heartbeat timed out.
+            # The frame is queued whole before the wait, so a node that resumes in time
+            # still gets the job and can ack it.
+            await asyncio.wait_for(s.send(job), profile.dispatch_timeout_s)
+        except TimeoutError:
+            log.warning("round %s: node %s not reading (job send blocked)", plan.round_id, s.label)
         except ConnectionError:
             log.warning("round %s: node %s gone during dispatch", plan.round_id, s.label)
 
@@ -191,28 +217,72 @@ def _observe(
     )
 
 
+ROUND_KINDS = ("full", "screening", "confirmation")
+
+
 async def run_round(
-    coord: Coordinator, profile_name: str, *, rng: random.Random | None = None
+    coord: Coordinator,
+    profile_name: str,
+    *,
+    load: LoadSpec | None = None,
+    kind: str = "full",
+    rule: str | None = None,
+    context: Mapping[str, Any] | None = None,
+    rng: random.Random | None = None,
 ) -> RoundReport:
-    """Run one validation round for every node connected with ``profile_name``.
+    """Run one validation round for the nodes connected with ``profile_name``.
+
+    Args:
+        load: the node keys that get a job (``None``: every connected node), or a rule
+            called as ``load(round_id, connected_node_keys)`` inside the round lock, so
+            the schedule covers exactly the nodes connected at that moment. Keys not
+            connected are ignored.
+        kind: ``full``, ``screening`` or ``confirmation``; stored with the schedule.
+        rule: how the load bits were drawn, stored with the schedule (default ``all``
+            without ``load``, else ``explicit``).
+        context: extra JSON stored with the schedule (e.g. the suspect group).
+        rng: randomness of the planner (default ``random.SystemRandom()``).
 
     Raises:
-        RoundError: unknown profile, or no node connected with it.
+        RoundError: unknown profile or kind, or no node connected with the profile.
         StorageError: the plan or the outcome could not be persisted (the round is
             then not acknowledged to the operator as done).
     """
     profile = coord.profiles.get(profile_name)
     if profile is None:
         raise RoundError(f"unknown profile {profile_name!r}")
+    if kind not in ROUND_KINDS:
+        raise RoundError(f"unknown round kind {kind!r}; expected one of {ROUND_KINDS}")
+    if rule is None:
+        rule = "all" if load is None else "explicit"
     async with coord.round_lock:
-        return await _run_locked(coord, profile, rng or random.SystemRandom())
+        return await _run_locked(
+            coord, profile, rng or random.SystemRandom(), load, kind, rule, context
+        )
 
 
-async def _run_locked(coord: Coordinator, profile: Profile, rng: random.Random) -> RoundReport:
-    sessions = coord.connected(profile.name)
-    if not sessions:
+async def _run_locked(
+    coord: Coordinator,
+    profile: Profile,
+    rng: random.Random,
+    load: LoadSpec | None,
+    kind: str,
+    rule: str,
+    context: Mapping[str, Any] | None,
+) -> RoundReport:
+    connected = coord.connected(profile.name)
+    if not connected:
         raise RoundError(f"no node connected with profile {profile.name!r}")
     round_id = new_round_id()
+    keys = sorted(s.node_key for s in connected)
+    if load is None:
+        chosen: set[str] = set(keys)
+    elif callable(load):
+        chosen = set(load(round_id, keys))
+    else:
+        chosen = set(load)
+    schedule = {k: k in chosen for k in keys}
+    sessions = [s for s in connected if schedule[s.node_key]]
     by_key = {s.node_key: s for s in sessions}
     timing = {s.node_key: NodeTiming() for s in sessions}
     store = coord.store
@@ -235,10 +305,14 @@ async def _run_locked(coord: Coordinator, profile: Profile, rng: random.Random) 
         round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng
     )
     await asyncio.to_thread(store.record_plan, plan, time.time())
+    await asyncio.to_thread(
+        coord.screening.flags.record_schedule,
+        round_id, profile.name, kind, rule, schedule, context,
+    )  # fmt: skip
     t_planned = time.monotonic()
     log.info(
-        "round %s planned: %d nodes, %d skipped, B=%d",
-        round_id, len(plan.assignments), len(plan.skipped), plan.batch_size,
+        "round %s (%s) planned: %d of %d nodes loaded, %d skipped, B=%d",
+        round_id, kind, len(plan.assignments), len(keys), len(plan.skipped), plan.batch_size,
     )  # fmt: skip
 
     # Dispatch and wait for acknowledgements.
@@ -319,4 +393,9 @@ async def _run_locked(coord: Coordinator, profile: Profile, rng: random.Random) 
         s.forget_round(round_id)
     for o in outcomes:
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
-    return RoundReport(round_id, profile.name, "complete", outcomes, phases)
+    flag_ids = await coord.screening.after_round(profile, plan, outcomes, records)
+    report = RoundReport(
+        round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids
+    )
+    observe_round(report)  # Prometheus metrics
+    return report

@@ -21,17 +21,26 @@ from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.screening import Screening
 from netcheck.coordinator.session import NodeSession
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
 from netcheck.protocol.handshake import CoordinatorHandshake
+from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
 
 log = logging.getLogger("netcheck.coordinator")
 
+#: A frame is the message plus header and AEAD tag (docs/protocol.md §3.1).
+FRAME_OVERHEAD_BYTES = HEADER_BYTES + TAG_BYTES
+
 WS_PATH = "/v1/ws"
 HEARTBEAT_S = 15.0
+#: Application-level liveness: an echo every KEEPALIVE_S; a session whose node process
+#: misses KEEPALIVE_MISSES in a row is closed with IDLE_TIMEOUT (docs/protocol.md §6).
+KEEPALIVE_S = 20.0
+KEEPALIVE_MISSES = 3
 #: Handshake attempts allowed per source address per minute (docs/protocol.md §6).
 HANDSHAKES_PER_MINUTE = 120
 
@@ -63,6 +72,7 @@ class Coordinator:
         self.handshake_failures = 0
         self._attempts: dict[str, deque[float]] = defaultdict(deque)
         self._readers: set[asyncio.Task[None]] = set()
+        self.screening = Screening(self)  # detection: schedule secret, flags, timer
 
     # -- admission ---------------------------------------------------------------
 
@@ -76,6 +86,9 @@ class Coordinator:
         while window and now - window[0] > 60.0:
             window.popleft()
         window.append(now)
+        if len(self._attempts) > 10_000:  # forget idle sources so the table stays bounded
+            for key in [k for k, w in self._attempts.items() if now - w[-1] > 60.0]:
+                del self._attempts[key]
         return len(window) > HANDSHAKES_PER_MINUTE
 
     # -- websocket endpoint ------------------------------------------------------
@@ -84,7 +97,7 @@ class Coordinator:
         """Accept a node: handshake, register, then read until the session ends."""
         peer = request.remote or "?"
         ws = web.WebSocketResponse(
-            max_msg_size=self.config.max_message_bytes,
+            max_msg_size=self.config.max_message_bytes + FRAME_OVERHEAD_BYTES,
             compress=False,
             heartbeat=HEARTBEAT_S,
         )
@@ -167,7 +180,11 @@ class Coordinator:
             session.claim.profile,
             session.fingerprint_id[:12],
         )
+        keepalive = asyncio.get_running_loop().create_task(
+            session.keepalive(KEEPALIVE_S, KEEPALIVE_MISSES)
+        )
         code = await session.read_loop()
+        keepalive.cancel()
         if self.sessions.get(session.node_key) is session:
             del self.sessions[session.node_key]
         if not session.ws.closed:
@@ -179,10 +196,13 @@ class Coordinator:
     def make_app(self) -> web.Application:
         """The aiohttp application: websocket endpoint plus admin API."""
         from netcheck.coordinator.admin import add_admin_routes
+        from netcheck.web import add_web_routes
 
         app = web.Application(client_max_size=1024 * 1024)
         app.router.add_get(WS_PATH, self.handle_ws)
         add_admin_routes(app, self)
+        self.screening.attach(app)
+        add_web_routes(app, self)
         app.on_shutdown.append(self._on_shutdown)
         return app
 

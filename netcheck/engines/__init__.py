@@ -1,6 +1,7 @@
 """Inference engines behind one small interface, plus the seeded synthetic models.
 
-``load_engine(profile)`` builds the engine a profile names (``"torch"`` or ``"vllm"``);
+``load_engine(profile)`` builds the engine a profile names (``"torch"``, ``"vllm"`` or
+``"factoring"``, the semiprime workload's exact engine);
 torch, transformers and vLLM are imported only inside the engine that needs them.
 """
 
@@ -53,7 +54,8 @@ def load_engine(
 
     Args:
         profile: uses ``engine``, ``model``, ``dtype``, ``device``, ``batch_size``,
-            ``prompt_len`` and ``max_new_tokens``.
+            ``prompt_len`` and ``max_new_tokens`` (``factoring`` ignores model, dtype
+            and device).
         dtype: overrides ``profile.dtype`` (the demo's "wrong dtype" adversary).
         model_dir: use this model directory instead of resolving ``profile.model``.
 
@@ -64,6 +66,14 @@ def load_engine(
         EngineError: unknown engine, missing model, or the engine failed to load.
     """
     engine_cls: Any
+    if profile.engine == "factoring":
+        from netcheck.engines.factoring_engine import FactoringEngine
+
+        return FactoringEngine(
+            batch_size=profile.batch_size,
+            prompt_len=profile.prompt_len,
+            max_new_tokens=profile.max_new_tokens,
+        )
     if profile.engine == "torch":
         from netcheck.engines.torch_engine import TorchEngine
 
@@ -73,7 +83,7 @@ def load_engine(
 
         engine_cls = VllmEngine
     else:
-        raise EngineError(f"unknown engine {profile.engine!r} (use torch or vllm)")
+        raise EngineError(f"unknown engine {profile.engine!r} (use torch, vllm or factoring)")
     model_id: str | None
     if model_dir is not None:
         directory = Path(model_dir)

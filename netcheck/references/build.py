@@ -1,6 +1,8 @@
 """Build a reference set on trusted hardware: prompts plus the engine's exact answers.
 
-Prompts come from the same generator as decoys, so canaries and decoys look alike.
+Prompts come from the same generator as decoys (the profile's workload), so canaries
+and decoys look alike. For a workload whose answers are known from generation
+(``factoring``: the factors of each semiprime) no engine runs at all.
 Every batch has exactly B prompts (the fixed batch shape is what makes answers
 reproducible inside any mixed batch: architecture.md, "Measured facts").
 """
@@ -17,7 +19,7 @@ from netcheck.config import Profile
 from netcheck.engines.fingerprint import Fingerprint, fingerprint_id
 from netcheck.errors import EngineError
 from netcheck.storage import ReferenceRow, Store
-from netcheck.workloads.prompts import PromptGenerator
+from netcheck.workloads import InputStream, WorkItem, get_workload
 
 _MAX_DRAWS = 8  # redraw rounds before giving up on distinct prompts
 
@@ -34,16 +36,16 @@ class BatchEngine(Protocol):
     def generate(self, prompts: Sequence[str]) -> list[list[int]]: ...
 
 
-def _fresh_prompts(gen: PromptGenerator, n: int, seen: set[str]) -> list[str]:
-    out: list[str] = []
+def _fresh_items(gen: InputStream, n: int, seen: set[str]) -> list[WorkItem]:
+    out: list[WorkItem] = []
     for _ in range(_MAX_DRAWS):
-        for p in gen.prompts(n - len(out)):
-            if p not in seen:
-                seen.add(p)
-                out.append(p)
+        for item in gen.items(n - len(out)):
+            if item.prompt not in seen:
+                seen.add(item.prompt)
+                out.append(item)
         if len(out) == n:
             return out
-    raise EngineError(f"prompt generator gave fewer than {n} distinct prompts")
+    raise EngineError(f"input generator gave fewer than {n} distinct inputs")
 
 
 def build_references(
@@ -56,6 +58,10 @@ def build_references(
     progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Run ``count`` prompts (rounded up to a multiple of B) through ``engine``; store them.
+
+    Inputs come from ``get_workload(profile)``; when the workload knows every answer
+    from generation (factoring), those answers are stored and ``engine`` is only
+    used for its fingerprint.
 
     Each batch of exactly B distinct prompts is answered by ``engine.generate`` and
     stored (one transaction per batch) as :class:`ReferenceRow` s with a fresh
@@ -90,12 +96,19 @@ def build_references(
             )
     fp_id = fingerprint_id(fp)
     total = -(-count // b) * b
-    gen = PromptGenerator(seed=os.urandom(16) if seed is None else seed)
+    workload = get_workload(profile)
+    gen = workload.generator(os.urandom(16) if seed is None else seed)
     seen: set[str] = set()
     done = 0
     while done < total:
-        prompts = _fresh_prompts(gen, b, seen)
-        answers = engine.generate(prompts)
+        items = _fresh_items(gen, b, seen)
+        prompts = [it.prompt for it in items]
+        known = [it.answer for it in items]
+        answers: Sequence[Sequence[int]]
+        if all(a is not None for a in known):
+            answers = [a for a in known if a is not None]  # known from generation
+        else:
+            answers = engine.generate(prompts)
         if len(answers) != b:
             raise EngineError(f"engine returned {len(answers)} outputs for {b} prompts")
         bad = [i for i, a in enumerate(answers) if len(a) != profile.max_new_tokens]

@@ -1,5 +1,17 @@
-"""Workloads: what nodes are asked to compute (seeded prompts, canaries and decoys alike)."""
+"""Workloads: what nodes are asked to compute (canaries and decoys alike).
 
+``get_workload(profile)`` gives the profile's :class:`Workload`: ``"llm"`` (seeded
+natural-language prompts) or ``"factoring"`` (seeded semiprimes with known factors).
+"""
+
+from netcheck.workloads.base import InputStream, LlmWorkload, WorkItem, Workload, get_workload
 from netcheck.workloads.prompts import PromptGenerator
 
-__all__ = ["PromptGenerator"]
+__all__ = [
+    "InputStream",
+    "LlmWorkload",
+    "PromptGenerator",
+    "WorkItem",
+    "Workload",
+    "get_workload",
+]

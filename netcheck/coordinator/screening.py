@@ -1,0 +1,679 @@
+"""Detection in the running coordinator: screening rounds, analysis, confirmation, flags.
+
+docs/detection.md describes the method; the statistics are the pure functions of
+:mod:`netcheck.analysis`. This module wires them to live rounds and to storage:
+
+1. **Screening rounds** (:meth:`Screening.screening_round`): each node connected with
+   the profile is loaded with probability 1/2 from the secret schedule
+   (:func:`netcheck.analysis.schedule.screening_plan`, keyed by the coordinator's
+   ``schedule_secret_file`` and the round id); every ``screening_full_every``-th round
+   loads every node (a full-load capacity round). A background timer can run them
+   (``screening_interval_s``).
+2. **Analysis** (:func:`analyse`): the stored raw rows of the most recent
+   ``screening_window_rounds`` screening and full rounds -> :class:`TimingRow` ->
+   :func:`log_service_matrix` -> :func:`median_polish` -> :func:`detect` -> suspect
+   groups.
+3. **Confirmation** (:meth:`Screening.confirm_group`): rounds loading only the group
+   interleaved with rounds loading each member alone (:func:`plan_confirmation`),
+   judged by :func:`judge_confirmation` after every ``confirm_cycles`` cycles until
+   confirmed or ``confirm_max_cycles``; a confirmed group becomes a ``shared-backend``
+   flag, an unconfirmed one a ``cleared`` record (it stays in screening).
+4. **After every round** (:meth:`Screening.after_round`): answer-level proof
+   (:func:`find_result_sharing` -> ``result-sharing`` flag at once) and capacity strikes
+   (``capacity_strikes`` ``late``/``missing`` verdicts among a node's last
+   ``capacity_window`` -> ``capacity`` flag).
+5. **Relay**: the protocol has no probe message yet; :func:`relay_from_rows` applies
+   the relay test to batch times instead and can only raise ``pending`` flags, off by
+   default (``relay_from_batch_times``).
+
+Pure helpers (no I/O, no clock): :func:`round_kind`, :func:`hmac_load_rule`,
+:func:`timing_rows`, :func:`analyse`, :func:`confirmation_observation`,
+:func:`capacity_check`, :func:`relay_from_rows`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from netcheck.analysis.answers import NodeResult, find_result_sharing
+from netcheck.analysis.confirm import (
+    CLEARED,
+    RELAY,
+    SHARED_BACKEND,
+    ConfirmationObservation,
+    ConfirmationResult,
+    ConfirmConfig,
+    RelayResult,
+    judge_confirmation,
+    plan_confirmation,
+    relay_excess,
+)
+from netcheck.analysis.detectors import Detection, DetectorConfig, SuspectGroup, detect
+from netcheck.analysis.schedule import MIN_SECRET_BYTES, screening_plan
+from netcheck.analysis.timing import TimingMatrix, TimingRow, log_service_matrix, median_polish
+from netcheck.analysis.verdicts import NodeOutcome, Verdict
+from netcheck.config import Profile
+from netcheck.errors import ConfigError, NetcheckError, RoundError
+from netcheck.storage.flags import FlagStore, StoredRounds, jsonable
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from netcheck.coordinator.planner import RoundPlan
+    from netcheck.coordinator.rounds import RoundReport
+    from netcheck.coordinator.server import Coordinator
+
+log = logging.getLogger("netcheck.screening")
+
+SECRET_BYTES = 32
+CAPACITY = "capacity"
+RESULT_SHARING = "result-sharing"
+STRIKE_VERDICTS = frozenset({str(Verdict.LATE), str(Verdict.MISSING)})
+SCREEN_KINDS = ("screening", "full")
+HMAC_RULE = "hmac-sha256/netcheck/1"
+SCHEDULE_RULE_TEXT = (
+    "loaded = HMAC-SHA256(secret, b'netcheck/1 schedule\\0' + round_id + b'\\0' + "
+    "node_key)[0] >> 7 (netcheck.analysis.schedule); full rounds load every node"
+)
+
+
+# --- the secret ----------------------------------------------------------------------
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    """Read the schedule secret at ``path``; create it (32 random bytes, mode 0600,
+    parent directories as needed) if it does not exist.
+
+    Raises:
+        ConfigError: unreadable, or shorter than 16 bytes.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = secrets.token_bytes(SECRET_BYTES)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # created concurrently: use that one
+            return load_or_create_secret(path)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        log.info("created screening schedule secret %s (mode 0600)", path)
+        return data
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read schedule secret: {exc.strerror or exc}") from None
+    if len(data) < MIN_SECRET_BYTES:
+        raise ConfigError(f"{path}: schedule secret must be at least {MIN_SECRET_BYTES} bytes")
+    if os.name == "posix" and path.stat().st_mode & 0o077:
+        log.warning("schedule secret %s is readable by group/others; chmod 600 it", path)
+    return data
+
+
+# --- pure planning and analysis ---------------------------------------------------------
+
+
+def round_kind(index: int, full_every: int) -> str:
+    """Kind of the ``index``-th (0-based) screening round: every ``full_every``-th is
+    ``full`` (indices ``full_every - 1``, ``2 * full_every - 1``, ...), else ``screening``.
+
+    Raises:
+        ValueError: ``index < 0`` or ``full_every < 1``.
+    """
+    if index < 0 or full_every < 1:
+        raise ValueError("need index >= 0 and full_every >= 1")
+    return "full" if index % full_every == full_every - 1 else "screening"
+
+
+def hmac_load_rule(secret: bytes) -> Callable[[str, Sequence[str]], set[str]]:
+    """The load rule of screening rounds: ``(round_id, node_keys) -> loaded keys``."""
+
+    def rule(round_id: str, node_keys: Sequence[str]) -> set[str]:
+        return {k for k, bit in screening_plan(secret, round_id, node_keys).items() if bit}
+
+    return rule
+
+
+def _arrived(row: Mapping[str, Any]) -> int | None:
+    """Arrival of a *result* (a node's error reply carries no commitment: no result)."""
+    return row.get("arrived_ns") if row.get("commitment") else None
+
+
+def timing_rows(stored: StoredRounds) -> list[TimingRow]:
+    """:class:`TimingRow` per stored result row, raw times unchanged.
+
+    A node counts as loaded when its schedule bit is set *and* its release was written
+    (a node skipped by the planner or that never acknowledged its job computed nothing);
+    a loaded node without a result is left for :func:`log_service_matrix` to censor.
+    """
+    rows = []
+    for r in stored.results:
+        bit = stored.schedules.get(r["round_id"], {}).get(r["node_key"], False)
+        released = r.get("released_ns")
+        loaded = bool(bit) and released is not None
+        rows.append(
+            TimingRow(r["round_id"], r["node_key"], loaded, released, _arrived(r), r.get("rtt_s"))
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Detector output over stored rounds, with the matrix it ran on."""
+
+    matrix: TimingMatrix
+    detection: Detection
+    deadline_s: float
+
+
+def analyse(stored: StoredRounds, deadline_s: float, cfg: DetectorConfig) -> Analysis:
+    """Stored rows -> ``y`` matrix -> median polish -> detectors (pure).
+
+    Nodes are every node in any stored schedule (sorted); a missing result is censored
+    at ``deadline_s`` (the profile's deadline without the RTT terms).
+    """
+    keys = sorted({k for sched in stored.schedules.values() for k in sched})
+    mat = log_service_matrix(timing_rows(stored), keys, stored.round_ids, deadline_s)
+    polish = median_polish(mat.y)
+    detection = detect(polish.residuals, mat.loaded, tuple(keys), cfg, mat.censored)
+    return Analysis(mat, detection, deadline_s)
+
+
+def confirmation_observation(
+    round_id: str,
+    schedule: Mapping[str, bool],
+    result_rows: Sequence[Mapping[str, Any]],
+    deadline_s: float,
+) -> ConfirmationObservation:
+    """One confirmation round as :func:`judge_confirmation` wants it (pure)."""
+    stored = StoredRounds(
+        (round_id,), {round_id: "confirmation"}, {round_id: dict(schedule)},
+        tuple(dict(r) for r in result_rows if r["round_id"] == round_id),
+    )  # fmt: skip
+    rows = [r for r in timing_rows(stored) if r.loaded]
+    keys = [r.node_key for r in rows]
+    mat = log_service_matrix(rows, keys, [round_id], deadline_s)
+    values = dict(zip(keys, mat.y[:, 0].tolist(), strict=True))
+    return ConfirmationObservation(round_id, frozenset(keys), values)
+
+
+def capacity_check(
+    recent_verdicts: Sequence[Mapping[str, Any]], window: int, strikes: int
+) -> tuple[list[Mapping[str, Any]], bool]:
+    """Capacity strikes (pure): the ``late``/``missing`` verdicts among the ``window``
+    most recent (newest first), and whether there are at least ``strikes`` of them."""
+    hits = [v for v in recent_verdicts[:window] if v["verdict"] in STRIKE_VERDICTS]
+    return hits, len(hits) >= strikes
+
+
+def relay_from_rows(rows: Sequence[TimingRow], ref_s: float) -> RelayResult | None:
+    """PROVISIONAL relay test from batch times (pending the probe message).
+
+    Uses the whole batch as the "probe": ``arrived - released`` against the echo RTT
+    plus the profile's reference batch time ``ref_s``. Without a tiny known-answer probe
+    a slow GPU looks like a relay, so the result can only justify a ``pending`` flag.
+    None with fewer than 5 usable rows.
+    """
+    probe, echo = [], []
+    for r in rows:
+        if r.loaded and r.released_ns is not None and r.arrived_ns is not None and r.rtt_s:
+            probe.append((r.arrived_ns - r.released_ns) / 1e9)
+            echo.append(r.rtt_s)
+    if len(probe) < 5:
+        return None
+    return relay_excess(probe, echo, ref_s)
+
+
+# --- evidence helpers ---------------------------------------------------------------------
+
+
+def _receipt(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: row.get(k) for k in ("round_id", "node_key", "session_id", "commitment",
+                                    "signature")}  # fmt: skip
+
+
+def _latency(row: Mapping[str, Any]) -> dict[str, Any]:
+    released, arrived, rtt = row.get("released_ns"), _arrived(row), row.get("rtt_s")
+    service = None
+    if released is not None and arrived is not None:
+        service = (arrived - released) / 1e9 - (rtt or 0.0)
+    return {"released_ns": released, "arrived_ns": row.get("arrived_ns"), "rtt_s": rtt,
+            "result": bool(row.get("commitment")), "service_s": service}  # fmt: skip
+
+
+def _member_evidence(
+    members: Sequence[str], round_ids: Sequence[str], result_rows: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Latencies ``{round_id: {node: ...}}`` and receipts of ``members`` in ``round_ids``."""
+    want, rids = set(members), set(round_ids)
+    latencies: dict[str, dict[str, Any]] = {}
+    receipts = []
+    for row in sorted(result_rows, key=lambda r: (r["round_id"], r["node_key"])):
+        if row["node_key"] in want and row["round_id"] in rids:
+            latencies.setdefault(row["round_id"], {})[row["node_key"]] = _latency(row)
+            if row.get("signature"):
+                receipts.append(_receipt(row))
+    return latencies, receipts
+
+
+def _detection_summary(analysis: Analysis) -> dict[str, Any]:
+    det = analysis.detection
+    return {
+        "n_nodes": len(analysis.matrix.node_keys),
+        "n_rounds": len(analysis.matrix.round_ids),
+        "z_crit": det.z_crit,
+        "p_crit": det.p_crit,
+        "edges": [dataclasses.asdict(e) for e in det.edges],
+        "groups": [list(g.members) for g in det.groups],
+    }
+
+
+# --- the service --------------------------------------------------------------------------
+
+
+class Screening:
+    """Detection state of one coordinator: secret, flag store, timer (module docstring).
+
+    Created by :class:`~netcheck.coordinator.server.Coordinator`; the schedule secret is
+    read, or created on first start.
+
+    Raises:
+        ConfigError: the secret file is unusable.
+        StorageError: the detection tables cannot be created.
+    """
+
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord = coord
+        self.config = coord.config
+        self.flags = FlagStore(coord.store)
+        self.secret = load_or_create_secret(coord.config.schedule_secret_path)
+        self.detector = DetectorConfig()
+        self.confirm = ConfirmConfig()
+        self.lock = asyncio.Lock()
+        self._index: dict[str, int] = {}
+        self._timer: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def attach(self, app: web.Application) -> None:
+        """Start the screening timer with ``app`` (if configured) and stop it on shutdown."""
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+
+    async def _on_startup(self, app: web.Application) -> None:
+        if self.config.screening_interval_s > 0:
+            self.start_timer()
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        await self.stop_timer()
+
+    def start_timer(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """Run :meth:`tick` every ``screening_interval_s`` in the background."""
+        if self._timer is None or self._timer.done():
+            self._timer = asyncio.get_running_loop().create_task(self._timer_loop(sleep))
+
+    async def stop_timer(self) -> None:
+        """Cancel the timer task, if any, and wait for it."""
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+            self._timer = None
+
+    async def _timer_loop(self, sleep: Callable[[float], Awaitable[None]]) -> None:
+        log.info("screening timer: one round per profile every %.1f s",
+                 self.config.screening_interval_s)  # fmt: skip
+        while True:
+            await sleep(self.config.screening_interval_s)
+            await self.tick()
+
+    async def tick(self) -> None:
+        """One timer step: a screening round per profile with connected nodes, and the
+        analysis + confirmation every ``screening_analyze_every`` rounds. Errors are
+        logged, never raised (the timer keeps going)."""
+        for name in sorted(self.coord.profiles):
+            if not self.coord.connected(name):
+                continue
+            try:
+                async with self.lock:
+                    await self.screening_round(name)
+                    if self._index[name] % self.config.screening_analyze_every == 0:
+                        await self.analyse_and_confirm(name)
+            except NetcheckError as exc:
+                log.warning("screening timer, profile %s: %s", name, exc)
+
+    # -- rounds ------------------------------------------------------------------------
+
+    def _profile(self, name: str) -> Profile:
+        profile = self.coord.profiles.get(name)
+        if profile is None:
+            raise RoundError(f"unknown profile {name!r}")
+        return profile
+
+    async def screening_round(self, profile_name: str) -> RoundReport:
+        """Run the next screening round of ``profile_name`` (every
+        ``screening_full_every``-th is a full-load round)."""
+        from netcheck.coordinator.rounds import run_round
+
+        index = self._index.get(profile_name, 0)
+        kind = round_kind(index, self.config.screening_full_every)
+        self._index[profile_name] = index + 1
+        if kind == "full":
+            return await run_round(self.coord, profile_name, kind="full", rule="all")
+        return await run_round(
+            self.coord, profile_name, load=hmac_load_rule(self.secret), kind="screening",
+            rule=HMAC_RULE,
+        )  # fmt: skip
+
+    async def run(self, profile_name: str, n_rounds: int) -> dict[str, Any]:
+        """``n_rounds`` screening rounds, then analysis and confirmation (the admin
+        ``POST /admin/screening``). Returns a JSON-ready report with the flags raised.
+
+        Raises:
+            RoundError: unknown profile, ``n_rounds < 0``, or no node connected.
+        """
+        self._profile(profile_name)
+        if n_rounds < 0:
+            raise RoundError("rounds must be >= 0")
+        async with self.lock:
+            reports = [await self.screening_round(profile_name) for _ in range(n_rounds)]
+            outcome = await self.analyse_and_confirm(profile_name)
+        round_flags = [f for r in reports for f in r.flags]
+        outcome["rounds"] = [{"round_id": r.round_id, "kind": r.kind,
+                              "loaded": sorted(k for k, b in r.schedule.items() if b)}
+                             for r in reports]  # fmt: skip
+        outcome["flags"] = [
+            self._brief(i) for i in sorted(set(round_flags) | set(outcome["flag_ids"]))
+        ]
+        return jsonable(outcome)  # type: ignore[return-value]
+
+    def _brief(self, flag_id: int) -> dict[str, Any]:
+        flag = self.flags.get_flag(flag_id) or {"flag_id": flag_id}
+        flag.pop("evidence", None)
+        return flag
+
+    # -- analysis and confirmation -------------------------------------------------------
+
+    async def analyse_and_confirm(self, profile_name: str) -> dict[str, Any]:
+        """Analyse the stored window of ``profile_name``, confirm every suspect group.
+
+        Returns ``{"profile", "analysis", "confirmations", "flag_ids"}``.
+        """
+        profile = self._profile(profile_name)
+        deadline_s = profile.deadline_s(0.0)
+        stored = await asyncio.to_thread(
+            self.flags.recent_rounds, profile.name, SCREEN_KINDS,
+            self.config.screening_window_rounds,
+        )  # fmt: skip
+        flag_ids: list[int] = []
+        confirmations: list[dict[str, Any]] = []
+        if len(stored.round_ids) < 2:
+            return {"profile": profile.name, "analysis": None, "confirmations": [],
+                    "flag_ids": []}  # fmt: skip
+        analysis = await asyncio.to_thread(analyse, stored, deadline_s, self.detector)
+        summary = _detection_summary(analysis)
+        log.info(
+            "screening analysis %s: %d nodes x %d rounds, %d edges, %d suspect groups",
+            profile.name, summary["n_nodes"], summary["n_rounds"], len(summary["edges"]),
+            len(summary["groups"]),
+        )  # fmt: skip
+        for group in analysis.detection.groups:
+            if await asyncio.to_thread(self._already_flagged, profile.name, group.members):
+                confirmations.append({"group": list(group.members), "verdict": "already-flagged"})
+                continue
+            try:
+                result, flag_id = await self.confirm_group(profile, group, stored, analysis)
+            except RoundError as exc:  # e.g. the group's nodes left
+                log.warning("confirmation of %s not run: %s", group.members, exc)
+                confirmations.append({"group": list(group.members), "verdict": "not-run",
+                                      "reason": str(exc)})  # fmt: skip
+                continue
+            flag_ids.append(flag_id)
+            confirmations.append({"group": list(group.members), "verdict": result.verdict,
+                                  "confirmed_members": list(result.confirmed_members),
+                                  "flag_id": flag_id})  # fmt: skip
+        if self.config.relay_from_batch_times:
+            flag_ids += await asyncio.to_thread(self._relay, profile, stored)
+        return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
+                "flag_ids": flag_ids}  # fmt: skip
+
+    def _already_flagged(self, profile: str, members: Sequence[str]) -> bool:
+        want = set(members)
+        return any(
+            set(f["node_keys"]) == want
+            for f in self.flags.list_flags(kind=SHARED_BACKEND, status="confirmed", limit=10_000)
+            if f["profile"] == profile
+        )
+
+    async def confirm_group(
+        self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis
+    ) -> tuple[ConfirmationResult, int]:
+        """Confirmation rounds for one suspect group; stores and returns its flag
+        (``shared-backend`` confirmed, or a ``cleared`` record)."""
+        from netcheck.coordinator.rounds import run_round
+
+        members = list(group.members)
+        cycles, max_cycles = self.config.confirm_cycles, self.config.confirm_max_cycles
+        looks = max(1, -(-max_cycles // cycles))
+        judge_cfg = dataclasses.replace(self.confirm, alpha=self.confirm.alpha / looks)
+        observations: list[ConfirmationObservation] = []
+        schedules: dict[str, dict[str, bool]] = {}
+        result: ConfirmationResult | None = None
+        for look in range(looks):
+            for load in plan_confirmation(members, cycles):
+                report = await run_round(
+                    self.coord, profile.name, load=load, kind="confirmation", rule="explicit",
+                    context={"group": members, "look": look},
+                )  # fmt: skip
+                rows = await asyncio.to_thread(self.flags.round_results, [report.round_id])
+                schedules[report.round_id] = report.schedule
+                observations.append(
+                    confirmation_observation(
+                        report.round_id, report.schedule, rows, analysis.deadline_s
+                    )  # fmt: skip
+                )
+            result = judge_confirmation(members, observations, judge_cfg)
+            if result.verdict == SHARED_BACKEND:
+                break
+        assert result is not None
+        flag_id = await asyncio.to_thread(
+            self._store_group_flag, profile, group, stored, analysis, observations, schedules,
+            result, looks, judge_cfg,
+        )  # fmt: skip
+        log.warning(
+            "suspect group %s: %s (flag %d)", [m[:20] for m in members], result.verdict, flag_id
+        )
+        return result, flag_id
+
+    def _store_group_flag(
+        self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
+        observations: Sequence[ConfirmationObservation], schedules: Mapping[str, dict[str, bool]],
+        result: ConfirmationResult, looks: int, judge_cfg: ConfirmConfig,
+    ) -> int:  # fmt: skip
+        members = list(group.members)
+        conf_ids = [o.round_id for o in observations]
+        conf_rows = self.flags.round_results(conf_ids)
+        lat_s, rec_s = _member_evidence(members, stored.round_ids, stored.results)
+        lat_c, rec_c = _member_evidence(members, conf_ids, conf_rows)
+        bits = {m: [int(stored.schedules[r].get(m, False)) for r in stored.round_ids]
+                for m in members}  # fmt: skip
+        confirmed = result.verdict == SHARED_BACKEND
+        tests = {t.node_key: t for t in result.members}
+        weakest = max((tests[m].p for m in result.confirmed_members), default=math.nan)
+        if not confirmed:
+            weakest = min((t.p for t in result.members if math.isfinite(t.p)), default=math.nan)
+        evidence = {
+            "rule": (
+                "shared-backend when >= min_members members each show co-loaded minus alone "
+                "mean log service time > effect_floor with one-sided Welch p < p_threshold; "
+                "statistic = the largest p among confirmed members (smallest p if cleared)"
+            ),
+            "group": members,
+            "confirmed_members": list(result.confirmed_members),
+            "screening": {
+                "rounds": list(stored.round_ids),
+                "kinds": [stored.kinds[r] for r in stored.round_ids],
+                "schedule_rule": SCHEDULE_RULE_TEXT,
+                "schedule_bits": bits,
+                "edges": [dataclasses.asdict(e) for e in group.edges],
+                "z_crit": analysis.detection.z_crit,
+                "p_crit": analysis.detection.p_crit,
+                "detector_config": dataclasses.asdict(self.detector),
+                "censor_deadline_s": analysis.deadline_s,
+                "latencies": lat_s,
+            },
+            "confirmation": {
+                "rounds": [
+                    {
+                        "round_id": o.round_id,
+                        "loaded": sorted(o.loaded),
+                        "schedule": schedules[o.round_id],
+                        "log_service": dict(o.log_service),
+                    }
+                    for o in observations
+                ],  # fmt: skip
+                "members": [dataclasses.asdict(t) for t in result.members],
+                "p_threshold": result.p_threshold,
+                "effect_floor": result.effect_floor,
+                "beta_estimate": result.beta_estimate,
+                "looks": looks,
+                "confirm_config": dataclasses.asdict(judge_cfg),
+                "latencies": lat_c,
+            },
+            "receipts": rec_s + rec_c,
+        }
+        return self.flags.add_flag(
+            SHARED_BACKEND,
+            "confirmed" if confirmed else CLEARED,
+            profile.name,
+            result.confirmed_members if confirmed else members,
+            weakest,
+            result.p_threshold,
+            evidence,
+        )
+
+    def _relay(self, profile: Profile, stored: StoredRounds) -> list[int]:
+        by_node: dict[str, list[TimingRow]] = {}
+        for row in timing_rows(stored):
+            by_node.setdefault(row.node_key, []).append(row)
+        pending = {k for f in self.flags.list_flags(kind=RELAY, limit=10_000)
+                   for k in f["node_keys"]}  # fmt: skip
+        ids = []
+        for node, rows in sorted(by_node.items()):
+            res = relay_from_rows(rows, profile.deadline.t_ref_s)
+            if res is None or not res.flagged or node in pending:
+                continue
+            evidence = {
+                "rule": "PROVISIONAL (no probe message yet): median(batch time - echo RTT - "
+                "t_ref_s) > floor_s + 3 MAD; a slow GPU looks the same, hence 'pending'",
+                "rounds": [r.round_id for r in rows if r.loaded and r.arrived_ns is not None],
+                "relay": dataclasses.asdict(res),
+                "ref_s": profile.deadline.t_ref_s,
+            }
+            ids.append(self.flags.add_flag(RELAY, "pending", profile.name, [node],
+                                           res.median_excess_s, res.threshold_s, evidence))  # fmt: skip
+        return ids
+
+    # -- per-round checks ------------------------------------------------------------------
+
+    async def after_round(
+        self,
+        profile: Profile,
+        plan: RoundPlan,
+        outcomes: Sequence[NodeOutcome],
+        records: Mapping[str, Mapping[str, Any]],
+    ) -> list[int]:
+        """Answer-level proof and capacity strikes after a recorded round; returns the
+        ids of new flags. Storage errors are logged, not raised (the round stands)."""
+        try:
+            ids = await asyncio.to_thread(self._result_sharing, profile, plan, records)
+            ids += await asyncio.to_thread(self._capacity, profile, plan.round_id, outcomes)
+        except NetcheckError as exc:
+            log.error("round %s: detection checks failed: %s", plan.round_id, exc)
+            return []
+        return ids
+
+    def _result_sharing(
+        self, profile: Profile, plan: RoundPlan, records: Mapping[str, Mapping[str, Any]]
+    ) -> list[int]:
+        results: dict[str, NodeResult] = {}
+        for key, rec in records.items():
+            if rec.get("outputs") is not None:
+                commit = rec.get("commitment")
+                results[key] = NodeResult(bytes.fromhex(commit) if commit else None,
+                                          rec["outputs"])  # fmt: skip
+        prompts = {a.node_key: a.prompts for a in plan.assignments}
+        ids = []
+        for f in find_result_sharing(plan.round_id, results, prompts):
+            receipts = [
+                {"round_id": plan.round_id, "node_key": k, **{
+                    x: records[k].get(x) for x in ("session_id", "commitment", "signature")}}
+                for k in (f.a, f.b)
+            ]  # fmt: skip
+            evidence = {
+                "rule": "distinct batches never give equal commitments or equal output rows "
+                "for different prompts; statistic = matching rows (or 1 for a commitment)",
+                "round_id": plan.round_id,
+                "rounds": [plan.round_id],
+                "evidence": f.evidence,
+                "commitment": f.commitment_hex,
+                "positions": [list(p) for p in f.positions],
+                "prompts": {k: list(prompts.get(k, ())) for k in (f.a, f.b)},
+                "outputs": {k: records[k].get("outputs") for k in (f.a, f.b)},
+                "receipts": receipts,
+            }
+            stat = float(len(f.positions) or 1)
+            ids.append(self.flags.add_flag(RESULT_SHARING, "confirmed", profile.name,
+                                           [f.a, f.b], stat, 1.0, evidence))  # fmt: skip
+            log.warning("round %s: result sharing between %s and %s (%s)",
+                        plan.round_id, f.a[:20], f.b[:20], f.evidence)  # fmt: skip
+        return ids
+
+    def _capacity(
+        self, profile: Profile, round_id: str, outcomes: Sequence[NodeOutcome]
+    ) -> list[int]:
+        window, need = self.config.capacity_window, self.config.capacity_strikes
+        ids = []
+        for o in outcomes:
+            if str(o.verdict) not in STRIKE_VERDICTS:
+                continue
+            recent = self.flags.recent_verdicts(o.node_key, window)
+            hits, failed = capacity_check(recent, window, need)
+            if not failed or self._capacity_flagged(o.node_key, [v["round_id"] for v in recent]):
+                continue
+            rounds_ = [v["round_id"] for v in recent]
+            rows = [r for r in self.flags.round_results(rounds_) if r["node_key"] == o.node_key]
+            evidence = {
+                "rule": "capacity when late/missing verdicts among the node's last "
+                "capacity_window verdicts >= capacity_strikes (statistic = strikes)",
+                "rounds": rounds_,
+                "strike_rounds": [v["round_id"] for v in hits],
+                "verdicts": [dict(v) for v in recent],
+                "window": window,
+                "deadline_params": profile.deadline.model_dump(),
+                "latencies": {r["round_id"]: _latency(r) for r in rows},
+                "receipts": [_receipt(r) for r in rows if r.get("signature")],
+            }
+            ids.append(self.flags.add_flag(CAPACITY, "confirmed", profile.name, [o.node_key],
+                                           float(len(hits)), float(need), evidence))  # fmt: skip
+            log.warning("node %s: capacity flag (%d strikes in %d verdicts)",
+                        o.node_key[:20], len(hits), len(recent))  # fmt: skip
+        return ids
+
+    def _capacity_flagged(self, node_key: str, window_rounds: Sequence[str]) -> bool:
+        """A capacity flag of this node already covers a round of the current window."""
+        window = set(window_rounds)
+        for f in self.flags.list_flags(kind=CAPACITY, node_key=node_key, limit=50):
+            full = self.flags.get_flag(int(f["flag_id"]))
+            if full and window & set(full["evidence"].get("strike_rounds", [])):
+                return True
+        return False

@@ -1,0 +1,304 @@
+"""Detection storage: round schedules and flags (with evidence), next to :class:`Store`.
+
+Two tables on the same :data:`~netcheck.storage.tables.metadata` as the others:
+
+- ``round_schedules``: one row per round: its ``kind`` (``full``, ``screening``,
+  ``confirmation``), the ``rule`` that produced its load bits and the full schedule
+  ``{node_key: loaded}`` over every node connected with the profile, loaded or not, so
+  the detectors see unloaded nodes too. Written right after the plan, before any job
+  reaches a node.
+- ``flags``: findings against nodes (``shared-backend``, ``capacity``,
+  ``result-sharing``, ``relay``), each with the statistic, the threshold and an
+  ``evidence`` JSON document (rounds, schedule bits, latencies, receipts) from which an
+  analyst can re-check it without trusting netcheck.
+
+:class:`FlagStore` wraps a :class:`~netcheck.storage.store.Store` (its engine and its
+transaction helpers, so SQLite writers queue and errors map to
+:class:`~netcheck.errors.StorageError` the same way) and creates the two tables if
+missing. Timing columns are read back raw, exactly as ``results`` holds them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    insert,
+    select,
+    update,
+)
+
+from netcheck.storage.store import Store
+from netcheck.storage.tables import metadata, results, rounds, verdicts
+
+ROUND_KINDS = ("full", "screening", "confirmation")
+FLAG_STATUSES = ("confirmed", "cleared", "pending")
+
+round_schedules = Table(
+    "round_schedules",
+    metadata,
+    Column("round_id", String(200), ForeignKey("rounds.round_id"), primary_key=True),
+    Column("profile", String(200), nullable=False),
+    Column("kind", String(50), nullable=False),  # ROUND_KINDS
+    Column("rule", String(100), nullable=False),  # how the bits were drawn, e.g. hmac
+    Column("schedule", JSON, nullable=False),  # {node_key: bool}, every connected node
+    Column("context", JSON, nullable=True),  # e.g. {"group": [...]} of a confirmation
+    Column("recorded_at", Float, nullable=False),
+    Index("ix_round_schedules_profile_kind", "profile", "kind"),
+)
+
+flags = Table(
+    "flags",
+    metadata,
+    Column("flag_id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(50), nullable=False),
+    Column("status", String(50), nullable=False),  # FLAG_STATUSES
+    Column("profile", String(200), nullable=False),
+    Column("node_keys", JSON, nullable=False),  # sorted list[str]
+    Column("created_at", Float, nullable=False),
+    Column("statistic", Float, nullable=True),
+    Column("threshold", Float, nullable=True),
+    Column("evidence", JSON, nullable=False),
+    Index("ix_flags_kind_status", "kind", "status"),
+)
+
+_RESULT_COLUMNS = (
+    results.c.round_id,
+    results.c.node_key,
+    results.c.released_ns,
+    results.c.arrived_ns,
+    results.c.rtt_s,
+    results.c.session_id,
+    results.c.commitment,
+    results.c.signature,
+    results.c.error,
+)
+
+
+def jsonable(value: object) -> object:
+    """``value`` as strict JSON: bytes as hex, non-finite floats as None, tuples/sets as
+    lists, mapping keys as text."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value) if isinstance(value, set | frozenset) else value
+        return [jsonable(v) for v in items]
+    return value
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class StoredRounds:
+    """Rounds read back for analysis, oldest first.
+
+    ``round_ids``: the rounds; ``kinds``/``schedules``: per round; ``results``: the raw
+    ``results`` rows of those rounds (dicts with ``round_id``, ``node_key``,
+    ``released_ns``, ``arrived_ns``, ``rtt_s``, ``session_id``, ``commitment``,
+    ``signature``, ``error``).
+    """
+
+    round_ids: tuple[str, ...]
+    kinds: dict[str, str]
+    schedules: dict[str, dict[str, bool]]
+    results: tuple[dict[str, Any], ...]
+
+
+class FlagStore:
+    """Round schedules and flags in the database of ``store`` (tables created if missing).
+
+    Raises:
+        StorageError: the tables cannot be created.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        with store._errors("create detection tables"):
+            metadata.create_all(store._engine, tables=[round_schedules, flags])
+
+    # ----------------------------------------------------------- schedules
+
+    def record_schedule(
+        self,
+        round_id: str,
+        profile: str,
+        kind: str,
+        rule: str,
+        schedule: Mapping[str, bool],
+        context: Mapping[str, Any] | None = None,
+        *,
+        recorded_at: float | None = None,
+    ) -> None:
+        """Store a round's kind and full schedule; the round must exist (``record_plan``).
+
+        Raises:
+            ValueError: unknown ``kind``.
+            StorageError: unknown round, schedule already stored, or database failure.
+        """
+        if kind not in ROUND_KINDS:
+            raise ValueError(f"round kind must be one of {ROUND_KINDS}, got {kind!r}")
+        with self.store._write(f"record schedule {round_id}") as conn:
+            conn.execute(
+                insert(round_schedules).values(
+                    round_id=round_id,
+                    profile=profile,
+                    kind=kind,
+                    rule=rule,
+                    schedule={str(k): bool(v) for k, v in sorted(schedule.items())},
+                    context=None if context is None else jsonable(context),
+                    recorded_at=time.time() if recorded_at is None else recorded_at,
+                )
+            )
+
+    def schedule(self, round_id: str) -> dict[str, Any] | None:
+        """The ``round_schedules`` row of one round, or None."""
+        query = select(round_schedules).where(round_schedules.c.round_id == round_id)
+        with self.store._read("read schedule") as conn:
+            row = conn.execute(query).first()
+        return None if row is None else dict(row._mapping)
+
+    def recent_rounds(
+        self, profile: str, kinds: Collection[str], limit: int, *, complete_only: bool = True
+    ) -> StoredRounds:
+        """The ``limit`` most recent rounds of ``profile`` with a kind in ``kinds``, with
+        their schedules and raw result rows (oldest first)."""
+        s = round_schedules.c
+        query = (
+            select(s.round_id, s.kind, s.schedule)
+            .select_from(round_schedules.join(rounds, rounds.c.round_id == s.round_id))
+            .where(s.profile == profile, s.kind.in_(list(kinds)))
+            .order_by(rounds.c.started_at.desc(), s.round_id.desc())
+            .limit(limit)
+        )
+        if complete_only:
+            query = query.where(rounds.c.status == "complete")
+        with self.store._read("read recent rounds") as conn:
+            picked = list(conn.execute(query))[::-1]
+        ids = tuple(r.round_id for r in picked)
+        return StoredRounds(
+            ids,
+            {r.round_id: r.kind for r in picked},
+            {r.round_id: dict(r.schedule) for r in picked},
+            tuple(self.round_results(ids)),
+        )
+
+    def round_results(self, round_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Raw ``results`` rows (timing and receipt columns) of the given rounds."""
+        out: list[dict[str, Any]] = []
+        with self.store._read("read round results") as conn:
+            for i in range(0, len(round_ids), 500):
+                chunk = list(round_ids[i : i + 500])
+                query = select(*_RESULT_COLUMNS).where(results.c.round_id.in_(chunk))
+                out.extend(dict(r._mapping) for r in conn.execute(query))
+        return out
+
+    def recent_verdicts(self, node_key: str, limit: int) -> list[dict[str, Any]]:
+        """A node's ``limit`` most recent verdicts, newest first (``round_id``,
+        ``verdict``, ``reason``, ``elapsed_s``, ``recorded_at``)."""
+        v = verdicts.c
+        query = (
+            select(v.round_id, v.verdict, v.reason, v.elapsed_s, v.recorded_at)
+            .where(v.node_key == node_key)
+            .order_by(v.id.desc())
+            .limit(limit)
+        )
+        with self.store._read("read recent verdicts") as conn:
+            return [dict(r._mapping) for r in conn.execute(query)]
+
+    # --------------------------------------------------------------- flags
+
+    def add_flag(
+        self,
+        kind: str,
+        status: str,
+        profile: str,
+        node_keys: Collection[str],
+        statistic: float | None,
+        threshold: float | None,
+        evidence: Mapping[str, Any],
+        *,
+        created_at: float | None = None,
+    ) -> int:
+        """Store a flag; returns its id. Evidence is stored as strict JSON (:func:`jsonable`).
+
+        Raises:
+            ValueError: unknown ``status`` or no node keys.
+            StorageError: the database failed.
+        """
+        if status not in FLAG_STATUSES:
+            raise ValueError(f"flag status must be one of {FLAG_STATUSES}, got {status!r}")
+        if not node_keys:
+            raise ValueError("a flag names at least one node")
+        with self.store._write(f"add {kind} flag") as conn:
+            res = conn.execute(
+                insert(flags).values(
+                    kind=kind,
+                    status=status,
+                    profile=profile,
+                    node_keys=sorted(set(node_keys)),
+                    created_at=time.time() if created_at is None else created_at,
+                    statistic=_finite(statistic),
+                    threshold=_finite(threshold),
+                    evidence=jsonable(evidence),
+                )
+            )
+            key = res.inserted_primary_key
+            assert key is not None
+            return int(key[0])
+
+    def set_status(self, flag_id: int, status: str) -> bool:
+        """Change a flag's status; False if there is no such flag."""
+        if status not in FLAG_STATUSES:
+            raise ValueError(f"flag status must be one of {FLAG_STATUSES}, got {status!r}")
+        with self.store._write(f"update flag {flag_id}") as conn:
+            n = conn.execute(
+                update(flags).where(flags.c.flag_id == flag_id).values(status=status)
+            ).rowcount
+        return n == 1
+
+    def list_flags(
+        self,
+        *,
+        kind: str | None = None,
+        status: str | None = None,
+        node_key: str | None = None,
+        limit: int = 200,
+    ) -> list[dict[str, Any]]:
+        """Flags, newest first, without their evidence; optional filters."""
+        cols = [c for c in flags.c if c.name != "evidence"]
+        query = select(*cols).order_by(flags.c.flag_id.desc())
+        if kind is not None:
+            query = query.where(flags.c.kind == kind)
+        if status is not None:
+            query = query.where(flags.c.status == status)
+        if node_key is None:
+            query = query.limit(limit)
+        with self.store._read("list flags") as conn:
+            rows = [dict(r._mapping) for r in conn.execute(query)]
+        if node_key is not None:  # JSON membership is not portable SQL; filter here
+            rows = [r for r in rows if node_key in r["node_keys"]][:limit]
+        return rows
+
+    def get_flag(self, flag_id: int) -> dict[str, Any] | None:
+        """One flag with its evidence, or None."""
+        with self.store._read("read flag") as conn:
+            row = conn.execute(select(flags).where(flags.c.flag_id == flag_id)).first()
+        return None if row is None else dict(row._mapping)

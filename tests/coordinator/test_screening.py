@@ -1,0 +1,177 @@
+"""Pure parts of netcheck.coordinator.screening: planning, rows, analysis, strikes, relay."""
+
+from __future__ import annotations
+
+import math
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from netcheck.analysis.detectors import DetectorConfig
+from netcheck.analysis.schedule import screening_plan
+from netcheck.config import CoordinatorConfig
+from netcheck.coordinator.screening import (
+    analyse,
+    capacity_check,
+    confirmation_observation,
+    hmac_load_rule,
+    load_or_create_secret,
+    relay_from_rows,
+    round_kind,
+    timing_rows,
+)
+from netcheck.errors import ConfigError
+from netcheck.sim.pipeline import simulate_screening
+from netcheck.sim.population import PopulationSpec, make_population
+from netcheck.storage.flags import StoredRounds
+
+SECRET = bytes(range(32))
+
+
+def _config(tmp_path: Path, **kw: object) -> CoordinatorConfig:
+    return CoordinatorConfig(
+        identity_key=tmp_path / "keys" / "c.pem", open_enrollment=True,
+        admin_token="x" * 16, profiles=["p"], **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _row(rid: str, node: str, released: int | None, arrived: int | None, commit: bool = True):  # type: ignore[no-untyped-def]
+    return {"round_id": rid, "node_key": node, "released_ns": released, "arrived_ns": arrived,
+            "rtt_s": 0.01, "commitment": "ab" if commit else None}  # fmt: skip
+
+
+def test_round_kind_mixes_full_rounds() -> None:
+    """Every full_every-th screening round is a full-load round."""
+    assert [round_kind(i, 4) for i in range(8)] == ["screening"] * 3 + ["full"] + [
+        "screening"
+    ] * 3 + ["full"]
+    assert {round_kind(i, 1) for i in range(5)} == {"full"}
+    with pytest.raises(ValueError):
+        round_kind(-1, 4)
+
+
+def test_hmac_load_rule_is_the_secret_schedule() -> None:
+    """The load rule loads exactly the nodes whose HMAC schedule bit is set."""
+    keys = [f"n{i}" for i in range(64)]
+    got = hmac_load_rule(SECRET)("r1", keys)
+    want = {k for k, b in screening_plan(SECRET, "r1", keys).items() if b}
+    assert got == want
+    assert 16 < len(got) < 48  # about half
+    assert hmac_load_rule(SECRET)("r2", keys) != got
+
+
+def test_secret_created_0600_then_reused(tmp_path: Path) -> None:
+    """The schedule secret is created once with mode 0600 and read back afterwards."""
+    path = tmp_path / "sub" / "schedule.secret"
+    first = load_or_create_secret(path)
+    assert len(first) == 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_or_create_secret(path) == first
+
+
+def test_short_secret_refused(tmp_path: Path) -> None:
+    """A secret shorter than 16 bytes is a configuration error."""
+    path = tmp_path / "s"
+    path.write_bytes(b"short")
+    with pytest.raises(ConfigError):
+        load_or_create_secret(path)
+
+
+def test_config_detection_fields(tmp_path: Path) -> None:
+    """The secret path defaults next to the identity key; bad strike settings are refused."""
+    cfg = _config(tmp_path)
+    assert cfg.schedule_secret_path == tmp_path / "keys" / "schedule.secret"
+    assert cfg.screening_interval_s == 0.0
+    assert _config(tmp_path, schedule_secret_file=tmp_path / "x").schedule_secret_path == (
+        tmp_path / "x"
+    )
+    with pytest.raises(ValueError):
+        _config(tmp_path, capacity_window=2, capacity_strikes=3)
+
+
+def test_timing_rows_use_effective_load_and_raw_times() -> None:
+    """Loaded = schedule bit and a release; an error reply is no result; times stay raw."""
+    stored = StoredRounds(
+        ("r1",), {"r1": "screening"},
+        {"r1": {"a": True, "b": True, "c": True, "d": False}},
+        (_row("r1", "a", 100, 900), _row("r1", "b", None, None),
+         _row("r1", "c", 100, 150, commit=False)),
+    )  # fmt: skip
+    rows = {r.node_key: r for r in timing_rows(stored)}
+    assert rows["a"].loaded and (rows["a"].released_ns, rows["a"].arrived_ns) == (100, 900)
+    assert not rows["b"].loaded  # never released: computed nothing
+    assert rows["c"].loaded and rows["c"].arrived_ns is None  # censored later
+    assert "d" not in rows
+
+
+def test_analyse_finds_a_simulated_farm() -> None:
+    """Stored-row analysis flags a shared pair among simulated nodes, no honest pair."""
+    rng = np.random.default_rng(7)
+    spec = PopulationSpec(n_nodes=30, farm_sizes=(2,), cohosted_pairs=0, sigma_w=0.03, beta=1.0)
+    pop = make_population(spec, rng)
+    scr = simulate_screening(pop, 40, rng)
+    schedules: dict[str, dict[str, bool]] = {}
+    results = []
+    for r in scr.rows:
+        schedules.setdefault(r.round_id, {})[r.node_key] = r.loaded
+        if r.loaded:
+            results.append(_row(r.round_id, r.node_key, r.released_ns, r.arrived_ns))
+            results[-1]["rtt_s"] = r.rtt_s
+    stored = StoredRounds(
+        scr.round_ids, dict.fromkeys(scr.round_ids, "screening"), schedules, tuple(results)
+    )
+    got = analyse(stored, 3 * spec.t_ref_s, DetectorConfig())
+    assert [set(g.members) for g in got.detection.groups] == [set(pop.farms[0])]
+    assert got.matrix.y.shape == (30, 40)
+
+
+def test_confirmation_observation_from_rows() -> None:
+    """A confirmation round gives log service times of its loaded nodes, censored if late."""
+    obs = confirmation_observation(
+        "c1", {"a": True, "b": True, "x": False},
+        [_row("c1", "a", 0, 1_010_000_000), _row("c1", "b", 0, None), _row("c9", "a", 0, 5)],
+        deadline_s=2.0,
+    )  # fmt: skip
+    assert obs.loaded == frozenset({"a", "b"})
+    assert obs.log_service["a"] == pytest.approx(math.log(1.0))
+    assert obs.log_service["b"] == pytest.approx(math.log(2.0))
+
+
+def test_capacity_check_counts_window_only() -> None:
+    """Strikes are late/missing verdicts among the window's most recent verdicts."""
+    recent = [{"verdict": v, "round_id": f"r{i}"}
+              for i, v in enumerate(["late", "pass", "missing", "late", "late"])]  # fmt: skip
+    hits, failed = capacity_check(recent, window=3, strikes=2)
+    assert [h["round_id"] for h in hits] == ["r0", "r2"] and failed
+    hits, failed = capacity_check(recent, window=2, strikes=2)
+    assert len(hits) == 1 and not failed
+
+
+def test_relay_from_rows_needs_samples_and_excess() -> None:
+    """The provisional relay test flags a persistent excess over RTT plus reference."""
+    from netcheck.analysis.timing import TimingRow
+
+    def rows(extra_s: float, n: int) -> list[TimingRow]:
+        return [TimingRow(f"r{i}", "a", True, 0, int((1.0 + 0.01 + extra_s + i * 1e-4) * 1e9),
+                          0.01) for i in range(n)]  # fmt: skip
+
+    assert relay_from_rows(rows(0.2, 4), 1.0) is None
+    res = relay_from_rows(rows(0.2, 8), 1.0)
+    assert res is not None and res.flagged
+    res = relay_from_rows(rows(0.0, 8), 1.0)
+    assert res is not None and not res.flagged
+
+
+def test_cli_groups_have_commands() -> None:
+    """``screen run``, ``flags list`` and ``flags show`` exist with their options."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator.commands import flags, screen
+
+    assert set(screen.commands) == {"run"}
+    assert set(flags.commands) == {"list", "show"}
+    out = CliRunner().invoke(screen, ["run", "--help"]).output
+    assert "--rounds" in out and "--profile" in out and "--json" in out
+    assert "--json" in CliRunner().invoke(flags, ["show", "--help"]).output

@@ -1,0 +1,164 @@
+"""Detection wired into a live in-process coordinator (real loopback websockets, fake
+engines): load sets, stored schedules, result-sharing and capacity flags, admin API, timer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from netcheck.config import DeadlineParams, Profile
+from netcheck.coordinator.rounds import run_round
+from netcheck.engines.fingerprint import fingerprint_id
+from netcheck.errors import EngineError
+from netcheck.keys import public_key_text
+from netcheck.node.adversary import MadeUpWorker
+from netcheck.storage import ReferenceRow, Store
+from netcheck.testing import RunningCoordinator, running_coordinator
+
+T = 8
+PROFILE = Profile(
+    name="test", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
+    prompt_len=16, max_new_tokens=T, canaries_min=1, canaries_max=1,
+    deadline=DeadlineParams(t_ref_s=1.0), dispatch_timeout_s=5.0, result_timeout_s=5.0,
+)  # fmt: skip
+FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+
+
+class Constant:
+    """Returns the same rows for every prompt: two such nodes share one computation."""
+
+    fingerprint = FP
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        return [[5] * T for _ in prompts]
+
+
+class Failing:
+    """Reports an engine error for every batch (verdict ``missing``)."""
+
+    fingerprint = FP
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        raise EngineError("boom")
+
+
+def _store(tmp_path: Path, n: int = 200) -> Store:
+    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}")
+    fp = fingerprint_id(FP)
+    store.add_references(
+        [ReferenceRow(f"ref{i}", PROFILE.name, fp, f"canary {i}", (1,) * T, 0.0) for i in range(n)]
+    )
+    return store
+
+
+async def _join(rc: RunningCoordinator, workers: dict[str, Any]) -> dict[str, str]:
+    names = {}
+    for name, w in workers.items():
+        client = rc.node(w, PROFILE.name, label=name)
+        rc.start(client)
+        names[name] = public_key_text(client.identity)
+    await rc.wait_connected(len(workers))
+    return names
+
+
+async def test_round_with_load_set_stores_full_schedule(tmp_path: Path) -> None:
+    """Only loaded nodes get a job; the schedule of every connected node is stored."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        keys = await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(3)})
+        report = await run_round(rc.coord, PROFILE.name, load={keys["n1"]}, kind="screening")
+        assert [o.node_key for o in report.outcomes] == [keys["n1"]]
+        assert report.schedule == {k: k == keys["n1"] for k in keys.values()}
+        row = rc.coord.screening.flags.schedule(report.round_id)
+        assert row is not None and row["kind"] == "screening" and row["rule"] == "explicit"
+        assert row["schedule"] == report.schedule
+        raw = rc.coord.store.result_row(report.round_id, keys["n1"])
+        assert raw is not None and raw["released_ns"] < raw["arrived_ns"]
+        assert rc.coord.store.result_row(report.round_id, keys["n0"]) is None
+        with pytest.raises(Exception, match="kind"):
+            await run_round(rc.coord, PROFILE.name, kind="bogus")
+
+
+async def test_identical_results_raise_result_sharing_flag(tmp_path: Path) -> None:
+    """Two nodes returning one computation for different batches are flagged at once."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        keys = await _join(rc, {"a": Constant(), "b": Constant(), "h": MadeUpWorker(FP, T)})
+        report = await run_round(rc.coord, PROFILE.name)
+        assert len(report.flags) == 1
+        flag = rc.coord.screening.flags.get_flag(report.flags[0])
+        assert flag is not None
+        assert (flag["kind"], flag["status"]) == ("result-sharing", "confirmed")
+        assert flag["node_keys"] == sorted([keys["a"], keys["b"]])
+        ev = flag["evidence"]
+        assert ev["evidence"] == "commitment" and ev["round_id"] == report.round_id
+        assert all(r["signature"] and r["session_id"] for r in ev["receipts"])
+
+
+async def test_capacity_strikes_raise_one_flag(tmp_path: Path) -> None:
+    """Missing results in the sliding window raise one capacity flag, not one per round."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        cfg = rc.coord.config.model_copy(update={"capacity_window": 3, "capacity_strikes": 2})
+        rc.coord.config = rc.coord.screening.config = cfg
+        keys = await _join(rc, {"bad": Failing(), "ok": MadeUpWorker(FP, T)})
+        first = await run_round(rc.coord, PROFILE.name)
+        assert first.flags == []
+        second = await run_round(rc.coord, PROFILE.name)
+        assert len(second.flags) == 1
+        third = await run_round(rc.coord, PROFILE.name)
+        assert third.flags == []  # the same strikes are already covered
+        flag = rc.coord.screening.flags.get_flag(second.flags[0])
+        assert flag is not None and flag["kind"] == "capacity"
+        assert flag["node_keys"] == [keys["bad"]]
+        assert (flag["statistic"], flag["threshold"]) == (2.0, 2.0)
+        assert flag["evidence"]["strike_rounds"] == [second.round_id, first.round_id]
+
+
+async def test_admin_screening_and_flag_routes(tmp_path: Path) -> None:
+    """POST /admin/screening runs screening and full rounds; flags are listed and shown."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(4)})
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        base = f"http://127.0.0.1:{rc.port}"
+        async with aiohttp.ClientSession(headers=headers) as http:
+            async with http.post(f"{base}/admin/screening", json={"rounds": 4}) as resp:
+                assert resp.status == 200, await resp.text()
+                body = await resp.json()
+            assert [r["kind"] for r in body["rounds"]] == ["screening"] * 3 + ["full"]
+            assert body["analysis"]["n_rounds"] == 4 and body["analysis"]["n_nodes"] == 4
+            assert body["flags"] == [] and body["confirmations"] == []
+            async with http.post(f"{base}/admin/screening", json={"rounds": -1}) as resp:
+                assert resp.status == 400
+            fid = rc.coord.screening.flags.add_flag("relay", "pending", "test", ["k"], 1.0, 0.5, {})
+            async with http.get(f"{base}/admin/flags?kind=relay") as resp:
+                assert [f["flag_id"] for f in (await resp.json())["flags"]] == [fid]
+            async with http.get(f"{base}/admin/flags/{fid}") as resp:
+                assert (await resp.json())["evidence"] == {}
+            async with http.get(f"{base}/admin/flags/{fid + 1}") as resp:
+                assert resp.status == 404
+
+
+async def test_timer_runs_screening_rounds(tmp_path: Path) -> None:
+    """The timer runs one screening round per tick (injected sleep, no wall-clock wait)."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        ticks = 0
+        third = asyncio.Event()
+
+        async def fake_sleep(_s: float) -> None:
+            nonlocal ticks
+            ticks += 1
+            if ticks == 3:
+                third.set()
+                await asyncio.Event().wait()  # park the timer
+
+        rc.coord.screening.start_timer(fake_sleep)
+        await asyncio.wait_for(third.wait(), 30)
+        await rc.coord.screening.stop_timer()
+        rounds = rc.coord.store.list_rounds()
+        assert len(rounds) == 2
+        kinds = {rc.coord.screening.flags.schedule(r["round_id"])["kind"] for r in rounds}  # type: ignore[index]
+        assert kinds == {"screening"}

@@ -1,0 +1,118 @@
+"""Tests for netcheck.storage.flags (round schedules and flags) on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from netcheck.analysis.verdicts import NodeOutcome, Verdict
+from netcheck.coordinator.planner import Assignment, RoundPlan
+from netcheck.errors import StorageError
+from netcheck.storage import Store
+from netcheck.storage.flags import FlagStore, jsonable
+
+
+@pytest.fixture
+def flags(db_url: str) -> FlagStore:
+    return FlagStore(Store(db_url))
+
+
+def _round(fs: FlagStore, rid: str, started: float, loaded: dict[str, bool], kind: str) -> None:
+    """Store a complete round with one result row per loaded node and its schedule."""
+    assignments = tuple(
+        Assignment(k, ("a", "b"), (), (), (), bytes(32), bytes(12))
+        for k, on in loaded.items()
+        if on
+    )
+    fs.store.record_plan(RoundPlan(rid, "p", 2, 2, assignments, ()), started)
+    fs.record_schedule(rid, "p", kind, "explicit", loaded)
+    outcomes = [NodeOutcome(a.node_key, Verdict.PASS, "ok", 0.5, 0, 0) for a in assignments]
+    timings = {
+        a.node_key: {"release_start_ns": 100, "arrived_ns": 600, "rtt_s": 0.01,
+                     "commitment": b"\x01" * 32, "signature": b"\x02" * 64}
+        for a in assignments
+    }  # fmt: skip
+    fs.store.record_outcome(rid, outcomes, timings)
+    fs.store.finish_round(rid, "complete", {})
+
+
+def test_jsonable_makes_strict_json() -> None:
+    """Non-finite floats become None, bytes hex, tuples and sets lists."""
+    got = jsonable({"a": math.nan, "b": math.inf, "c": b"\xff", "d": (1, 2.5), "e": {3, 1}})
+    assert got == {"a": None, "b": None, "c": "ff", "d": [1, 2.5], "e": [1, 3]}
+
+
+def test_add_and_get_flag_round_trips_evidence(flags: FlagStore) -> None:
+    """A stored flag reads back with sorted node keys and strict-JSON evidence."""
+    fid = flags.add_flag(
+        "shared-backend", "confirmed", "p", ["n2", "n1"], 1e-6, 5e-4,
+        {"rounds": ["r1"], "p": math.nan, "sig": b"\x00\x01"}, created_at=10.0,
+    )  # fmt: skip
+    flag = flags.get_flag(fid)
+    assert flag is not None
+    assert flag["node_keys"] == ["n1", "n2"]
+    assert flag["statistic"] == pytest.approx(1e-6) and flag["threshold"] == pytest.approx(5e-4)
+    assert flag["evidence"] == {"rounds": ["r1"], "p": None, "sig": "0001"}
+    assert flags.get_flag(fid + 100) is None
+
+
+def test_list_flags_filters_and_omits_evidence(flags: FlagStore) -> None:
+    """Listing filters by kind, status and node, newest first, without the evidence."""
+    a = flags.add_flag("capacity", "confirmed", "p", ["n1"], 3.0, 3.0, {})
+    b = flags.add_flag("shared-backend", "cleared", "p", ["n1", "n2"], 0.1, 0.01, {})
+    c = flags.add_flag("relay", "pending", "p", ["n3"], math.inf, 0.015, {})
+    assert [f["flag_id"] for f in flags.list_flags()] == [c, b, a]
+    assert "evidence" not in flags.list_flags()[0]
+    assert [f["flag_id"] for f in flags.list_flags(kind="capacity")] == [a]
+    assert [f["flag_id"] for f in flags.list_flags(status="cleared")] == [b]
+    assert [f["flag_id"] for f in flags.list_flags(node_key="n1")] == [b, a]
+    assert flags.list_flags(kind="relay")[0]["statistic"] is None  # inf is not JSON
+
+
+def test_set_status_and_validation(flags: FlagStore) -> None:
+    """Status changes are stored; unknown statuses and empty node sets are refused."""
+    fid = flags.add_flag("relay", "pending", "p", ["n1"], 0.1, 0.015, {})
+    assert flags.set_status(fid, "cleared")
+    assert flags.list_flags()[0]["status"] == "cleared"
+    assert not flags.set_status(fid + 1, "cleared")
+    with pytest.raises(ValueError):
+        flags.add_flag("relay", "bogus", "p", ["n1"], None, None, {})
+    with pytest.raises(ValueError):
+        flags.add_flag("relay", "pending", "p", [], None, None, {})
+
+
+def test_schedules_and_recent_rounds(flags: FlagStore) -> None:
+    """Recent rounds come oldest first with full schedules and raw result rows."""
+    _round(flags, "r1", 1.0, {"n1": True, "n2": False}, "screening")
+    _round(flags, "r2", 2.0, {"n1": True, "n2": True}, "full")
+    _round(flags, "r3", 3.0, {"n1": False, "n2": True}, "confirmation")
+    _round(flags, "r4", 4.0, {"n1": False, "n2": True}, "screening")
+    got = flags.recent_rounds("p", ("screening", "full"), limit=2)
+    assert got.round_ids == ("r2", "r4")
+    assert got.kinds == {"r2": "full", "r4": "screening"}
+    assert got.schedules["r4"] == {"n1": False, "n2": True}
+    rows = sorted((r["round_id"], r["node_key"]) for r in got.results)
+    assert rows == [("r2", "n1"), ("r2", "n2"), ("r4", "n2")]
+    raw = next(r for r in got.results if r["round_id"] == "r4")
+    assert (raw["released_ns"], raw["arrived_ns"], raw["rtt_s"]) == (100, 600, 0.01)
+    assert raw["commitment"] == "01" * 32
+    assert flags.schedule("r3")["kind"] == "confirmation"  # type: ignore[index]
+    assert flags.schedule("nope") is None
+
+
+def test_record_schedule_refuses_bad_kind_and_unknown_round(flags: FlagStore) -> None:
+    """A schedule needs a known kind and an existing round."""
+    with pytest.raises(ValueError):
+        flags.record_schedule("r1", "p", "weird", "explicit", {})
+    with pytest.raises(StorageError):
+        flags.record_schedule("missing-round", "p", "full", "all", {"n1": True})
+
+
+def test_recent_verdicts_newest_first(flags: FlagStore) -> None:
+    """A node's verdicts come back newest first, limited."""
+    for i in range(3):
+        _round(flags, f"r{i}", float(i), {"n1": True}, "full")
+    got = flags.recent_verdicts("n1", 2)
+    assert [v["round_id"] for v in got] == ["r2", "r1"]
+    assert got[0]["verdict"] == "pass"
