@@ -1,0 +1,105 @@
+"""Helpers of the adversarial tests: a cheap test profile, a store with canaries, and a
+hand-driven node session over a real loopback websocket."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.config import DeadlineParams, Profile
+from netcheck.engines.fingerprint import fingerprint_id
+from netcheck.protocol.handshake import NodeHandshake
+from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
+from netcheck.protocol.transport import Transport
+from netcheck.storage import ReferenceRow, Store
+from netcheck.testing import RunningCoordinator
+
+
+def profile(**overrides: object) -> Profile:
+    """A small LLM-workload profile; no engine is ever loaded by these tests."""
+    fields: dict[str, object] = dict(
+        name="adv",
+        engine="torch",
+        model="synth:tiny",
+        dtype="float32",
+        batch_size=4,
+        prompt_len=32,
+        max_new_tokens=4,
+        canaries_min=1,
+        canaries_max=1,
+        deadline=DeadlineParams(t_ref_s=1.0),
+        dispatch_timeout_s=2.0,
+        result_timeout_s=3.0,
+    )
+    fields.update(overrides)
+    return Profile(**fields)  # type: ignore[arg-type]
+
+
+FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+
+
+def store_with_canaries(tmp_path: Path, prof: Profile, n: int = 32, **kw: object) -> Store:
+    """A SQLite store holding ``n`` unspent canaries of ``prof`` for fingerprint FP."""
+    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}", **kw)  # type: ignore[arg-type]
+    fp_id = fingerprint_id(FP)
+    answer = tuple(range(1, prof.max_new_tokens + 1))
+    store.add_references(
+        [ReferenceRow(f"ref{i}", prof.name, fp_id, f"prompt {i}", answer, 0.0) for i in range(n)]
+    )
+    return store
+
+
+async def raw_session(
+    rc: RunningCoordinator,
+    identity: Ed25519PrivateKey,
+    prof_name: str = "adv",
+    *,
+    connector: aiohttp.BaseConnector | None = None,
+) -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse, Transport]:
+    """Open a websocket and complete the handshake by hand."""
+    http = aiohttp.ClientSession(connector=connector)
+    ws = await http.ws_connect(rc.url, compress=0)
+    claim = ProfileClaim(profile=prof_name, fingerprint=FP, software="adv")
+    hs = NodeHandshake(identity, rc.identity.public_key(), claim)
+    await ws.send_bytes(hs.start())
+    welcome = await ws.receive(timeout=5.0)
+    await ws.send_bytes(hs.receive_welcome(welcome.data))
+    return http, ws, hs.transport()
+
+
+async def serve_until_job(ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> Job:
+    """Answer echoes like an honest node until a job arrives (not acknowledged)."""
+    while True:
+        msg = transport.open((await ws.receive(timeout=8.0)).data)
+        if isinstance(msg, Echo):
+            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
+        elif isinstance(msg, Job):
+            return msg
+
+
+async def serve_until_release(
+    ws: aiohttp.ClientWebSocketResponse, transport: Transport
+) -> tuple[Job, Release]:
+    """Answer echoes and ack the job like an honest node; return at the release."""
+    job = await serve_until_job(ws, transport)
+    await ws.send_bytes(transport.seal(Ack(job.round_id)))
+    while True:
+        msg = transport.open((await ws.receive(timeout=8.0)).data)
+        if isinstance(msg, Echo):
+            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
+        elif isinstance(msg, Release):
+            return job, msg
+
+
+async def wait_for(cond, timeout_s: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    """Poll ``cond()`` until true or timeout; returns the last value."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while loop.time() < end:
+        if cond():
+            return True
+        await asyncio.sleep(0.02)
+    return bool(cond())
