@@ -15,8 +15,13 @@ class AdminError(NetcheckError):
 
 
 def admin_url(cfg: CoordinatorConfig, path: str) -> str:
-    """URL of an admin route; a wildcard bind address is reached over loopback."""
-    host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
+    """URL of an admin route; a wildcard bind address is reached over loopback.
+
+    IPv6 literals are bracketed (RFC 3986 §3.2.2); ``::`` is reached at ``[::1]``.
+    """
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(cfg.host, cfg.host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
     return f"http://{host}:{cfg.port}{path}"
 
 

@@ -100,7 +100,13 @@ def reference() -> None:
 
 @reference.command("build")
 @click.option("--profile", "profile_name", required=True, help="Profile name or TOML path.")
-@click.option("--count", default=64, show_default=True, help="Prompts to answer (rounded up to B).")
+@click.option(
+    "--count",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Prompts to answer (rounded up to B).",
+)
 @click.option(
     "--config",
     "config_path",
@@ -282,7 +288,13 @@ def nodes(config_path: Path, as_json: bool) -> None:
     help="Scratch folder for keys, configs, database and logs (recreated).",
 )
 @click.option("--profile", "profile_name", default="cpu-tiny", show_default=True)
-def demo(rounds: int, workdir: Path, profile_name: str) -> None:
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Keep the coordinator and nodes running after the rounds and print the "
+    "dashboard URL (Ctrl-C stops).",
+)
+def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
     """Run a coordinator and 7 node processes on loopback and show cheaters caught.
 
     Three honest nodes, one running float32's model in bfloat16 while claiming float32,
@@ -293,7 +305,7 @@ def demo(rounds: int, workdir: Path, profile_name: str) -> None:
     from netcheck.demo import run_demo
 
     setup_logging(False, "demo")
-    sys.exit(run_demo(workdir, rounds, profile_name))
+    sys.exit(run_demo(workdir, rounds, profile_name, serve))
 
 
 # -- commands defined next to the code they drive ---------------------------------------

@@ -72,7 +72,7 @@ class _Model(BaseModel):
 
 
 class DeadlineParams(_Model):
-    """Deadline model: ``D = max(a * t_ref_s, b * p99_s) + 2 * rtt_s + slack_s`` (seconds)."""
+    """Deadline model: ``D = max(a * t_ref_s, b * p99_s) + 2 * min(rtt_s, max_rtt_s) + slack_s`` (seconds)."""
 
     t_ref_s: float = Field(gt=0)
     """Reference time of one batch on the profile's hardware, seconds."""
@@ -81,6 +81,9 @@ class DeadlineParams(_Model):
     p99_s: float = Field(default=0.0, ge=0)
     """Observed 99th percentile of honest batch times, seconds (0 = not yet measured)."""
     slack_s: float = Field(default=0.5, ge=0)
+    max_rtt_s: float = Field(default=0.1, ge=0)
+    """Cap on the echo RTT credited to a node, seconds. The node controls its echo
+    replies, so an uncapped RTT would let it buy deadline (adversarial review #1)."""
 
 
 class Profile(_Model):
@@ -139,13 +142,14 @@ class Profile(_Model):
     def deadline_s(self, rtt_s: float) -> float:
         """Result deadline after release, seconds, for a node with round-trip time ``rtt_s``.
 
-        ``max(a * t_ref_s, b * p99_s) + 2 * rtt_s + slack_s`` (docs/design.md).
+        ``max(a * t_ref_s, b * p99_s) + 2 * min(rtt_s, max_rtt_s) + slack_s``
+        (docs/design.md; detection.md §1).
         Raises ValueError if ``rtt_s`` is negative.
         """
         if rtt_s < 0:
             raise ValueError(f"rtt_s must be >= 0, got {rtt_s}")
         d = self.deadline
-        return max(d.a * d.t_ref_s, d.b * d.p99_s) + 2 * rtt_s + d.slack_s
+        return max(d.a * d.t_ref_s, d.b * d.p99_s) + 2 * min(rtt_s, d.max_rtt_s) + d.slack_s
 
 
 class CoordinatorConfig(_Model):
@@ -156,6 +160,9 @@ class CoordinatorConfig(_Model):
     identity_key: Path
     allowed_nodes: list[str] = Field(default_factory=list)
     """Node public keys in text form ``ed25519:<base64url-no-pad>``."""
+    node_names: dict[str, str] = Field(default_factory=dict)
+    """Operator-chosen display names, public key text -> name (shown in tables and the
+    dashboard). Names come from the operator, never from the node."""
     open_enrollment: bool = False
     """Accept any node key; must be set explicitly when ``allowed_nodes`` is empty."""
     database: str = Field(default="sqlite:///netcheck.db", validate_default=True)

@@ -26,6 +26,7 @@ import asyncio
 import json
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -75,9 +76,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _toml(values: dict[str, Any]) -> str:
+def _toml_value(v: Any) -> str:
+    if isinstance(v, dict):  # TOML inline table with quoted keys
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
     # JSON string/array/number/bool literals are valid TOML values for what we write.
-    return "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+    return json.dumps(v)
+
+
+def _toml(values: dict[str, Any]) -> str:
+    return "".join(f"{k} = {_toml_value(v)}\n" for k, v in values.items())
 
 
 def write_configs(workdir: Path, profile_name: str) -> tuple[Path, dict[str, str]]:
@@ -100,6 +107,7 @@ def write_configs(workdir: Path, profile_name: str) -> tuple[Path, dict[str, str
                 "port": port,
                 "identity_key": "keys/coordinator.pem",
                 "allowed_nodes": list(names),
+                "node_names": names,
                 "database": "sqlite:///netcheck.db",
                 "admin_token": secrets.token_urlsafe(24),
                 "profiles": [profile_name],
@@ -219,7 +227,21 @@ def summarize(reports: list[dict[str, Any]], names: dict[str, str]) -> bool:
     return ok_all
 
 
-async def _run(workdir: Path, rounds: int, profile_name: str, procs: Processes) -> bool:
+async def _serve_until_interrupted(cfg: CoordinatorConfig) -> None:
+    url = f"http://127.0.0.1:{cfg.port}/dashboard/nodes?token={cfg.admin_token}"
+    console.print(
+        f"dashboard: [bold]{url}[/bold]\ncoordinator and nodes keep running; Ctrl-C stops"
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def _run(
+    workdir: Path, rounds: int, profile_name: str, procs: Processes, serve: bool = False
+) -> bool:
     profile = load_profile(profile_name)
     coord_path, names = write_configs(workdir, profile_name)
     cfg = load_coordinator_config(coord_path)
@@ -257,10 +279,13 @@ async def _run(workdir: Path, rounds: int, profile_name: str, procs: Processes) 
             report = await admin_request(cfg, "POST", "/admin/rounds", {"profile": profile_name})
         print_round(report, names)
         reports.append(report)
-    return summarize(reports, names)
+    ok = summarize(reports, names)
+    if serve:
+        await _serve_until_interrupted(cfg)
+    return ok
 
 
-def run_demo(workdir: Path, rounds: int, profile_name: str) -> int:
+def run_demo(workdir: Path, rounds: int, profile_name: str, serve: bool = False) -> int:
     """Run the demo; returns the process exit status (0 = every verdict as expected)."""
     t0 = time.monotonic()
     if workdir.exists():
@@ -268,7 +293,7 @@ def run_demo(workdir: Path, rounds: int, profile_name: str) -> int:
     workdir.mkdir(parents=True)
     procs = Processes(workdir)
     try:
-        ok = asyncio.run(_run(workdir.resolve(), rounds, profile_name, procs))
+        ok = asyncio.run(_run(workdir.resolve(), rounds, profile_name, procs, serve))
     except (RuntimeError, AdminError) as exc:
         console.print(f"[red]demo failed:[/red] {exc}")
         ok = False

@@ -31,6 +31,7 @@ class CloseCode(IntEnum):
     """
 
     NORMAL = 1000
+    TRY_AGAIN_LATER = 1013  # RFC 6455 registry: server overloaded / transient failure
     PROTOCOL_ERROR = 4000
     BAD_HANDSHAKE = 4001
     UNKNOWN_NODE_KEY = 4002

@@ -123,10 +123,16 @@ def _load_outputs(path: Path) -> list[list[int]]:
 
 def _row_from_db(url: str, round_id: str, node_key: str) -> dict[str, Any]:
     from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
     from netcheck.storage import Store
 
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise click.BadParameter(
+            f"not a database URL: {url!r} ({exc})", param_hint="--from-db"
+        ) from None
     database = parsed.database or ""
     is_file = parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
     if is_file and not Path(database).expanduser().exists():

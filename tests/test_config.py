@@ -50,9 +50,9 @@ def test_repo_profiles_load() -> None:
     assert (p.canaries_min, p.canaries_max) == (2, 3)
     assert p.deadline.t_ref_s == 2.0 and p.deadline.slack_s == 0.5
     v = load_profile("cpu-tiny-vllm")
-    assert v.engine == "vllm" and v.model_dump(exclude={"name", "engine", "cpu_threads"}) == p.model_dump(
+    assert v.engine == "vllm" and v.model_dump(
         exclude={"name", "engine", "cpu_threads"}
-    )
+    ) == p.model_dump(exclude={"name", "engine", "cpu_threads"})
     assert DEFAULT_PROFILES_DIR == REPO / "configs" / "profiles"
 
 

@@ -133,6 +133,8 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
             limit = int(q.get("limit", "200"))
         except ValueError:
             raise web.HTTPBadRequest(text="limit must be an integer") from None
+        if not 1 <= limit <= 10_000:
+            raise web.HTTPBadRequest(text="limit must be in 1..10000")
         rows = coord.screening.flags.list_flags(
             kind=q.get("kind"), status=q.get("status"), node_key=q.get("node"), limit=limit
         )
@@ -143,6 +145,8 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
             flag_id = int(request.match_info["flag_id"])
         except ValueError:
             raise web.HTTPBadRequest(text="flag id must be an integer") from None
+        if not 0 <= flag_id < 2**63:
+            raise web.HTTPNotFound(text=f"no flag {flag_id}")
         flag = coord.screening.flags.get_flag(flag_id)
         if flag is None:
             raise web.HTTPNotFound(text=f"no flag {flag_id}")

@@ -334,6 +334,12 @@ async def _run_locked(
     if results:
         await asyncio.wait(results.values(), timeout=profile.result_timeout_s)
     t_collected = time.monotonic()
+    if coord.stopping:
+        # The coordinator is shutting down and closed the sessions itself: no node is to
+        # blame. Canaries stay spent (they were revealed); no verdict is recorded.
+        log.warning("round %s aborted: coordinator shutting down", round_id)
+        await asyncio.to_thread(store.finish_round, round_id, "aborted", {"reason": "shutdown"})
+        return RoundReport(round_id, profile.name, "aborted", kind=kind, schedule=schedule)
 
     # Verify (pure) and record.
     outcomes: list[NodeOutcome] = []

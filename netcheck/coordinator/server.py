@@ -24,7 +24,7 @@ from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator.screening import Screening
 from netcheck.coordinator.session import NodeSession
 from netcheck.engines.fingerprint import fingerprint_id
-from netcheck.errors import CloseCode, HandshakeError, ProtocolError
+from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
 from netcheck.protocol.handshake import CoordinatorHandshake
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
@@ -70,6 +70,7 @@ class Coordinator:
         self.allowed = {public_key_bytes(parse_public_key(k)) for k in config.allowed_nodes}
         self.round_lock = asyncio.Lock()
         self.handshake_failures = 0
+        self.stopping = False
         self._attempts: dict[str, deque[float]] = defaultdict(deque)
         self._readers: set[asyncio.Task[None]] = set()
         self.screening = Screening(self)  # detection: schedule secret, flags, timer
@@ -85,11 +86,13 @@ class Coordinator:
         window = self._attempts[peer]
         while window and now - window[0] > 60.0:
             window.popleft()
+        if len(window) >= HANDSHAKES_PER_MINUTE:
+            return True  # refused attempts are not counted: the window drains on its own
         window.append(now)
         if len(self._attempts) > 10_000:  # forget idle sources so the table stays bounded
             for key in [k for k, w in self._attempts.items() if now - w[-1] > 60.0]:
                 del self._attempts[key]
-        return len(window) > HANDSHAKES_PER_MINUTE
+        return False
 
     # -- websocket endpoint ------------------------------------------------------
 
@@ -157,22 +160,29 @@ class Coordinator:
         )
 
     async def _serve(self, session: NodeSession) -> None:
+        # Persist before we count the node as connected (architecture.md: persist first).
+        try:
+            await asyncio.to_thread(
+                self.store.upsert_node,
+                session.node_key,
+                self.config.node_names.get(session.node_key, ""),
+                session.claim.profile,
+                session.fingerprint_id,
+                dict(session.claim.fingerprint),
+                time.time(),
+            )
+        except StorageError as exc:
+            log.error("node %s refused for now: %s", session.label, exc)
+            await session.ws.close(code=CloseCode.TRY_AGAIN_LATER, message=b"try again later")
+            return
+        # Supersede after the await, right before registering, so two sessions with the
+        # same key that finish their handshakes together cannot both stay open.
         old = self.sessions.get(session.node_key)
+        self.sessions[session.node_key] = session
         if old is not None:
             log.info("node %s reconnected; closing its previous session", session.label)
             old.fail_waiters()
             await old.ws.close(code=CloseCode.SUPERSEDED, message=b"superseded")
-        # Persist before we count the node as connected (architecture.md: persist first).
-        await asyncio.to_thread(
-            self.store.upsert_node,
-            session.node_key,
-            "",
-            session.claim.profile,
-            session.fingerprint_id,
-            dict(session.claim.fingerprint),
-            time.time(),
-        )
-        self.sessions[session.node_key] = session
         log.info(
             "node %s joined from %s: profile=%s fingerprint=%s",
             session.label,
@@ -207,6 +217,7 @@ class Coordinator:
         return app
 
     async def _on_shutdown(self, app: web.Application) -> None:
+        self.stopping = True  # a round in flight ends as aborted, blaming no node
         for session in list(self.sessions.values()):
             await session.ws.close(code=CloseCode.SHUTDOWN, message=b"shutdown")
 

@@ -104,13 +104,19 @@ class NodeSession:
     def expect_ack(self, round_id: str) -> asyncio.Future[int]:
         """Future resolved with the arrival time (ns) of the node's ``ack`` for a round."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._acks[round_id] = fut
+        if self.closed.is_set():
+            fut.set_exception(NodeDisconnected(self.node_key))
+        else:
+            self._acks[round_id] = fut
         return fut
 
     def expect_result(self, round_id: str) -> asyncio.Future[Arrival]:
         """Future resolved with the node's ``result`` (or ``error``) for a round."""
         fut: asyncio.Future[Arrival] = asyncio.get_running_loop().create_future()
-        self._results[round_id] = fut
+        if self.closed.is_set():  # gone between ack and release: fail now, not at timeout
+            fut.set_exception(NodeDisconnected(self.node_key))
+        else:
+            self._results[round_id] = fut
         return fut
 
     def forget_round(self, round_id: str) -> None:
@@ -127,9 +133,13 @@ class NodeSession:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._echoes[nonce] = fut
         t0 = time.monotonic_ns()
+
+        async def echo() -> int:
+            await self.send(Echo(nonce=nonce))  # may wait for a node that stops reading
+            return await fut
+
         try:
-            await self.send(Echo(nonce=nonce))
-            t1 = await asyncio.wait_for(fut, timeout_s)
+            t1 = await asyncio.wait_for(echo(), timeout_s)
         except (TimeoutError, NodeDisconnected, ConnectionError):
             return None
         finally:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, create_engine, event, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
@@ -44,7 +46,7 @@ _HEX_KEYS = ("session_id", "commitment", "signature")
 def _describe(exc: SQLAlchemyError) -> str:
     detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
     low = detail.lower()
-    if "locked" in low or "busy" in low:
+    if "locked" in low or "busy" in low or "lock timeout" in low:
         return f"database is locked ({detail})"
     if ("disk" in low and "full" in low) or "no space" in low:
         return f"disk full ({detail})"
@@ -92,6 +94,12 @@ class Store:
                 kwargs["poolclass"] = StaticPool
             else:
                 Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        elif parsed.get_backend_name() == "postgresql":
+            # The PostgreSQL analogue of busy_timeout: a write waits this long for a row or
+            # table lock held by another transaction, then fails as "database is locked".
+            opts = f"-c lock_timeout={max(1, int(busy_timeout_ms))}"  # 0 would mean forever
+            extra = parsed.query.get("options")
+            kwargs["connect_args"] = {"options": f"{extra} {opts}" if extra else opts}
         try:
             self._engine: Engine = create_engine(url, **kwargs)
             if self._sqlite:
@@ -169,6 +177,13 @@ class Store:
             "last_seen_at": seen_at,
         }
         with self._write("upsert node") as conn:
+            if conn.dialect.name in ("sqlite", "postgresql"):  # one atomic statement
+                dialect_insert = sqlite_insert if conn.dialect.name == "sqlite" else pg_insert
+                stmt = dialect_insert(nodes).values(
+                    node_key=node_key, first_seen_at=seen_at, **values
+                )
+                conn.execute(stmt.on_conflict_do_update(index_elements=["node_key"], set_=values))
+                return
             found = conn.execute(
                 update(nodes).where(nodes.c.node_key == node_key).values(**values)
             ).rowcount

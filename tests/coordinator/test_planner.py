@@ -43,7 +43,12 @@ def test_shape_and_positions(profile: Profile) -> None:
     """Each batch has exactly B prompts with k in range and canaries at their positions."""
     p = plan(profile)
     by_id = {c.ref_id: c for c in canaries(FP_A, 100, profile)}
-    assert (p.round_id, p.profile, p.batch_size, p.max_new_tokens) == ("R1", "cpu-tiny", profile.batch_size, profile.max_new_tokens)
+    assert (p.round_id, p.profile, p.batch_size, p.max_new_tokens) == (
+        "R1",
+        "cpu-tiny",
+        profile.batch_size,
+        profile.max_new_tokens,
+    )
     assert len(p.assignments) == 8 and p.skipped == ()
     ks = set()
     for a in p.assignments:

@@ -1,4 +1,4 @@
-"""Tests for netcheck.storage.Store on a temporary SQLite file."""
+"""Tests for netcheck.storage.Store on SQLite and PostgreSQL (``db_url``, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def plan(round_id: str, canary_sets: dict[str, list[str]]) -> RoundPlan:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'sub' / 'netcheck.db'}"
+def db(db_url: str) -> str:
+    return db_url
 
 
 @pytest.fixture
@@ -52,6 +52,8 @@ def store(db: str) -> Store:
 
 def test_sqlite_pragmas(store: Store, db: str) -> None:
     """SQLite runs in WAL mode with foreign keys on and a busy timeout."""
+    if not db.startswith("sqlite"):
+        pytest.skip("SQLite pragmas")
     with store._engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1

@@ -1,0 +1,252 @@
+"""Load and fault-test support: lightweight EMULATED nodes over real signed sessions.
+
+Used by ``scripts/loadgen``, ``scripts/bench`` and ``tests/faults``. Sessions are real
+(websocket, handshake, encrypted frames, signed receipts); only the *engine* is
+emulated, so thousands of nodes fit on one CPU:
+
+- :class:`HashWorker` — **EMULATION**: claims :data:`FAKE_FINGERPRINT` and answers every
+  prompt with :func:`hash_answer` (a deterministic function of the prompt) after an
+  emulated service time. References built with :func:`add_hash_references` use the same
+  function, so a HashWorker node passes its canary checks exactly as an honest node.
+- :class:`LoadClient` — a :class:`~netcheck.node.client.NodeClient` that stamps when its
+  handshake completed (for handshake-rate benchmarks).
+- ``python -m netcheck.load nodes ...`` — a *client host* process that runs many such
+  nodes (see :func:`main`); the load generator starts a few of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import resource
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from netcheck.config import Profile
+from netcheck.keys import load_private_key, parse_public_key
+from netcheck.node.client import NodeClient, _Session
+from netcheck.storage import ReferenceRow, Store
+
+log = logging.getLogger("netcheck.load")
+
+#: The engine fingerprint every emulated node claims (no real engine has it).
+FAKE_FINGERPRINT: dict[str, str | int] = {
+    "engine": "emulated-hash",
+    "model_id": "load:hash",
+    "weight_hash": "00" * 32,
+}
+VOCAB = 258
+
+
+def hash_answer(prompt: str, max_new_tokens: int, vocab: int = VOCAB) -> tuple[int, ...]:
+    """The emulated engine's output for ``prompt``: ``max_new_tokens`` ids from SHAKE-128."""
+    raw = hashlib.shake_128(prompt.encode()).digest(2 * max_new_tokens)
+    return tuple(int.from_bytes(raw[i : i + 2], "little") % vocab for i in range(0, len(raw), 2))
+
+
+class HashWorker:
+    """EMULATION: deterministic outputs (:func:`hash_answer`) after ``delay_s`` seconds.
+
+    Args:
+        max_new_tokens: output length per prompt.
+        delay_s: emulated GPU service time per batch (``asyncio.sleep``; no CPU used).
+        fingerprint: the engine fingerprint claimed in the handshake.
+    """
+
+    def __init__(
+        self,
+        max_new_tokens: int,
+        delay_s: float = 0.0,
+        fingerprint: dict[str, str | int] | None = None,
+    ) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.delay_s = delay_s
+        self._fingerprint = dict(fingerprint or FAKE_FINGERPRINT)
+        self.batches = 0
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return dict(self._fingerprint)
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        if self.delay_s > 0:
+            await asyncio.sleep(self.delay_s)
+        self.batches += 1
+        return [list(hash_answer(p, self.max_new_tokens)) for p in prompts]
+
+
+def add_hash_references(
+    store: Store,
+    profile: Profile,
+    count: int,
+    *,
+    fingerprint: dict[str, str | int] | None = None,
+    tag: str | None = None,
+) -> int:
+    """Store ``count`` references answered by :func:`hash_answer`; returns rows added."""
+    from netcheck.engines.fingerprint import fingerprint_id
+
+    fp_id = fingerprint_id(fingerprint or FAKE_FINGERPRINT)
+    tag = tag or secrets.token_hex(4)
+    now = time.time()
+    added = 0
+    for start in range(0, count, 5000):
+        rows = []
+        for i in range(start, min(count, start + 5000)):
+            prompt = f"reference {tag} {i}: what follows the number {i * 7919 % 100003}?"
+            answer = hash_answer(prompt, profile.max_new_tokens)
+            rows.append(
+                ReferenceRow(f"h{tag}-{i:07d}", profile.name, fp_id, prompt, answer, now + i * 1e-6)
+            )
+        added += store.add_references(rows)
+    return added
+
+
+class LoadClient(NodeClient):
+    """A node client that records when its (first) handshake completed."""
+
+    handshake_done_at: float | None = None
+
+    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> _Session:
+        session = await super()._handshake(ws)
+        if self.handshake_done_at is None:
+            self.handshake_done_at = time.time()
+        return session
+
+
+def raise_fd_limit(want: int = 65536) -> int:
+    """Raise RLIMIT_NOFILE's soft limit towards ``want`` (capped by the hard limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def source_address(index: int, per_address: int = 100) -> tuple[str, int]:
+    """A loopback source address for node ``index``: ``per_address`` nodes per address, so
+    the coordinator's per-address handshake rate limit is not hit by a load test."""
+    block = index // per_address
+    return (f"127.{1 + block // 250}.{block % 250}.1", 0)
+
+
+async def run_nodes(
+    url: str,
+    coordinator_key: Ed25519PublicKey,
+    profile: str,
+    max_new_tokens: int,
+    count: int,
+    *,
+    delay_s: float = 0.0,
+    first_index: int = 0,
+    identities: Sequence[Ed25519PrivateKey] = (),
+    stop: asyncio.Event | None = None,
+    report: Path | None = None,
+) -> list[LoadClient]:
+    """Run ``count`` emulated nodes until ``stop`` is set (or forever).
+
+    Every node connects at once (the handshake benchmark measures that burst). When all
+    are connected, a JSON line ``{"connected": n, "first_start": t, "last_handshake": t}``
+    (Unix seconds) is written to ``report`` (if given).
+    """
+    stop = stop or asyncio.Event()
+    clients = [
+        LoadClient(
+            url,
+            identities[i] if i < len(identities) else Ed25519PrivateKey.generate(),
+            coordinator_key,
+            profile,
+            HashWorker(max_new_tokens, delay_s),
+            label=f"load-{first_index + i}",
+            local_addr=source_address(first_index + i),
+        )
+        for i in range(count)
+    ]
+    started = time.time()
+    tasks = [asyncio.create_task(c.run_forever(stop)) for c in clients]
+    if report is not None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not stop.is_set():
+            done = [c.handshake_done_at for c in clients if c.handshake_done_at is not None]
+            if len(done) == count:
+                line = {"connected": count, "first_start": started, "last_handshake": max(done)}
+                report.write_text(json.dumps(line) + "\n")
+                break
+            await asyncio.sleep(0.05)
+    await stop.wait()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return clients
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m netcheck.load nodes ...``: a client host running many emulated nodes."""
+    ap = argparse.ArgumentParser(prog="python -m netcheck.load", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("nodes", help="run COUNT emulated nodes until SIGTERM/SIGINT")
+    p.add_argument("--url", required=True)
+    p.add_argument("--coordinator-key", required=True, help="ed25519:... public key")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--max-new-tokens", type=int, required=True)
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--delay", type=float, default=0.0, help="EMULATED service time (s)")
+    p.add_argument("--first-index", type=int, default=0)
+    p.add_argument("--key-file", type=Path, action="append", default=[])
+    p.add_argument("--report", type=Path)
+    p.add_argument("--log-level", default="WARNING")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s"
+    )
+    raise_fd_limit()
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_nodes(
+            args.url,
+            parse_public_key(args.coordinator_key),
+            args.profile,
+            args.max_new_tokens,
+            args.count,
+            delay_s=args.delay,
+            first_index=args.first_index,
+            identities=[load_private_key(k) for k in args.key_file],
+            stop=stop,
+            report=args.report,
+        )
+
+    asyncio.run(go())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = [
+    "FAKE_FINGERPRINT",
+    "HashWorker",
+    "LoadClient",
+    "add_hash_references",
+    "hash_answer",
+    "main",
+    "raise_fd_limit",
+    "run_nodes",
+    "source_address",
+]

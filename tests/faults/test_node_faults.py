@@ -1,0 +1,188 @@
+"""Node faults during a round, over real loopback sockets (a real node process where it
+is killed): the round completes, the faulty node gets the right verdict, nothing of it
+is stored as valid, and every other node is served as usual."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fault_support import RawNode, key_of, light_profile, node_process, wait_for
+
+from netcheck.coordinator import rounds
+from netcheck.coordinator.rounds import run_round
+from netcheck.errors import CloseCode
+from netcheck.load import HashWorker, add_hash_references
+from netcheck.storage import Store
+from netcheck.testing import RunningCoordinator, running_coordinator
+
+PROFILE = light_profile()
+
+
+def _store(db_url: str, count: int = 40) -> Store:
+    store = Store(db_url)
+    add_hash_references(store, PROFILE, count)
+    return store
+
+
+def _honest(rc: RunningCoordinator, n: int) -> set[str]:
+    from netcheck.keys import public_key_text
+
+    keys = set()
+    for _ in range(n):
+        client = rc.node(HashWorker(PROFILE.max_new_tokens), PROFILE.name)
+        rc.start(client)
+        keys.add(public_key_text(client.identity))
+    return keys
+
+
+def _assert_nothing_valid(store: Store, round_id: str, node_key: str) -> None:
+    row = store.result_row(round_id, node_key)
+    assert row is not None
+    assert row["signature"] is None and row["commitment"] is None and row["outputs"] is None
+
+
+@pytest.mark.slow
+async def test_node_process_killed_mid_round(tmp_path: Path, db_url: str) -> None:
+    """SIGKILL of a node process after its release: verdict disconnected, the round
+    completes without waiting for the result timeout, the other nodes pass."""
+    store = _store(db_url)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        honest = _honest(rc, 3)
+        key_file = tmp_path / "victim.pem"
+        proc = node_process(rc, PROFILE, key_file, delay_s=60.0, log=tmp_path / "victim.log")
+        victim = key_of(key_file)
+        try:
+            await rc.wait_connected(4, timeout_s=20.0)
+            t0 = time.monotonic()
+            task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
+            session = rc.coord.sessions[victim]
+            await wait_for(lambda: bool(session._results), 10.0)  # released: collecting
+            os.kill(proc.pid, signal.SIGKILL)
+            report = await asyncio.wait_for(task, 10.0)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert time.monotonic() - t0 < PROFILE.result_timeout_s
+        got = {o.node_key: str(o.verdict) for o in report.outcomes}
+        assert got == {victim: "disconnected", **dict.fromkeys(honest, "pass")}
+        _assert_nothing_valid(store, report.round_id, victim)
+        assert store.list_rounds()[0]["status"] == "complete"
+        again = await run_round(rc.coord, PROFILE.name)  # the others are still served
+        assert {str(o.verdict) for o in again.outcomes} == {"pass"}
+
+
+async def test_node_reconnects_mid_round(tmp_path: Path, db_url: str) -> None:
+    """A node that reconnects after its release gets a fresh session: the old one is
+    closed as superseded (verdict disconnected), its frames cannot be replayed on the
+    new session, and the node passes the next round on a fresh session."""
+    store = _store(db_url)
+    identity = Ed25519PrivateKey.generate()
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        honest = _honest(rc, 2)
+        old = await RawNode.connect(rc, PROFILE, identity)
+        new = None
+        try:
+            await rc.wait_connected(3, timeout_s=10.0)
+            task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
+            job, release = await old.until_release()
+            stale = old.honest_result(job, release, PROFILE.max_new_tokens)
+            new = await RawNode.connect(rc, PROFILE, identity)  # fresh handshake
+            closing = await old.ws.receive(timeout=5.0)
+            assert closing.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert old.ws.close_code == CloseCode.SUPERSEDED
+            report = await asyncio.wait_for(task, 10.0)
+            got = {o.node_key: str(o.verdict) for o in report.outcomes}
+            assert got == {old.key: "disconnected", **dict.fromkeys(honest, "pass")}
+            _assert_nothing_valid(store, report.round_id, old.key)
+            assert new.transport.session_id != old.transport.session_id
+            await new.ws.send_bytes(stale)  # replay the old session's signed result
+            await new.ws.receive(timeout=5.0)
+            assert new.ws.close_code in (CloseCode.COUNTER_MISMATCH, CloseCode.DECRYPT_FAILED)
+        finally:
+            await old.close()
+            if new is not None:
+                await new.close()
+        _assert_nothing_valid(store, report.round_id, old.key)
+        client = rc.node(HashWorker(PROFILE.max_new_tokens), PROFILE.name, identity)
+        rc.start(client)
+        await rc.wait_connected(3, timeout_s=10.0)
+        again = await run_round(rc.coord, PROFILE.name)
+        assert {o.node_key: str(o.verdict) for o in again.outcomes}[old.key] == "pass"
+
+
+async def test_network_stall_after_release(tmp_path: Path, db_url: str) -> None:
+    """A node whose network stalls after its ack (it stops reading, sends nothing): the
+    result timeout fires, the round completes, the node fails, the others pass."""
+    profile = light_profile(result_timeout_s=1.5)
+    store = Store(db_url)
+    add_hash_references(store, profile, 40)
+    async with running_coordinator(tmp_path, [profile], store=store) as rc:
+        honest = _honest(rc, 3)
+        stalled = await RawNode.connect(rc, profile, Ed25519PrivateKey.generate())
+        try:
+            await rc.wait_connected(4, timeout_s=10.0)
+            task = asyncio.create_task(run_round(rc.coord, profile.name))
+            await stalled.until_job()
+            stalled.stop_reading()
+            t0 = time.monotonic()
+            report = await asyncio.wait_for(task, 10.0)
+            took = time.monotonic() - t0
+        finally:
+            await stalled.close()
+        assert profile.result_timeout_s <= took + 0.1 < profile.result_timeout_s + 3.0
+        got = {o.node_key: str(o.verdict) for o in report.outcomes}
+        assert got.pop(stalled.key) == "missing"
+        assert got == dict.fromkeys(honest, "pass")
+        _assert_nothing_valid(store, report.round_id, stalled.key)
+
+
+@pytest.mark.slow
+async def test_slow_reader_does_not_stall_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two nodes stop reading (one before its job, one after its ack) with full socket
+    buffers: dispatch is bounded, the other nodes are released within milliseconds of
+    each other and pass, and the round ends on its timeouts, not on the heartbeat."""
+    monkeypatch.setattr(rounds, "ECHO_TIMEOUT_S", 0.3)
+    # B = 6,000 prompts: a ~0.5 MB job frame, more than the (shrunken) socket buffers and
+    # aiohttp's 64 KiB write limit hold, so the job write to a non-reader must wait.
+    profile = light_profile(batch_size=6000, dispatch_timeout_s=1.0, result_timeout_s=2.0)
+    store = Store(f"sqlite:///{tmp_path / 'slow.db'}")
+    add_hash_references(store, profile, 60)
+    async with running_coordinator(tmp_path, [profile], store=store) as rc:
+        honest = _honest(rc, 10)
+        deaf = await RawNode.connect(rc, profile, Ed25519PrivateKey.generate())
+        late = await RawNode.connect(rc, profile, Ed25519PrivateKey.generate())
+        try:
+            await rc.wait_connected(12, timeout_s=15.0)
+            # Small buffers at both ends of the deaf node, so its backpressure is real.
+            server = rc.coord.sessions[deaf.key].ws._req.transport  # type: ignore[union-attr]
+            server.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            deaf.ws._writer.transport.get_extra_info("socket").setsockopt(  # type: ignore[union-attr]
+                socket.SOL_SOCKET, socket.SO_RCVBUF, 4096
+            )
+            deaf.stop_reading()
+            t0 = time.monotonic()
+            task = asyncio.create_task(run_round(rc.coord, profile.name))
+            await late.until_job()
+            late.stop_reading()
+            report = await asyncio.wait_for(task, 12.0)  # the heartbeat would take >= 15 s
+            took = time.monotonic() - t0
+        finally:
+            await deaf.close()
+            await late.close()
+        got = {o.node_key: str(o.verdict) for o in report.outcomes}
+        assert got.pop(deaf.key) == "missing"
+        assert got.pop(late.key) == "missing"
+        assert got == dict.fromkeys(honest, "pass")
+        skew = report.phases["release_skew_s"]
+        assert skew < 0.05, report.phases
+        assert took < 8.0, report.phases
