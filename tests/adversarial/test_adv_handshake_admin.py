@@ -142,7 +142,9 @@ async def test_oversize_frame_after_handshake_close_code_is_1009_not_4008(tmp_pa
                 await ws.send_bytes(b"\x01" + bytes(8 * 1024 * 1024 + 25))
                 await ws.receive(timeout=10)
             assert await wait_for(lambda: rc.coord.sessions == {})  # the session is gone
-            assert ws.close_code in (aiohttp.WSCloseCode.MESSAGE_TOO_BIG, 1006)
+            # A close frame, when the client got to read it, carries 1009; the server may
+            # also cut the connection mid-send (no code, or 1006 on the client side).
+            assert ws.close_code in (aiohttp.WSCloseCode.MESSAGE_TOO_BIG, 1006, None)
         finally:
             await http.close()
 
