@@ -87,6 +87,13 @@ def _toml(values: dict[str, Any]) -> str:
     return "".join(f"{k} = {_toml_value(v)}\n" for k, v in values.items())
 
 
+def demo_nodes(profile_name: str) -> tuple[DemoNode, ...]:
+    """The demo's nodes for a profile: the dtype cheater only makes sense for LLMs."""
+    if load_profile(profile_name).workload == "llm":
+        return NODES
+    return tuple(n for n in NODES if n.adversary != "wrong-dtype")
+
+
 def write_configs(workdir: Path, profile_name: str) -> tuple[Path, dict[str, str]]:
     """Keys and config files for the coordinator and every demo node.
 
@@ -95,7 +102,7 @@ def write_configs(workdir: Path, profile_name: str) -> tuple[Path, dict[str, str
     keys = workdir / "keys"
     coord_key = generate_key(keys / "coordinator.pem")
     names: dict[str, str] = {}
-    for n in NODES:
+    for n in demo_nodes(profile_name):
         names[public_key_text(generate_key(keys / f"{n.name}.pem"))] = n.name
     port = free_port()
     coord_cfg = workdir / "coordinator.toml"
@@ -114,7 +121,7 @@ def write_configs(workdir: Path, profile_name: str) -> tuple[Path, dict[str, str
             }
         )
     )
-    for n in NODES:
+    for n in demo_nodes(profile_name):
         (workdir / f"{n.name}.toml").write_text(
             "# Written by `netcheck demo`.\n"
             + _toml(
@@ -245,7 +252,8 @@ async def _run(
     profile = load_profile(profile_name)
     coord_path, names = write_configs(workdir, profile_name)
     cfg = load_coordinator_config(coord_path)
-    count = rounds * len(NODES) * profile.canaries_max
+    nodes = demo_nodes(profile_name)
+    count = rounds * len(nodes) * profile.canaries_max
     await asyncio.to_thread(build_demo_references, cfg, profile_name, count)
 
     batch_time = profile.deadline.t_ref_s
@@ -260,7 +268,7 @@ async def _run(
         "--emulate-batch-time", str(batch_time), "--beta", "1.0",
     )  # fmt: skip
     await asyncio.sleep(0.5)
-    for n in NODES:
+    for n in nodes:
         args = ["node", "run", "--config", str(workdir / f"{n.name}.toml")]
         if n.adversary == "proxy":
             args += ["--adversary", "proxy", "--backend", f"http://127.0.0.1:{backend_port}"]
@@ -269,9 +277,9 @@ async def _run(
             if n.adversary:
                 args += ["--adversary", n.adversary]
         procs.start(n.name, *args)
-    with console.status(f"waiting for {len(NODES)} nodes to join (they load their engines)"):
-        await wait_connected(cfg, procs, len(NODES), timeout_s=300)
-    console.print(f"all {len(NODES)} nodes joined over signed sessions")
+    with console.status(f"waiting for {len(nodes)} nodes to join (they load their engines)"):
+        await wait_connected(cfg, procs, len(nodes), timeout_s=300)
+    console.print(f"all {len(nodes)} nodes joined over signed sessions")
 
     reports = []
     for i in range(rounds):

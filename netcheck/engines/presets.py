@@ -13,7 +13,16 @@ tiny       256     2       4      512           1.4 M        5.5 MB
 tiny-alt   256     2       4      512           1.4 M        5.5 MB
 small      512     8       8      1376          25.6 M       102 MB
 1b         2048    16      16     8192          1.07 G       4.3 GB
+3b         3072    26      24     8192          2.95 G       11.8 GB
+8b         4096    32      32     14336         7.79 G       31.1 GB
 =========  ======  ======  =====  ============  ===========  ==========
+
+VRAM classes: loaded in bfloat16 the weights alone take about 2 GiB (``1b``), 5.5 GiB
+(``3b``) and 14.5 GiB (``8b``), plus the KV cache of a batch of B; a node proves it holds
+a class's memory by running the preset that needs it. ``3b`` and ``8b`` are generated
+shard by shard like ``1b`` (peak memory about one shard, 1 GB); their weight hashes are
+recorded in ``netcheck-synth.json`` at generation time (not yet measured on this
+project's machines: generating ``8b`` needs 31 GB of disk).
 
 Head dimension is 64 or more everywhere: vLLM's CPU attention kernel rejects 16.
 """
@@ -103,6 +112,8 @@ PRESETS: dict[str, Preset] = {
         Preset("tiny-alt", 256, 2, 4, 512, 512),
         Preset("small", 512, 8, 8, 1376, 1024),
         Preset("1b", 2048, 16, 16, 8192, 2048, gain=4.8),
+        Preset("3b", 3072, 26, 24, 8192, 2048, gain=4.8),
+        Preset("8b", 4096, 32, 32, 14336, 2048, gain=4.8),
     )
 }
 
