@@ -259,7 +259,13 @@ class NodeConfig(_Model):
     @field_validator("coordinator_key")
     @classmethod
     def _check_key(cls, value: str) -> str:
-        return _check_key_text(value)
+        value = _check_key_text(value)
+        if value == KEY_TEXT_PREFIX + "A" * 43:
+            raise ValueError(
+                "still the placeholder: paste the public key that `netcheck keygen` printed "
+                "on the coordinator host"
+            )
+        return value
 
     @field_validator("identity_key")
     @classmethod

@@ -31,7 +31,10 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
         report: the admin API's round report (``RoundReport.as_dict()``).
         names: optional node key → display name.
     """
-    names = names or {}
+    names = dict(names or {})
+    for v in report["verdicts"]:
+        if v.get("name"):
+            names.setdefault(v["node_key"], v["name"])
     table = Table(title=f"round {report['round_id']} ({report['profile']})")
     for col in ("node", "verdict", "elapsed s", "canaries", "reason"):
         table.add_column(col)
@@ -57,11 +60,12 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
 def print_nodes(data: Mapping[str, Any]) -> None:
     """Print the connected nodes from ``GET /admin/nodes``."""
     table = Table(title=f"{len(data['connected'])} connected node(s)")
-    for col in ("node key", "profile", "fingerprint", "rtt ms", "peer"):
+    for col in ("name", "node key", "profile", "fingerprint", "rtt ms", "peer"):
         table.add_column(col)
     for n in data["connected"]:
         rtt = n.get("rtt_s")
         table.add_row(
+            n.get("name") or "-",
             n["node_key"],
             n["profile"],
             n["fingerprint_id"][:12],

@@ -16,7 +16,7 @@ from netcheck.config import (
 from netcheck.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
-KEY = "ed25519:" + "A" * 43
+KEY = "ed25519:" + "B" * 43  # well-formed; not the all-zero placeholder of the examples
 
 PROFILE = """
 engine = "torch"
@@ -140,7 +140,15 @@ def test_example_configs_load() -> None:
     assert c.identity_key == REPO / "configs" / "keys" / "coordinator.pem"
     assert c.database == f"sqlite:///{(REPO / 'configs' / 'netcheck.db').as_posix()}"
     assert c.profiles and c.open_enrollment
-    n = load_node_config(REPO / "configs" / "node.toml")
+    example = (REPO / "configs" / "node.toml").read_text()
+    with pytest.raises(ConfigError, match="coordinator_key: .*placeholder"):
+        load_node_config(REPO / "configs" / "node.toml")  # must be edited before use
+    edited = REPO / "configs" / ".node-edited.toml"
+    edited.write_text(example.replace("ed25519:" + "A" * 43, KEY))
+    try:
+        n = load_node_config(edited)
+    finally:
+        edited.unlink()
     assert n.identity_key == REPO / "configs" / "keys" / "node.pem"
     assert n.coordinator_url.startswith("ws://")
 

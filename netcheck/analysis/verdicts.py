@@ -26,6 +26,9 @@ class Verdict(StrEnum):
     MISSING = "missing"
     PROFILE_MISMATCH = "profile-mismatch"
     DISCONNECTED = "disconnected"
+    UNCHECKED = "unchecked"
+    """The coordinator had no canary for the node's (known) fingerprint: its reference
+    pool is missing or used up. Not the node's fault; the operator must build more."""
 
 
 @dataclass(frozen=True)

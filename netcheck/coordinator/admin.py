@@ -78,7 +78,8 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
 
     async def nodes(request: web.Request) -> web.Response:
         connected = [
-            {"node_key": s.node_key, "profile": s.claim.profile, "peer": s.peer,
+            {"node_key": s.node_key, "name": coord.config.node_names.get(s.node_key, ""),
+             "profile": s.claim.profile, "peer": s.peer,
              "fingerprint_id": s.fingerprint_id, "rtt_s": s.rtt_s,
              "software": s.claim.software, "connected_at": s.connected_at}
             for s in coord.sessions.values()
@@ -106,7 +107,10 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
             report = await run_round(coord, str(profile))
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
-        return web.json_response(report.as_dict())
+        body = report.as_dict()
+        for v in body["verdicts"]:  # operator-chosen display names (config: node_names)
+            v["name"] = coord.config.node_names.get(v["node_key"], "")
+        return web.json_response(body)
 
     async def list_rounds(request: web.Request) -> web.Response:
         return web.json_response({"rounds": coord.store.list_rounds()})

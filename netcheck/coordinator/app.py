@@ -11,6 +11,7 @@ from aiohttp import web
 
 from netcheck.config import load_coordinator_config, load_profile
 from netcheck.coordinator.server import WS_PATH, Coordinator
+from netcheck.errors import ConfigError
 from netcheck.keys import load_private_key, public_key_text
 from netcheck.storage import Store
 
@@ -39,7 +40,14 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     runner = web.AppRunner(coord.make_app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, coord.config.host, coord.config.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(
+            f"{config_path}: cannot listen on {coord.config.host}:{coord.config.port} "
+            f"({exc.strerror}); change `port` or stop the other process"
+        ) from None
     log.info(
         "coordinator %s listening on ws://%s:%d%s (profiles: %s; %s)",
         public_key_text(coord.identity),
@@ -51,6 +59,12 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
         if coord.config.open_enrollment
         else f"{len(coord.allowed)} allowed nodes",
     )
+    log.info(
+        "dashboard: http://%s:%d/dashboard (log in with the admin token)",
+        coord.config.host, coord.config.port,
+    )  # fmt: skip
+    if coord.config.open_enrollment and coord.config.allowed_nodes:
+        log.warning("open_enrollment = true: allowed_nodes is ignored, any key may join")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

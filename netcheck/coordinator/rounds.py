@@ -33,6 +33,7 @@ from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
 from netcheck.errors import RoundError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
+from netcheck.storage import Store
 from netcheck.web.metrics import observe_round
 
 if TYPE_CHECKING:
@@ -47,6 +48,42 @@ ECHO_TIMEOUT_S = 2.0
 
 #: A load set, or a rule that draws one from the round id and the connected node keys.
 LoadSpec = Collection[str] | Callable[[str, Sequence[str]], Collection[str]]
+
+
+def _classify_skip(
+    store: Store, profile: Profile, fingerprint_id: str, reason: str
+) -> tuple[Verdict, str]:
+    """Why a node got no job: its own fingerprint (profile-mismatch) or our references.
+
+    A fingerprint with references, all spent, or a profile with no reference set at all,
+    is the operator's problem (``unchecked``); a fingerprint unknown while the profile has
+    references under another one is the node's (``profile-mismatch``).
+    """
+    build = f"build more with `netcheck reference build --profile {profile.name}`"
+    if store.count_references(fingerprint_id) > 0:
+        return Verdict.UNCHECKED, f"reference pool for this fingerprint used up: {build}"
+    if store.count_references(profile=profile.name) == 0:
+        return Verdict.UNCHECKED, f"no reference set for profile {profile.name}: {build}"
+    return Verdict.PROFILE_MISMATCH, reason
+
+
+#: Warn when fewer canaries than this many rounds' worth remain for a fingerprint.
+LOW_POOL_ROUNDS = 10
+
+
+def _warn_low_pool(store: Store, profile: Profile, sessions: Sequence[NodeSession]) -> None:
+    per_fp: dict[str, int] = {}
+    for s in sessions:
+        per_fp[s.fingerprint_id] = per_fp.get(s.fingerprint_id, 0) + 1
+    for fp, n in per_fp.items():
+        left = store.count_references(fp, unspent_only=True)
+        need = profile.canaries_max * n
+        if store.count_references(fp) > 0 and left < need * LOW_POOL_ROUNDS:
+            log.warning(
+                "reference pool for fingerprint %s is low: %d unspent canaries left, about "
+                "%d round(s) for %d node(s); build more with `netcheck reference build "
+                "--profile %s`", fp[:12], left, left // max(need, 1), n, profile.name,
+            )  # fmt: skip
 
 
 def new_round_id() -> str:
@@ -305,6 +342,7 @@ async def _run_locked(
         round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng
     )
     await asyncio.to_thread(store.record_plan, plan, time.time())
+    await asyncio.to_thread(_warn_low_pool, store, profile, sessions)
     await asyncio.to_thread(
         coord.screening.flags.record_schedule,
         round_id, profile.name, kind, rule, schedule, context,
@@ -376,7 +414,10 @@ async def _run_locked(
             "signature": res.signature.hex() if res else None,
         }
     for node_key, reason in plan.skipped:
-        outcomes.append(NodeOutcome(node_key, Verdict.PROFILE_MISMATCH, reason, None, 0, 0))
+        verdict, why = await asyncio.to_thread(
+            _classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
+        )
+        outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
         records[node_key] = {"timing": timing[node_key].as_dict()}
     t_verified = time.monotonic()
 

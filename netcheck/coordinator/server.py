@@ -78,8 +78,16 @@ class Coordinator:
     # -- admission ---------------------------------------------------------------
 
     def admit(self, node_key: bytes) -> bool:
-        """True if a node key may open a session (allowlist, or open enrollment)."""
-        return self.config.open_enrollment or node_key in self.allowed
+        """True if a node key may open a session (allowlist, or open enrollment).
+
+        A refusal is logged with the key, so the operator can copy it into
+        ``allowed_nodes`` if the node is wanted.
+        """
+        if self.config.open_enrollment or node_key in self.allowed:
+            return True
+        text = public_key_text(Ed25519PublicKey.from_public_bytes(node_key))
+        log.warning("node key %s is not in allowed_nodes: refused", text)
+        return False
 
     def _rate_limited(self, peer: str) -> bool:
         now = time.monotonic()

@@ -249,13 +249,20 @@ class Store:
             return [self._reference(r) for r in conn.execute(query)]
 
     def count_references(
-        self, fingerprint_id: str | None = None, *, unspent_only: bool = False
+        self,
+        fingerprint_id: str | None = None,
+        *,
+        unspent_only: bool = False,
+        profile: str | None = None,
     ) -> int:
-        """Number of stored references, optionally for one fingerprint and/or unspent only."""
+        """Number of stored references, optionally for one fingerprint, one profile name
+        and/or unspent only."""
         t = reference_prompts
         query = select(func.count()).select_from(t)
         if fingerprint_id is not None:
             query = query.where(t.c.fingerprint_id == fingerprint_id)
+        if profile is not None:
+            query = query.where(t.c.profile == profile)
         if unspent_only:
             query = query.where(t.c.spent_round.is_(None))
         with self._read("count references") as conn:

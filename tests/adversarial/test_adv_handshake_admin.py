@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from adv_support import FP, profile, raw_session, wait_for
+from adv_support import FP, profile, raw_session, store_with_canaries, wait_for
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -92,7 +92,8 @@ async def test_odd_fingerprints_give_profile_mismatch_not_a_crash(
     """A node claiming a strange fingerprint joins but gets no canaries (held)."""
     from netcheck.coordinator.rounds import run_round
 
-    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+    store = store_with_canaries(tmp_path, PROFILE)  # references exist, for another fingerprint
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
         claim = ProfileClaim(profile=PROFILE.name, fingerprint=fingerprint, software="x")
         try:
             hs = NodeHandshake(Ed25519PrivateKey.generate(), rc.identity.public_key(), claim)

@@ -1,0 +1,76 @@
+"""Who is blamed when a node gets no canary: the node (profile-mismatch) or the operator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from netcheck.config import DeadlineParams, Profile
+from netcheck.coordinator.rounds import run_round
+from netcheck.engines.fingerprint import fingerprint_id
+from netcheck.node.adversary import MadeUpWorker
+from netcheck.storage import ReferenceRow, Store
+from netcheck.testing import running_coordinator
+
+PROFILE = Profile(
+    name="pool",
+    engine="torch",
+    model="synth:tiny",
+    dtype="float32",
+    batch_size=4,
+    prompt_len=32,
+    max_new_tokens=4,
+    canaries_min=1,
+    canaries_max=1,
+    deadline=DeadlineParams(t_ref_s=1.0),
+    dispatch_timeout_s=2.0,
+    result_timeout_s=3.0,
+)
+NODE_FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "11" * 32}
+OTHER_FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "22" * 32}
+
+
+def store_with(tmp_path: Path, fp: dict[str, str | int], n: int) -> Store:
+    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}")
+    answer = tuple(range(PROFILE.max_new_tokens))
+    rows = [
+        ReferenceRow(f"r{i}", PROFILE.name, fingerprint_id(fp), f"p{i}", answer, 0.0)
+        for i in range(n)
+    ]
+    if rows:
+        store.add_references(rows)
+    return store
+
+
+async def one_verdict(tmp_path: Path, store: Store) -> tuple[str, str]:
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        rc.start(rc.node(MadeUpWorker(NODE_FP, PROFILE.max_new_tokens), PROFILE.name))
+        await rc.wait_connected(1)
+        report = await run_round(rc.coord, PROFILE.name)
+    (outcome,) = report.outcomes
+    return str(outcome.verdict), outcome.reason
+
+
+async def test_unknown_fingerprint_is_profile_mismatch(tmp_path: Path) -> None:
+    """References exist for the profile but not for the node's fingerprint: its fault."""
+    verdict, _ = await one_verdict(tmp_path, store_with(tmp_path, OTHER_FP, 8))
+    assert verdict == "profile-mismatch"
+
+
+async def test_no_reference_set_is_unchecked(tmp_path: Path) -> None:
+    """No references for the profile at all: the operator's fault, not the node's."""
+    verdict, reason = await one_verdict(tmp_path, store_with(tmp_path, OTHER_FP, 0))
+    assert verdict == "unchecked"
+    assert "netcheck reference build --profile pool" in reason
+
+
+async def test_used_up_pool_is_unchecked(tmp_path: Path) -> None:
+    """The node's fingerprint had references, all spent: unchecked, with a hint."""
+    store = store_with(tmp_path, NODE_FP, 1)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        rc.start(rc.node(MadeUpWorker(NODE_FP, PROFILE.max_new_tokens), PROFILE.name))
+        await rc.wait_connected(1)
+        first = await run_round(rc.coord, PROFILE.name)
+        second = await run_round(rc.coord, PROFILE.name)
+    assert str(first.outcomes[0].verdict) == "wrong-answer"  # made-up tokens, checked
+    assert str(second.outcomes[0].verdict) == "unchecked"
+    assert "used up" in second.outcomes[0].reason
