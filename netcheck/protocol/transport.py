@@ -126,6 +126,7 @@ class Transport:
         self._seal_aead = ChaCha20Poly1305(send_key)
         self._open_aead = ChaCha20Poly1305(recv_key)
         self._limits = limits
+        self._recv_limits = limits
         self._max_counter = max_counter
         self._rekey_frames = rekey_frames
         self._rekey_after_s = rekey_after_s
@@ -212,7 +213,7 @@ class Transport:
             raise
 
     def _open(self, frame: bytes) -> Message:
-        if len(frame) > self._limits.max_message_bytes + HEADER_BYTES + TAG_BYTES:
+        if len(frame) > self._recv_limits.max_message_bytes + HEADER_BYTES + TAG_BYTES:
             raise FrameError(CloseCode.MESSAGE_TOO_LARGE, f"frame of {len(frame)} bytes")
         if len(frame) < HEADER_BYTES + TAG_BYTES:
             raise FrameError(CloseCode.DECRYPT_FAILED, f"truncated frame ({len(frame)} bytes)")
@@ -241,7 +242,7 @@ class Transport:
             self._recv_key = next_key(self._recv_key)
             self._open_aead = ChaCha20Poly1305(self._recv_key)
             self._updates_received += 1
-        msg = decode_message(plaintext, limits=self._limits)
+        msg = decode_message(plaintext, limits=self._recv_limits)
         if msg.TYPE not in FRAME_TYPES or not sends(self.peer, msg.TYPE):
             raise MessageError(
                 CloseCode.UNEXPECTED_MESSAGE, f"{self.peer} may not send {msg.TYPE!r} in a frame"
@@ -252,6 +253,22 @@ class Transport:
     def failed(self) -> bool:
         """True once a received frame was rejected; the session must close."""
         return self._failed is not None
+
+    def limit_receive(self, limits: Limits) -> None:
+        """Tighten what is accepted from the peer from now on (docs/protocol.md §4.2).
+
+        The coordinator calls this after the handshake with limits sized to the node's
+        profile (B outputs of ``max_new_tokens`` ids), so an oversized frame is refused
+        by its length before decryption or decoding. Sending is unaffected.
+
+        Raises:
+            LocalProtocolError: ``limits`` is looser than the current ones in any field.
+        """
+        current = self._recv_limits
+        for name in current.__dataclass_fields__:
+            if getattr(limits, name) > getattr(current, name):
+                raise LocalProtocolError(f"limit_receive may only tighten limits ({name})")
+        self._recv_limits = limits
 
     def statistics(self) -> dict[str, int]:
         """Counters: frames_sent, frames_received, bytes_sent, bytes_received (whole

@@ -203,16 +203,10 @@ async def test_node_gone_between_ack_and_release_stalls_round_for_result_timeout
             await http.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="session.py read_loop / handshake Transport: a session's frames are decoded under "
-    "the global 8 MiB limits (up to 2 M tokens, ~0.15-0.3 s of event-loop time) before the "
-    "round is checked; limits are not derived from the profile's B x max_new_tokens",
-)
 async def test_oversized_result_for_unknown_round_is_fully_decoded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 2 MB result for a B=4, T=4 profile is decoded and validated on the event loop."""
+    """A 2 MB result for a B=4, T=4 profile is refused by size, never decoded."""
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
         http, ws, tr = await raw_session(rc, Ed25519PrivateKey.generate())
         try:
@@ -228,7 +222,7 @@ async def test_oversized_result_for_unknown_round_is_fully_decoded(
             monkeypatch.setattr(Result, "__post_init__", spy)
             t0 = time.perf_counter()
             await ws.send_bytes(frame)
-            assert await _close_code(ws) == CloseCode.UNEXPECTED_MESSAGE
+            assert await _close_code(ws) == CloseCode.MESSAGE_TOO_LARGE
             elapsed = time.perf_counter() - t0
             # Expected: refused by size (profile-derived limit) before any decoding.
             assert not built or max(built) <= PROFILE.batch_size * PROFILE.max_new_tokens, (
