@@ -113,6 +113,11 @@ class Profile(_Model):
     default). Fix it in CPU profiles: the thread count can change CPU matmul results."""
     workload: Literal["llm", "factoring"] = "llm"
     """What nodes compute: LLM prompts, or semiprimes to factor (netcheck.workloads)."""
+    probe_ref_s: float = Field(default=0.005, ge=0)
+    """Reference time of the known-answer compute probe on the profile's hardware,
+    seconds: probe RTT minus echo RTT on a direct node (thread hop, device launch,
+    copy back; docs/protocol.md §5.9). The relay test flags a persistent excess of
+    ``probe - echo - probe_ref_s`` (docs/detection.md, "Relay test")."""
 
     @field_validator("device")
     @classmethod
@@ -191,8 +196,8 @@ class CoordinatorConfig(_Model):
     capacity_strikes: int = Field(default=3, ge=1)
     """Capacity test: ``late``/``missing`` verdicts in the window that raise a flag."""
     relay_from_batch_times: bool = False
-    """Provisional relay check from batch times (pending the probe message); off by
-    default because a slow GPU and a relay look alike without the probe."""
+    """Ignored: the provisional relay check from batch times was replaced by the
+    probe-based relay test (docs/detection.md); kept so that existing files load."""
 
     @field_validator("identity_key", "schedule_secret_file")
     @classmethod

@@ -66,6 +66,8 @@ from netcheck.protocol import (  # noqa: E402
     Job,
     Message,
     NodeHandshake,
+    Probe,
+    ProbeReply,
     ProfileClaim,
     Release,
     Result,
@@ -132,12 +134,14 @@ class Fixture:
             Result("r1", ((1, 2, 3), (4, 5, 6)), bytes(32), bytes(64)),
             Error("r1", "engine error"),
             EchoReply(7),
+            ProbeReply(7, bytes(32)),
             Bye("done"),
         ]
         to_node: list[Message] = [
             Job("r1", bytes(12), bytes(40), 2, 3, 1.5),
             Release("r1", bytes(32)),
             Echo(7),
+            Probe(7, bytes(32)),
             Bye("done"),
         ]
         sender = Transport(Role.NODE, K_NC, K_CN, SID, rekey_frames=3)

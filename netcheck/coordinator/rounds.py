@@ -1,6 +1,6 @@
 """The round runner: executes a pure :class:`RoundPlan` over live sessions.
 
-Steps (docs/design.md, "A round"): measure RTT, plan (pure), persist plan, schedule and
+Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure), persist plan, schedule and
 spend canaries, dispatch encrypted jobs, wait for acks, release every node in one tight
 loop, collect results, verify (pure), record verdicts, then the per-round detection
 checks (answer-level sharing, capacity strikes; docs/detection.md). All times are on the
@@ -44,6 +44,12 @@ log = logging.getLogger("netcheck.round")
 #: Echo samples per node before a round; the minimum is used (detection.md §2).
 ECHO_SAMPLES = 3
 ECHO_TIMEOUT_S = 2.0
+#: Compute probes (docs/protocol.md §5.9) per node before a round, interleaved with the
+#: echoes. A probe follows only an answered echo, and after the first unanswered probe
+#: the round sends no more, so a silent node costs no probe timeout and a node that
+#: ignores probes one. Timeout: the smaller of PROBE_TIMEOUT_S and ECHO_TIMEOUT_S.
+PROBE_SAMPLES = 3
+PROBE_TIMEOUT_S = 1.0
 
 
 #: A load set, or a rule that draws one from the round id and the connected node keys.
@@ -102,9 +108,16 @@ class NodeTiming:
     release_start_ns: int | None = None
     release_end_ns: int | None = None
     arrived_ns: int | None = None
+    # Relay test evidence (docs/detection.md "Relay test"), raw: every echo and every
+    # correct probe round trip (seconds), the fastest probe, unanswered and wrong probes.
+    echo_samples_s: list[float] = field(default_factory=list)
+    probe_samples_s: list[float] = field(default_factory=list)
+    probe_rtt_s: float | None = None
+    probe_missed: int = 0
+    probe_wrong: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
 
 
 @dataclass
@@ -143,14 +156,38 @@ class RoundReport:
         }
 
 
-async def _measure_rtts(sessions: Sequence[NodeSession]) -> None:
+async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]) -> None:
+    """Echo RTT (min of ``ECHO_SAMPLES``) and compute-probe RTTs per node, interleaved
+    (echo, probe, echo, probe, ...) so both see the same network; raw samples go to the
+    node's :class:`NodeTiming`."""
+
     async def one(s: NodeSession) -> None:
+        t = timing[s.node_key]
         samples = []
-        for _ in range(ECHO_SAMPLES):
-            rtt = await s.measure_rtt(secrets.randbits(62), ECHO_TIMEOUT_S)
-            if rtt is not None:
-                samples.append(rtt)
+        probing = True
+        for i in range(max(ECHO_SAMPLES, PROBE_SAMPLES)):
+            rtt = None
+            if i < ECHO_SAMPLES:
+                rtt = await s.measure_rtt(secrets.randbits(62), ECHO_TIMEOUT_S)
+                if rtt is not None:
+                    samples.append(rtt)
+            if probing and i < PROBE_SAMPLES and (rtt is not None or i >= ECHO_SAMPLES):
+                probe = await s.measure_probe(
+                    secrets.randbits(62),
+                    secrets.token_bytes(32),
+                    min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S),
+                )
+                if probe is None:
+                    t.probe_missed += 1
+                    probing = False
+                elif probe.correct:
+                    t.probe_samples_s.append(probe.rtt_s)
+                else:
+                    t.probe_wrong += 1
+                    log.warning("node %s: wrong probe answer", s.label)
         s.rtt_s = min(samples) if samples else s.rtt_s
+        t.echo_samples_s = samples
+        t.probe_rtt_s = min(t.probe_samples_s) if t.probe_samples_s else None
 
     await asyncio.gather(*(one(s) for s in sessions))
 
@@ -325,7 +362,7 @@ async def _run_locked(
     store = coord.store
     t0 = time.monotonic()
 
-    await _measure_rtts(sessions)
+    await _measure_rtts(sessions, timing)
     for s in sessions:
         timing[s.node_key].rtt_s = s.rtt_s
         timing[s.node_key].deadline_s = profile.deadline_s(s.rtt_s or 0.0)

@@ -19,16 +19,19 @@ docs/detection.md describes the method; the statistics are the pure functions of
    confirmed or ``confirm_max_cycles``; a confirmed group becomes a ``shared-backend``
    flag, an unconfirmed one a ``cleared`` record (it stays in screening).
 4. **After every round** (:meth:`Screening.after_round`): answer-level proof
-   (:func:`find_result_sharing` -> ``result-sharing`` flag at once) and capacity strikes
+   (:func:`find_result_sharing` -> ``result-sharing`` flag at once), capacity strikes
    (``capacity_strikes`` ``late``/``missing`` verdicts among a node's last
-   ``capacity_window`` -> ``capacity`` flag).
-5. **Relay**: the protocol has no probe message yet; :func:`relay_from_rows` applies
-   the relay test to batch times instead and can only raise ``pending`` flags, off by
-   default (``relay_from_batch_times``).
+   ``capacity_window`` -> ``capacity`` flag) and the relay test.
+5. **Relay** (:func:`relay_check`): over a node's ``RELAY_WINDOW_ROUNDS`` most recent
+   rounds, the fastest compute-probe RTT of each round (docs/protocol.md §5.9) against
+   that round's echo RTT plus the profile's ``probe_ref_s``
+   (:func:`~netcheck.analysis.confirm.relay_excess`) -> ``relay`` flag (``confirmed``);
+   a node that answers echoes but no probe correctly in ``RELAY_MIN_ROUNDS`` rounds ->
+   ``relay`` flag (``pending``).
 
 Pure helpers (no I/O, no clock): :func:`round_kind`, :func:`hmac_load_rule`,
 :func:`timing_rows`, :func:`analyse`, :func:`confirmation_observation`,
-:func:`capacity_check`, :func:`relay_from_rows`.
+:func:`capacity_check`, :func:`probe_pairs`, :func:`relay_check`.
 """
 
 from __future__ import annotations
@@ -215,22 +218,81 @@ def capacity_check(
     return hits, len(hits) >= strikes
 
 
-def relay_from_rows(rows: Sequence[TimingRow], ref_s: float) -> RelayResult | None:
-    """PROVISIONAL relay test from batch times (pending the probe message).
+#: Relay test (docs/detection.md "Relay test"): a node's most recent this many rounds,
+#: of which at least ``RELAY_MIN_ROUNDS`` need a probe RTT; floor and MAD factor are the
+#: library defaults of :func:`relay_excess` (15 ms, 3).
+RELAY_WINDOW_ROUNDS = 16
+RELAY_MIN_ROUNDS = 5
+RELAY_FLOOR_S = 0.015
+RELAY_MAD_K = 3.0
 
-    Uses the whole batch as the "probe": ``arrived - released`` against the echo RTT
-    plus the profile's reference batch time ``ref_s``. Without a tiny known-answer probe
-    a slow GPU looks like a relay, so the result can only justify a ``pending`` flag.
-    None with fewer than 5 usable rows.
+
+@dataclass(frozen=True)
+class ProbePairs:
+    """Per round of one node (oldest first): the fastest correct probe RTT and the echo
+    RTT (min of the round's echoes), both in seconds; plus the rounds where echoes were
+    answered but no probe was answered correctly (``unanswered``: none came back in
+    time, or the answers were wrong)."""
+
+    round_ids: tuple[str, ...]
+    probe_rtts_s: tuple[float, ...]
+    echo_rtts_s: tuple[float, ...]
+    unanswered: tuple[str, ...]
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def probe_pairs(rows: Sequence[Mapping[str, Any]]) -> ProbePairs:
+    """Pair probe and echo RTTs per round from stored rows of one node (pure).
+
+    ``rows``: ``results`` rows (oldest first) with ``round_id``, ``rtt_s`` and the
+    ``extra`` JSON of :class:`~netcheck.coordinator.rounds.NodeTiming` (``probe_rtt_s``,
+    ``probe_samples_s``, ``probe_missed``, ``probe_wrong``). Rows without an echo RTT
+    are skipped.
     """
-    probe, echo = [], []
-    for r in rows:
-        if r.loaded and r.released_ns is not None and r.arrived_ns is not None and r.rtt_s:
-            probe.append((r.arrived_ns - r.released_ns) / 1e9)
-            echo.append(r.rtt_s)
-    if len(probe) < 5:
+    rids: list[str] = []
+    probes: list[float] = []
+    echoes: list[float] = []
+    unanswered: list[str] = []
+    for row in rows:
+        extra = row.get("extra") or {}
+        echo = _float(row.get("rtt_s"))
+        probe = _float(extra.get("probe_rtt_s")) if isinstance(extra, Mapping) else None
+        if echo is None:
+            continue
+        if probe is not None:
+            rids.append(str(row["round_id"]))
+            probes.append(probe)
+            echoes.append(echo)
+        elif isinstance(extra, Mapping) and (extra.get("probe_missed") or extra.get("probe_wrong")):
+            unanswered.append(str(row["round_id"]))
+    return ProbePairs(tuple(rids), tuple(probes), tuple(echoes), tuple(unanswered))
+
+
+def _relay_suspect(record: Mapping[str, Any], ref_probe_s: float) -> bool:
+    """This round's timing of a node warrants the relay test: probe excess above the
+    floor, or no correct probe answer while echoes were answered."""
+    t = record.get("timing")
+    if not isinstance(t, Mapping) or t.get("rtt_s") is None:
+        return False
+    probe = t.get("probe_rtt_s")
+    if probe is None:
+        return bool(t.get("probe_missed") or t.get("probe_wrong"))
+    return bool(probe - t["rtt_s"] - ref_probe_s > RELAY_FLOOR_S)
+
+
+def relay_check(pairs: ProbePairs, ref_probe_s: float) -> RelayResult | None:
+    """The relay test on one node's pairs (pure): :func:`relay_excess` with the
+    module's floor and MAD factor, paired per round; None with fewer than
+    ``RELAY_MIN_ROUNDS`` rounds that have a probe RTT."""
+    if len(pairs.probe_rtts_s) < RELAY_MIN_ROUNDS:
         return None
-    return relay_excess(probe, echo, ref_s)
+    return relay_excess(
+        pairs.probe_rtts_s, pairs.echo_rtts_s, ref_probe_s, floor_s=RELAY_FLOOR_S,
+        mad_k=RELAY_MAD_K, min_samples=RELAY_MIN_ROUNDS,
+    )  # fmt: skip
 
 
 # --- evidence helpers ---------------------------------------------------------------------
@@ -441,8 +503,6 @@ class Screening:
             confirmations.append({"group": list(group.members), "verdict": result.verdict,
                                   "confirmed_members": list(result.confirmed_members),
                                   "flag_id": flag_id})  # fmt: skip
-        if self.config.relay_from_batch_times:
-            flag_ids += await asyncio.to_thread(self._relay, profile, stored)
         return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
                 "flag_ids": flag_ids}  # fmt: skip
 
@@ -561,28 +621,6 @@ class Screening:
             evidence,
         )
 
-    def _relay(self, profile: Profile, stored: StoredRounds) -> list[int]:
-        by_node: dict[str, list[TimingRow]] = {}
-        for row in timing_rows(stored):
-            by_node.setdefault(row.node_key, []).append(row)
-        pending = {k for f in self.flags.list_flags(kind=RELAY, limit=10_000)
-                   for k in f["node_keys"]}  # fmt: skip
-        ids = []
-        for node, rows in sorted(by_node.items()):
-            res = relay_from_rows(rows, profile.deadline.t_ref_s)
-            if res is None or not res.flagged or node in pending:
-                continue
-            evidence = {
-                "rule": "PROVISIONAL (no probe message yet): median(batch time - echo RTT - "
-                "t_ref_s) > floor_s + 3 MAD; a slow GPU looks the same, hence 'pending'",
-                "rounds": [r.round_id for r in rows if r.loaded and r.arrived_ns is not None],
-                "relay": dataclasses.asdict(res),
-                "ref_s": profile.deadline.t_ref_s,
-            }
-            ids.append(self.flags.add_flag(RELAY, "pending", profile.name, [node],
-                                           res.median_excess_s, res.threshold_s, evidence))  # fmt: skip
-        return ids
-
     # -- per-round checks ------------------------------------------------------------------
 
     async def after_round(
@@ -597,6 +635,7 @@ class Screening:
         try:
             ids = await asyncio.to_thread(self._result_sharing, profile, plan, records)
             ids += await asyncio.to_thread(self._capacity, profile, plan.round_id, outcomes)
+            ids += await asyncio.to_thread(self._relay, profile, records)
         except NetcheckError as exc:
             log.error("round %s: detection checks failed: %s", plan.round_id, exc)
             return []
@@ -668,6 +707,91 @@ class Screening:
             log.warning("node %s: capacity flag (%d strikes in %d verdicts)",
                         o.node_key[:20], len(hits), len(recent))  # fmt: skip
         return ids
+
+    def _relay(self, profile: Profile, records: Mapping[str, Mapping[str, Any]]) -> list[int]:
+        """The relay test over the recent rounds' stored probe and echo RTTs of every
+        node whose probe in this round exceeded the floor or went unanswered (a
+        persistent excess shows in most rounds; docs/detection.md "Relay test")."""
+        store = self.flags.store
+        suspects = [k for k, rec in records.items() if _relay_suspect(rec, profile.probe_ref_s)]
+        by_round: dict[str, dict[str, dict[str, Any]]] = {}
+
+        def row(round_id: str, node_key: str) -> dict[str, Any] | None:
+            if round_id not in by_round:
+                by_round[round_id] = {r["node_key"]: r for r in store.round_verdicts(round_id)}
+            return by_round[round_id].get(node_key)
+
+        ids = []
+        for node in sorted(suspects):
+            recent = self.flags.recent_verdicts(node, RELAY_WINDOW_ROUNDS)[::-1]
+            rows = [r for v in recent if (r := row(v["round_id"], node)) is not None]
+            pairs = probe_pairs(rows)
+            res = relay_check(pairs, profile.probe_ref_s)
+            flagged = res is not None and res.flagged
+            silent = res is None and len(pairs.unanswered) >= RELAY_MIN_ROUNDS
+            if not (flagged or silent):
+                continue
+            window = [v["round_id"] for v in recent]
+            if self._relay_flagged(node, window):
+                continue
+            evidence = self._relay_evidence(profile, node, rows, pairs, res)
+            if flagged:
+                assert res is not None
+                ids.append(self.flags.add_flag(RELAY, "confirmed", profile.name, [node],
+                                               res.median_excess_s, res.threshold_s, evidence))  # fmt: skip
+                log.warning("node %s: relay flag (probe excess %.1f ms > %.1f ms)",
+                            node[:20], res.median_excess_s * 1e3, res.threshold_s * 1e3)  # fmt: skip
+            else:
+                ids.append(self.flags.add_flag(RELAY, "pending", profile.name, [node],
+                                               float(len(pairs.unanswered)),
+                                               float(RELAY_MIN_ROUNDS), evidence))  # fmt: skip
+                log.warning("node %s: relay flag (pending): probes unanswered in %d rounds",
+                            node[:20], len(pairs.unanswered))  # fmt: skip
+        return ids
+
+    @staticmethod
+    def _relay_evidence(
+        profile: Profile, node: str, rows: Sequence[Mapping[str, Any]], pairs: ProbePairs,
+        res: RelayResult | None,
+    ) -> dict[str, Any]:  # fmt: skip
+        keys = ("echo_samples_s", "probe_samples_s", "probe_rtt_s", "probe_missed", "probe_wrong")
+        return {
+            "rule": (
+                "relay when, over the node's rounds with a probe RTT (>= min_rounds), "
+                "median(probe_rtt - echo_rtt - probe_ref_s) > floor_s + mad_k * MAD "
+                "(statistic = median excess, s); pending when echoes were answered but "
+                "no probe correctly in >= min_rounds rounds (statistic = such rounds)"
+            ),
+            "rounds": [r["round_id"] for r in rows],
+            "probe_rounds": list(pairs.round_ids),
+            "probe_rtts_s": list(pairs.probe_rtts_s),
+            "echo_rtts_s": list(pairs.echo_rtts_s),
+            "unanswered_rounds": list(pairs.unanswered),
+            "probe_ref_s": profile.probe_ref_s,
+            "floor_s": RELAY_FLOOR_S,
+            "mad_k": RELAY_MAD_K,
+            "min_rounds": RELAY_MIN_ROUNDS,
+            "window_rounds": RELAY_WINDOW_ROUNDS,
+            "relay": None if res is None else dataclasses.asdict(res),
+            "samples": {
+                r["round_id"]: {
+                    "rtt_s": r.get("rtt_s"),
+                    **{k: (r.get("extra") or {}).get(k) for k in keys},
+                }
+                for r in rows
+            },  # fmt: skip
+            "probe_definition": "netcheck.engines.probe (docs/protocol.md §5.9)",
+            "receipts": [_receipt(r) for r in rows if r.get("signature")],
+        }
+
+    def _relay_flagged(self, node_key: str, window_rounds: Sequence[str]) -> bool:
+        """A relay flag of this node already covers a round of the current window."""
+        window = set(window_rounds)
+        for f in self.flags.list_flags(kind=RELAY, node_key=node_key, limit=50):
+            full = self.flags.get_flag(int(f["flag_id"]))
+            if full and window & set(full["evidence"].get("rounds", [])):
+                return True
+        return False
 
     def _capacity_flagged(self, node_key: str, window_rounds: Sequence[str]) -> bool:
         """A capacity flag of this node already covers a round of the current window."""

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator.screening import Screening
-from netcheck.coordinator.session import NodeSession
+from netcheck.coordinator.session import NodeSession, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
@@ -157,6 +157,7 @@ class Coordinator:
                 f"node {node_key} claims unknown profile {claim.profile!r}",
             )
         fp_id = fingerprint_id(claim.fingerprint)
+        accepted.transport.limit_receive(receive_limits(self.profiles[claim.profile]))
         return NodeSession(
             node_key=node_key,
             node_key_raw=accepted.node_key,

@@ -3,8 +3,8 @@
 The reader task (:meth:`NodeSession.read_loop`) is the only place that receives frames
 for a session. It stamps arrival times on the coordinator's monotonic clock the moment
 a frame is read, before decryption or any other work (docs/protocol.md, "Timing").
-Waiters for acknowledgements, results and echo replies are futures keyed by round id or
-echo nonce; a disconnect fails all of them at once.
+Waiters for acknowledgements, results, echo and probe replies are futures keyed by
+round id or nonce; a disconnect fails all of them at once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 
 from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
 
+from netcheck.config import Profile
+from netcheck.engines import probe as probe_mod
 from netcheck.errors import CloseCode, ProtocolError
+from netcheck.protocol.codec import DEFAULT_LIMITS, Limits
 from netcheck.protocol.messages import (
     Ack,
     Bye,
@@ -25,6 +28,8 @@ from netcheck.protocol.messages import (
     EchoReply,
     Error,
     Message,
+    Probe,
+    ProbeReply,
     ProfileClaim,
     Result,
 )
@@ -33,9 +38,42 @@ from netcheck.protocol.transport import Transport
 log = logging.getLogger("netcheck.coordinator")
 
 
+def receive_limits(profile: Profile, cap: Limits = DEFAULT_LIMITS) -> Limits:
+    """Decoder limits for what a node of ``profile`` may send (docs/protocol.md §4.2).
+
+    The largest legitimate node message is a result: B outputs of ``max_new_tokens``
+    token ids (msgpack uint32: at most 5 bytes each), a 32-byte commitment, a 64-byte
+    signature and a round id. Anything bigger is refused by its length before
+    decryption, and the object budget stops decoding work early (adversarial review #4).
+    """
+    b, n = profile.batch_size, profile.max_new_tokens
+    return Limits(
+        max_message_bytes=min(cap.max_message_bytes, 5 * b * n + 5 * b + 4096),
+        max_array_len=min(cap.max_array_len, max(b, n, 16)),
+        max_map_len=min(cap.max_map_len, 16),
+        max_str_len=min(cap.max_str_len, 4096),
+        max_bin_len=min(cap.max_bin_len, 1024),
+        max_depth=min(cap.max_depth, 4),
+        max_objects=min(cap.max_objects, b * n + 2 * b + 256),
+    )
+
+
 def _too_big(exc: BaseException | None) -> bool:
     """True if aiohttp rejected a websocket message for exceeding ``max_msg_size``."""
     return isinstance(exc, WebSocketError) and exc.code == WSCloseCode.MESSAGE_TOO_BIG
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    """One compute probe (docs/protocol.md §5.9).
+
+    Attributes:
+        rtt_s: seconds from just before the ``probe`` write to the arrival of the reply.
+        correct: the answer equals the coordinator's CPU recomputation.
+    """
+
+    rtt_s: float
+    correct: bool
 
 
 class NodeDisconnected(Exception):
@@ -84,6 +122,7 @@ class NodeSession:
     _acks: dict[str, asyncio.Future[int]] = field(default_factory=dict)
     _results: dict[str, asyncio.Future[Arrival]] = field(default_factory=dict)
     _echoes: dict[int, asyncio.Future[int]] = field(default_factory=dict)
+    _probes: dict[int, asyncio.Future[tuple[int, bytes]]] = field(default_factory=dict)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -146,6 +185,36 @@ class NodeSession:
             self._echoes.pop(nonce, None)
         return (t1 - t0) / 1e9
 
+    async def measure_probe(
+        self, nonce: int, challenge: bytes, timeout_s: float
+    ) -> ProbeSample | None:
+        """Compute-path round trip: a known-answer probe the node runs on its device
+        (docs/protocol.md §5.9), timed like :meth:`measure_rtt`; the answer is checked
+        against the CPU recomputation (:func:`netcheck.engines.probe.answer`).
+
+        Returns None on timeout or disconnect (the node sends no reply when its probe
+        fails).
+
+        Raises:
+            MessageError: ``challenge`` is not 32 bytes (MALFORMED_MESSAGE).
+        """
+        msg = Probe(nonce=nonce, challenge=challenge)
+        fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        self._probes[nonce] = fut
+        t0 = time.monotonic_ns()
+
+        async def probe() -> tuple[int, bytes]:
+            await self.send(msg)
+            return await fut
+
+        try:
+            t1, answer = await asyncio.wait_for(probe(), timeout_s)
+        except (TimeoutError, NodeDisconnected, ConnectionError):
+            return None
+        finally:
+            self._probes.pop(nonce, None)
+        return ProbeSample((t1 - t0) / 1e9, answer == probe_mod.answer(challenge))
+
     def _dispatch(self, msg: Message, arrived_ns: int) -> None:
         """Route one decrypted message to its waiter; unexpected ones are protocol errors."""
         if isinstance(msg, Ack):
@@ -169,6 +238,10 @@ class NodeSession:
             efut = self._echoes.get(msg.nonce)
             if efut is not None and not efut.done():
                 efut.set_result(arrived_ns)
+        elif isinstance(msg, ProbeReply):
+            pfut = self._probes.get(msg.nonce)
+            if pfut is not None and not pfut.done():
+                pfut.set_result((arrived_ns, msg.answer))
         else:
             raise ProtocolError(
                 CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} not allowed from a node"
@@ -218,7 +291,7 @@ class NodeSession:
     def fail_waiters(self) -> None:
         """Fail every pending waiter with :class:`NodeDisconnected`."""
         self.closed.set()
-        for waiters in (self._acks, self._results, self._echoes):
+        for waiters in (self._acks, self._results, self._echoes, self._probes):
             for fut in waiters.values():
                 if not fut.done():
                     fut.set_exception(NodeDisconnected(self.node_key))

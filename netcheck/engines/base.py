@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from netcheck.engines.fingerprint import Fingerprint, fingerprint_id
+from netcheck.engines.probe import answer as probe_answer
 from netcheck.errors import EngineError
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -79,6 +80,27 @@ class Engine(abc.ABC):
         Raises:
             EngineError: wrong number or type of prompts, or the engine failed.
         """
+
+    def probe(self, challenge: bytes) -> bytes:
+        """Answer a known-answer compute probe (:mod:`netcheck.engines.probe`).
+
+        The default computes it on the CPU with numpy, which is right for engines that
+        run on the CPU; engines with a device of their own (torch, vLLM) override this to
+        run it there, so its round trip covers the path to that device.
+
+        Args:
+            challenge: the coordinator's 32 random bytes.
+
+        Returns:
+            The 32-byte answer.
+
+        Raises:
+            EngineError: the challenge is malformed or the device failed.
+        """
+        try:
+            return probe_answer(challenge)
+        except ValueError as exc:
+            raise EngineError(f"probe failed: {exc}") from exc
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the model (memory, worker threads). Idempotent."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from netcheck.engines.base import Engine, check_dtype, encode_prompts, model_identity
 from netcheck.engines.fingerprint import make_fingerprint
+from netcheck.engines.probe import torch_answer
 from netcheck.engines.synth import weight_hash
 from netcheck.errors import EngineError
 
@@ -102,6 +103,7 @@ class TorchEngine(Engine):
         _set_determinism(torch)
         transformers.utils.logging.disable_progress_bar()  # no per-load bars in node logs
         self._device, device_name = resolve_torch_device(torch, device)
+        self._dtype = getattr(torch, dtype)
         threads: int | None = None
         if self._device.type == "cpu":
             if cpu_threads is not None:
@@ -172,6 +174,14 @@ class TorchEngine(Engine):
                 f"({self._batch_size}, {self._prompt_len + n})"
             )
         return [[int(t) for t in row] for row in new]
+
+    def probe(self, challenge: bytes) -> bytes:
+        """The known-answer probe on this engine's device in its dtype (see
+        :mod:`netcheck.engines.probe`); the same bytes as the CPU reference."""
+        try:
+            return torch_answer(self._torch, self._device, self._dtype, challenge)
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"probe on {self._device} failed: {exc}") from exc
 
     def close(self) -> None:
         """Drop the model and free cached CUDA memory. Idempotent."""

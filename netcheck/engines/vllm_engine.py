@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from netcheck.engines.base import Engine, check_dtype, encode_prompts, model_identity
 from netcheck.engines.fingerprint import make_fingerprint
+from netcheck.engines.probe import torch_answer
 from netcheck.engines.synth import weight_hash
 from netcheck.errors import EngineError
 
@@ -76,6 +77,11 @@ def _device_name(device: str) -> str:
     return str(torch.cuda.get_device_name(index))
 
 
+def _torch_device(device: str) -> str:
+    """The torch device string vLLM computes on, for the probe (``cuda:N``)."""
+    return device if device.startswith("cuda:") else "cuda:0"
+
+
 class VllmEngine(Engine):
     """An in-process ``vllm.LLM`` running greedy fixed-size batches.
 
@@ -116,6 +122,8 @@ class VllmEngine(Engine):
         except ImportError as exc:
             raise EngineError(f"vllm engine needs vllm: {exc}") from exc
         device_name = _device_name(device)
+        self._probe_device = "cpu" if device_name == "cpu" else _torch_device(device)
+        self._dtype = dtype
         max_model_len = prompt_len + max_new_tokens
         try:
             self._llm: Any = LLM(
@@ -177,6 +185,18 @@ class VllmEngine(Engine):
                 f"{sorted({len(r) for r in result})}, expected {self._batch_size} x {n}"
             )
         return result
+
+    def probe(self, challenge: bytes) -> bytes:
+        """The known-answer probe with torch on vLLM's device in the engine dtype (see
+        :mod:`netcheck.engines.probe`); the same bytes as the CPU reference."""
+        import torch
+
+        try:
+            return torch_answer(
+                torch, torch.device(self._probe_device), getattr(torch, self._dtype), challenge
+            )
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"probe on {self._probe_device} failed: {exc}") from exc
 
     def close(self) -> None:
         """Shut the vLLM engine core down. Idempotent."""

@@ -6,8 +6,8 @@ fingerprint of its profile but does something cheaper:
 - ``wrong-dtype`` (:func:`wrong_dtype_worker`): runs the right model in another dtype
   (e.g. bfloat16 instead of float32) and lies about it in its fingerprint.
 - ``made-up`` (:class:`MadeUpWorker`): returns random tokens of the right shape.
-- ``proxy`` (:class:`ProxyWorker`): forwards every batch to a shared backend
-  (:mod:`netcheck.node.backend`) that also serves other identities.
+- ``proxy`` (:class:`ProxyWorker`): forwards every batch, and every compute probe, to
+  a shared backend (:mod:`netcheck.node.backend`) that also serves other identities.
 
 They are reachable only through the hidden ``--adversary`` option of ``netcheck node
 run``; they exist so that the demo and the tests can show cheaters being caught.
@@ -110,3 +110,21 @@ class ProxyWorker:
         except aiohttp.ClientError as exc:
             raise EngineError(f"shared backend unreachable: {exc}") from exc
         return [list(map(int, o)) for o in body["outputs"]]
+
+    async def probe(self, challenge: bytes) -> bytes:
+        """Forward the compute probe to the backend (``POST /probe``), where the GPU is:
+        the probe's round trip then includes the leg to the backend (the relay test).
+
+        Raises:
+            EngineError: the backend is unreachable or answered badly.
+        """
+        try:
+            async with (
+                aiohttp.ClientSession() as http,
+                http.post(self.backend_url + "/probe", json={"challenge": challenge.hex()}) as resp,
+            ):
+                resp.raise_for_status()
+                body = await resp.json()
+            return bytes.fromhex(body["answer"])
+        except (aiohttp.ClientError, ValueError, KeyError, TypeError) as exc:
+            raise EngineError(f"shared backend probe failed: {exc}") from exc

@@ -7,7 +7,10 @@ coordinator key, unknown profile) stop the node with :class:`NodeFatalError` ins
 Per round (docs/protocol.md §5): ``job`` → store it and ``ack`` (the prompts stay
 encrypted); ``release`` → decrypt with the job key, run the batch on the worker, reply
 ``result`` with the commitment and a signed receipt. ``echo`` is answered at once from
-the reader loop, so it measures the path to this process, not to a relay.
+the reader loop, so it measures the path to this process, not to a relay. ``probe``
+(§5.9) is answered from a task that runs the known-answer computation on the worker's
+device (:func:`netcheck.node.workers.run_probe`), so its round trip covers the path to
+the device; the reader keeps reading meanwhile.
 """
 
 from __future__ import annotations
@@ -22,8 +25,14 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from netcheck import __version__
-from netcheck.errors import CloseCode, EngineError, NetcheckError, ProtocolError
-from netcheck.node.workers import Worker
+from netcheck.errors import (
+    CloseCode,
+    EngineError,
+    LocalProtocolError,
+    NetcheckError,
+    ProtocolError,
+)
+from netcheck.node.workers import Worker, run_probe
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.messages import (
@@ -34,6 +43,8 @@ from netcheck.protocol.messages import (
     Error,
     Job,
     Message,
+    Probe,
+    ProbeReply,
     ProfileClaim,
     Release,
     Result,
@@ -233,12 +244,27 @@ class NodeClient:
             task.add_done_callback(session.tasks.discard)
         elif isinstance(msg, Echo):
             await session.send(EchoReply(nonce=msg.nonce))
+        elif isinstance(msg, Probe):
+            task = asyncio.get_running_loop().create_task(self._answer_probe(session, msg))
+            session.tasks.add(task)
+            task.add_done_callback(session.tasks.discard)
         elif isinstance(msg, Bye):
             await session.ws.close()
-        elif not isinstance(msg, EchoReply):
+        elif not isinstance(msg, EchoReply | ProbeReply):
             raise ProtocolError(
                 CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} from coordinator"
             )
+
+    async def _answer_probe(self, session: _Session, probe: Probe) -> None:
+        """Run the compute probe on the worker's device and reply; a failed probe gets
+        no reply (the coordinator times it out and records a missing sample)."""
+        try:
+            answer = await run_probe(self.worker, probe.challenge)
+            await session.send(ProbeReply(nonce=probe.nonce, answer=answer))
+        except EngineError as exc:
+            log.error("%s: probe failed: %s", self.label, exc)
+        except (ConnectionError, LocalProtocolError):  # session gone or exhausted
+            log.debug("%s: session gone before a probe reply was sent", self.label)
 
     async def _run_job(self, session: _Session, job: Job, prompts: list[str]) -> None:
         try:

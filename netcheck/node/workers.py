@@ -7,6 +7,10 @@
   (see :mod:`netcheck.node.emulation`). Never the default for a real node.
 
 Demo adversaries live in :mod:`netcheck.node.adversary`.
+
+A worker may also answer the known-answer compute probe (docs/protocol.md §5.9) with an
+``async probe(challenge) -> bytes`` method (:class:`ProbingWorker`); :func:`run_probe`
+falls back to the CPU reference for workers without one.
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from netcheck.engines import probe as probe_mod
 from netcheck.engines.base import Engine
+from netcheck.errors import EngineError
 from netcheck.node.emulation import EmulatedGPU
 
 
@@ -33,6 +39,34 @@ class Worker(Protocol):
             EngineError: the engine failed.
         """
         ...
+
+
+@runtime_checkable
+class ProbingWorker(Protocol):
+    """A worker that runs the compute probe itself (on its engine's device)."""
+
+    async def probe(self, challenge: bytes) -> bytes:
+        """The 32-byte known answer for ``challenge`` (:mod:`netcheck.engines.probe`).
+
+        Raises:
+            EngineError: the device failed.
+        """
+        ...
+
+
+async def run_probe(worker: object, challenge: bytes) -> bytes:
+    """Answer a probe with ``worker.probe`` if it has one, else the CPU reference in a
+    thread (workers without a device, e.g. test fakes).
+
+    Raises:
+        EngineError: the probe failed.
+    """
+    if isinstance(worker, ProbingWorker):
+        return await worker.probe(challenge)
+    try:
+        return await asyncio.to_thread(probe_mod.answer, challenge)
+    except ValueError as exc:
+        raise EngineError(f"probe failed: {exc}") from exc
 
 
 class EngineWorker:
@@ -53,6 +87,11 @@ class EngineWorker:
     async def run(self, prompts: Sequence[str]) -> list[list[int]]:
         return await asyncio.to_thread(self._generate, prompts)
 
+    async def probe(self, challenge: bytes) -> bytes:
+        """The probe on the engine's device, in a thread. It does not wait for a running
+        batch (no lock): it is tiny, and its round trip must not include batch time."""
+        return await asyncio.to_thread(self.engine.probe, challenge)
+
 
 class EmulatedWorker:
     """EMULATION: real inference, then the emulated GPU's service time.
@@ -72,3 +111,8 @@ class EmulatedWorker:
     async def run(self, prompts: Sequence[str]) -> list[list[int]]:
         outputs, _ = await asyncio.gather(self.inner.run(prompts), self.gpu.serve())
         return outputs
+
+    async def probe(self, challenge: bytes) -> bytes:
+        """Passed through to the inner worker, with no emulated service time (the probe
+        is tiny; the emulation models batches)."""
+        return await run_probe(self.inner, challenge)

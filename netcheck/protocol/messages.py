@@ -22,6 +22,7 @@ NONCE_BYTES = 32  # handshake nonces
 JOB_NONCE_BYTES = 12  # ChaCha20-Poly1305 nonce of a job payload
 SIGNATURE_BYTES = 64  # Ed25519
 DIGEST_BYTES = 32  # SHA-256
+CHALLENGE_BYTES = 32  # probe challenge (§5.9)
 MAX_NAME_CHARS = 64  # versions, suites, fingerprint keys
 MAX_LIST_ITEMS = 8  # versions and suites offered
 MAX_ROUND_ID_CHARS = 64
@@ -301,6 +302,37 @@ class EchoReply:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """Coordinator -> node: known-answer compute probe (§5.9); 0 <= nonce < 2**63,
+    ``challenge`` 32 random bytes. The node evaluates ``netcheck.engines.probe`` on
+    its compute device and replies with :class:`ProbeReply`."""
+
+    nonce: int
+    challenge: bytes
+
+    TYPE: ClassVar[str] = "probe"
+
+    def __post_init__(self) -> None:
+        _int(self.TYPE, "nonce", self.nonce, 0, INT64_MAX)
+        _bytes(self.TYPE, "challenge", self.challenge, exact=CHALLENGE_BYTES)
+
+
+@dataclass(frozen=True)
+class ProbeReply:
+    """Node -> coordinator: answer to ``Probe`` with the same nonce (§5.9); ``answer``
+    is the 32-byte SHA-256 defined in ``netcheck.engines.probe``."""
+
+    nonce: int
+    answer: bytes
+
+    TYPE: ClassVar[str] = "probe_reply"
+
+    def __post_init__(self) -> None:
+        _int(self.TYPE, "nonce", self.nonce, 0, INT64_MAX)
+        _bytes(self.TYPE, "answer", self.answer, exact=DIGEST_BYTES)
+
+
+@dataclass(frozen=True)
 class Error:
     """Node -> coordinator: the node could not run the job of ``round_id`` (§5.7)."""
 
@@ -326,11 +358,28 @@ class Bye:
         _str(self.TYPE, "reason", self.reason, MAX_REASON_CHARS)
 
 
-Message = Hello | Welcome | Auth | Job | Ack | Release | Result | Echo | EchoReply | Error | Bye
+Message = (
+    Hello
+    | Welcome
+    | Auth
+    | Job
+    | Ack
+    | Release
+    | Result
+    | Echo
+    | EchoReply
+    | Probe
+    | ProbeReply
+    | Error
+    | Bye
+)
 
 MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.TYPE: cls
-    for cls in (Hello, Welcome, Auth, Job, Ack, Release, Result, Echo, EchoReply, Error, Bye)
-}
+    for cls in (
+        Hello, Welcome, Auth, Job, Ack, Release, Result, Echo, EchoReply, Probe, ProbeReply,
+        Error, Bye,
+    )
+}  # fmt: skip
 HANDSHAKE_TYPES = frozenset({"hello", "welcome", "auth"})
 FRAME_TYPES = frozenset(MESSAGE_TYPES) - HANDSHAKE_TYPES

@@ -7,7 +7,7 @@ Both parties walk the same conversation: ``AWAIT_HELLO -> AWAIT_WELCOME -> AWAIT
 type (``SENDERS``). A missing key is an illegal message (as in h11's ``_state.py``).
 
 The I/O layer may keep one job state per round id (each starting at ``OPEN``) and
-check ``echo``/``bye`` against the session state; the table serves both uses.
+check ``echo``/``probe``/``bye`` against the session state; the table serves both uses.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ SENDERS: dict[str, frozenset[Role]] = {
     "result": frozenset({N}),
     "echo": frozenset({C}),
     "echo_reply": frozenset({N}),
+    "probe": frozenset({C}),
+    "probe_reply": frozenset({N}),
     "error": frozenset({N}),
     "bye": frozenset({N, C}),
 }
@@ -73,6 +75,8 @@ def _conversation() -> dict[tuple[State, str], State]:
     for state in _ACTIVE:
         edges[(state, "echo")] = state
         edges[(state, "echo_reply")] = state
+        edges[(state, "probe")] = state
+        edges[(state, "probe_reply")] = state
         edges[(state, "bye")] = State.CLOSED
     return edges
 

@@ -18,7 +18,8 @@ from netcheck.coordinator.screening import (
     confirmation_observation,
     hmac_load_rule,
     load_or_create_secret,
-    relay_from_rows,
+    probe_pairs,
+    relay_check,
     round_kind,
     timing_rows,
 )
@@ -149,19 +150,32 @@ def test_capacity_check_counts_window_only() -> None:
     assert len(hits) == 1 and not failed
 
 
-def test_relay_from_rows_needs_samples_and_excess() -> None:
-    """The provisional relay test flags a persistent excess over RTT plus reference."""
-    from netcheck.analysis.timing import TimingRow
+def _probe_rows(extra_s: float, n: int) -> list[dict[str, object]]:
+    return [{"round_id": f"r{i}", "rtt_s": 0.01,
+             "extra": {"probe_rtt_s": 0.01 + 0.005 + extra_s + i * 1e-4, "probe_missed": 0}}
+            for i in range(n)]  # fmt: skip
 
-    def rows(extra_s: float, n: int) -> list[TimingRow]:
-        return [TimingRow(f"r{i}", "a", True, 0, int((1.0 + 0.01 + extra_s + i * 1e-4) * 1e9),
-                          0.01) for i in range(n)]  # fmt: skip
 
-    assert relay_from_rows(rows(0.2, 4), 1.0) is None
-    res = relay_from_rows(rows(0.2, 8), 1.0)
-    assert res is not None and res.flagged
-    res = relay_from_rows(rows(0.0, 8), 1.0)
+def test_relay_check_needs_rounds_and_excess() -> None:
+    """The probe relay test flags a persistent excess over echo RTT plus reference."""
+    assert relay_check(probe_pairs(_probe_rows(0.03, 4)), 0.005) is None
+    res = relay_check(probe_pairs(_probe_rows(0.03, 8)), 0.005)
+    assert res is not None and res.flagged and res.median_excess_s == pytest.approx(0.03, abs=1e-3)
+    res = relay_check(probe_pairs(_probe_rows(0.0, 8)), 0.005)
     assert res is not None and not res.flagged
+
+
+def test_probe_pairs_skips_rows_without_echo_and_lists_unanswered() -> None:
+    """Rows pair per round; probes missing with echoes answered are listed."""
+    rows = [
+        {"round_id": "a", "rtt_s": 0.01, "extra": {"probe_rtt_s": 0.02}},
+        {"round_id": "b", "rtt_s": None, "extra": {"probe_rtt_s": 0.02}},
+        {"round_id": "c", "rtt_s": 0.01, "extra": {"probe_rtt_s": None, "probe_missed": 1}},
+        {"round_id": "d", "rtt_s": 0.01, "extra": None},
+    ]
+    pairs = probe_pairs(rows)
+    assert pairs.round_ids == ("a",) and pairs.probe_rtts_s == (0.02,)
+    assert pairs.echo_rtts_s == (0.01,) and pairs.unanswered == ("c",)
 
 
 def test_cli_groups_have_commands() -> None:

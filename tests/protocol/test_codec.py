@@ -30,7 +30,7 @@ from netcheck.protocol import (
     pack_value,
     unpack_value,
 )
-from netcheck.protocol.messages import MESSAGE_TYPES
+from netcheck.protocol.messages import MESSAGE_TYPES, Probe, ProbeReply
 
 
 def b(n: int) -> st.SearchStrategy[bytes]:
@@ -90,6 +90,8 @@ MESSAGES = {
     ),
     "echo": st.builds(Echo, nonce=st.integers(0, 2**63 - 1)),
     "echo_reply": st.builds(EchoReply, nonce=st.integers(0, 2**63 - 1)),
+    "probe": st.builds(Probe, nonce=st.integers(0, 2**63 - 1), challenge=b(32)),
+    "probe_reply": st.builds(ProbeReply, nonce=st.integers(0, 2**63 - 1), answer=b(32)),
     "error": st.builds(Error, round_id=round_ids, reason=reasons),
     "bye": st.builds(Bye, reason=reasons),
 }
