@@ -15,8 +15,10 @@ among honest nodes, total over seeds; HS = honest nodes in suspect groups (befor
 confirmation), mean; conf = confirmation rounds spent, mean; cap = farms with an
 identity failing the emulated capacity deadline (1.25 T_ref, full-load rounds), mean.
 
-Methods: "fs+B" = Detector A (forward selection, moderated t) + Detector B (residual
-correlation), the default; "welch" = baseline: plain pairwise Welch t, mutual edges,
+Methods: "fs+B" = Detector A (forward selection, moderated t, group steps of 2-4
+partners, reverse tests of one-way selections) + Detector B (residual correlation),
+the default; "fs1+B" = ablation without group steps and reverse tests (close to the
+previous default: single-partner steps, mutual edges); "welch" = baseline: plain pairwise Welch t, mutual edges,
 same Bonferroni bound and effect floor, no selection, no Detector B.
 
 Run: ``.venv/bin/python benchmarks/detection.py [--seeds 5] [--json PATH]``.
@@ -49,6 +51,7 @@ SCENARIOS: list[tuple[str, PopulationSpec]] = [
 ]
 METHODS = {
     "fs+B": DetectorConfig(),
+    "fs1+B": DetectorConfig(group_step=1, reverse_test=False),
     "welch": DetectorConfig(forward_selection=False, use_correlation=False),
 }
 

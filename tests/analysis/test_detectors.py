@@ -8,9 +8,13 @@ import numpy as np
 
 from netcheck.analysis.detectors import (
     DetectorConfig,
+    Selection,
     connected_components,
     detect,
+    forward_selection,
     pairwise_welch,
+    reverse_tests,
+    t_isf,
     t_sf,
 )
 from netcheck.analysis.timing import median_polish
@@ -34,6 +38,12 @@ def test_t_sf_known_values() -> None:
     assert math.isclose(float(t_sf(1.0, 1.0)), 0.25, rel_tol=1e-10)
     assert math.isclose(float(t_sf(0.0, 7.0)), 0.5, rel_tol=1e-12)
     assert math.isclose(float(t_sf(2.0, 1e6)), 0.5 * math.erfc(2 / math.sqrt(2)), rel_tol=1e-4)
+
+
+def test_t_isf_inverts_t_sf() -> None:
+    """The t quantile from bisection gives back the tail probability."""
+    for p, df in ((1e-3, 5.0), (2.5e-7, 25.0)):
+        assert math.isclose(float(t_sf(t_isf(p, df), df)), p, rel_tol=1e-6)
 
 
 def test_z_crit_is_about_five_for_200_nodes() -> None:
@@ -76,3 +86,48 @@ def test_pairwise_welch_matrix_matches_scalar() -> None:
 def test_connected_components() -> None:
     """Union-find groups edges into components of 2+ nodes."""
     assert connected_components(6, [(0, 4), (4, 5), (2, 3)]) == [[0, 4, 5], [2, 3]]
+
+
+def test_alpha_budget_of_detector_a_sums_to_alpha() -> None:
+    """Single steps, group steps (each size) and reverse tests share alpha exactly."""
+    cfg = DetectorConfig()
+    n = 200
+    single = cfg.p_crit_single(n) * n * (n - 1)
+    groups = sum(cfg.p_crit_group(n, s) * n * math.comb(n - 1, s) for s in range(2, 5))
+    reverse = cfg.p_crit_reverse(37) * 37
+    assert math.isclose(single + groups + reverse, cfg.alpha, rel_tol=1e-9)
+    plain = DetectorConfig(group_step=1, reverse_test=False)
+    assert math.isclose(plain.p_crit_single(n), plain.p_crit(n))
+
+
+def test_group_step_finds_a_triple_in_few_rounds() -> None:
+    """A farm of 3 among 60 nodes after 32 rounds: a group step selects both partners,
+    where single steps alone miss it."""
+    e, loaded, keys = _population(60, 32, [[4, 21, 50]], seed=9)
+    sel = forward_selection(e, loaded, DetectorConfig())
+    groups = {(s.i, s.j) for s in sel if s.step == "group"}
+    assert {(4, 21), (4, 50)} <= groups or {(21, 4), (21, 50)} <= groups
+    det = detect(e, loaded, keys, DetectorConfig())
+    assert [set(g.members) for g in det.groups] == [{"n4", "n21", "n50"}]
+    single = detect(e, loaded, keys, DetectorConfig(group_step=1, reverse_test=False,
+                                                    use_correlation=False))  # fmt: skip
+    assert single.groups == ()
+
+
+def test_reverse_test_only_for_one_way_selections() -> None:
+    """A one-way selection is tested in the other row at alpha / 2 / m; an honest row's
+    reverse test fails."""
+    e, loaded, keys = _population(40, 48, [[3, 17]], seed=5)
+    cfg = DetectorConfig()
+    real = Selection(3, 17, 10.0, 30.0, 1e-12, 0.4, 24, cfg.p_crit_single(40))
+    fake = Selection(3, 9, 10.0, 30.0, 1e-12, 0.4, 24, cfg.p_crit_single(40))
+    got = reverse_tests(e, loaded, [real, fake], cfg)
+    assert [rv.passed for rv in got] == [True, False]
+    assert got[0].p_threshold == cfg.alpha / 2 / 2 and got[0].count_of == (3,)
+
+
+def test_honest_population_no_edges_with_short_screening() -> None:
+    """No edges among 80 honest nodes after 16 or 32 rounds (group steps included)."""
+    for rounds, seed in ((16, 21), (32, 22)):
+        e, loaded, keys = _population(80, rounds, [], seed=seed)
+        assert detect(e, loaded, keys, DetectorConfig()).edges == ()
