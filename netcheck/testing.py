@@ -17,12 +17,34 @@ from pathlib import Path
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from netcheck.config import CoordinatorConfig, Profile
+from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.keys import public_key_text
 from netcheck.node.client import NodeClient
 from netcheck.node.workers import Worker
 from netcheck.storage import Store
+
+
+def small_profile(name: str = "test", **overrides: object) -> Profile:
+    """A cheap LLM profile for protocol and round tests (B = 4, 4 new tokens, one canary).
+
+    No engine is loaded by the tests that use it: their workers return made-up tokens.
+    Keyword arguments override any :class:`~netcheck.config.Profile` field.
+    """
+    fields: dict[str, object] = {
+        "name": name,
+        "engine": "torch",
+        "model": "synth:tiny",
+        "dtype": "float32",
+        "batch_size": 4,
+        "prompt_len": 32,
+        "max_new_tokens": 4,
+        "canaries_min": 1,
+        "canaries_max": 1,
+        "deadline": DeadlineParams(t_ref_s=1.0),
+    }
+    fields.update(overrides)
+    return Profile(**fields)  # type: ignore[arg-type]
 
 
 @dataclass

@@ -9,33 +9,20 @@ from pathlib import Path
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from netcheck.config import DeadlineParams, Profile
+from netcheck.config import Profile
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
 from netcheck.protocol.transport import Transport
 from netcheck.storage import ReferenceRow, Store
-from netcheck.testing import RunningCoordinator
+from netcheck.testing import RunningCoordinator, small_profile
 
 
 def profile(**overrides: object) -> Profile:
     """A small LLM-workload profile; no engine is ever loaded by these tests."""
-    fields: dict[str, object] = dict(
-        name="adv",
-        engine="torch",
-        model="synth:tiny",
-        dtype="float32",
-        batch_size=4,
-        prompt_len=32,
-        max_new_tokens=4,
-        canaries_min=1,
-        canaries_max=1,
-        deadline=DeadlineParams(t_ref_s=1.0),
-        dispatch_timeout_s=2.0,
-        result_timeout_s=3.0,
-    )
+    fields: dict[str, object] = {"dispatch_timeout_s": 2.0, "result_timeout_s": 3.0}
     fields.update(overrides)
-    return Profile(**fields)  # type: ignore[arg-type]
+    return small_profile("adv", **fields)
 
 
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}

@@ -4,27 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netcheck.config import DeadlineParams, Profile
 from netcheck.coordinator.rounds import run_round
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.node.adversary import MadeUpWorker
 from netcheck.storage import ReferenceRow, Store
-from netcheck.testing import running_coordinator
+from netcheck.testing import running_coordinator, small_profile
 
-PROFILE = Profile(
-    name="pool",
-    engine="torch",
-    model="synth:tiny",
-    dtype="float32",
-    batch_size=4,
-    prompt_len=32,
-    max_new_tokens=4,
-    canaries_min=1,
-    canaries_max=1,
-    deadline=DeadlineParams(t_ref_s=1.0),
-    dispatch_timeout_s=2.0,
-    result_timeout_s=3.0,
-)
+PROFILE = small_profile("pool", dispatch_timeout_s=2.0, result_timeout_s=3.0)
 NODE_FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "11" * 32}
 OTHER_FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "22" * 32}
 

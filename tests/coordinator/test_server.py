@@ -8,26 +8,14 @@ import aiohttp
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from netcheck.config import DeadlineParams, Profile
 from netcheck.errors import CloseCode
 from netcheck.node.adversary import MadeUpWorker
 from netcheck.node.client import NodeFatalError
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import EchoReply, ProfileClaim
-from netcheck.testing import RunningCoordinator, running_coordinator
+from netcheck.testing import RunningCoordinator, running_coordinator, small_profile
 
-PROFILE = Profile(
-    name="test",
-    engine="torch",
-    model="synth:tiny",
-    dtype="float32",
-    batch_size=4,
-    prompt_len=32,
-    max_new_tokens=4,
-    canaries_min=1,
-    canaries_max=1,
-    deadline=DeadlineParams(t_ref_s=1.0),
-)
+PROFILE = small_profile()
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
 
 

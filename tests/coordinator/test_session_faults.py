@@ -13,7 +13,6 @@ import aiohttp
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from netcheck.config import DeadlineParams, Profile
 from netcheck.coordinator import rounds, server
 from netcheck.coordinator.rounds import run_round
 from netcheck.engines.fingerprint import fingerprint_id
@@ -24,22 +23,9 @@ from netcheck.protocol.jobs import commitment, sign_receipt
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
 from netcheck.protocol.transport import Transport
 from netcheck.storage import ReferenceRow, Store
-from netcheck.testing import RunningCoordinator, running_coordinator
+from netcheck.testing import RunningCoordinator, running_coordinator, small_profile
 
-PROFILE = Profile(
-    name="test",
-    engine="torch",
-    model="synth:tiny",
-    dtype="float32",
-    batch_size=4,
-    prompt_len=32,
-    max_new_tokens=4,
-    canaries_min=1,
-    canaries_max=1,
-    deadline=DeadlineParams(t_ref_s=1.0),
-    dispatch_timeout_s=1.0,
-    result_timeout_s=3.0,
-)
+PROFILE = small_profile(dispatch_timeout_s=1.0, result_timeout_s=3.0)
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
 
 
