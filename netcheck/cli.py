@@ -205,6 +205,37 @@ def node_run(
     asyncio.run(run_node(config_path, emulate_batch_time, adversary, backend))
 
 
+@main.command()
+@click.option(
+    "--config",
+    "config_path",
+    default="configs/node.toml",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+@click.option("--no-selftest", is_flag=True, help="Skip the quick determinism selftest.")
+def doctor(config_path: Path, no_selftest: bool) -> None:
+    """Check a node's setup: config, key, profile, coordinator reachable and pinned key
+    right (without joining), engine loads, quick selftest. Exits 1 if a check fails."""
+    from rich.table import Table
+
+    from netcheck.node.doctor import run_checks
+    from netcheck.report import console
+
+    out = console()
+    with out.status("checking") as status:
+        checks = run_checks(
+            config_path, selftest=not no_selftest, progress=lambda n: status.update(f"{n}...")
+        )
+    table = Table(title=f"netcheck doctor: {config_path}")
+    for col in ("check", "result", "detail"):
+        table.add_column(col)
+    for c in checks:
+        table.add_row(c.name, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]", c.detail)
+    out.print(table)
+    sys.exit(0 if all(c.ok for c in checks) else 1)
+
+
 @node.command("backend", hidden=True)
 @click.option("--profile", "profile_name", required=True)
 @click.option("--port", type=int, required=True)

@@ -20,6 +20,7 @@ COMMANDS = [
     ["round", "run"],
     ["nodes"],
     ["demo"],
+    ["doctor"],
 ]
 
 

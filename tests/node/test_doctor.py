@@ -1,0 +1,72 @@
+"""``netcheck doctor``: each check against a live coordinator on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.keys import generate_key, public_key_text
+from netcheck.node.doctor import run_checks
+from netcheck.testing import running_coordinator, small_profile
+
+PROFILE = small_profile("cpu-tiny")  # same name as the repo profile the doctor loads
+
+
+def write_node_config(tmp_path: Path, url: str, coordinator_key: str) -> Path:
+    generate_key(tmp_path / "node.pem")
+    cfg = tmp_path / "node.toml"
+    cfg.write_text(
+        f'coordinator_url = "{url}"\ncoordinator_key = "{coordinator_key}"\n'
+        f'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
+    )
+    return cfg
+
+
+async def doctor(cfg: Path, selftest: bool = False) -> dict[str, tuple[bool, str]]:
+    checks = await asyncio.to_thread(run_checks, cfg, selftest=selftest)
+    return {c.name: (c.ok, c.detail) for c in checks}
+
+
+async def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
+    """Right key, reachable coordinator, engine and quick selftest: all ok, no session."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        cfg = write_node_config(tmp_path, rc.url, public_key_text(rc.identity))
+        got = await doctor(cfg, selftest=True)
+        assert all(ok for ok, _ in got.values()), got
+        assert list(got) == [
+            "config", "identity key", "profile", "coordinator", "engine", "quick selftest"
+        ]  # fmt: skip
+        assert rc.coord.sessions == {}  # the doctor never joins
+
+
+async def test_wrong_pinned_key_fails_at_coordinator(tmp_path: Path) -> None:
+    """A node pinning another coordinator key fails the coordinator check."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        other = public_key_text(Ed25519PrivateKey.generate())
+        cfg = write_node_config(tmp_path, rc.url, other)
+        got = await doctor(cfg)
+        assert got["coordinator"][0] is False
+        assert "WRONG_COORDINATOR_KEY" in got["coordinator"][1]
+        assert "engine" not in got  # later checks are skipped
+
+
+async def test_unadmitted_key_and_unreachable(tmp_path: Path) -> None:
+    """A key outside the allowlist, and a closed port, are both reported clearly."""
+    async with running_coordinator(
+        tmp_path, [PROFILE], allowed=[Ed25519PrivateKey.generate()]
+    ) as rc:
+        cfg = write_node_config(tmp_path, rc.url, public_key_text(rc.identity))
+        got = await doctor(cfg)
+        assert "UNKNOWN_NODE_KEY" in got["coordinator"][1]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(cfg.read_text().replace(f":{rc.port}/", ":1/"))
+    got = await doctor(bad)
+    assert got["coordinator"][0] is False and "cannot reach" in got["coordinator"][1]
+
+
+def test_missing_config_fails_first(tmp_path: Path) -> None:
+    """A missing config file is the first and only failed check."""
+    checks = run_checks(tmp_path / "nope.toml")
+    assert [(c.name, c.ok) for c in checks] == [("config", False)]
