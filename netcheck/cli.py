@@ -283,9 +283,10 @@ def round_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON report.")
 def round_run(config_path: Path, profile_name: str | None, as_json: bool) -> None:
     """Ask the running coordinator to run a round now and print the verdict table."""
-    from netcheck.report import print_round
+    from netcheck.report import console, print_round
 
-    report = _admin(config_path, "POST", "/admin/rounds", {"profile": profile_name})
+    with console().status("round running: dispatch, release, compute, verify"):
+        report = _admin(config_path, "POST", "/admin/rounds", {"profile": profile_name})
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
