@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import click
 
 from netcheck.config import CoordinatorConfig
 from netcheck.errors import NetcheckError
@@ -50,3 +53,36 @@ async def admin_request(
             return await resp.json()
     except aiohttp.ClientError as exc:
         raise AdminError(f"cannot reach the coordinator at {url}: {exc}") from exc
+
+
+def admin_call(
+    config_path: Path,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout_s: float = 3600.0,
+) -> Any:
+    """Blocking :func:`admin_request` for CLI commands, addressed by a config file.
+
+    The default timeout allows an hour: screening runs many rounds and confirmation.
+
+    Raises:
+        ConfigError: the coordinator config is invalid.
+        AdminError: as :func:`admin_request`.
+    """
+    from netcheck.config import load_coordinator_config
+
+    cfg = load_coordinator_config(config_path)
+    return asyncio.run(admin_request(cfg, method, path, body, timeout_s=timeout_s))
+
+
+#: ``--config`` option of the operator commands that talk to a running coordinator.
+coordinator_config_option = click.option(
+    "--config",
+    "config_path",
+    default="configs/coordinator.toml",
+    show_default=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Coordinator config (for its address and admin token).",
+)

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from netcheck import __version__
+from netcheck.admin_client import admin_call, coordinator_config_option
 from netcheck.errors import NetcheckError
 
 log = logging.getLogger("netcheck")
@@ -252,31 +253,13 @@ def node_backend(profile_name: str, port: int, emulate_batch_time: float, beta: 
 # -- operator commands against a running coordinator ------------------------------------
 
 
-def _admin(config_path: Path, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    from netcheck.admin_client import admin_request
-    from netcheck.config import load_coordinator_config
-
-    cfg = load_coordinator_config(config_path)
-    return asyncio.run(admin_request(cfg, method, path, body))
-
-
-_config_option = click.option(
-    "--config",
-    "config_path",
-    default="configs/coordinator.toml",
-    show_default=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Coordinator config (for its address and admin token).",
-)
-
-
 @main.group("round")
 def round_group() -> None:
     """Validation rounds."""
 
 
 @round_group.command("run")
-@_config_option
+@coordinator_config_option
 @click.option(
     "--profile", "profile_name", default=None, help="Profile to validate (default: first)."
 )
@@ -286,7 +269,7 @@ def round_run(config_path: Path, profile_name: str | None, as_json: bool) -> Non
     from netcheck.report import console, print_round
 
     with console().status("round running: dispatch, release, compute, verify"):
-        report = _admin(config_path, "POST", "/admin/rounds", {"profile": profile_name})
+        report = admin_call(config_path, "POST", "/admin/rounds", {"profile": profile_name})
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -294,13 +277,13 @@ def round_run(config_path: Path, profile_name: str | None, as_json: bool) -> Non
 
 
 @main.command()
-@_config_option
+@coordinator_config_option
 @click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
 def nodes(config_path: Path, as_json: bool) -> None:
     """List nodes connected to the running coordinator."""
     from netcheck.report import print_nodes
 
-    data = _admin(config_path, "GET", "/admin/nodes")
+    data = admin_call(config_path, "GET", "/admin/nodes")
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:

@@ -11,7 +11,6 @@ coordinator through its admin API (:func:`netcheck.admin_client.admin_request`):
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -22,26 +21,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from netcheck.admin_client import admin_call, coordinator_config_option
+
 STATUS_STYLE = {"confirmed": "red", "pending": "yellow", "cleared": "green"}
 
-_config_option = click.option(
-    "--config",
-    "config_path",
-    default="configs/coordinator.toml",
-    show_default=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Coordinator config (for its address and admin token).",
-)
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
-
-
-def _admin(config_path: Path, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    from netcheck.admin_client import admin_request
-    from netcheck.config import load_coordinator_config
-
-    cfg = load_coordinator_config(config_path)
-    # Screening runs rounds and confirmation: allow up to an hour.
-    return asyncio.run(admin_request(cfg, method, path, body, timeout_s=3600.0))
 
 
 def _when(ts: float | None) -> str:
@@ -83,13 +67,13 @@ def screen() -> None:
 
 
 @screen.command("run")
-@_config_option
+@coordinator_config_option
 @click.option("--rounds", default=16, show_default=True, help="Screening rounds to run.")
 @click.option("--profile", "profile_name", default=None, help="Profile (default: first).")
 @_json_option
 def screen_run(config_path: Path, rounds: int, profile_name: str | None, as_json: bool) -> None:
     """Run screening rounds now, then the analysis and confirmation rounds; print flags."""
-    report = _admin(
+    report = admin_call(
         config_path, "POST", "/admin/screening", {"rounds": rounds, "profile": profile_name}
     )
     if as_json:
@@ -120,7 +104,7 @@ def flags() -> None:
 
 
 @flags.command("list")
-@_config_option
+@coordinator_config_option
 @click.option("--kind", default=None, help="shared-backend, capacity, result-sharing, relay.")
 @click.option("--status", default=None, help="confirmed, pending or cleared.")
 @click.option("--node", "node_key", default=None, help="Only flags naming this node key.")
@@ -133,7 +117,7 @@ def flags_list(
 
     params = {k: v for k, v in (("kind", kind), ("status", status), ("node", node_key)) if v}
     path = "/admin/flags" + (f"?{urlencode(params)}" if params else "")
-    data = _admin(config_path, "GET", path)
+    data = admin_call(config_path, "GET", path)
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
@@ -141,12 +125,12 @@ def flags_list(
 
 
 @flags.command("show")
-@_config_option
+@coordinator_config_option
 @click.argument("flag_id", type=int)
 @_json_option
 def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
     """Show one flag with its evidence (rounds, schedule bits, latencies, receipts)."""
-    flag = _admin(config_path, "GET", f"/admin/flags/{flag_id}")
+    flag = admin_call(config_path, "GET", f"/admin/flags/{flag_id}")
     if as_json:
         click.echo(json.dumps(flag, indent=2))
         return

@@ -18,27 +18,19 @@ from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
 from netcheck.protocol.transport import Transport
-from netcheck.testing import RunningCoordinator
+from netcheck.testing import RunningCoordinator, small_profile
 
 
 def light_profile(**overrides: Any) -> Profile:
     """A small profile for emulated nodes; fields in ``overrides`` replace the defaults."""
     values: dict[str, Any] = {
-        "name": "faults",
-        "engine": "torch",
-        "model": "synth:tiny",
-        "dtype": "float32",
-        "batch_size": 4,
-        "prompt_len": 32,
-        "max_new_tokens": 4,
-        "canaries_min": 1,
         "canaries_max": 2,
         "deadline": DeadlineParams(t_ref_s=1.0, slack_s=2.0),
         "dispatch_timeout_s": 2.0,
         "result_timeout_s": 5.0,
     }
     values.update(overrides)
-    return Profile(**values)
+    return small_profile(str(values.pop("name", "faults")), **values)
 
 
 class RawNode:
