@@ -37,6 +37,17 @@ def setup_logging(verbose: bool = False, label: str = "") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _config_file(default: str) -> Any:
+    """The ``--config FILE`` option of a command that reads one config file."""
+    return click.option(
+        "--config",
+        "config_path",
+        default=default,
+        show_default=True,
+        type=click.Path(dir_okay=False, path_type=Path),
+    )
+
+
 class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -149,13 +160,7 @@ def coordinator() -> None:
 
 
 @coordinator.command("serve")
-@click.option(
-    "--config",
-    "config_path",
-    default="configs/coordinator.toml",
-    show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-)
+@_config_file("configs/coordinator.toml")
 @click.option("-v", "--verbose", is_flag=True)
 def coordinator_serve(config_path: Path, verbose: bool) -> None:
     """Serve the node websocket endpoint and the admin API until interrupted."""
@@ -174,13 +179,7 @@ def node() -> None:
 
 
 @node.command("run")
-@click.option(
-    "--config",
-    "config_path",
-    default="configs/node.toml",
-    show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-)
+@_config_file("configs/node.toml")
 @click.option(
     "--emulate-batch-time",
     type=float,
@@ -207,13 +206,7 @@ def node_run(
 
 
 @main.command()
-@click.option(
-    "--config",
-    "config_path",
-    default="configs/node.toml",
-    show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-)
+@_config_file("configs/node.toml")
 @click.option("--no-selftest", is_flag=True, help="Skip the quick determinism selftest.")
 def doctor(config_path: Path, no_selftest: bool) -> None:
     """Check a node's setup: config, key, profile, coordinator reachable and pinned key
