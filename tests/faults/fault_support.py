@@ -81,10 +81,14 @@ class RawNode:
             if isinstance(msg, Release):
                 return msg
 
-    async def until_job(self) -> Job:
-        """Answer echoes until the job arrives; ack it and return it."""
+    async def until_job(self, timeout_s: float = 10.0) -> Job:
+        """Answer echoes until the job arrives; ack it and return it.
+
+        Raises:
+            TimeoutError: no frame for ``timeout_s`` seconds.
+        """
         while True:
-            msg = self.transport.open((await self.ws.receive(timeout=10.0)).data)
+            msg = self.transport.open((await self.ws.receive(timeout=timeout_s)).data)
             if isinstance(msg, Echo):
                 await self.ws.send_bytes(self.transport.seal(EchoReply(msg.nonce)))
             elif isinstance(msg, Job):

@@ -5,6 +5,7 @@ is stored as valid, and every other node is served as usual."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -146,23 +147,24 @@ async def test_network_stall_after_release(tmp_path: Path, db_url: str) -> None:
 
 @pytest.mark.slow
 async def test_slow_reader_does_not_stall_release(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two nodes stop reading (one before its job, one after its ack) with full socket
     buffers: dispatch is bounded, the other nodes are released within milliseconds of
     each other and pass, and the round ends on its timeouts, not on the heartbeat."""
     monkeypatch.setattr(rounds, "ECHO_TIMEOUT_S", 0.3)
     # B = 6,000 prompts: a ~0.5 MB job frame, more than the (shrunken) socket buffers and
-    # aiohttp's 64 KiB write limit hold, so the job write to a non-reader must wait.
+    # the transport's 64 KiB high-water mark hold, so the job write to a non-reader must
+    # wait (2,000 prompts were not enough: the warning asserted below did not appear).
     profile = light_profile(batch_size=6000, dispatch_timeout_s=1.0, result_timeout_s=2.0)
     store = Store(f"sqlite:///{tmp_path / 'slow.db'}")
     add_hash_references(store, profile, 60)
     async with running_coordinator(tmp_path, [profile], store=store) as rc:
-        honest = _honest(rc, 10)
+        honest = _honest(rc, 4)
         deaf = await RawNode.connect(rc, profile, Ed25519PrivateKey.generate())
         late = await RawNode.connect(rc, profile, Ed25519PrivateKey.generate())
         try:
-            await rc.wait_connected(12, timeout_s=15.0)
+            await rc.wait_connected(6, timeout_s=15.0)
             # Small buffers at both ends of the deaf node, so its backpressure is real.
             server = rc.coord.sessions[deaf.key].ws._req.transport  # type: ignore[union-attr]
             server.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
@@ -170,12 +172,13 @@ async def test_slow_reader_does_not_stall_release(
                 socket.SOL_SOCKET, socket.SO_RCVBUF, 4096
             )
             deaf.stop_reading()
-            t0 = time.monotonic()
+            caplog.set_level(logging.WARNING, logger=rounds.__name__)
             task = asyncio.create_task(run_round(rc.coord, profile.name))
-            await late.until_job()
+            # Generous waits: planning time depends on the machine's load; the bounds that
+            # matter are on the dispatch and collect phases, asserted below.
+            await late.until_job(timeout_s=60.0)
             late.stop_reading()
-            report = await asyncio.wait_for(task, 12.0)  # the heartbeat would take >= 15 s
-            took = time.monotonic() - t0
+            report = await asyncio.wait_for(task, 60.0)
         finally:
             await deaf.close()
             await late.close()
@@ -183,6 +186,9 @@ async def test_slow_reader_does_not_stall_release(
         assert got.pop(deaf.key) == "missing"
         assert got.pop(late.key) == "missing"
         assert got == dict.fromkeys(honest, "pass")
-        skew = report.phases["release_skew_s"]
-        assert skew < 0.05, report.phases
-        assert took < 8.0, report.phases
+        assert "not reading (job send blocked)" in caplog.text  # the backpressure was real
+        phases = report.phases
+        assert phases["release_skew_s"] < 0.05, phases
+        # Send bound + ack wait, each dispatch_timeout_s; the heartbeat would take >= 15 s.
+        assert phases["dispatch_s"] < 2 * profile.dispatch_timeout_s + 1.5, phases
+        assert phases["collect_s"] < profile.result_timeout_s + 1.5, phases
