@@ -155,7 +155,7 @@ class NodeClient:
                 compress=0,
                 heartbeat=HEARTBEAT_S,
                 max_msg_size=self.max_message_bytes + HEADER_BYTES + TAG_BYTES,
-                receive_timeout=IDLE_TIMEOUT_S,
+                timeout=aiohttp.ClientWSTimeout(ws_receive=IDLE_TIMEOUT_S),
             ) as ws,
         ):
             try:
