@@ -174,6 +174,9 @@ class CoordinatorConfig(_Model):
     admin_token: str = Field(min_length=16)
     profiles: list[str] = Field(min_length=1)
     handshake_timeout_s: float = Field(default=5.0, gt=0)
+    request_header_timeout_s: float = Field(default=10.0, gt=0)
+    """A new connection must send a complete HTTP request (the websocket upgrade, an
+    admin call) within this time or is closed (``coordinator/header_deadline.py``)."""
     max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     # -- detection (docs/detection.md) ----------------------------------------------
     schedule_secret_file: Path | None = None

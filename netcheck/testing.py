@@ -103,6 +103,7 @@ async def running_coordinator(
     open_enrollment: bool | None = None,
     store: Store | None = None,
     handshake_timeout_s: float = 5.0,
+    request_header_timeout_s: float = 10.0,
 ) -> AsyncIterator[RunningCoordinator]:
     """Start a coordinator on a free loopback port; stop it and its nodes on exit."""
     identity = Ed25519PrivateKey.generate()
@@ -116,11 +117,11 @@ async def running_coordinator(
         admin_token=secrets.token_urlsafe(24),
         profiles=[p.name for p in profiles],
         handshake_timeout_s=handshake_timeout_s,
+        request_header_timeout_s=request_header_timeout_s,
     )
     store = store or Store(cfg.database)
     coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
-    runner = web.AppRunner(coord.make_app(), access_log=None)
-    await runner.setup()
+    runner = await coord.make_runner()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     server = site._server

@@ -37,8 +37,7 @@ def build_coordinator(config_path: Path) -> Coordinator:
 async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then close every session with ``shutdown``."""
     coord = build_coordinator(config_path)
-    runner = web.AppRunner(coord.make_app(), access_log=None)
-    await runner.setup()
+    runner = await coord.make_runner()
     site = web.TCPSite(runner, coord.config.host, coord.config.port)
     try:
         await site.start()

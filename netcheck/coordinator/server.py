@@ -21,6 +21,7 @@ from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.header_deadline import HeaderDeadline
 from netcheck.coordinator.screening import Screening
 from netcheck.coordinator.session import NodeSession, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
@@ -74,6 +75,7 @@ class Coordinator:
         self._attempts: dict[str, deque[float]] = defaultdict(deque)
         self._readers: set[asyncio.Task[None]] = set()
         self.screening = Screening(self)  # detection: schedule secret, flags, timer
+        self.header_deadline = HeaderDeadline(config.request_header_timeout_s)
 
     # -- admission ---------------------------------------------------------------
 
@@ -217,7 +219,9 @@ class Coordinator:
         from netcheck.coordinator.admin import add_admin_routes
         from netcheck.web import add_web_routes
 
-        app = web.Application(client_max_size=1024 * 1024)
+        app = web.Application(
+            client_max_size=1024 * 1024, middlewares=[self.header_deadline.middleware]
+        )
         app.router.add_get(WS_PATH, self.handle_ws)
         add_admin_routes(app, self)
         self.screening.attach(app)
@@ -229,6 +233,15 @@ class Coordinator:
         self.stopping = True  # a round in flight ends as aborted, blaming no node
         for session in list(self.sessions.values()):
             await session.ws.close(code=CloseCode.SHUTDOWN, message=b"shutdown")
+
+    async def make_runner(self) -> web.AppRunner:
+        """A set-up :class:`aiohttp.web.AppRunner` for :meth:`make_app`, with the request
+        header deadline installed; add a site and start it."""
+        runner = web.AppRunner(self.make_app(), access_log=None)
+        await runner.setup()
+        assert runner.server is not None  # set by setup()
+        self.header_deadline.install(runner.server)
+        return runner
 
     def connected(self, profile: str | None = None) -> list[NodeSession]:
         """Connected sessions, optionally only those claiming ``profile``."""
