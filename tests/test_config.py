@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,14 @@ def test_node_config_rejects(tmp_path: Path) -> None:
         load_node_config(write(tmp_path / "n.toml", good.replace("ws://", "http://")))
     with pytest.raises(ConfigError, match="coordinator_key: .*must start with"):
         load_node_config(write(tmp_path / "n.toml", good.replace("ed25519:", "rsa:")))
+
+
+@pytest.mark.parametrize("path", sorted(DEFAULT_PROFILES_DIR.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_shipped_profile_loads_and_its_stated_deadline_is_true(path: Path) -> None:
+    """Each file in configs/profiles loads by name; where its comment states the
+    recommended deadline at rtt 0 (calibrated profiles), that is what the fields give."""
+    p = load_profile(path.stem)
+    assert p.name == path.stem
+    stated = re.search(r"recommended deadline .*?: ([0-9.]+) s at rtt 0", path.read_text())
+    if stated:
+        assert p.deadline_s(0.0) == pytest.approx(float(stated.group(1)), abs=0.001)
