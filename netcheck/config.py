@@ -175,8 +175,10 @@ class CoordinatorConfig(_Model):
     profiles: list[str] = Field(min_length=1)
     handshake_timeout_s: float = Field(default=5.0, gt=0)
     request_header_timeout_s: float = Field(default=10.0, gt=0)
-    """A new connection must send a complete HTTP request (the websocket upgrade, an
-    admin call) within this time or is closed (``coordinator/header_deadline.py``)."""
+    """A connection must deliver each complete HTTP request (the websocket upgrade, an
+    admin call) within this time of its accept or of the previous response, or it is
+    closed; idle keep-alive connections close after it too (aiohttp's
+    ``keepalive_timeout``, see ``Coordinator.make_runner``)."""
     max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     # -- detection (docs/detection.md) ----------------------------------------------
     schedule_secret_file: Path | None = None

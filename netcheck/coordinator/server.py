@@ -21,7 +21,6 @@ from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from netcheck.config import CoordinatorConfig, Profile
-from netcheck.coordinator.header_deadline import HeaderDeadline
 from netcheck.coordinator.screening import Screening
 from netcheck.coordinator.session import NodeSession, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
@@ -75,7 +74,6 @@ class Coordinator:
         self._attempts: dict[str, deque[float]] = defaultdict(deque)
         self._readers: set[asyncio.Task[None]] = set()
         self.screening = Screening(self)  # detection: schedule secret, flags, timer
-        self.header_deadline = HeaderDeadline(config.request_header_timeout_s)
 
     # -- admission ---------------------------------------------------------------
 
@@ -219,9 +217,7 @@ class Coordinator:
         from netcheck.coordinator.admin import add_admin_routes
         from netcheck.web import add_web_routes
 
-        app = web.Application(
-            client_max_size=1024 * 1024, middlewares=[self.header_deadline.middleware]
-        )
+        app = web.Application(client_max_size=1024 * 1024)
         app.router.add_get(WS_PATH, self.handle_ws)
         add_admin_routes(app, self)
         self.screening.attach(app)
@@ -235,12 +231,21 @@ class Coordinator:
             await session.ws.close(code=CloseCode.SHUTDOWN, message=b"shutdown")
 
     async def make_runner(self) -> web.AppRunner:
-        """A set-up :class:`aiohttp.web.AppRunner` for :meth:`make_app`, with the request
-        header deadline installed; add a site and start it."""
-        runner = web.AppRunner(self.make_app(), access_log=None)
+        """A set-up :class:`aiohttp.web.AppRunner` for :meth:`make_app`; add a site.
+
+        aiohttp's ``keepalive_timeout`` is set to ``request_header_timeout_s``: a
+        connection waiting for a complete HTTP request (the first one, from accept, or
+        the next one on a keep-alive connection) is closed after that long, which stops
+        "slowloris" clients that trickle headers. Its default (3630 s in
+        ``RequestHandler``) would let one client hold a socket for an hour. Websocket
+        sessions are inside a request and are not affected.
+        """
+        runner = web.AppRunner(
+            self.make_app(),
+            access_log=None,
+            keepalive_timeout=self.config.request_header_timeout_s,
+        )
         await runner.setup()
-        assert runner.server is not None  # set by setup()
-        self.header_deadline.install(runner.server)
         return runner
 
     def connected(self, profile: str | None = None) -> list[NodeSession]:
