@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -26,11 +26,32 @@ from netcheck.coordinator.session import NodeSession, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
-from netcheck.protocol.handshake import CoordinatorHandshake
+from netcheck.protocol.codec import Limits
+from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, CoordinatorHandshake
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
 
 log = logging.getLogger("netcheck.coordinator")
+
+
+def ws_message_cap(max_message_bytes: int, profiles: Iterable[Profile]) -> int:
+    """Websocket ``max_msg_size`` (bytes) of the node endpoint (docs/protocol.md §3.3).
+
+    aiohttp buffers a whole message, fragments included, up to this size before netcheck
+    sees it, and the cap is fixed before the handshake tells which profile the node
+    claims. So it is the largest frame any configured profile's node may send
+    (:func:`receive_limits` plus the frame header and tag), never below a handshake
+    message nor above ``max_message_bytes`` plus the overhead: about 44 KB for the
+    H200 profiles instead of 8 MiB, which bounds what an unauthenticated connection
+    can make the coordinator hold.
+    """
+    largest = max(
+        (receive_limits(p, Limits(max_message_bytes=max_message_bytes)).max_message_bytes
+         for p in profiles),
+        default=max_message_bytes,
+    )  # fmt: skip
+    return max(largest, MAX_HANDSHAKE_BYTES) + FRAME_OVERHEAD_BYTES
+
 
 #: A frame is the message plus header and AEAD tag (docs/protocol.md §3.1).
 FRAME_OVERHEAD_BYTES = HEADER_BYTES + TAG_BYTES
@@ -69,6 +90,7 @@ class Coordinator:
         self.sessions: dict[str, NodeSession] = {}
         self.allowed = {public_key_bytes(parse_public_key(k)) for k in config.allowed_nodes}
         self.round_lock = asyncio.Lock()
+        self.ws_max_msg_size = ws_message_cap(config.max_message_bytes, self.profiles.values())
         self.handshake_failures = 0
         self.stopping = False
         self._attempts: dict[str, deque[float]] = defaultdict(deque)
@@ -108,7 +130,7 @@ class Coordinator:
         """Accept a node: handshake, register, then read until the session ends."""
         peer = request.remote or "?"
         ws = web.WebSocketResponse(
-            max_msg_size=self.config.max_message_bytes + FRAME_OVERHEAD_BYTES,
+            max_msg_size=self.ws_max_msg_size,
             compress=False,
             heartbeat=HEARTBEAT_S,
         )

@@ -49,7 +49,9 @@ async def test_hostile_hellos_get_their_close_codes(tmp_path: Path) -> None:
         assert (
             await _handshake_close(rc.url, [b"\x81\xa1t\xa5hello"]) == CloseCode.MALFORMED_MESSAGE
         )
-        assert await _handshake_close(rc.url, [b"\x00" * 5000]) == CloseCode.MESSAGE_TOO_LARGE
+        # Over the 2048-byte handshake limit: 4008; over the websocket cap too: 1009.
+        assert await _handshake_close(rc.url, [b"\x00" * 3000]) == CloseCode.MESSAGE_TOO_LARGE
+        assert await _handshake_close(rc.url, [b"\x00" * 50_000]) == 1009
         assert await _handshake_close(rc.url, []) == CloseCode.HANDSHAKE_TIMEOUT
         other = Ed25519PrivateKey.generate().public_key()
         hs = NodeHandshake(allowed, other, claim)
@@ -135,7 +137,7 @@ async def test_rate_limit_refuses_the_121st_handshake_in_a_minute(tmp_path: Path
 
 
 async def test_oversize_frame_after_handshake_close_code_is_1009_not_4008(tmp_path: Path) -> None:
-    """A frame above max_message_bytes + 25 closes with 1009 (docs/protocol.md §3.3)."""
+    """A frame above the websocket cap closes with 1009 (docs/protocol.md §3.3)."""
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
         http, ws, _ = await raw_session(rc, Ed25519PrivateKey.generate())
         try:

@@ -140,3 +140,29 @@ async def test_admin_api_needs_the_token(tmp_path: Path) -> None:
             async with http.get(base + "/admin/status", headers=good) as resp:
                 assert resp.status == 200
                 assert (await resp.json())["connected"] == 0
+
+
+def test_ws_message_cap_is_the_largest_profile_frame() -> None:
+    """The websocket cap follows the largest profile's result frame, not 8 MiB."""
+    from netcheck.coordinator.server import FRAME_OVERHEAD_BYTES, ws_message_cap
+    from netcheck.coordinator.session import receive_limits
+
+    small, big = small_profile("s", batch_size=4), small_profile("b", batch_size=400)
+    cap = ws_message_cap(8 << 20, [small, big])
+    assert cap == receive_limits(big).max_message_bytes + FRAME_OVERHEAD_BYTES < 1 << 20
+    assert ws_message_cap(8 << 20, [small]) < cap
+    assert ws_message_cap(1000, [big]) == 2048 + FRAME_OVERHEAD_BYTES  # handshake floor
+
+
+async def test_unauthenticated_message_above_the_cap_is_refused(tmp_path: Path) -> None:
+    """Before any handshake, one byte over the cap closes with 1009 (not buffered up to
+    8 MiB, which 60 idle connections turned into 0.5 GB of coordinator memory)."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        cap = rc.coord.ws_max_msg_size
+        assert cap < 64 * 1024
+        async with aiohttp.ClientSession() as http, http.ws_connect(rc.url) as ws:
+            await ws.send_bytes(bytes(cap + 1))
+            msg = await ws.receive(timeout=5.0)
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert ws.close_code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+        assert rc.coord.sessions == {}
