@@ -293,12 +293,38 @@ async def _run(
     return ok
 
 
-def run_demo(workdir: Path, rounds: int, profile_name: str, serve: bool = False) -> int:
-    """Run the demo; returns the process exit status (0 = every verdict as expected)."""
-    t0 = time.monotonic()
+DEMO_MARKER = ".netcheck-demo"
+"""File the demo leaves in its work folder: only folders carrying it are ever deleted."""
+
+
+def prepare_workdir(workdir: Path) -> str | None:
+    """Empty ``workdir`` for a new demo run; returns why it refused, or None.
+
+    A folder is deleted only if it is empty or was made by an earlier demo run (it holds
+    :data:`DEMO_MARKER`): ``--workdir .`` or ``--workdir configs`` must never wipe data.
+    """
     if workdir.exists():
+        if not workdir.is_dir():
+            return f"{workdir} exists and is not a folder"
+        if any(workdir.iterdir()) and not (workdir / DEMO_MARKER).is_file():
+            return (
+                f"{workdir} is not empty and was not made by `netcheck demo`; "
+                "pick another --workdir or empty it yourself"
+            )
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
+    (workdir / DEMO_MARKER).write_text("made by `netcheck demo`; deleted by its next run\n")
+    return None
+
+
+def run_demo(workdir: Path, rounds: int, profile_name: str, serve: bool = False) -> int:
+    """Run the demo; returns the process exit status (0 = every verdict as expected, 2 =
+    refused to reuse ``workdir``)."""
+    t0 = time.monotonic()
+    refused = prepare_workdir(workdir)
+    if refused:
+        console.print(f"[red]demo refused:[/red] {refused}")
+        return 2
     procs = Processes(workdir)
     try:
         ok = asyncio.run(_run(workdir.resolve(), rounds, profile_name, procs, serve))

@@ -27,11 +27,7 @@ def build_coordinator(config_path: Path) -> Coordinator:
     cfg = load_coordinator_config(config_path)
     identity = load_private_key(cfg.identity_key)
     profiles = {p.name: p for p in (load_profile(name) for name in cfg.profiles)}
-    store = Store(cfg.database)
-    aborted = store.abort_unfinished_rounds()
-    if aborted:
-        log.warning("marked %d round(s) left unfinished by a previous run as aborted", aborted)
-    return Coordinator(cfg, identity, profiles, store)
+    return Coordinator(cfg, identity, profiles, Store(cfg.database))
 
 
 async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
@@ -47,6 +43,12 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
             f"{config_path}: cannot listen on {coord.config.host}:{coord.config.port} "
             f"({exc.strerror}); change `port` or stop the other process"
         ) from None
+    # Only now, with the port ours, can no other coordinator be serving this database's
+    # rounds (one that were would hold the port): a second `serve` started by mistake
+    # fails above without touching a live round.
+    aborted = await asyncio.to_thread(coord.store.abort_unfinished_rounds)
+    if aborted:
+        log.warning("marked %d round(s) left unfinished by a previous run as aborted", aborted)
     log.info(
         "coordinator %s listening on ws://%s:%d%s (profiles: %s; %s)",
         public_key_text(coord.identity),

@@ -56,7 +56,7 @@ async def test_coordinator_killed_mid_round_and_restarted(tmp_path: Path, db_url
             assert spent and store.count_references(unspent_only=True) == REFS - len(spent)
             assert store.round_verdicts(rid) == []
 
-            run.start_coordinator()  # app.build_coordinator aborts unfinished rounds
+            run.start_coordinator()  # app.serve aborts unfinished rounds once it holds the port
             await run.wait_connected(NODES, timeout_s=20)
             (aborted,) = store.list_rounds()
             assert aborted["status"] == "aborted" and aborted["finished_at"] is not None

@@ -1,0 +1,47 @@
+"""netcheck.coordinator.app: a second `serve` on a busy port leaves live rounds alone."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from netcheck.coordinator.app import serve
+from netcheck.coordinator.rounds import run_round
+from netcheck.errors import ConfigError
+from netcheck.keys import generate_key
+from netcheck.load import HashWorker, add_hash_references
+from netcheck.storage import Store
+from netcheck.testing import running_coordinator, small_profile
+
+PROFILE = small_profile("app", deadline={"t_ref_s": 5.0}, result_timeout_s=20.0)
+
+
+async def test_second_serve_on_same_port_and_database_does_not_abort_the_live_round(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}")
+    add_hash_references(store, PROFILE, 20)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        rc.start(rc.node(HashWorker(PROFILE.max_new_tokens, delay_s=1.5), PROFILE.name))
+        await rc.wait_connected(1, timeout_s=10.0)
+        live = asyncio.create_task(run_round(rc.coord, PROFILE.name))
+        for _ in range(100):  # until the round is recorded (planned) in the database
+            if store.list_rounds():
+                break
+            await asyncio.sleep(0.05)
+        generate_key(tmp_path / "second.pem")
+        cfg = tmp_path / "second.toml"
+        cfg.write_text(
+            f'host = "127.0.0.1"\nport = {rc.port}\nidentity_key = "second.pem"\n'
+            f'open_enrollment = true\ndatabase = "sqlite:///{db}"\n'
+            f'admin_token = "{"t" * 24}"\nprofiles = ["cpu-factoring"]\n'
+        )
+        with pytest.raises(ConfigError, match="cannot listen"):
+            await serve(cfg)
+        assert [r["status"] for r in store.list_rounds()] == ["planned"]  # not "aborted"
+        report = await live
+        assert report.status == "complete"
+        assert [str(o.verdict) for o in report.outcomes] == ["pass"]
