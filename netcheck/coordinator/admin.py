@@ -6,16 +6,21 @@ Routes:
 - ``GET  /admin/nodes``           — connected sessions and every known node.
 - ``POST /admin/rounds``          — run a round now; body ``{"profile": NAME}`` (optional).
 - ``GET  /admin/rounds``          — recent rounds.
-- ``GET  /admin/rounds/{round_id}`` — verdicts of one round.
+- ``GET  /admin/rounds/{round_id}`` — verdicts of one round (404 for an unknown round).
 - ``POST /admin/screening``       — run screening rounds, the analysis and confirmation;
   body ``{"rounds": N, "profile": NAME}`` (both optional; N defaults to 16). Returns
   the rounds, the detector summary, the confirmations and the flags raised.
 - ``GET  /admin/flags``           — flags, newest first, without evidence; query
-  parameters ``kind``, ``status``, ``node``, ``limit`` filter them.
+  parameters ``kind``, ``status``, ``node``, ``limit`` (1..10000, default 200) filter them.
 - ``GET  /admin/flags/{flag_id}`` — one flag with its evidence.
 
 Every request needs ``Authorization: Bearer <admin_token>`` from the coordinator config,
 and must come from a loopback address (the server also binds to loopback by default).
+
+Bodies and query parameters are checked by :mod:`netcheck.web.inputs`: a body that is
+not a JSON object, a ``profile`` that is neither absent, ``null`` (the first profile)
+nor a non-empty string, or a non-integer or out-of-range number is a 400 naming the
+field. An unknown profile, or no node to validate, is a 409.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from aiohttp import web
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
 from netcheck.storage.flags import jsonable
+from netcheck.web.inputs import json_object, optional_name, parse_int, query_int
+from netcheck.web.queries import Reader
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
@@ -51,6 +58,7 @@ def _is_loopback(remote: str | None) -> bool:
 
 def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
     """Register the admin routes and their authentication middleware on ``app``."""
+    reader = Reader(coord.store)
 
     @web.middleware
     async def auth(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -86,25 +94,14 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
         ]  # fmt: skip
         return web.json_response({"connected": connected, "known": coord.store.list_nodes()})
 
-    async def json_body(request: web.Request) -> dict[str, Any]:
-        body: Any = {}
-        if request.can_read_body:
-            try:
-                body = await request.json()
-            except ValueError:
-                raise web.HTTPBadRequest(text="body must be JSON") from None
-        if not isinstance(body, dict):
-            raise web.HTTPBadRequest(text="body must be a JSON object")
-        return body
-
     def default_profile() -> str:
         return next(iter(coord.profiles), coord.config.profiles[0])
 
     async def start_round(request: web.Request) -> web.Response:
-        body = await json_body(request)
-        profile = body.get("profile") or default_profile()
+        body = await json_object(request)
+        profile = optional_name(body, "profile") or default_profile()
         try:
-            report = await run_round(coord, str(profile))
+            report = await run_round(coord, profile)
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         body = report.as_dict()
@@ -117,11 +114,13 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
 
     async def round_detail(request: web.Request) -> web.Response:
         rid = request.match_info["round_id"]
+        if reader.round(rid) is None:
+            raise web.HTTPNotFound(text=f"no round {rid!r}")
         return web.json_response({"round_id": rid, "verdicts": coord.store.round_verdicts(rid)})
 
     async def screening(request: web.Request) -> web.Response:
-        body = await json_body(request)
-        profile = str(body.get("profile") or default_profile())
+        body = await json_object(request)
+        profile = optional_name(body, "profile") or default_profile()
         n = body.get("rounds", DEFAULT_SCREENING_ROUNDS)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SCREENING_ROUNDS:
             raise web.HTTPBadRequest(text=f"rounds must be an integer in 0..{MAX_SCREENING_ROUNDS}")
@@ -133,22 +132,16 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
 
     async def list_flags(request: web.Request) -> web.Response:
         q = request.query
-        try:
-            limit = int(q.get("limit", "200"))
-        except ValueError:
-            raise web.HTTPBadRequest(text="limit must be an integer") from None
-        if not 1 <= limit <= 10_000:
-            raise web.HTTPBadRequest(text="limit must be in 1..10000")
+        limit = query_int(q, "limit", default=200, lo=1, hi=10_000)
         rows = coord.screening.flags.list_flags(
             kind=q.get("kind"), status=q.get("status"), node_key=q.get("node"), limit=limit
         )
         return web.json_response(jsonable({"flags": rows}))
 
     async def flag_detail(request: web.Request) -> web.Response:
-        try:
-            flag_id = int(request.match_info["flag_id"])
-        except ValueError:
-            raise web.HTTPBadRequest(text="flag id must be an integer") from None
+        flag_id = parse_int(request.match_info["flag_id"])
+        if flag_id is None:
+            raise web.HTTPBadRequest(text="flag id must be an integer")
         if not 0 <= flag_id < 2**63:
             raise web.HTTPNotFound(text=f"no flag {flag_id}")
         flag = coord.screening.flags.get_flag(flag_id)

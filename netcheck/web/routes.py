@@ -1,6 +1,6 @@
 """The analyst dashboard, exports and metrics as routes on the coordinator's aiohttp app.
 
-Routes (all read-only):
+Routes (all read-only; ``/`` redirects to ``/dashboard/``):
 
 - ``/dashboard/nodes``, ``/dashboard/nodes/{node_key}`` — nodes table, one node's
   latency history and verdicts.
@@ -10,7 +10,7 @@ Routes (all read-only):
   ``/dashboard/flags/{flag_id}/receipts.json`` — screening flags and their evidence.
 - ``/dashboard/exports``; ``/export/{rounds,verdicts,timings,flags}.{csv,json}``.
 - ``/metrics`` — Prometheus text format (:mod:`netcheck.web.metrics`).
-- ``/dashboard/login`` (form), ``/dashboard/logout``.
+- ``/dashboard/login`` (form, POST to log in), ``POST /dashboard/logout``.
 
 Access (docs/dashboard.md): the same admin token as the admin API, and loopback callers
 only (like ``/admin/``; reach a remote coordinator through an SSH tunnel). A browser logs
@@ -19,6 +19,13 @@ is then dropped from the URL); both set an HttpOnly, SameSite=Strict cookie hold
 HMAC of the token, never the token itself. Scripts and Prometheus send
 ``Authorization: Bearer <token>``. Pages carry a strict Content-Security-Policy: no
 script runs, plots are inline SVG rendered on the server.
+
+Logging in and out are form POSTs (``GET /dashboard/logout`` is a 405; logging out needs
+no token). A browser POST whose ``Origin`` or ``Sec-Fetch-Site`` says it came from
+another origin is refused (403), so another site (even another port on localhost, which
+SameSite counts as the same site) cannot log a browser out. The login form must be
+``application/x-www-form-urlencoded`` (multipart is a 400). Query parameters and form bodies are checked by :mod:`netcheck.web.inputs`:
+bad ones are a 400, never a 500.
 """
 
 from __future__ import annotations
@@ -36,9 +43,11 @@ from urllib.parse import quote
 
 import numpy as np
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from netcheck.web.exports import KINDS, to_csv, to_json
 from netcheck.web.flagview import FlagView, flag_view
+from netcheck.web.inputs import MAX_OFFSET, has_control_chars, query_int
 from netcheck.web.metrics import metrics_text
 from netcheck.web.plots import (
     heatmap_svg,
@@ -87,9 +96,34 @@ def _protected(path: str) -> bool:
 
 
 def _safe_next(target: str | None) -> str:
-    if target and target.startswith(("/dashboard", "/export/")) and "//" not in target:
+    """``target`` if it is a dashboard or export path on this server, else the nodes page.
+
+    Refuses ``//`` and backslashes (another host to a browser) and control characters
+    (CR LF would inject a header into the ``Location`` of the redirect).
+    """
+    if (
+        target
+        and target.startswith(("/dashboard", "/export/"))
+        and "//" not in target
+        and "\\" not in target
+        and not has_control_chars(target)
+    ):
         return target
     return "/dashboard/nodes"
+
+
+def cross_origin(request: web.Request) -> bool:
+    """True when a browser says this request comes from a page of another origin.
+
+    Browsers send ``Sec-Fetch-Site`` (``same-origin`` for our own forms, ``none`` when
+    the user typed the URL) and ``Origin`` on every form POST; scripts send neither,
+    and are not refused.
+    """
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        return True
+    origin = request.headers.get("Origin")
+    return origin is not None and origin != f"{request.scheme}://{request.host}"
 
 
 def coload_matrix(members: list[str], loaded: dict[str, list[bool]]) -> list[list[float | None]]:
@@ -187,7 +221,7 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
             return await handler(request)
         if not allow_remote and not is_loopback(request.remote):
             raise web.HTTPForbidden(text="the dashboard is loopback-only")
-        if path == "/dashboard/login" or authorized(request):
+        if path in ("/dashboard/login", "/dashboard/logout") or authorized(request):
             return await handler(request)
         query_token = request.query.get("token")
         if query_token is not None and token_ok(query_token):
@@ -221,7 +255,14 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
         return page("login.html", next=_safe_next(request.query.get("next")), error="")
 
     async def login(request: web.Request) -> web.Response:
-        data = await request.post()
+        if cross_origin(request):
+            raise web.HTTPForbidden(text="cross-origin login refused")
+        if request.content_type == "multipart/form-data":  # our form never sends it
+            raise web.HTTPBadRequest(text="log in with an application/x-www-form-urlencoded form")
+        try:
+            data = await request.post()
+        except (ValueError, LookupError, HttpProcessingError):  # bad encoding or charset
+            raise web.HTTPBadRequest(text="malformed form body") from None
         token, target = data.get("token"), data.get("next")
         nxt = _safe_next(target if isinstance(target, str) else None)
         if isinstance(token, str) and token_ok(token):
@@ -229,12 +270,17 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
         return page("login.html", 401, next=nxt, error="wrong token")
 
     async def logout(request: web.Request) -> web.Response:
+        if cross_origin(request):
+            raise web.HTTPForbidden(text="cross-origin logout refused")
         resp = web.Response(status=302, headers={"Location": "/dashboard/login"})
-        resp.del_cookie(COOKIE, path="/")
+        resp.del_cookie(COOKIE, path="/", httponly=True, samesite="Strict")
         return resp
 
     async def index(request: web.Request) -> web.Response:
         raise web.HTTPFound("/dashboard/nodes")
+
+    async def root(request: web.Request) -> web.Response:
+        raise web.HTTPFound("/dashboard/")
 
     # -- pages -------------------------------------------------------------------------
 
@@ -277,10 +323,7 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
         return not_found(f"no node {key}") if ctx is None else page("node.html", **ctx)
 
     async def rounds_page(request: web.Request) -> web.Response:
-        try:
-            offset = max(0, int(request.query.get("offset", "0")))
-        except ValueError:
-            offset = 0
+        offset = query_int(request.query, "offset", default=0, lo=0, hi=MAX_OFFSET, clamp=True)
 
         def build() -> dict[str, Any]:
             return {
@@ -433,11 +476,12 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
 
     app.middlewares.append(dashboard_auth)
     r = app.router
+    r.add_get("/", root)
     r.add_get("/dashboard", index)
     r.add_get("/dashboard/", index)
     r.add_get("/dashboard/login", login_form)
     r.add_post("/dashboard/login", login)
-    r.add_get("/dashboard/logout", logout)
+    r.add_post("/dashboard/logout", logout)
     r.add_get("/dashboard/nodes", nodes_page)
     r.add_get("/dashboard/nodes/{node_key}", node_page)
     r.add_get("/dashboard/rounds", rounds_page)

@@ -21,6 +21,8 @@ body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color
 header{background:#1d2330;color:#fff;padding:.6rem 1.2rem;display:flex;gap:1.4rem;align-items:center}
 header a{color:#cfd6e4;text-decoration:none}header a:hover{color:#fff}
 header .brand{font-weight:700;color:#fff}
+header form.logout{margin:0}header form.logout button{font:inherit;color:#cfd6e4;background:none;border:0;padding:0;cursor:pointer}
+header form.logout button:hover{color:#fff}
 main{padding:1rem 1.2rem;max-width:1200px}
 h1{font-size:1.3rem;margin:.4rem 0 .8rem}h2{font-size:1.05rem;margin:1.4rem 0 .5rem}
 table{border-collapse:collapse;background:#fff;width:100%;margin-bottom:.6rem}
@@ -40,7 +42,8 @@ a{color:#0b5cad}
 <body><header><span class="brand">netcheck</span>
 <a href="/dashboard/nodes">Nodes</a><a href="/dashboard/rounds">Rounds</a>
 <a href="/dashboard/flags">Flags</a><a href="/dashboard/exports">Exports</a>
-<span style="flex:1"></span><a href="/dashboard/logout">Log out</a></header>
+<span style="flex:1"></span><form method="post" action="/dashboard/logout" class="logout">
+<button type="submit" id="logout">Log out</button></form></header>
 <main>{% block body %}{% endblock %}</main></body></html>
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import aiohttp
 import pytest
@@ -67,7 +67,8 @@ def _verdicts_in(driver: Any, table_id: str) -> dict[str, str]:
 def check_pages(
     driver: Any, base: str, token: str, expected: dict[str, str], round_id: str, flag_id: int
 ) -> None:
-    """Every page loads in Chromium, its tables hold the verdicts and its plots rendered."""
+    """Every page loads in Chromium, its tables hold the verdicts and its plots rendered;
+    the header's Log out button then ends the session."""
     driver.get(f"{base}/dashboard/nodes?token={quote(token)}")  # logs in, drops the token
     assert "token=" not in driver.current_url
     assert _verdicts_in(driver, "nodes") == expected
@@ -96,6 +97,11 @@ def check_pages(
     assert _svg_points(driver, "corr-plot", "data-heatmap") >= 1
     link = driver.find_element("id", "receipts-link").get_attribute("href")
     assert link.endswith(f"/dashboard/flags/{flag_id}/receipts.json")
+
+    driver.find_element("id", "logout").click()  # a POST form: Chromium sends same-origin
+    assert urlsplit(driver.current_url).path == "/dashboard/login"
+    driver.get(f"{base}/dashboard/nodes")
+    assert urlsplit(driver.current_url).path == "/dashboard/login"  # the cookie is gone
 
 
 async def test_dashboard_pages_in_chromium(tmp_path: Path, profile: Profile, browser: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -81,7 +82,7 @@ async def test_dashboard_login_cookie_and_token_url(tmp_path: Path, profile: Pro
     async with web_coordinator(tmp_path, [profile]) as rc:
         base = f"http://127.0.0.1:{rc.port}"
         token = rc.coord.config.admin_token
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
             async with http.get(f"{base}/dashboard/nodes", allow_redirects=False) as resp:
                 assert resp.status == 302
                 assert resp.headers["Location"].startswith("/dashboard/login?next=")
@@ -100,18 +101,18 @@ async def test_dashboard_login_cookie_and_token_url(tmp_path: Path, profile: Pro
                 cookie = resp.cookies[COOKIE]
                 assert cookie.value == session_cookie_value(token) != token
                 assert cookie["httponly"] and cookie["samesite"] == "Strict"
-            async with http.get(f"{base}/dashboard/nodes") as resp:
+            async with http.get(f"{base}/dashboard/nodes", allow_redirects=False) as resp:
                 assert resp.status == 200
                 assert "script-src" not in resp.headers["Content-Security-Policy"]
                 assert "default-src 'none'" in resp.headers["Content-Security-Policy"]
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
             async with http.get(
                 f"{base}/dashboard/rounds?offset=0&token={token}", allow_redirects=False
             ) as resp:
                 assert resp.status == 302
                 assert resp.headers["Location"] == "/dashboard/rounds?offset=0"
                 assert COOKIE in resp.cookies
-            async with http.get(f"{base}/dashboard/rounds") as resp:
+            async with http.get(f"{base}/dashboard/rounds", allow_redirects=False) as resp:
                 assert resp.status == 200
 
 
@@ -135,3 +136,126 @@ async def test_pages_escape_text_that_nodes_control(tmp_path: Path, profile: Pro
                 assert "no flags" in await resp.text()
             async with http.get(f"{base}/dashboard/rounds/nope") as resp:
                 assert resp.status == 404
+
+
+async def test_root_redirects_to_the_dashboard(tmp_path: Path, profile: Profile) -> None:
+    """GET / is a 302 to /dashboard/ (which leads to the login form or the nodes page)."""
+    async with (
+        web_coordinator(tmp_path, [profile]) as rc,
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{rc.port}/", allow_redirects=False) as resp,
+    ):
+        assert resp.status == 302
+        assert resp.headers["Location"] == "/dashboard/"
+
+
+async def test_rounds_offset_is_clamped_or_400_never_500(
+    tmp_path: Path, profile: Profile, caplog: pytest.LogCaptureFixture
+) -> None:
+    """?offset= beyond SQLite's INTEGER is clamped; a non-integer is 400; nothing logs an ERROR."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        base = f"http://127.0.0.1:{rc.port}/dashboard/rounds?offset="
+        async with aiohttp.ClientSession(headers=headers) as http:
+            for offset in ("-5", "0", "99999999999999999999", "9" * 5000):
+                async with http.get(base + offset) as resp:
+                    assert resp.status == 200, offset[:30]
+            for offset in ("abc", "1e9", "1.5"):
+                async with http.get(base + offset) as resp:
+                    assert resp.status == 400, offset
+                    assert await resp.text() == "offset must be an integer"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_unknown_node_round_and_flag_pages_are_404(tmp_path: Path, profile: Profile) -> None:
+    """Detail pages of things that do not exist answer 404, not an empty 200."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        base = f"http://127.0.0.1:{rc.port}"
+        async with aiohttp.ClientSession(headers=headers) as http:
+            for path in ("/dashboard/nodes/ed25519:nope", "/dashboard/rounds/nope",
+                         "/dashboard/flags/7", "/dashboard/flags/7/receipts.json"):  # fmt: skip
+                async with http.get(base + path) as resp:
+                    assert resp.status == 404, path
+
+
+async def test_login_with_a_broken_form_body_is_400_without_a_traceback(
+    tmp_path: Path, profile: Profile, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Multipart (empty, no boundary) and undecodable form bodies are 400, nothing logged."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        url = f"http://127.0.0.1:{rc.port}/dashboard/login"
+        bodies = [
+            ("multipart/form-data; boundary=zz", b""),
+            ("multipart/form-data", b"--zz\r\n"),
+            ("multipart/form-data; boundary=zz", b"--zz\r\nBadHeader\r\n\r\nx\r\n--zz--\r\n"),
+            ("application/x-www-form-urlencoded; charset=bogus", b"token=x"),
+            ("application/x-www-form-urlencoded", b"token=\xff\xfe"),
+        ]
+        async with aiohttp.ClientSession() as http:
+            for ctype, body in bodies:
+                headers = {"Content-Type": ctype}
+                async with http.post(url, data=body, headers=headers) as resp:
+                    assert resp.status == 400, (ctype, body)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_login_next_with_control_characters_falls_back(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """next="/dashboard\\r\\nX-Evil: 1" redirects to the nodes page (no dropped connection)."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        url = f"http://127.0.0.1:{rc.port}/dashboard/login"
+        token = rc.coord.config.admin_token
+        async with aiohttp.ClientSession() as http:
+            for nxt in ("/dashboard\r\nX-Evil: 1", "/dashboard\nx", "/dashboard\x00", "/dash\\x"):
+                form = {"token": token, "next": nxt}
+                async with http.post(url, data=form, allow_redirects=False) as resp:
+                    assert resp.status == 302, repr(nxt)
+                    assert resp.headers["Location"] == "/dashboard/nodes"
+                    assert "X-Evil" not in resp.headers
+            async with http.get(url, params={"next": "/dashboard\r\nX: 1"}) as resp:
+                assert resp.status == 200
+                assert 'name="next" value="/dashboard/nodes"' in await resp.text()
+
+
+async def test_logout_is_post_only_and_refuses_other_origins(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """GET /dashboard/logout does nothing (405); a cross-origin POST is 403; ours clears it."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        base = f"http://127.0.0.1:{rc.port}"
+        token = rc.coord.config.admin_token
+        jar = aiohttp.CookieJar(unsafe=True)  # keep cookies of an IP-address host
+        async with aiohttp.ClientSession(cookie_jar=jar) as http:
+            async with http.post(f"{base}/dashboard/login", data={"token": token}) as resp:
+                assert resp.status == 200
+                assert resp.url.path == "/dashboard/nodes"  # logged in
+            async with http.get(f"{base}/dashboard/logout", allow_redirects=False) as resp:
+                assert resp.status == 405
+            refused = [
+                {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+                {"Sec-Fetch-Site": "same-site"},  # another port on localhost
+                {"Origin": "http://127.0.0.1:1"},
+            ]
+            for headers in refused:
+                async with http.post(
+                    f"{base}/dashboard/logout", headers=headers, allow_redirects=False
+                ) as resp:
+                    assert resp.status == 403, headers
+                    assert COOKIE not in resp.cookies
+            async with http.get(f"{base}/dashboard/nodes", allow_redirects=False) as resp:
+                assert resp.status == 200  # still logged in
+            same = {"Origin": base, "Sec-Fetch-Site": "same-origin"}
+            async with http.post(
+                f"{base}/dashboard/logout", headers=same, allow_redirects=False
+            ) as resp:
+                assert resp.status == 302
+                assert resp.headers["Location"] == "/dashboard/login"
+                assert resp.cookies[COOKIE].value == ""
+            async with http.get(f"{base}/dashboard/nodes", allow_redirects=False) as resp:
+                assert resp.status == 302  # logged out: back to the login form
+            async with http.get(f"{base}/dashboard/login") as resp:
+                html = await resp.text()
+                assert '<form method="post" action="/dashboard/logout"' in html
+                assert 'href="/dashboard/logout"' not in html

@@ -1,0 +1,101 @@
+"""Checks of untrusted HTTP input, shared by the admin API and the dashboard.
+
+Whatever a caller sends, these either return a value of the documented type and range
+or raise :class:`aiohttp.web.HTTPBadRequest` (400) with a message naming the field.
+No foreign exception (``RecursionError`` from deeply nested JSON, ``OverflowError``
+from a huge integer reaching the database, a broken multipart body) gets through to
+aiohttp's 500 handler.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+#: Largest row offset a page accepts (larger ones are clamped to it).
+MAX_OFFSET = 10**9
+
+_INT = re.compile(r"([+-]?)0*([0-9]+)")
+_SATURATE_DIGITS = 30
+
+
+def parse_int(text: str) -> int | None:
+    """``text`` as a decimal integer, or None unless it is an optional sign and ASCII digits.
+
+    Stricter than :func:`int`: no whitespace, underscores or non-ASCII digits. Values
+    of more than 30 digits come back as ``±10**30`` (outside every range used here)
+    instead of being converted, so a long string costs nothing and raises nothing.
+    """
+    m = _INT.fullmatch(text)
+    if m is None:
+        return None
+    sign, digits = m.groups()
+    value = int(digits) if len(digits) <= _SATURATE_DIGITS else 10**_SATURATE_DIGITS
+    return -value if sign == "-" else value
+
+
+def query_int(
+    query: Mapping[str, str], name: str, *, default: int, lo: int, hi: int, clamp: bool = False
+) -> int:
+    """The integer query parameter ``name`` (``default`` when absent), within ``lo..hi``.
+
+    Out of range values are clamped into ``lo..hi`` when ``clamp`` is true, else refused.
+
+    Raises:
+        web.HTTPBadRequest: the value is not a decimal integer, or is out of range and
+            ``clamp`` is false.
+    """
+    text = query.get(name)
+    if text is None:
+        return default
+    value = parse_int(text)
+    if value is None:
+        raise web.HTTPBadRequest(text=f"{name} must be an integer")
+    if lo <= value <= hi:
+        return value
+    if clamp:
+        return min(max(value, lo), hi)
+    raise web.HTTPBadRequest(text=f"{name} must be in {lo}..{hi}")
+
+
+async def json_object(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object; an empty body is ``{}``.
+
+    Raises:
+        web.HTTPBadRequest: the body is not JSON (bad syntax or encoding, nesting too
+            deep for the parser) or not an object.
+    """
+    body: Any = {}
+    if request.can_read_body:
+        try:
+            body = await request.json()
+        except (ValueError, LookupError, RecursionError):  # LookupError: unknown charset
+            raise web.HTTPBadRequest(
+                text="body must be JSON (UTF-8, not too deeply nested)"
+            ) from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="body must be a JSON object")
+    return body
+
+
+def optional_name(body: Mapping[str, Any], field: str) -> str | None:
+    """``body[field]`` when it is a non-empty string; None when absent or ``null``.
+
+    Raises:
+        web.HTTPBadRequest: the field holds anything else (``0``, ``false``, ``""``, a
+            number, a list, an object).
+    """
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise web.HTTPBadRequest(text=f"{field} must be a non-empty string")
+    return value
+
+
+def has_control_chars(text: str) -> bool:
+    """True when ``text`` holds a C0 or C1 control character or DEL (e.g. CR, LF, NUL)."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)

@@ -1,0 +1,126 @@
+"""Admin API input checks on a real loopback coordinator: bad bodies are 400, never 500."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from netcheck.coordinator.admin import DEFAULT_SCREENING_ROUNDS
+from netcheck.coordinator.rounds import run_round
+from netcheck.load import HashWorker, add_hash_references
+from netcheck.storage import Store
+from netcheck.testing import RunningCoordinator, running_coordinator, small_profile
+
+PROFILE = small_profile("adm", dispatch_timeout_s=2.0, result_timeout_s=3.0)
+
+
+@asynccontextmanager
+async def admin(
+    tmp_path: Path, store: Store | None = None
+) -> AsyncIterator[tuple[RunningCoordinator, Any]]:
+    """A coordinator and a ``post(path, data=..., json=...) -> (status, text)`` helper."""
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        base = f"http://127.0.0.1:{rc.port}"
+        auth = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        async with aiohttp.ClientSession(headers=auth) as http:
+
+            async def call(method: str, path: str, **kw: Any) -> tuple[int, str]:
+                async with http.request(method, base + path, **kw) as r:
+                    return r.status, await r.text()
+
+            yield rc, call
+
+
+def _no_server_errors(caplog: pytest.LogCaptureFixture) -> None:
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 100_000, b'{"a":' * 100_000 + b"1" + b"}" * 100_000, b"{bad", b"\xff\xfe{}"],
+    ids=["deep-array", "deep-object", "syntax", "not-utf8"],
+)
+async def test_undecodable_bodies_are_400(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, body: bytes
+) -> None:
+    """Deeply nested JSON (RecursionError in the parser) and bad JSON are 400, logged quietly."""
+    async with admin(tmp_path) as (_, call):
+        for path in ("/admin/rounds", "/admin/screening"):
+            status, text = await call("POST", path, data=body)
+            assert status == 400, (path, text)
+            assert "body must be JSON" in text
+    _no_server_errors(caplog)
+
+
+async def test_json_with_an_unknown_charset_is_400(tmp_path: Path) -> None:
+    """A Content-Type charset Python does not know is a 400, not a LookupError."""
+    async with admin(tmp_path) as (_, call):
+        headers = {"Content-Type": "application/json; charset=bogus"}
+        status, _ = await call("POST", "/admin/rounds", data=b"{}", headers=headers)
+        assert status == 400
+
+
+@pytest.mark.parametrize("value", [0, False, "", 123, ["adm"], {"name": "adm"}, 1.5])
+async def test_profile_that_is_not_a_non_empty_string_is_400(tmp_path: Path, value: Any) -> None:
+    """{"profile": 0 / false / ""} no longer falls back to the default profile."""
+    async with admin(tmp_path) as (_, call):
+        for path, extra in (("/admin/rounds", {}), ("/admin/screening", {"rounds": 0})):
+            status, text = await call("POST", path, json={"profile": value, **extra})
+            assert (status, text) == (400, "profile must be a non-empty string"), path
+
+
+async def test_profile_null_or_absent_means_the_default(tmp_path: Path) -> None:
+    """`netcheck round run` sends {"profile": null}: that still means the first profile."""
+    async with admin(tmp_path) as (_, call):
+        for body in ({}, {"profile": None}, {"profile": PROFILE.name}):
+            status, text = await call("POST", "/admin/rounds", json=body)
+            assert status == 409, text  # reached the round runner: no node connected
+        status, text = await call("POST", "/admin/rounds", json={"profile": "nope"})
+        assert (status, text) == (409, "unknown profile 'nope'")
+        status, _ = await call("POST", "/admin/screening", json={"profile": None, "rounds": 0})
+        assert status == 200
+
+
+async def test_screening_rounds_must_be_an_integer_in_range(tmp_path: Path) -> None:
+    """rounds: booleans, floats, strings, NaN and huge numbers are 400."""
+    assert DEFAULT_SCREENING_ROUNDS > 0
+    async with admin(tmp_path) as (_, call):
+        for raw in (b"true", b"1.0", b'"2"', b"NaN", b"-1", b"1025", b"1" + b"0" * 5000):
+            status, text = await call("POST", "/admin/screening", data=b'{"rounds": ' + raw + b"}")
+            assert status == 400, (raw[:20], text)
+
+
+async def test_unknown_round_is_404_known_round_is_200(tmp_path: Path) -> None:
+    """GET /admin/rounds/ID answers 404 for a round that never ran, not an empty 200."""
+    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}")
+    add_hash_references(store, PROFILE, 16)
+    async with admin(tmp_path, store) as (rc, call):
+        rc.start(rc.node(HashWorker(PROFILE.max_new_tokens), PROFILE.name, label="n0"))
+        await rc.wait_connected(1)
+        report = await run_round(rc.coord, PROFILE.name)
+        status, text = await call("GET", f"/admin/rounds/{report.round_id}")
+        assert status == 200 and report.round_id in text and '"verdict": "pass"' in text
+        for rid in ("doesnotexist", "%2e%2e%2f%2e%2e%2fetc"):
+            status, _ = await call("GET", f"/admin/rounds/{rid}")
+            assert status == 404, rid
+
+
+async def test_flag_limits_and_ids(tmp_path: Path) -> None:
+    """/admin/flags?limit= and /admin/flags/ID: 400 for non-integers, limit range enforced."""
+    async with admin(tmp_path) as (_, call):
+        for limit in ("abc", "1e3", " 5", "1_0", "0", "-1", "10001", "9" * 20, "9" * 5000):
+            status, _ = await call("GET", f"/admin/flags?limit={limit}")
+            assert status == 400, limit[:20]
+        for limit in ("1", "10000", "%2B7", "007"):
+            status, _ = await call("GET", f"/admin/flags?limit={limit}")
+            assert status == 200, limit
+        for fid, want in (("x", 400), ("1.0", 400), ("-1", 404), ("1", 404), ("9" * 40, 404)):
+            status, _ = await call("GET", f"/admin/flags/{fid}")
+            assert status == want, fid
