@@ -19,6 +19,7 @@ import click
 
 from netcheck import __version__
 from netcheck.admin_client import admin_call, coordinator_config_option
+from netcheck.engines.presets import PRESETS
 from netcheck.errors import NetcheckError
 
 log = logging.getLogger("netcheck")
@@ -37,15 +38,20 @@ def setup_logging(verbose: bool = False, label: str = "") -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _config_file(default: str) -> Any:
-    """The ``--config FILE`` option of a command that reads one config file."""
+def _config_file(default: str, what: str) -> Any:
+    """The ``--config FILE`` option of a command that reads one config file (``what``
+    names the file in the help text, e.g. "Node config")."""
     return click.option(
         "--config",
         "config_path",
         default=default,
         show_default=True,
         type=click.Path(dir_okay=False, path_type=Path),
+        help=f"{what} file (TOML); relative paths in it resolve against its folder.",
     )
+
+
+_verbose_option = click.option("-v", "--verbose", is_flag=True, help="Log debug messages too.")
 
 
 class _Group(click.Group):
@@ -71,8 +77,8 @@ def main() -> None:
 def keygen(path: Path) -> None:
     """Write a new Ed25519 identity key to PATH (PEM, mode 0600) and print its public key.
 
-    Paste the printed public key into the coordinator's ``allowed_nodes`` (for a node)
-    or into each node's ``coordinator_key`` (for the coordinator).
+    Paste the printed public key into allowed_nodes in the coordinator config (for a
+    node's key) or into coordinator_key in each node config (for the coordinator's key).
     """
     from netcheck.keys import generate_key, public_key_text
 
@@ -90,7 +96,11 @@ def model() -> None:
 
 @model.command("synth")
 @click.option(
-    "--preset", default="tiny", show_default=True, help="Preset name (tiny, small, 1b, ...)."
+    "--preset",
+    default="tiny",
+    show_default=True,
+    type=click.Choice(list(PRESETS)),
+    help="Preset name (the model's shape; the name also seeds the weights).",
 )
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
 def model_synth(preset: str, out_dir: Path) -> None:
@@ -160,8 +170,8 @@ def coordinator() -> None:
 
 
 @coordinator.command("serve")
-@_config_file("configs/coordinator.toml")
-@click.option("-v", "--verbose", is_flag=True)
+@_config_file("configs/coordinator.toml", "Coordinator config")
+@_verbose_option
 def coordinator_serve(config_path: Path, verbose: bool) -> None:
     """Serve the node websocket endpoint and the admin API until interrupted."""
     from netcheck.coordinator.app import serve
@@ -179,7 +189,7 @@ def node() -> None:
 
 
 @node.command("run")
-@_config_file("configs/node.toml")
+@_config_file("configs/node.toml", "Node config")
 @click.option(
     "--emulate-batch-time",
     type=float,
@@ -189,7 +199,7 @@ def node() -> None:
 )
 @click.option("--adversary", type=click.Choice(["wrong-dtype", "made-up", "proxy"]), hidden=True)
 @click.option("--backend", hidden=True, help="Shared backend URL for --adversary proxy.")
-@click.option("-v", "--verbose", is_flag=True)
+@_verbose_option
 def node_run(
     config_path: Path,
     emulate_batch_time: float | None,
@@ -206,7 +216,7 @@ def node_run(
 
 
 @main.command()
-@_config_file("configs/node.toml")
+@_config_file("configs/node.toml", "Node config")
 @click.option("--no-selftest", is_flag=True, help="Skip the quick determinism selftest.")
 def doctor(config_path: Path, no_selftest: bool) -> None:
     """Check a node's setup: config, key, profile, coordinator reachable and pinned key
@@ -295,7 +305,13 @@ def nodes(config_path: Path, as_json: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Scratch folder for keys, configs, database and logs (recreated).",
 )
-@click.option("--profile", "profile_name", default="cpu-tiny", show_default=True)
+@click.option(
+    "--profile",
+    "profile_name",
+    default="cpu-tiny",
+    show_default=True,
+    help="Profile the demo's nodes claim and run (a name in configs/profiles).",
+)
 @click.option(
     "--serve",
     is_flag=True,

@@ -1,6 +1,7 @@
 """Configuration: profiles, coordinator and node settings, loaded from TOML.
 
-Every model is a frozen pydantic v2 model that rejects unknown fields. The loaders
+Every model is a frozen pydantic v2 model that rejects unknown fields and non-finite
+floats (TOML's ``inf`` and ``nan``). The loaders
 (:func:`load_profile`, :func:`load_coordinator_config`, :func:`load_node_config`) turn
 every failure (missing file, bad TOML, bad field) into :class:`~netcheck.errors.ConfigError`
 whose message names the file and the field, e.g.
@@ -28,14 +29,22 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from yarl import URL
 
-from netcheck.errors import ConfigError
+from netcheck.errors import ConfigError, KeyFileError
+from netcheck.keys import parse_public_key
 
 DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent / "configs" / "profiles"
 """Where :func:`load_profile` looks up a profile given by name (the repository's
 ``configs/profiles``)."""
 
 KEY_TEXT_PREFIX = "ed25519:"
+PLACEHOLDER_ADMIN_TOKEN = "change-me-to-a-long-random-token"
+"""The ``admin_token`` shipped in ``configs/coordinator.toml``; refused, since the token
+guards the admin API."""
+MAX_MESSAGE_BYTES_LIMIT = 64 * 1024 * 1024
+"""Upper bound of ``max_message_bytes`` (64 MiB): larger caps only help a peer exhaust
+memory."""
 _SQLITE_URL = re.compile(r"^(sqlite(?:\+\w+)?:///)([^?]*)(\?.*)?$")
 
 
@@ -68,7 +77,8 @@ def _resolve_path(value: Path, info: ValidationInfo) -> Path:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: TOML has inf and nan, and no time, rate or size may be either.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DeadlineParams(_Model):
@@ -179,7 +189,8 @@ class CoordinatorConfig(_Model):
     admin call) within this time of its accept or of the previous response, or it is
     closed; idle keep-alive connections close after it too (aiohttp's
     ``keepalive_timeout``, see ``Coordinator.make_runner``)."""
-    max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=MAX_MESSAGE_BYTES_LIMIT)
+    """Largest websocket message accepted, bytes (at most 64 MiB)."""
     # -- detection (docs/detection.md) ----------------------------------------------
     schedule_secret_file: Path | None = None
     """Secret key of the screening schedule (32 random bytes, mode 0600), created on
@@ -226,6 +237,26 @@ class CoordinatorConfig(_Model):
                 raise ValueError(f"entry {i}: {exc}") from None
         return value
 
+    @field_validator("node_names")
+    @classmethod
+    def _check_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for text in value:
+            try:
+                parse_public_key(text)
+            except KeyFileError as exc:
+                raise ValueError(str(exc)) from None  # names the key
+        return value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _check_token(cls, value: str) -> str:
+        if value == PLACEHOLDER_ADMIN_TOKEN:
+            raise ValueError(
+                "still the placeholder: replace it with a long random token, e.g. the output "
+                'of python -c "import secrets; print(secrets.token_urlsafe(32))"'
+            )
+        return value
+
     @field_validator("database")
     @classmethod
     def _resolve_database(cls, value: str, info: ValidationInfo) -> str:
@@ -262,8 +293,18 @@ class NodeConfig(_Model):
     @field_validator("coordinator_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        if not re.match(r"^wss?://[^/\s]+", value):
+        if not re.match(r"^wss?://", value):
             raise ValueError("coordinator_url must start with ws:// or wss://")
+        if re.search(r"\s", value):
+            raise ValueError("coordinator_url must not contain whitespace")
+        try:
+            url = URL(value)
+        except ValueError as exc:  # yarl: bad or out-of-range port, missing host
+            raise ValueError(f"not a valid URL: {exc}") from None
+        if not url.host:
+            raise ValueError("coordinator_url has no host")
+        if url.explicit_port is not None and not 1 <= url.explicit_port <= 65535:
+            raise ValueError(f"port must be 1..65535, got {url.explicit_port}")
         return value
 
     @field_validator("coordinator_key")
@@ -299,6 +340,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as exc:
@@ -323,7 +366,12 @@ def load_profile(name_or_path: str | Path, profiles_dir: Path | None = None) -> 
     """
     text = str(name_or_path)
     by_name = not (text.endswith(".toml") or "/" in text or "\\" in text)
-    path = (profiles_dir or DEFAULT_PROFILES_DIR) / f"{text}.toml" if by_name else Path(text)
+    directory = profiles_dir or DEFAULT_PROFILES_DIR
+    path = directory / f"{text}.toml" if by_name else Path(text)
+    if by_name and not path.exists():
+        known = sorted(p.stem for p in directory.glob("*.toml"))
+        available = ", ".join(known) if known else f"none in {directory}"
+        raise ConfigError(f"{path}: file not found; available profiles: {available}")
     data = _read_toml(path)
     data.setdefault("name", path.stem)
     if by_name and data["name"] != text:

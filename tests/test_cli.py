@@ -74,3 +74,66 @@ def test_round_run_without_coordinator_is_a_clear_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["round", "run", "--config", str(cfg)])
     assert result.exit_code == 2
     assert "cannot reach the coordinator" in result.output
+
+
+def test_non_utf8_config_is_a_config_error(tmp_path: Path) -> None:
+    """A config file of random bytes is a one-line error naming the file, exit status 2."""
+    cfg = tmp_path / "bad.toml"
+    cfg.write_bytes(bytes(range(128, 256)))
+    result = CliRunner().invoke(main, ["round", "run", "--config", str(cfg)])
+    assert result.exit_code == 2, result.output
+    assert f"error: {cfg}: not UTF-8 text" in result.output
+    assert "Traceback" not in result.output
+
+
+def help_text(*args: str) -> str:
+    result = CliRunner().invoke(main, [*args, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.split())  # unwrapped
+
+
+def option_help(text: str, option: str) -> str:
+    """The help text after ``option`` in a --help page (up to the next option)."""
+    after = text.split(f" {option} ", 1)[1]
+    return after.split(" --", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "options"),
+    [
+        (["coordinator", "serve"], ["--config FILE", "-v, --verbose"]),
+        (["node", "run"], ["--config FILE", "-v, --verbose"]),
+        (["doctor"], ["--config FILE"]),
+        (["demo"], ["--profile TEXT"]),
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_options_have_help(args: list[str], options: list[str]) -> None:
+    """--config, -v and demo --profile say what they are for."""
+    text = help_text(*args)
+    for option in options:
+        words = option_help(text, option).split("[default")[0].strip()
+        assert len(words) > 10, (option, text)
+
+
+def test_no_rest_markup_in_help() -> None:
+    """click shows docstrings raw, so help pages carry no reST markup."""
+    for args in COMMANDS:
+        assert "``" not in help_text(*args), args
+    assert "allowed_nodes" in help_text("keygen")
+
+
+def test_model_synth_lists_every_preset() -> None:
+    """model synth --help lists the presets from the presets table, tiny-alt included."""
+    from netcheck.engines.presets import PRESETS
+
+    text = help_text("model", "synth")
+    assert "tiny-alt" in text
+    for name in PRESETS:
+        assert name in text
+
+
+def test_screen_run_rounds_help_says_total() -> None:
+    """screen run --rounds is the total, with every n-th a full-load round."""
+    text = option_help(help_text("screen", "run"), "--rounds INTEGER")
+    assert "in total" in text and "full-load" in text

@@ -6,15 +6,18 @@ import re
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import (
     DEFAULT_PROFILES_DIR,
+    PLACEHOLDER_ADMIN_TOKEN,
     Profile,
     load_coordinator_config,
     load_node_config,
     load_profile,
 )
 from netcheck.errors import ConfigError
+from netcheck.keys import public_key_text
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "ed25519:" + "B" * 43  # well-formed; not the all-zero placeholder of the examples
@@ -127,6 +130,40 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
         load_profile(path)
 
 
+def test_unknown_profile_name_lists_available(tmp_path: Path) -> None:
+    """A profile name that has no file lists the profiles that do exist."""
+    write(tmp_path / "cpu-tiny.toml", PROFILE)
+    write(tmp_path / "a-other.toml", PROFILE)
+    with pytest.raises(ConfigError) as err:
+        load_profile("cpu-tny", profiles_dir=tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path / 'cpu-tny.toml'}: file not found; available profiles: a-other, cpu-tiny"
+    )
+    with pytest.raises(ConfigError, match="available profiles: .*cpu-tiny-vllm"):
+        load_profile("cpu-tny")  # the repository's profiles
+
+
+@pytest.mark.parametrize("loader", [load_profile, load_coordinator_config, load_node_config])
+def test_non_utf8_file_is_a_config_error(tmp_path: Path, loader: object) -> None:
+    """A file that is not UTF-8 is a ConfigError naming the file, not a traceback."""
+    path = tmp_path / "bad.toml"
+    path.write_bytes(b'name = "\xff\xfe\x80"\n\x9c')
+    with pytest.raises(ConfigError) as err:
+        loader(path)  # type: ignore[operator]
+    assert str(err.value) == f"{path}: not UTF-8 text"
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+def test_profile_floats_must_be_finite(tmp_path: Path, value: str) -> None:
+    """inf and nan (valid TOML) are refused for times such as result_timeout_s and t_ref_s."""
+    path = write(tmp_path / "x.toml", f"result_timeout_s = {value}\n" + PROFILE)
+    with pytest.raises(ConfigError, match="result_timeout_s: Input should be a finite number"):
+        load_profile(path)
+    path = write(tmp_path / "x.toml", PROFILE.replace("t_ref_s = 2.0", f"t_ref_s = {value}"))
+    with pytest.raises(ConfigError, match=r"deadline\.t_ref_s: Input should be a finite"):
+        load_profile(path)
+
+
 def test_profile_is_frozen() -> None:
     """Profiles are immutable."""
     p = load_profile("cpu-tiny")
@@ -135,11 +172,20 @@ def test_profile_is_frozen() -> None:
     assert isinstance(p, Profile)
 
 
-def test_example_configs_load() -> None:
-    """configs/coordinator.toml and configs/node.toml load; key paths resolve to configs/."""
-    c = load_coordinator_config(REPO / "configs" / "coordinator.toml")
-    assert c.identity_key == REPO / "configs" / "keys" / "coordinator.pem"
-    assert c.database == f"sqlite:///{(REPO / 'configs' / 'netcheck.db').as_posix()}"
+def test_example_configs_load(tmp_path: Path) -> None:
+    """configs/coordinator.toml and configs/node.toml are refused until their placeholders
+    are replaced, then load; relative paths resolve against the file's folder."""
+    shipped = REPO / "configs" / "coordinator.toml"
+    with pytest.raises(ConfigError, match=r"admin_token: still the placeholder.*token_urlsafe"):
+        load_coordinator_config(shipped)  # must be edited before use
+    text = shipped.read_text()
+    assert PLACEHOLDER_ADMIN_TOKEN in text
+    edited_coord = write(
+        tmp_path / "etc" / "coordinator.toml", text.replace(PLACEHOLDER_ADMIN_TOKEN, "x" * 43)
+    )
+    c = load_coordinator_config(edited_coord)
+    assert c.identity_key == tmp_path / "etc" / "keys" / "coordinator.pem"
+    assert c.database == f"sqlite:///{(tmp_path / 'etc' / 'netcheck.db').as_posix()}"
     assert c.profiles and c.open_enrollment
     example = (REPO / "configs" / "node.toml").read_text()
     with pytest.raises(ConfigError, match="coordinator_key: .*placeholder"):
@@ -172,6 +218,11 @@ def test_coordinator_paths(tmp_path: Path) -> None:
         assert load_coordinator_config(write(tmp_path / "c2.toml", text)).database == url
 
 
+def extra(line: str) -> tuple[str, str]:
+    """A change to COORD that adds ``line`` at the top."""
+    return ("\nidentity_key =", f"\n{line}\nidentity_key =")
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -179,10 +230,28 @@ def test_coordinator_paths(tmp_path: Path) -> None:
         (("0123456789abcdef", "short"), "admin_token: String should have at least 16"),
         ((KEY, "ed25519:abc"), "allowed_nodes: Value error, entry 0: public key must encode"),
         (('profiles = ["cpu-tiny"]', "profiles = []"), "profiles: List should have at least 1"),
+        (("0123456789abcdef", PLACEHOLDER_ADMIN_TOKEN), "admin_token: still the placeholder"),
+        (("0123456789abcdef", PLACEHOLDER_ADMIN_TOKEN), "secrets.token_urlsafe(32)"),
+        (extra("handshake_timeout_s = inf"), "handshake_timeout_s: Input should be a finite"),
+        (
+            extra("request_header_timeout_s = nan"),
+            "request_header_timeout_s: Input should be a finite number",
+        ),
+        (extra("max_message_bytes = 1e14"), "max_message_bytes: Input should be"),
+        (extra("max_message_bytes = 67108865"), "max_message_bytes: Input should be less"),
+        (
+            extra('node_names = { "bob" = "x" }'),
+            "node_names: not a public key of the form ed25519:<43 base64url chars>: 'bob'",
+        ),
+        (
+            extra(f'node_names = {{ "{KEY[:-1]}!" = "x" }}'),
+            f"node_names: not a public key of the form ed25519:<43 base64url chars>: '{KEY[:-1]}!'",
+        ),
     ],
 )
 def test_coordinator_rejects(tmp_path: Path, change: tuple[str, str], message: str) -> None:
-    """Empty allow-list without open enrollment, short token, bad key text are rejected."""
+    """Empty allow-list without open enrollment, short or placeholder token, bad key text,
+    non-finite timeouts, oversized message cap and bad node_names keys are rejected."""
     path = write(tmp_path / "c.toml", COORD.replace(*change))
     with pytest.raises(ConfigError) as err:
         load_coordinator_config(path)
@@ -204,6 +273,40 @@ def test_node_config_rejects(tmp_path: Path) -> None:
         load_node_config(write(tmp_path / "n.toml", good.replace("ed25519:", "rsa:")))
 
 
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("ws://127.0.0.1:99999/v1/ws", "Port out of range"),
+        ("ws://h:0/v1/ws", "port must be 1..65535, got 0"),
+        ("ws://h:abc/v1/ws", "not a valid URL"),
+        ("ws:///v1/ws", "has no host"),
+        ("ws://:80/v1/ws", "not a valid URL"),
+        ("ws://a b/v1/ws", "must not contain whitespace"),
+        ("https://h/v1/ws", "must start with ws:// or wss://"),
+    ],
+)
+def test_node_url_is_validated(tmp_path: Path, url: str, message: str) -> None:
+    """coordinator_url needs scheme ws/wss, a host and a port in 1..65535; errors name it."""
+    text = (
+        f'coordinator_url = "{url}"\ncoordinator_key = "{KEY}"\n'
+        'identity_key = "/abs/n.pem"\nprofile = "cpu-tiny"\n'
+    )
+    with pytest.raises(ConfigError) as err:
+        load_node_config(write(tmp_path / "n.toml", text))
+    assert "n.toml: coordinator_url: " in str(err.value)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("url", ["ws://h/v1/ws", "wss://[::1]:8470/v1/ws", "ws://h:65535/x"])
+def test_node_url_accepts_good_urls(tmp_path: Path, url: str) -> None:
+    """Default ports, IPv6 literals and the top port are fine."""
+    text = (
+        f'coordinator_url = "{url}"\ncoordinator_key = "{KEY}"\n'
+        'identity_key = "/abs/n.pem"\nprofile = "cpu-tiny"\n'
+    )
+    assert load_node_config(write(tmp_path / "n.toml", text)).coordinator_url == url
+
+
 @pytest.mark.parametrize("path", sorted(DEFAULT_PROFILES_DIR.glob("*.toml")), ids=lambda p: p.stem)
 def test_every_shipped_profile_loads_and_its_stated_deadline_is_true(path: Path) -> None:
     """Each file in configs/profiles loads by name; where its comment states the
@@ -213,3 +316,16 @@ def test_every_shipped_profile_loads_and_its_stated_deadline_is_true(path: Path)
     stated = re.search(r"recommended deadline .*?: ([0-9.]+) s at rtt 0", path.read_text())
     if stated:
         assert p.deadline_s(0.0) == pytest.approx(float(stated.group(1)), abs=0.001)
+
+
+def test_node_names_with_real_keys_load(tmp_path: Path) -> None:
+    """node_names keyed by canonical public keys load; a non-canonical key is refused."""
+    real = public_key_text(Ed25519PrivateKey.generate())
+    c = load_coordinator_config(
+        write(tmp_path / "c.toml", f'node_names = {{ "{real}" = "gpu-1" }}' + COORD)
+    )
+    assert c.node_names == {real: "gpu-1"}
+    with pytest.raises(ConfigError, match="node_names: non-canonical public key text"):
+        load_coordinator_config(
+            write(tmp_path / "c.toml", f'node_names = {{ "{KEY}" = "x" }}' + COORD)
+        )

@@ -68,7 +68,13 @@ def screen() -> None:
 
 @screen.command("run")
 @coordinator_config_option
-@click.option("--rounds", default=16, show_default=True, help="Screening rounds to run.")
+@click.option(
+    "--rounds",
+    default=16,
+    show_default=True,
+    help="Rounds to run in total; every n-th is a full-load round (n = screening_full_every "
+    "in the coordinator config, default 4), the others are screening rounds.",
+)
 @click.option("--profile", "profile_name", default=None, help="Profile (default: first).")
 @_json_option
 def screen_run(config_path: Path, rounds: int, profile_name: str | None, as_json: bool) -> None:

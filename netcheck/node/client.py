@@ -25,6 +25,7 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from netcheck import __version__
+from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import (
     CloseCode,
     EngineError,
@@ -32,7 +33,9 @@ from netcheck.errors import (
     NetcheckError,
     ProtocolError,
 )
+from netcheck.keys import public_key_text
 from netcheck.node.workers import Worker, run_probe
+from netcheck.protocol.codec import decode_message
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.messages import (
@@ -48,6 +51,7 @@ from netcheck.protocol.messages import (
     ProfileClaim,
     Release,
     Result,
+    Welcome,
 )
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES, Transport
 
@@ -66,6 +70,70 @@ IDLE_TIMEOUT_S = 75.0
 
 class NodeFatalError(NetcheckError):
     """The coordinator refused this node for a reason a retry cannot fix."""
+
+
+def refusal_message(
+    code: CloseCode,
+    *,
+    url: str,
+    pinned_key: str,
+    node_key: str,
+    profile: str,
+    fingerprint: str | None = None,
+    presented_key: str | None = None,
+) -> str:
+    """What an operator of the node must read after a fatal close code (``FATAL_CODES``):
+    the cause, the values involved and what to change. Starts with the code's name.
+
+    Args:
+        code: the close code, sent by the coordinator or raised by our handshake.
+        url: the coordinator URL dialled.
+        pinned_key: ``coordinator_key`` from the node config (key text).
+        node_key: this node's public key text.
+        profile: the profile claimed.
+        fingerprint: engine fingerprint id claimed, if known.
+        presented_key: the key the server proved in ``welcome``, if it sent one.
+    """
+    if code is CloseCode.WRONG_COORDINATOR_KEY:
+        presented = (
+            f"it presented {presented_key}"
+            if presented_key
+            else "it refused the pinned key without naming its own"
+        )
+        return (
+            f"{code.name}: the server at {url} does not hold the coordinator key pinned as "
+            f"coordinator_key in the node config ({pinned_key}); {presented}. Check "
+            "coordinator_url, or set coordinator_key to the public key the coordinator's "
+            "operator gives you (what `netcheck keygen` printed for its identity key)"
+        )
+    if code is CloseCode.UNKNOWN_NODE_KEY:
+        return (
+            f"{code.name}: the coordinator at {url} does not admit this node's key "
+            f"{node_key}; ask the operator to add it to allowed_nodes"
+        )
+    if code is CloseCode.PROFILE_MISMATCH:
+        fp = f" or this node's engine fingerprint {fingerprint[:12]}" if fingerprint else ""
+        return (
+            f"{code.name}: the coordinator at {url} does not accept the claimed profile "
+            f"{profile!r}{fp}; set profile in the node config to one the coordinator lists "
+            "in its profiles, running the engine that profile names"
+        )
+    return f"coordinator refused this node: {code.name}"
+
+
+def presented_coordinator_key(welcome: bytes) -> str | None:
+    """The coordinator key text a ``welcome`` message names, or None if it does not
+    decode (used only to explain a refusal)."""
+    try:
+        msg = decode_message(welcome)
+    except ProtocolError:
+        return None
+    if not isinstance(msg, Welcome):
+        return None
+    try:
+        return public_key_text(Ed25519PublicKey.from_public_bytes(msg.coordinator_key))
+    except ValueError:
+        return None
 
 
 class _Session:
@@ -164,7 +232,7 @@ class NodeClient:
                 log.error("%s: handshake failed: %s", self.label, exc)
                 await ws.close(code=exc.code, message=exc.code.name.lower().encode())
                 if exc.code in FATAL_CODES:
-                    raise NodeFatalError(str(exc)) from exc
+                    raise NodeFatalError(self.refusal(exc.code)) from exc
                 return exc.code
             log.info(
                 "%s: session open with coordinator (profile %s, session %s)",
@@ -186,8 +254,30 @@ class NodeClient:
         path = urlparse(self.url).path or "/"
         hs = NodeHandshake(self.identity, self.coordinator_key, claim, path=path)
         await ws.send_bytes(hs.start())
-        await ws.send_bytes(hs.receive_welcome(await self._receive_binary(ws)))
+        welcome = await self._receive_binary(ws)
+        try:
+            auth = hs.receive_welcome(welcome)
+        except ProtocolError as exc:
+            if exc.code is not CloseCode.WRONG_COORDINATOR_KEY:
+                raise
+            log.error("%s: handshake failed: %s", self.label, exc)
+            await ws.close(code=exc.code, message=exc.code.name.lower().encode())
+            presented = presented_coordinator_key(welcome)
+            raise NodeFatalError(self.refusal(exc.code, presented)) from exc
+        await ws.send_bytes(auth)
         return _Session(ws, hs.transport())
+
+    def refusal(self, code: CloseCode, presented_key: str | None = None) -> str:
+        """:func:`refusal_message` for this node's settings."""
+        return refusal_message(
+            code,
+            url=self.url,
+            pinned_key=public_key_text(self.coordinator_key),
+            node_key=public_key_text(self.identity),
+            profile=self.profile,
+            fingerprint=fingerprint_id(self.worker.fingerprint),
+            presented_key=presented_key,
+        )
 
     async def _receive_binary(self, ws: aiohttp.ClientWebSocketResponse) -> bytes:
         msg = await ws.receive()
@@ -198,7 +288,7 @@ class NodeClient:
             cc = CloseCode(code)
             log.error("%s: coordinator closed the handshake: %s (%d)", self.label, cc.name, code)
             if cc in FATAL_CODES:
-                raise NodeFatalError(f"coordinator refused this node: {cc.name}")
+                raise NodeFatalError(self.refusal(cc))
         raise ConnectionError(f"coordinator closed the connection (code {code})")
 
     async def _serve(self, session: _Session) -> CloseCode:
@@ -223,7 +313,7 @@ class NodeClient:
         name = CloseCode(code).name if code in CloseCode._value2member_map_ else str(code)
         log.info("%s: session closed by coordinator: %s (%d)", self.label, name, code)
         if code in FATAL_CODES:
-            raise NodeFatalError(f"coordinator closed the session: {name}")
+            raise NodeFatalError(self.refusal(CloseCode(code)))
         return CloseCode(code) if code in CloseCode._value2member_map_ else CloseCode.NORMAL
 
     async def _handle(self, session: _Session, msg: Message) -> None:

@@ -29,6 +29,7 @@ from netcheck import __version__
 from netcheck.config import NodeConfig, Profile, load_node_config, load_profile
 from netcheck.errors import CloseCode, HandshakeError, NetcheckError
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
+from netcheck.node.client import FATAL_CODES, presented_coordinator_key, refusal_message
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import ProfileClaim
 
@@ -56,6 +57,18 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
         profile=cfg.profile, fingerprint={"doctor": "1"}, software=f"netcheck/{__version__}"
     )
     hs = NodeHandshake(identity, pinned, claim, path=urlparse(cfg.coordinator_url).path or "/")
+
+    def refusal(code: CloseCode, presented_key: str | None = None) -> str:
+        return refusal_message(
+            code,
+            url=cfg.coordinator_url,
+            pinned_key=cfg.coordinator_key,
+            node_key=public_key_text(identity),
+            profile=cfg.profile,
+            presented_key=presented_key,
+        )
+
+    welcome = b""
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http,
@@ -67,10 +80,15 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
                 code = ws.close_code
                 known = code is not None and code in CloseCode._value2member_map_
                 name = CloseCode(code).name if known and code is not None else str(code)
+                if known and code is not None and CloseCode(code) in FATAL_CODES:
+                    raise NetcheckError(refusal(CloseCode(code)))
                 raise NetcheckError(f"coordinator closed the handshake: {name}")
-            hs.receive_welcome(bytes(msg.data))  # verifies the pinned key's signature
+            welcome = bytes(msg.data)
+            hs.receive_welcome(welcome)  # verifies the pinned key's signature
             await ws.close(code=CloseCode.NORMAL, message=b"doctor")
     except HandshakeError as exc:
+        if exc.code is CloseCode.WRONG_COORDINATOR_KEY:
+            raise NetcheckError(refusal(exc.code, presented_coordinator_key(welcome))) from None
         raise NetcheckError(f"handshake failed: {exc.code.name}") from None
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         reason = str(exc) or type(exc).__name__

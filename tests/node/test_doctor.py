@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from netcheck.keys import generate_key, public_key_text
+from netcheck.keys import generate_key, load_private_key, public_key_text
 from netcheck.node.doctor import run_checks
 from netcheck.testing import running_coordinator, small_profile
 
@@ -49,6 +49,7 @@ async def test_wrong_pinned_key_fails_at_coordinator(tmp_path: Path) -> None:
         got = await doctor(cfg)
         assert got["coordinator"][0] is False
         assert "WRONG_COORDINATOR_KEY" in got["coordinator"][1]
+        assert f"coordinator_key in the node config ({other})" in got["coordinator"][1]
         assert "engine" not in got  # later checks are skipped
 
 
@@ -60,6 +61,8 @@ async def test_unadmitted_key_and_unreachable(tmp_path: Path) -> None:
         cfg = write_node_config(tmp_path, rc.url, public_key_text(rc.identity))
         got = await doctor(cfg)
         assert "UNKNOWN_NODE_KEY" in got["coordinator"][1]
+        mine = public_key_text(load_private_key(tmp_path / "node.pem"))
+        assert f"{mine}; ask the operator to add it to allowed_nodes" in got["coordinator"][1]
     bad = tmp_path / "bad.toml"
     bad.write_text(cfg.read_text().replace(f":{rc.port}/", ":1/"))
     got = await doctor(bad)

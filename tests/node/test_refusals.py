@@ -1,0 +1,124 @@
+"""What a node prints when the coordinator refuses it for good (fatal close codes)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from aiohttp import WSMsgType, web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.engines.fingerprint import fingerprint_id
+from netcheck.errors import CloseCode
+from netcheck.keys import public_key_text
+from netcheck.node.adversary import MadeUpWorker
+from netcheck.node.client import NodeClient, NodeFatalError, refusal_message
+from netcheck.protocol.codec import encode_message
+from netcheck.protocol.handshake import SUITE, VERSION
+from netcheck.protocol.messages import Welcome
+from netcheck.testing import running_coordinator, small_profile
+
+PROFILE = small_profile()
+FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+
+
+def worker() -> MadeUpWorker:
+    return MadeUpWorker(FP, PROFILE.max_new_tokens)
+
+
+async def test_unknown_node_key_names_own_key_and_allowed_nodes(tmp_path: Path) -> None:
+    """UNKNOWN_NODE_KEY prints this node's public key and says to add it to allowed_nodes."""
+    async with running_coordinator(
+        tmp_path, [PROFILE], allowed=[Ed25519PrivateKey.generate()]
+    ) as rc:
+        me = Ed25519PrivateKey.generate()
+        with pytest.raises(NodeFatalError) as err:
+            await rc.node(worker(), PROFILE.name, me).run_session()
+    text = str(err.value)
+    assert text.startswith("UNKNOWN_NODE_KEY")
+    assert public_key_text(me) in text
+    assert "ask the operator to add it to allowed_nodes" in text
+
+
+async def test_wrong_coordinator_key_names_the_pinned_key(tmp_path: Path) -> None:
+    """The coordinator refusing our pinned key: the message shows the pinned coordinator_key."""
+    other = Ed25519PrivateKey.generate()
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        with pytest.raises(NodeFatalError) as err:
+            await rc.node(worker(), PROFILE.name, coordinator_key=other).run_session()
+    text = str(err.value)
+    assert text.startswith("WRONG_COORDINATOR_KEY")
+    assert f"pinned as coordinator_key in the node config ({public_key_text(other)})" in text
+    assert "refused" not in text.split(";")[0]  # not "coordinator refused this node"
+
+
+async def test_impostor_welcome_shows_presented_key() -> None:
+    """A server whose welcome names another key: the message shows pinned and presented key."""
+    impostor = Ed25519PrivateKey.generate()
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.receive()  # hello
+        welcome = Welcome(
+            version=VERSION,
+            suite=SUITE,
+            ephemeral=os.urandom(32),
+            nonce=os.urandom(32),
+            coordinator_key=impostor.public_key().public_bytes_raw(),
+            signature=bytes(64),
+        )
+        await ws.send_bytes(encode_message(welcome))
+        msg = await ws.receive(timeout=5.0)
+        assert msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.CLOSING)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/ws", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    pinned = Ed25519PrivateKey.generate()
+    client = NodeClient(
+        f"ws://127.0.0.1:{port}/v1/ws",
+        Ed25519PrivateKey.generate(),
+        pinned.public_key(),
+        PROFILE.name,
+        worker(),
+    )
+    try:
+        with pytest.raises(NodeFatalError) as err:
+            await client.run_session()
+    finally:
+        await runner.cleanup()
+    text = str(err.value)
+    assert text.startswith("WRONG_COORDINATOR_KEY")
+    assert public_key_text(pinned) in text
+    assert f"it presented {public_key_text(impostor)}" in text
+
+
+async def test_profile_mismatch_names_the_claimed_profile(tmp_path: Path) -> None:
+    """PROFILE_MISMATCH says the coordinator does not accept the named profile (or fingerprint)."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        with pytest.raises(NodeFatalError) as err:
+            await rc.node(worker(), "no-such-profile").run_session()
+    text = str(err.value)
+    assert text.startswith("PROFILE_MISMATCH")
+    assert "does not accept the claimed profile 'no-such-profile'" in text
+    assert fingerprint_id(FP)[:12] in text
+
+
+def test_refusal_message_without_presented_key() -> None:
+    """Without a presented key the message says the server did not name its own."""
+    text = refusal_message(
+        CloseCode.WRONG_COORDINATOR_KEY,
+        url="ws://h:1/v1/ws",
+        pinned_key="ed25519:P",
+        node_key="ed25519:N",
+        profile="p",
+    )
+    assert "(ed25519:P)" in text and "without naming its own" in text
+    assert "ed25519:N" not in text
