@@ -30,6 +30,7 @@ from netcheck.protocol.codec import Limits
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, CoordinatorHandshake
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
+from netcheck.web.inputs import refuse_control_chars
 
 log = logging.getLogger("netcheck.coordinator")
 
@@ -239,7 +240,7 @@ class Coordinator:
         from netcheck.coordinator.admin import add_admin_routes
         from netcheck.web import add_web_routes
 
-        app = web.Application(client_max_size=1024 * 1024)
+        app = web.Application(client_max_size=1024 * 1024, middlewares=[refuse_control_chars])
         app.router.add_get(WS_PATH, self.handle_ws)
         add_admin_routes(app, self)
         self.screening.attach(app)

@@ -10,7 +10,7 @@ aiohttp's 500 handler.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -99,3 +99,20 @@ def optional_name(body: Mapping[str, Any], field: str) -> str | None:
 def has_control_chars(text: str) -> bool:
     """True when ``text`` holds a C0 or C1 control character or DEL (e.g. CR, LF, NUL)."""
     return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)
+
+
+@web.middleware
+async def refuse_control_chars(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """400 for a request whose decoded path or query holds a control character.
+
+    No netcheck identifier (round id, node key, flag kind, profile name) contains one,
+    and some would reach the database: PostgreSQL refuses NUL in text (``%00`` in a
+    round id made a 500), and CR/LF would end up in headers and logs.
+    """
+    if has_control_chars(request.path) or any(
+        has_control_chars(k) or has_control_chars(v) for k, v in request.query.items()
+    ):
+        raise web.HTTPBadRequest(text="control characters in the URL")
+    return await handler(request)

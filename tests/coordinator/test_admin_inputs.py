@@ -124,3 +124,19 @@ async def test_flag_limits_and_ids(tmp_path: Path) -> None:
         for fid, want in (("x", 400), ("1.0", 400), ("-1", 404), ("1", 404), ("9" * 40, 404)):
             status, _ = await call("GET", f"/admin/flags/{fid}")
             assert status == want, fid
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/admin/rounds/%00", "/admin/flags?kind=%00", "/admin/flags?node=a%0d%0ab",
+     "/dashboard/rounds/%00", "/dashboard/nodes/%00", "/export/rounds.csv?node=%00",
+     "/dashboard/login?next=%00"],
+)  # fmt: skip
+async def test_control_characters_in_the_url_are_400_on_every_backend(
+    tmp_path: Path, db_url: str, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NUL reached PostgreSQL (which refuses it in text) and made a 500; now 400 first."""
+    async with admin(tmp_path, Store(db_url)) as (_rc, call):
+        status, text = await call("GET", path, allow_redirects=False)
+    assert (status, text) == (400, "control characters in the URL")
+    _no_server_errors(caplog)
