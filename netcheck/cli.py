@@ -154,8 +154,23 @@ def reference_build(
     profile = load_profile(profile_name)
     engine = load_engine(profile)
     store = Store(database)
-    with progress_bar("reference answers", total=count) as advance:
-        n = build_references(profile, engine, store, count, progress=advance)
+    stored = 0
+
+    def on_batch(done: int, total: int) -> None:
+        nonlocal stored
+        stored = done
+        advance(done, total)
+
+    try:
+        with progress_bar("reference answers", total=count) as advance:
+            n = build_references(profile, engine, store, count, progress=on_batch)
+    except KeyboardInterrupt:
+        click.echo(
+            f"interrupted: {stored} of {count} references stored (whole batches only); "
+            "run the command again to add more",
+            err=True,
+        )
+        sys.exit(130)
     click.echo(
         f"stored {n} references for {profile.name} (fingerprint {engine.fingerprint_id[:12]})"
     )

@@ -137,3 +137,25 @@ def test_screen_run_rounds_help_says_total() -> None:
     """screen run --rounds is the total, with every n-th a full-load round."""
     text = option_help(help_text("screen", "run"), "--rounds INTEGER")
     assert "in total" in text and "full-load" in text
+
+
+def test_reference_build_interrupted_says_what_was_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C during `reference build` reports the whole batches already stored, exit 130."""
+    import netcheck.engines
+    import netcheck.references.build
+
+    def build(profile: object, engine: object, store: object, count: int, progress) -> int:  # type: ignore[no-untyped-def]
+        progress(16, count)
+        progress(32, count)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(netcheck.references.build, "build_references", build)
+    monkeypatch.setattr(netcheck.engines, "load_engine", lambda profile: object())
+    db = f"sqlite:///{tmp_path / 'refs.db'}"
+    result = CliRunner().invoke(
+        main, ["reference", "build", "--profile", "cpu-tiny", "--count", "64", "--database", db]
+    )
+    assert result.exit_code == 130, result.output
+    assert "interrupted: 32 of 64 references stored" in result.output
