@@ -155,7 +155,9 @@ async def test_relayed_probes_flagged_direct_node_not(tmp_path: Path) -> None:
         assert extra["probe_missed"] == extra["probe_wrong"] == 0
         assert extra["probe_rtt_s"] == min(extra["probe_samples_s"])
         assert row["rtt_s"] == min(extra["echo_samples_s"])
-        assert extra["probe_rtt_s"] - row["rtt_s"] < 0.015
+        # Less than one relay hop over the echo (the flag floor, 15 ms, is applied over
+        # RELAY_MIN_ROUNDS rounds; one round on a loaded CI machine gets a hop's room).
+        assert extra["probe_rtt_s"] - row["rtt_s"] < HOP_S
 
 
 async def test_node_ignoring_or_faking_probes_gets_pending_relay_flag(
