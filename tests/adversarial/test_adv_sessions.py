@@ -197,8 +197,12 @@ async def test_node_gone_between_ack_and_release_stalls_round_for_result_timeout
             elapsed = time.monotonic() - t0
             verdicts = {o.node_key: str(o.verdict) for o in report.outcomes}
             assert verdicts[public_key_text(ident)] == "disconnected"
-            # Expected: the honest node answers at once, so the round ends in ~2 s.
-            assert elapsed < 6.0, f"round took {elapsed:.1f} s (result_timeout_s=12)"
+            # Expected: the honest node answers at once, so collection ends in well under
+            # the result timeout (measured on the round's phases, not including planning).
+            collect = report.phases["collect_s"]
+            assert collect < prof.result_timeout_s / 2, (
+                f"collect {collect:.1f} s, round {elapsed:.1f} s"
+            )
         finally:
             await http.close()
 
