@@ -98,8 +98,11 @@ def check_pages(
     link = driver.find_element("id", "receipts-link").get_attribute("href")
     assert link.endswith(f"/dashboard/flags/{flag_id}/receipts.json")
 
+    from selenium.webdriver.support.ui import WebDriverWait
+
     driver.find_element("id", "logout").click()  # a POST form: Chromium sends same-origin
-    assert urlsplit(driver.current_url).path == "/dashboard/login"
+    # The click starts a navigation and returns at once: wait for it to land.
+    WebDriverWait(driver, 10).until(lambda d: urlsplit(d.current_url).path == "/dashboard/login")
     driver.get(f"{base}/dashboard/nodes")
     assert urlsplit(driver.current_url).path == "/dashboard/login"  # the cookie is gone
 
