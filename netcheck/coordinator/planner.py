@@ -18,7 +18,12 @@ from netcheck.workloads import Workload, get_workload
 
 JOB_KEY_BYTES = 32
 JOB_NONCE_BYTES = 12  # ChaCha20-Poly1305 nonce of the job payload (protocol/jobs.py)
-_MAX_DECOY_DRAWS = 8  # rounds of redraws before giving up on distinct decoys
+#: Draw budget for ``n`` distinct decoys: ``DECOY_DRAW_FACTOR * n + DECOY_DRAW_EXTRA``
+#: inputs. The llm prompt stream repeats itself (100,000 draws give ~73,500 distinct
+#: prompts), so a fixed number of redraw passes sometimes ended one decoy short at
+#: B = 16,384; a budget in draws does not.
+DECOY_DRAW_FACTOR = 4
+DECOY_DRAW_EXTRA = 1024
 
 
 @dataclass(frozen=True)
@@ -62,17 +67,27 @@ class RoundPlan:
 
 
 def _decoys(rng: random.Random, n: int, taken: set[str], workload: Workload) -> list[str]:
-    """``n`` fresh inputs of ``workload``, distinct from each other and from ``taken``."""
+    """``n`` fresh inputs of ``workload``, distinct from each other and from ``taken``.
+
+    Raises:
+        RoundError: the stream gave fewer than ``n`` distinct new inputs within the draw
+            budget (``DECOY_DRAW_FACTOR * n + DECOY_DRAW_EXTRA``).
+    """
     gen = workload.generator(rng.randbytes(16))
     out: list[str] = []
     seen = set(taken)
-    for _ in range(_MAX_DECOY_DRAWS):
-        for p in gen.prompts(n - len(out)):
+    budget = DECOY_DRAW_FACTOR * n + DECOY_DRAW_EXTRA
+    while len(out) < n and budget > 0:
+        ask = min(budget, max(n - len(out), 64))  # small tails in one call, not many
+        budget -= ask
+        for p in gen.prompts(ask):
             if p not in seen:
                 seen.add(p)
                 out.append(p)
-        if len(out) == n:
-            return out
+                if len(out) == n:
+                    return out
+    if len(out) == n:
+        return out
     raise RoundError(f"{workload.name} generator gave fewer than {n} distinct decoys")
 
 

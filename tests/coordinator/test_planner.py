@@ -132,3 +132,54 @@ def test_no_nodes(profile: Profile) -> None:
     """A round without nodes is an empty plan."""
     p = plan_round("R", [], {}, profile, random.Random(0))
     assert p.assignments == () and p.skipped == ()
+
+
+class _RepeatingStream:
+    """A stream that mostly repeats a few inputs and yields a new one every ``every``."""
+
+    def __init__(self, distinct: int, every: int) -> None:
+        self.distinct, self.every, self.i = distinct, every, 0
+
+    def prompts(self, n: int) -> list[str]:
+        out = []
+        for _ in range(n):
+            self.i += 1
+            k = self.i // self.every
+            out.append(f"p{k}" if self.i % self.every == 0 and k <= self.distinct else "hot")
+        return out
+
+
+class _RepeatingWorkload:
+    name = "repeating"
+
+    def __init__(self, distinct: int, every: int) -> None:
+        self.stream = _RepeatingStream(distinct, every)
+
+    def generator(self, seed: bytes) -> _RepeatingStream:
+        return self.stream
+
+
+def test_decoys_from_a_heavily_repeating_stream() -> None:
+    """Two thirds of the draws repeat: the draw budget, not a pass count, decides."""
+    from netcheck.coordinator.planner import _decoys
+
+    got = _decoys(random.Random(1), 5000, set(), _RepeatingWorkload(10_000, 3))  # type: ignore[arg-type]
+    assert len(got) == len(set(got)) == 5000
+
+
+def test_decoys_give_up_when_the_stream_has_too_few_distinct_inputs() -> None:
+    from netcheck.coordinator.planner import _decoys
+
+    with pytest.raises(RoundError, match="fewer than 100 distinct decoys"):
+        _decoys(random.Random(1), 100, set(), _RepeatingWorkload(50, 2))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_llm_decoys_at_b_16384(seed: int) -> None:
+    """B = 16,384 real llm prompts (the stream repeats ~26% at 100k draws) always plan;
+    a fixed number of redraw passes once ended a CI run one decoy short."""
+    from netcheck.coordinator.planner import _decoys
+    from netcheck.workloads import get_workload
+
+    got = _decoys(random.Random(seed), 16_383, {"x"}, get_workload("llm"))
+    assert len(set(got)) == 16_383 and "x" not in got
