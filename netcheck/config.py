@@ -253,7 +253,7 @@ class CoordinatorConfig(_Model):
         if value == PLACEHOLDER_ADMIN_TOKEN:
             raise ValueError(
                 "still the placeholder: replace it with a long random token, e.g. the output "
-                'of python -c "import secrets; print(secrets.token_urlsafe(32))"'
+                'of python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
             )
         return value
 

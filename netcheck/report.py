@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 def console() -> Console:
@@ -45,7 +46,7 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
             verdict_text(v["verdict"]),
             "-" if elapsed is None else f"{elapsed:.3f}",
             f"{v['canaries_matched']}/{v['canaries_checked']}",
-            v["reason"],
+            Text(v["reason"]),  # may hold node text: never parsed as rich markup
         )
     out = console()
     out.print(table)

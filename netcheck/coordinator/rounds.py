@@ -449,6 +449,7 @@ async def _run_locked(
             "outputs": [list(o) for o in res.outputs] if res else None,
             "commitment": res.commitment.hex() if res else None,
             "signature": res.signature.hex() if res else None,
+            "error": arrival.error if arrival else None,  # the node's own text, escaped
         }
     for node_key, reason in plan.skipped:
         verdict, why = await asyncio.to_thread(

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator.screening import Screening
-from netcheck.coordinator.session import NodeSession, receive_limits
+from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
@@ -152,7 +152,10 @@ class Coordinator:
         except ProtocolError as exc:
             self.handshake_failures += 1
             log.warning("handshake from %s rejected: %s", peer, exc)
-            await ws.close(code=exc.code, message=exc.code.name.lower().encode())
+            reason = exc.code.name.lower()
+            if exc.code is CloseCode.PROFILE_MISMATCH:  # the node is authenticated by now
+                reason += ": accepted profiles " + ", ".join(sorted(self.profiles))
+            await ws.close(code=exc.code, message=reason.encode()[:123])  # RFC 6455 §5.5
             return ws
         except ConnectionError:
             return ws
@@ -163,6 +166,8 @@ class Coordinator:
         msg = await ws.receive()
         if msg.type == WSMsgType.BINARY:
             return bytes(msg.data)
+        if msg.type == WSMsgType.ERROR and is_too_big(ws.exception()):  # aiohttp sent 1009
+            raise HandshakeError(CloseCode.MESSAGE_TOO_LARGE, "handshake message over the cap")
         if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
             raise ConnectionError("peer closed during handshake")
         raise HandshakeError(CloseCode.BAD_HANDSHAKE, f"{msg.type.name} frame during handshake")

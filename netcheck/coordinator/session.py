@@ -34,6 +34,7 @@ from netcheck.protocol.messages import (
     Result,
 )
 from netcheck.protocol.transport import Transport
+from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.coordinator")
 
@@ -58,7 +59,7 @@ def receive_limits(profile: Profile, cap: Limits = DEFAULT_LIMITS) -> Limits:
     )
 
 
-def _too_big(exc: BaseException | None) -> bool:
+def is_too_big(exc: BaseException | None) -> bool:
     """True if aiohttp rejected a websocket message for exceeding ``max_msg_size``."""
     return isinstance(exc, WebSocketError) and exc.code == WSCloseCode.MESSAGE_TOO_BIG
 
@@ -233,7 +234,7 @@ class NodeSession:
             if isinstance(msg, Result):
                 rfut.set_result(Arrival(arrived_ns, msg))
             else:
-                rfut.set_result(Arrival(arrived_ns, None, msg.reason))
+                rfut.set_result(Arrival(arrived_ns, None, untrusted(msg.reason)))
         elif isinstance(msg, EchoReply):
             efut = self._echoes.get(msg.nonce)
             if efut is not None and not efut.done():
@@ -257,7 +258,7 @@ class NodeSession:
         try:
             async for wsmsg in self.ws:
                 arrived_ns = time.monotonic_ns()
-                if wsmsg.type == WSMsgType.ERROR and _too_big(self.ws.exception()):
+                if wsmsg.type == WSMsgType.ERROR and is_too_big(self.ws.exception()):
                     raise ProtocolError(CloseCode.MESSAGE_TOO_LARGE, "websocket message too big")
                 if wsmsg.type != WSMsgType.BINARY:
                     raise ProtocolError(
@@ -265,7 +266,7 @@ class NodeSession:
                     )
                 msg = self.transport.open(wsmsg.data)
                 if isinstance(msg, Bye):
-                    log.info("node %s said bye: %s", self.label, msg.reason)
+                    log.info("node %s said bye: %s", self.label, untrusted(msg.reason))
                     break
                 self._dispatch(msg, arrived_ns)
         except ProtocolError as exc:

@@ -54,6 +54,7 @@ from netcheck.protocol.messages import (
     Welcome,
 )
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES, Transport
+from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.node")
 
@@ -293,8 +294,15 @@ class NodeClient:
 
     async def _serve(self, session: _Session) -> CloseCode:
         ws = session.ws
+        closing = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED)
+        reason = ""
         try:
-            async for wsmsg in ws:
+            while True:
+                wsmsg = await ws.receive()
+                if wsmsg.type in closing:
+                    # The close frame's reason: the coordinator's detail for a refusal.
+                    reason = untrusted(str(wsmsg.extra or "")) if wsmsg.type is closing[0] else ""
+                    break
                 if wsmsg.type != aiohttp.WSMsgType.BINARY:
                     raise ProtocolError(CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame")
                 msg = session.transport.open(wsmsg.data)
@@ -311,9 +319,12 @@ class NodeClient:
             return CloseCode.IDLE_TIMEOUT
         code = ws.close_code or CloseCode.NORMAL
         name = CloseCode(code).name if code in CloseCode._value2member_map_ else str(code)
-        log.info("%s: session closed by coordinator: %s (%d)", self.label, name, code)
+        log.info("%s: session closed by coordinator: %s (%d) %s", self.label, name, code, reason)
         if code in FATAL_CODES:
-            raise NodeFatalError(self.refusal(CloseCode(code)))
+            message = self.refusal(CloseCode(code))
+            if reason and reason != name.lower():
+                message += f" (the coordinator said: {reason})"
+            raise NodeFatalError(message)
         return CloseCode(code) if code in CloseCode._value2member_map_ else CloseCode.NORMAL
 
     async def _handle(self, session: _Session, msg: Message) -> None:

@@ -137,7 +137,12 @@ def run_checks(
         cfg = holder["cfg"]
         assert isinstance(cfg, NodeConfig)
         key_text = asyncio.run(probe_coordinator(cfg))
-        return f"{cfg.coordinator_url} answered as {key_text[:20]}..., this node is admitted"
+        # The profile travels in `auth`, which would open a real session (and replace a
+        # running node's): doctor stops at `welcome`, so it cannot check the profile.
+        return (
+            f"{cfg.coordinator_url} answered as {key_text[:20]}..., this node is admitted "
+            f"(profile {cfg.profile!r} is checked when the node joins)"
+        )
 
     def engine() -> str:
         from netcheck.engines import load_engine

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
@@ -166,3 +167,8 @@ async def test_unauthenticated_message_above_the_cap_is_refused(tmp_path: Path) 
             assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
             assert ws.close_code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
         assert rc.coord.sessions == {}
+        for _ in range(50):  # counted (and logged) as a failed handshake, not a disconnect
+            if rc.coord.handshake_failures == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert rc.coord.handshake_failures == 1

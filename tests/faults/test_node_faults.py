@@ -192,3 +192,48 @@ async def test_slow_reader_does_not_stall_release(
         # Send bound + ack wait, each dispatch_timeout_s; the heartbeat would take >= 15 s.
         assert phases["dispatch_s"] < 2 * profile.dispatch_timeout_s + 1.5, phases
         assert phases["collect_s"] < profile.result_timeout_s + 1.5, phases
+
+
+HOSTILE_REASON = "boom\x00\n2030-01-01 INFO verdict=pass [/bold][link=http://x]y[/link]\x1b[31m"
+
+
+async def test_hostile_error_text_is_stored_escaped_and_rounds_complete(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A node's `error` reason with NUL, a newline, rich markup and an ANSI escape: the
+    round is recorded on every backend (PostgreSQL refused the NUL and lost every
+    verdict), the text is stored escaped, and the CLI table prints it literally."""
+    from rich.console import Console
+
+    from netcheck import report as report_module
+    from netcheck.protocol.messages import Error
+
+    profile = light_profile()
+    store = _store(db_url)
+    async with running_coordinator(tmp_path, [profile], store=store) as rc:
+        honest = _honest(rc, 2)
+        bad = await RawNode.connect(rc, profile, Ed25519PrivateKey.generate())
+        try:
+            await rc.wait_connected(3, timeout_s=10.0)
+            task = asyncio.create_task(run_round(rc.coord, profile.name))
+            job, _release = await bad.until_release()
+            await bad.ws.send_bytes(bad.transport.seal(Error(job.round_id, HOSTILE_REASON)))
+            report = await asyncio.wait_for(task, 30.0)
+        finally:
+            await bad.close()
+    got = {o.node_key: o for o in report.outcomes}
+    assert {k: str(got[k].verdict) for k in honest} == dict.fromkeys(honest, "pass")
+    reason = got[bad.key].reason
+    assert all(c.isprintable() for c in reason) and "\\x00" in reason and "\\n2030" in reason
+    row = store.result_row(report.round_id, bad.key)
+    assert row is not None and row["error"] is not None and "\\x1b[31m" in row["error"]
+    assert [r["status"] for r in store.list_rounds()] == ["complete"]
+
+    out = Console(width=400, record=True, force_terminal=False)
+    original = report_module.console
+    report_module.console = lambda: out  # type: ignore[assignment]
+    try:
+        report_module.print_round(report.as_dict())
+    finally:
+        report_module.console = original  # type: ignore[assignment]
+    assert "[/bold][link=http://x]y[/link]" in out.export_text()

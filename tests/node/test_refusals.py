@@ -109,6 +109,8 @@ async def test_profile_mismatch_names_the_claimed_profile(tmp_path: Path) -> Non
     assert text.startswith("PROFILE_MISMATCH")
     assert "does not accept the claimed profile 'no-such-profile'" in text
     assert fingerprint_id(FP)[:12] in text
+    # The coordinator's close reason lists what it accepts (the node is authenticated).
+    assert f"(the coordinator said: profile_mismatch: accepted profiles {PROFILE.name})" in text
 
 
 def test_refusal_message_without_presented_key() -> None:
