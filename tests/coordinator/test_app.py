@@ -25,7 +25,7 @@ async def test_second_serve_on_same_port_and_database_does_not_abort_the_live_ro
     store = Store(f"sqlite:///{db}")
     add_hash_references(store, PROFILE, 20)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
-        rc.start(rc.node(HashWorker(PROFILE.max_new_tokens, delay_s=1.5), PROFILE.name))
+        rc.start(rc.node(HashWorker(PROFILE.max_new_tokens, delay_s=4.0), PROFILE.name))
         await rc.wait_connected(1, timeout_s=10.0)
         live = asyncio.create_task(run_round(rc.coord, PROFILE.name))
         for _ in range(100):  # until the round is recorded (planned) in the database
@@ -41,6 +41,7 @@ async def test_second_serve_on_same_port_and_database_does_not_abort_the_live_ro
         )
         with pytest.raises(ConfigError, match="cannot listen"):
             await serve(cfg)
+        assert not live.done(), "the round ended before the check; raise delay_s"
         assert [r["status"] for r in store.list_rounds()] == ["planned"]  # not "aborted"
         report = await live
         assert report.status == "complete"
