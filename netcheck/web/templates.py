@@ -40,14 +40,15 @@ code,.key{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px
 a{color:#0b5cad}
 </style></head>
 <body><header><span class="brand">netcheck</span>
-<a href="/dashboard/nodes">Nodes</a><a href="/dashboard/rounds">Rounds</a>
+{% block nav %}<a href="/dashboard/nodes">Nodes</a><a href="/dashboard/rounds">Rounds</a>
 <a href="/dashboard/flags">Flags</a><a href="/dashboard/exports">Exports</a>
 <span style="flex:1"></span><form method="post" action="/dashboard/logout" class="logout">
-<button type="submit" id="logout">Log out</button></form></header>
+<button type="submit" id="logout">Log out</button></form>{% endblock %}</header>
 <main>{% block body %}{% endblock %}</main></body></html>
 """
 
 _LOGIN = """{% extends "base.html" %}{% block title %}Log in{% endblock %}
+{% block nav %}{% endblock %}
 {% block body %}<h1>Log in</h1>
 <form method="post" action="/dashboard/login">
 <p>Admin token (<code>admin_token</code> in the coordinator config):</p>

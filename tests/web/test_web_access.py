@@ -89,6 +89,9 @@ async def test_dashboard_login_cookie_and_token_url(tmp_path: Path, profile: Pro
             for path in ("/export/rounds.csv", "/metrics"):
                 async with http.get(base + path) as resp:
                     assert resp.status == 401
+            async with http.get(f"{base}/dashboard/login") as resp:
+                page = await resp.text()
+                assert 'id="logout"' not in page and 'href="/dashboard/nodes"' not in page
             form = {"token": "wrong", "next": "/dashboard/rounds"}
             async with http.post(f"{base}/dashboard/login", data=form) as resp:
                 assert resp.status == 401
@@ -232,6 +235,7 @@ async def test_logout_is_post_only_and_refuses_other_origins(
             async with http.post(f"{base}/dashboard/login", data={"token": token}) as resp:
                 assert resp.status == 200
                 assert resp.url.path == "/dashboard/nodes"  # logged in
+                assert '<form method="post" action="/dashboard/logout"' in await resp.text()
             async with http.get(f"{base}/dashboard/logout", allow_redirects=False) as resp:
                 assert resp.status == 405
             refused = [
@@ -256,7 +260,3 @@ async def test_logout_is_post_only_and_refuses_other_origins(
                 assert resp.cookies[COOKIE].value == ""
             async with http.get(f"{base}/dashboard/nodes", allow_redirects=False) as resp:
                 assert resp.status == 302  # logged out: back to the login form
-            async with http.get(f"{base}/dashboard/login") as resp:
-                html = await resp.text()
-                assert '<form method="post" action="/dashboard/logout"' in html
-                assert 'href="/dashboard/logout"' not in html
