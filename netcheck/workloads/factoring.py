@@ -17,10 +17,10 @@ token limit ``2**31``.
 
 from __future__ import annotations
 
-import hashlib
 import random
 
 from netcheck.workloads.base import InputStream, WorkItem, Workload
+from netcheck.workloads.seeding import seed_int
 
 SCHEME = b"netcheck-semiprimes-v1"
 DEFAULT_BITS = 60
@@ -73,13 +73,6 @@ def random_prime(rng: random.Random, bits: int) -> int:
             return c
 
 
-def _seed_int(seed: int | bytes) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int | bytes):
-        raise TypeError(f"seed must be int or bytes, not {type(seed).__name__}")
-    material = b"int:" + str(seed).encode() if isinstance(seed, int) else b"bytes:" + seed
-    return int.from_bytes(hashlib.sha256(SCHEME + b"\0" + material).digest(), "big")
-
-
 class SemiprimeGenerator:
     """Deterministic stream of semiprimes ``p * q`` with known factors.
 
@@ -94,7 +87,7 @@ class SemiprimeGenerator:
     def __init__(self, seed: int | bytes, *, bits: int = DEFAULT_BITS) -> None:
         if bits % 2 or not 8 <= bits <= MAX_BITS:
             raise ValueError(f"bits must be even and in 8..{MAX_BITS}, got {bits}")
-        self._rng = random.Random(_seed_int(seed))
+        self._rng = random.Random(seed_int(SCHEME, seed))
         self.bits = bits
 
     def item(self) -> WorkItem:

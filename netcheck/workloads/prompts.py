@@ -10,8 +10,9 @@ fixed templates and word lists (changing them changes every prompt: bump
 
 from __future__ import annotations
 
-import hashlib
 import random
+
+from netcheck.workloads.seeding import seed_int
 
 SCHEME = b"netcheck-prompts-v1"
 
@@ -106,13 +107,6 @@ TEMPLATES = (
 )
 
 
-def _seed_int(seed: int | bytes) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int | bytes):
-        raise TypeError(f"seed must be int or bytes, not {type(seed).__name__}")
-    material = b"int:" + str(seed).encode() if isinstance(seed, int) else b"bytes:" + seed
-    return int.from_bytes(hashlib.sha256(SCHEME + b"\0" + material).digest(), "big")
-
-
 class PromptGenerator:
     """Deterministic stream of English-like prompts.
 
@@ -131,7 +125,7 @@ class PromptGenerator:
                 f"need 1 <= min_chars <= max_chars and max_chars >= 16, got "
                 f"min_chars={min_chars}, max_chars={max_chars}"
             )
-        self._rng = random.Random(_seed_int(seed))
+        self._rng = random.Random(seed_int(SCHEME, seed))
         self.min_chars = min_chars
         self.max_chars = max_chars
 
