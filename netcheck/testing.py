@@ -10,19 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
 from netcheck.coordinator.server import WS_PATH, Coordinator
+from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import public_key_text
 from netcheck.node.client import NodeClient
 from netcheck.node.workers import Worker
-from netcheck.storage import Store
+from netcheck.storage import ReferenceRow, Store
 
 
 def small_profile(name: str = "test", **overrides: object) -> Profile:
@@ -45,6 +47,33 @@ def small_profile(name: str = "test", **overrides: object) -> Profile:
     }
     fields.update(overrides)
     return Profile(**fields)  # type: ignore[arg-type]
+
+
+def canary_store(
+    db: Path | str,
+    profile: Profile,
+    fingerprint: Mapping[str, str | int],
+    n: int,
+    *,
+    answer: Sequence[int] | None = None,
+    **store_options: Any,
+) -> Store:
+    """A store holding ``n`` unspent canaries of ``profile`` for the engine ``fingerprint``.
+
+    Args:
+        db: a SQLite file path, or a database URL.
+        answer: every canary's expected tokens (default: ``max_new_tokens`` ones); the
+            prompts are ``canary 0``, ``canary 1``, ...
+        store_options: passed to :class:`~netcheck.storage.Store` (e.g. ``busy_timeout_ms``).
+    """
+    url = db if isinstance(db, str) else f"sqlite:///{db}"
+    store = Store(url, **store_options)
+    fp = fingerprint_id(dict(fingerprint))
+    tokens = tuple(answer) if answer is not None else (1,) * profile.max_new_tokens
+    rows = [ReferenceRow(f"ref{i}", profile.name, fp, f"canary {i}", tokens, 0.0) for i in range(n)]
+    if rows:
+        store.add_references(rows)
+    return store
 
 
 @dataclass

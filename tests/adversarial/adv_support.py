@@ -10,12 +10,11 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import Profile
-from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
 from netcheck.protocol.transport import Transport
-from netcheck.storage import ReferenceRow, Store
-from netcheck.testing import RunningCoordinator, small_profile
+from netcheck.storage import Store
+from netcheck.testing import RunningCoordinator, canary_store, small_profile
 
 
 def profile(**overrides: object) -> Profile:
@@ -30,13 +29,8 @@ FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
 
 def store_with_canaries(tmp_path: Path, prof: Profile, n: int = 32, **kw: object) -> Store:
     """A SQLite store holding ``n`` unspent canaries of ``prof`` for fingerprint FP."""
-    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}", **kw)  # type: ignore[arg-type]
-    fp_id = fingerprint_id(FP)
-    answer = tuple(range(1, prof.max_new_tokens + 1))
-    store.add_references(
-        [ReferenceRow(f"ref{i}", prof.name, fp_id, f"prompt {i}", answer, 0.0) for i in range(n)]
-    )
-    return store
+    answer = range(1, prof.max_new_tokens + 1)
+    return canary_store(tmp_path / "netcheck.db", prof, FP, n, answer=answer, **kw)
 
 
 async def raw_session(

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from netcheck.coordinator.rounds import run_round
-from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.node.adversary import MadeUpWorker
-from netcheck.storage import ReferenceRow, Store
-from netcheck.testing import running_coordinator, small_profile
+from netcheck.storage import Store
+from netcheck.testing import canary_store, running_coordinator, small_profile
 
 PROFILE = small_profile("pool", dispatch_timeout_s=2.0, result_timeout_s=3.0)
 NODE_FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "11" * 32}
@@ -16,15 +15,8 @@ OTHER_FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "22" * 32}
 
 
 def store_with(tmp_path: Path, fp: dict[str, str | int], n: int) -> Store:
-    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}")
-    answer = tuple(range(PROFILE.max_new_tokens))
-    rows = [
-        ReferenceRow(f"r{i}", PROFILE.name, fingerprint_id(fp), f"p{i}", answer, 0.0)
-        for i in range(n)
-    ]
-    if rows:
-        store.add_references(rows)
-    return store
+    answer = range(PROFILE.max_new_tokens)
+    return canary_store(tmp_path / "netcheck.db", PROFILE, fp, n, answer=answer)
 
 
 async def one_verdict(tmp_path: Path, store: Store) -> tuple[str, str]:

@@ -21,15 +21,14 @@ from netcheck.coordinator import rounds
 from netcheck.coordinator.rounds import run_round
 from netcheck.coordinator.screening import RELAY_MIN_ROUNDS
 from netcheck.engines import probe
-from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
 from netcheck.node.adversary import MadeUpWorker, ProxyWorker
 from netcheck.node.backend import make_backend_app
 from netcheck.node.client import NodeClient
 from netcheck.protocol.jobs import verify_receipt
 from netcheck.protocol.messages import Message, Probe
-from netcheck.storage import ReferenceRow, Store
-from netcheck.testing import RunningCoordinator, running_coordinator
+from netcheck.storage import Store
+from netcheck.testing import RunningCoordinator, canary_store, running_coordinator
 
 T = 4
 HOP_S = 0.03  # the relay's extra leg
@@ -65,12 +64,7 @@ class IgnoresProbes(NodeClient):
 
 
 def _store(tmp_path: Path, n: int = 400) -> Store:
-    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}")
-    fp = fingerprint_id(FP)
-    store.add_references(
-        [ReferenceRow(f"ref{i}", PROFILE.name, fp, f"canary {i}", (1,) * T, 0.0) for i in range(n)]
-    )
-    return store
+    return canary_store(tmp_path / "netcheck.db", PROFILE, FP, n, answer=(1,) * T)
 
 
 @contextlib.asynccontextmanager

@@ -13,12 +13,11 @@ import pytest
 
 from netcheck.config import DeadlineParams, Profile
 from netcheck.coordinator.rounds import run_round
-from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import EngineError
 from netcheck.keys import public_key_text
 from netcheck.node.adversary import MadeUpWorker
-from netcheck.storage import ReferenceRow, Store
-from netcheck.testing import RunningCoordinator, running_coordinator
+from netcheck.storage import Store
+from netcheck.testing import RunningCoordinator, canary_store, running_coordinator
 
 T = 8
 PROFILE = Profile(
@@ -48,12 +47,7 @@ class Failing:
 
 
 def _store(tmp_path: Path, n: int = 200) -> Store:
-    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}")
-    fp = fingerprint_id(FP)
-    store.add_references(
-        [ReferenceRow(f"ref{i}", PROFILE.name, fp, f"canary {i}", (1,) * T, 0.0) for i in range(n)]
-    )
-    return store
+    return canary_store(tmp_path / "netcheck.db", PROFILE, FP, n, answer=(1,) * T)
 
 
 async def _join(rc: RunningCoordinator, workers: dict[str, Any]) -> dict[str, str]:

@@ -15,15 +15,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.coordinator import rounds, server
 from netcheck.coordinator.rounds import run_round
-from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import public_key_text
 from netcheck.node.adversary import MadeUpWorker
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.jobs import commitment, sign_receipt
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
 from netcheck.protocol.transport import Transport
-from netcheck.storage import ReferenceRow, Store
-from netcheck.testing import RunningCoordinator, running_coordinator, small_profile
+from netcheck.storage import Store
+from netcheck.testing import RunningCoordinator, canary_store, running_coordinator, small_profile
 
 PROFILE = small_profile(dispatch_timeout_s=1.0, result_timeout_s=3.0)
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
@@ -31,14 +30,7 @@ FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
 
 def _store(tmp_path: Path) -> Store:
     """A store holding enough canaries for a few rounds of two nodes."""
-    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}")
-    fp_id = fingerprint_id(FP)
-    rows = [
-        ReferenceRow(f"ref{i}", PROFILE.name, fp_id, f"prompt {i}", (1, 2, 3, 4), 0.0)
-        for i in range(16)
-    ]
-    store.add_references(rows)
-    return store
+    return canary_store(tmp_path / "netcheck.db", PROFILE, FP, 16, answer=(1, 2, 3, 4))
 
 
 async def _raw_session(rc: RunningCoordinator, identity: Ed25519PrivateKey):  # type: ignore[no-untyped-def]
