@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -24,6 +25,9 @@ from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import public_key_text
 from netcheck.node.client import NodeClient
 from netcheck.node.workers import Worker
+from netcheck.protocol.handshake import NodeHandshake
+from netcheck.protocol.messages import ProfileClaim
+from netcheck.protocol.transport import Transport
 from netcheck.storage import ReferenceRow, Store
 
 
@@ -74,6 +78,28 @@ def canary_store(
     if rows:
         store.add_references(rows)
     return store
+
+
+async def raw_session(
+    rc: RunningCoordinator,
+    identity: Ed25519PrivateKey,
+    claim: ProfileClaim,
+    *,
+    connector: aiohttp.BaseConnector | None = None,
+) -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse, Transport]:
+    """Open a websocket to ``rc`` and run the handshake by hand (no NodeClient), for tests
+    that then cut, stall, replay or forge frames. The caller closes the session.
+
+    Returns:
+        ``(http, ws, transport)``: the transport seals and opens the session's frames.
+    """
+    http = aiohttp.ClientSession(connector=connector)
+    ws = await http.ws_connect(rc.url, compress=0)
+    hs = NodeHandshake(identity, rc.identity.public_key(), claim)
+    await ws.send_bytes(hs.start())
+    welcome = await ws.receive(timeout=5.0)
+    await ws.send_bytes(hs.receive_welcome(welcome.data))
+    return http, ws, hs.transport()
 
 
 @dataclass

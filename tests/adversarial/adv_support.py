@@ -10,11 +10,11 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import Profile
-from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
 from netcheck.protocol.transport import Transport
 from netcheck.storage import Store
 from netcheck.testing import RunningCoordinator, canary_store, small_profile
+from netcheck.testing import raw_session as hand_session
 
 
 def profile(**overrides: object) -> Profile:
@@ -41,14 +41,8 @@ async def raw_session(
     connector: aiohttp.BaseConnector | None = None,
 ) -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse, Transport]:
     """Open a websocket and complete the handshake by hand."""
-    http = aiohttp.ClientSession(connector=connector)
-    ws = await http.ws_connect(rc.url, compress=0)
     claim = ProfileClaim(profile=prof_name, fingerprint=FP, software="adv")
-    hs = NodeHandshake(identity, rc.identity.public_key(), claim)
-    await ws.send_bytes(hs.start())
-    welcome = await ws.receive(timeout=5.0)
-    await ws.send_bytes(hs.receive_welcome(welcome.data))
-    return http, ws, hs.transport()
+    return await hand_session(rc, identity, claim, connector=connector)
 
 
 async def serve_until_job(ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> Job:

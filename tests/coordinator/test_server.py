@@ -12,9 +12,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from netcheck.errors import CloseCode
 from netcheck.node.adversary import MadeUpWorker
 from netcheck.node.client import NodeFatalError
-from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import EchoReply, ProfileClaim
 from netcheck.testing import RunningCoordinator, running_coordinator, small_profile
+from netcheck.testing import raw_session as hand_session
 
 PROFILE = small_profile()
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
@@ -26,14 +26,8 @@ def worker() -> MadeUpWorker:
 
 async def raw_session(rc: RunningCoordinator, identity: Ed25519PrivateKey):  # type: ignore[no-untyped-def]
     """Open a websocket and complete the handshake by hand; returns (http, ws, transport)."""
-    http = aiohttp.ClientSession()
-    ws = await http.ws_connect(rc.url)
     claim = ProfileClaim(profile=PROFILE.name, fingerprint=FP, software="test")
-    hs = NodeHandshake(identity, rc.identity.public_key(), claim)
-    await ws.send_bytes(hs.start())
-    welcome = await ws.receive()
-    await ws.send_bytes(hs.receive_welcome(welcome.data))
-    return http, ws, hs.transport()
+    return await hand_session(rc, identity, claim)
 
 
 async def test_allowed_node_joins(tmp_path: Path) -> None:

@@ -17,12 +17,12 @@ from netcheck.coordinator import rounds, server
 from netcheck.coordinator.rounds import run_round
 from netcheck.keys import public_key_text
 from netcheck.node.adversary import MadeUpWorker
-from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.jobs import commitment, sign_receipt
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
 from netcheck.protocol.transport import Transport
 from netcheck.storage import Store
 from netcheck.testing import RunningCoordinator, canary_store, running_coordinator, small_profile
+from netcheck.testing import raw_session as hand_session
 
 PROFILE = small_profile(dispatch_timeout_s=1.0, result_timeout_s=3.0)
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
@@ -35,14 +35,8 @@ def _store(tmp_path: Path) -> Store:
 
 async def _raw_session(rc: RunningCoordinator, identity: Ed25519PrivateKey):  # type: ignore[no-untyped-def]
     """Open a websocket and complete the handshake by hand; returns (http, ws, transport)."""
-    http = aiohttp.ClientSession()
-    ws = await http.ws_connect(rc.url)
     claim = ProfileClaim(profile=PROFILE.name, fingerprint=FP, software="test")
-    hs = NodeHandshake(identity, rc.identity.public_key(), claim)
-    await ws.send_bytes(hs.start())
-    welcome = await ws.receive(timeout=5.0)
-    await ws.send_bytes(hs.receive_welcome(welcome.data))
-    return http, ws, hs.transport()
+    return await hand_session(rc, identity, claim)
 
 
 async def _serve_until_release(

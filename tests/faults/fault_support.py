@@ -14,11 +14,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from netcheck.config import DeadlineParams, Profile
 from netcheck.keys import generate_key, load_private_key, public_key_text
 from netcheck.load import FAKE_FINGERPRINT, hash_answer
-from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
 from netcheck.protocol.transport import Transport
-from netcheck.testing import RunningCoordinator, small_profile
+from netcheck.testing import RunningCoordinator, raw_session, small_profile
 
 
 def light_profile(**overrides: Any) -> Profile:
@@ -50,14 +49,9 @@ class RawNode:
     async def connect(
         cls, rc: RunningCoordinator, profile: Profile, identity: Ed25519PrivateKey
     ) -> RawNode:
-        http = aiohttp.ClientSession()
-        ws = await http.ws_connect(rc.url)
         claim = ProfileClaim(profile=profile.name, fingerprint=FAKE_FINGERPRINT, software="t")
-        hs = NodeHandshake(identity, rc.identity.public_key(), claim)
-        await ws.send_bytes(hs.start())
-        welcome = await ws.receive(timeout=5.0)
-        await ws.send_bytes(hs.receive_welcome(welcome.data))
-        return cls(http, ws, hs.transport(), identity)
+        http, ws, transport = await raw_session(rc, identity, claim)
+        return cls(http, ws, transport, identity)
 
     @property
     def key(self) -> str:
