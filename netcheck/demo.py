@@ -31,6 +31,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,20 +95,24 @@ def demo_nodes(profile_name: str) -> tuple[DemoNode, ...]:
     return tuple(n for n in NODES if n.adversary != "wrong-dtype")
 
 
-def write_configs(workdir: Path, profile_name: str) -> tuple[Path, dict[str, str]]:
-    """Keys and config files for the coordinator and every demo node.
+def write_configs(
+    workdir: Path, profile_name: str, node_names: Sequence[str]
+) -> tuple[Path, dict[str, str]]:
+    """Keys and config files for a loopback coordinator and nodes ``node_names``
+    (``<workdir>/<name>.toml``, keys in ``<workdir>/keys``); used by the demo and by
+    ``scripts/bench_round.py``.
 
-    Returns the coordinator config path and a map node key → demo name.
+    Returns the coordinator config path and a map node key → node name.
     """
     keys = workdir / "keys"
     coord_key = generate_key(keys / "coordinator.pem")
     names: dict[str, str] = {}
-    for n in demo_nodes(profile_name):
-        names[public_key_text(generate_key(keys / f"{n.name}.pem"))] = n.name
+    for name in node_names:
+        names[public_key_text(generate_key(keys / f"{name}.pem"))] = name
     port = free_port()
     coord_cfg = workdir / "coordinator.toml"
     coord_cfg.write_text(
-        "# Written by `netcheck demo`.\n"
+        "# Written by netcheck.demo.write_configs.\n"
         + _toml(
             {
                 "host": "127.0.0.1",
@@ -121,16 +126,16 @@ def write_configs(workdir: Path, profile_name: str) -> tuple[Path, dict[str, str
             }
         )
     )
-    for n in demo_nodes(profile_name):
-        (workdir / f"{n.name}.toml").write_text(
-            "# Written by `netcheck demo`.\n"
+    for name in node_names:
+        (workdir / f"{name}.toml").write_text(
+            "# Written by netcheck.demo.write_configs.\n"
             + _toml(
                 {
                     "coordinator_url": f"ws://127.0.0.1:{port}/v1/ws",
                     "coordinator_key": public_key_text(coord_key),
-                    "identity_key": f"keys/{n.name}.pem",
+                    "identity_key": f"keys/{name}.pem",
                     "profile": profile_name,
-                    "name": n.name,
+                    "name": name,
                 }
             )
         )
@@ -250,7 +255,8 @@ async def _run(
     workdir: Path, rounds: int, profile_name: str, procs: Processes, serve: bool = False
 ) -> bool:
     profile = load_profile(profile_name)
-    coord_path, names = write_configs(workdir, profile_name)
+    node_names = [n.name for n in demo_nodes(profile_name)]
+    coord_path, names = write_configs(workdir, profile_name, node_names)
     cfg = load_coordinator_config(coord_path)
     nodes = demo_nodes(profile_name)
     count = rounds * len(nodes) * profile.canaries_max

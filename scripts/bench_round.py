@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import secrets
 import statistics
 import sys
 import tempfile
@@ -25,47 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from netcheck.admin_client import admin_request  # noqa: E402
 from netcheck.config import load_coordinator_config, load_profile  # noqa: E402
-from netcheck.demo import Processes, _toml, build_demo_references, free_port  # noqa: E402
+from netcheck.demo import Processes, build_demo_references, write_configs  # noqa: E402
 from netcheck.demo import wait_connected as wait_nodes  # noqa: E402
-from netcheck.keys import generate_key, public_key_text  # noqa: E402
 
 PHASES = ("plan_s", "dispatch_s", "release_skew_s", "compute_median_s", "verify_s", "total_s")
 
 
-def write_configs(work: Path, profile: str, nodes: int) -> Path:
-    coord_key = generate_key(work / "keys" / "coordinator.pem")
-    keys = [public_key_text(generate_key(work / "keys" / f"n{i}.pem")) for i in range(nodes)]
-    port = free_port()
-    cfg = work / "coordinator.toml"
-    cfg.write_text(
-        _toml(
-            {
-                "port": port,
-                "identity_key": "keys/coordinator.pem",
-                "allowed_nodes": keys,
-                "database": "sqlite:///netcheck.db",
-                "admin_token": secrets.token_urlsafe(24),
-                "profiles": [profile],
-            }
-        )
-    )
-    for i in range(nodes):
-        (work / f"n{i}.toml").write_text(
-            _toml(
-                {
-                    "coordinator_url": f"ws://127.0.0.1:{port}/v1/ws",
-                    "coordinator_key": public_key_text(coord_key),
-                    "identity_key": f"keys/n{i}.pem",
-                    "profile": profile,
-                    "name": f"n{i}",
-                }
-            )
-        )
-    return cfg
-
-
 async def run(work: Path, profile: str, nodes: int, rounds: int) -> list[dict[str, float]]:
-    cfg_path = write_configs(work, profile, nodes)
+    cfg_path, _ = write_configs(work, profile, [f"n{i}" for i in range(nodes)])
     cfg = load_coordinator_config(cfg_path)
     prof = load_profile(profile)
     build_demo_references(cfg, profile, rounds * nodes * prof.canaries_max)
