@@ -73,15 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     command = " ".join(["python", "benchmarks/calibrate_profile.py", *(argv or sys.argv[1:])])
-    profile = load_profile(args.profile)
-    update: dict[str, Any] = {}
-    if args.dtype:
-        update["dtype"] = args.dtype
-    if args.batch_size:
-        update["batch_size"] = args.batch_size
-    if args.name:
-        update["name"] = args.name
-    profile = profile.model_copy(update=update)
+    given = {"dtype": args.dtype, "batch_size": args.batch_size, "name": args.name}
+    profile = load_profile(args.profile).model_copy(update={k: v for k, v in given.items() if v})
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
         "command": command,

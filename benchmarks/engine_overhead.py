@@ -158,15 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--json", type=Path, help="write the result here")
     args = ap.parse_args(argv)
-    profile: Profile = load_profile(args.profile)
-    update: dict[str, Any] = {}
-    if args.engine:
-        update["engine"] = args.engine
-    if args.dtype:
-        update["dtype"] = args.dtype
-    if args.batch_size:
-        update["batch_size"] = args.batch_size
-    profile = profile.model_copy(update=update)
+    given = {"engine": args.engine, "dtype": args.dtype, "batch_size": args.batch_size}
+    profile: Profile = load_profile(args.profile).model_copy(
+        update={k: v for k, v in given.items() if v}
+    )
     engine = load_engine(profile)
     try:
         result = measure(engine, args.runs)
