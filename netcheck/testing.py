@@ -142,6 +142,22 @@ class RunningCoordinator:
         self.nodes.append(task)
         return task
 
+    def start_named(
+        self,
+        workers: Mapping[str, Worker],
+        profile: str,
+        *,
+        client_cls: type[NodeClient] = NodeClient,
+    ) -> dict[str, str]:
+        """Start one node client per ``name -> worker`` (labelled ``name``); returns
+        ``name -> public key text``. Does not wait for the sessions."""
+        keys = {}
+        for name, worker in workers.items():
+            client = self.node(worker, profile, label=name, client_cls=client_cls)
+            self.start(client)
+            keys[name] = public_key_text(client.identity)
+        return keys
+
     async def wait_connected(self, n: int, timeout_s: float = 30.0) -> None:
         """Wait until ``n`` sessions are registered (bounded wait)."""
         async with asyncio.timeout(timeout_s):

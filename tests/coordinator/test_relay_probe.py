@@ -21,7 +21,7 @@ from netcheck.coordinator import rounds
 from netcheck.coordinator.rounds import run_round
 from netcheck.coordinator.screening import RELAY_MIN_ROUNDS
 from netcheck.engines import probe
-from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
+from netcheck.keys import parse_public_key, public_key_bytes
 from netcheck.node.adversary import MadeUpWorker, ProxyWorker
 from netcheck.node.backend import make_backend_app
 from netcheck.node.client import NodeClient
@@ -83,17 +83,6 @@ async def _backend(delay_s: float) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
-async def _join(
-    rc: RunningCoordinator, workers: dict[str, Any], client_cls: type[NodeClient] = NodeClient
-) -> dict[str, str]:
-    names = {}
-    for name, w in workers.items():
-        client = rc.node(w, PROFILE.name, label=name, client_cls=client_cls)
-        rc.start(client)
-        names[name] = public_key_text(client.identity)
-    return names
-
-
 def _relay_flags(rc: RunningCoordinator) -> list[dict[str, Any]]:
     flags = rc.coord.screening.flags
     return [flags.get_flag(int(f["flag_id"])) or {} for f in flags.list_flags(kind="relay")]
@@ -107,13 +96,13 @@ async def test_relayed_probes_flagged_direct_node_not(tmp_path: Path) -> None:
         _backend(HOP_S) as backend_url,
         running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc,
     ):
-        keys = await _join(
-            rc,
+        keys = rc.start_named(
             {
                 "direct": MadeUpWorker(FP, T),
                 "slow": SlowProbe(FP, T),
                 "proxy": ProxyWorker(backend_url, FP),
             },
+            PROFILE.name,
         )
         await rc.wait_connected(3)
         reports = [await run_round(rc.coord, PROFILE.name) for _ in range(RELAY_MIN_ROUNDS + 1)]
@@ -161,8 +150,10 @@ async def test_node_ignoring_or_faking_probes_gets_pending_relay_flag(
     rounds: a ``pending`` relay flag; wrong answers are counted, never used as RTTs."""
     monkeypatch.setattr(rounds, "PROBE_TIMEOUT_S", 0.2)
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
-        silent = await _join(rc, {"silent": MadeUpWorker(FP, T)}, client_cls=IgnoresProbes)
-        liar = await _join(rc, {"liar": WrongProbe(FP, T)})
+        silent = rc.start_named(
+            {"silent": MadeUpWorker(FP, T)}, PROFILE.name, client_cls=IgnoresProbes
+        )
+        liar = rc.start_named({"liar": WrongProbe(FP, T)}, PROFILE.name)
         await rc.wait_connected(2)
         reports = [await run_round(rc.coord, PROFILE.name) for _ in range(RELAY_MIN_ROUNDS)]
         row = rc.coord.store.result_row(reports[0].round_id, silent["silent"])

@@ -14,7 +14,6 @@ import pytest
 from netcheck.config import DeadlineParams, Profile
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import EngineError
-from netcheck.keys import public_key_text
 from netcheck.node.adversary import MadeUpWorker
 from netcheck.storage import Store
 from netcheck.testing import RunningCoordinator, canary_store, running_coordinator
@@ -51,11 +50,7 @@ def _store(tmp_path: Path, n: int = 200) -> Store:
 
 
 async def _join(rc: RunningCoordinator, workers: dict[str, Any]) -> dict[str, str]:
-    names = {}
-    for name, w in workers.items():
-        client = rc.node(w, PROFILE.name, label=name)
-        rc.start(client)
-        names[name] = public_key_text(client.identity)
+    names = rc.start_named(workers, PROFILE.name)
     await rc.wait_connected(len(workers))
     return names
 
