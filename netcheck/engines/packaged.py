@@ -154,18 +154,22 @@ def convert_packaged_model(spec: PackagedModel, source: Path, out_dir: Path) -> 
         raise EngineError(f"reading {source} needs the gguf package: {exc}") from exc
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
         raise EngineError(f"transformers cannot read {source}: {exc}") from exc
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
 
     out_dir.mkdir(parents=True, exist_ok=True)
     # save_pretrained refuses GGUF-quantized models; the weights are plain float32
-    # tensors by now, so they are written directly (tied tensors once, as
-    # transformers' own checkpoints do) with a config that no longer claims GGUF.
+    # tensors by now, so they are written directly, with a config that no longer claims
+    # GGUF. Tied output weights are left out, as in transformers' own checkpoints
+    # (vLLM would otherwise take lm_head.weight and leave the embedding unset).
+    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)
     config = model.config.to_dict()
     config.pop("quantization_config", None)
     config["dtype"] = "float32"
     (out_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     model.generation_config.save_pretrained(str(out_dir))
-    save_model(model, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(str(out_dir))
     digest = weight_hash(out_dir)
     info = {
