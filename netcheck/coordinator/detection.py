@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from netcheck.analysis import evidence as ev
 from netcheck.analysis.answers import NodeResult, find_result_sharing
@@ -72,7 +72,8 @@ from netcheck.analysis.screening import (
     relay_suspect,
     round_kind,
 )
-from netcheck.config import Profile
+from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.rounds import RoundHost, run_round
 from netcheck.errors import NetcheckError, RoundError
 from netcheck.keys import load_or_create_secret
 from netcheck.records import (
@@ -84,20 +85,26 @@ from netcheck.records import (
     RoundReport,
     StoredRounds,
 )
-from netcheck.storage.flags import FlagStore, jsonable
+from netcheck.storage.flags import jsonable
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from netcheck.coordinator.server import Coordinator
-
 log = logging.getLogger("netcheck.screening")
+
+
+class DetectionHost(RoundHost, Protocol):
+    """What detection needs of the coordinator: a round host with its configuration."""
+
+    @property
+    def config(self) -> CoordinatorConfig: ...
 
 
 class Screening:
     """Detection state of one coordinator: secret, flag store, timer (module docstring).
 
-    Created by :class:`~netcheck.coordinator.server.Coordinator`; the schedule secret is
+    Created by the coordinator (a :class:`DetectionHost`), which attaches
+    :meth:`after_round` to its round hooks; the schedule secret is
     read, or created on first start.
 
     Raises:
@@ -105,10 +112,10 @@ class Screening:
         StorageError: the detection tables cannot be created.
     """
 
-    def __init__(self, coord: Coordinator) -> None:
+    def __init__(self, coord: DetectionHost) -> None:
         self.coord = coord
         self.config = coord.config
-        self.flags = FlagStore(coord.store)
+        self.flags = coord.flags
         self.secret = load_or_create_secret(
             coord.config.schedule_secret_path, "screening schedule secret", MIN_SECRET_BYTES
         )
@@ -178,8 +185,6 @@ class Screening:
     async def screening_round(self, profile_name: str) -> RoundReport:
         """Run the next screening round of ``profile_name`` (every
         ``screening_full_every``-th is a full-load round)."""
-        from netcheck.coordinator.rounds import run_round
-
         index = self._index.get(profile_name, 0)
         kind = round_kind(index, self.config.screening_full_every)
         self._index[profile_name] = index + 1
@@ -275,8 +280,6 @@ class Screening:
     ) -> tuple[ConfirmationResult, int]:
         """Confirmation rounds for one suspect group; stores and returns its flag
         (``shared-backend`` confirmed, or a ``cleared`` record)."""
-        from netcheck.coordinator.rounds import run_round
-
         members = list(group.members)
         cycles, max_cycles = self.config.confirm_cycles, self.config.confirm_max_cycles
         looks = max(1, -(-max_cycles // cycles))

@@ -1,11 +1,14 @@
 """The round runner: executes a pure :class:`RoundPlan` over live sessions.
 
-Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure), persist plan, schedule and
-spend canaries, dispatch encrypted jobs, wait for acks, release every node in one tight
-loop, collect results, verify (pure), record verdicts, then the per-round detection
-checks (answer-level sharing, capacity strikes; docs/detection.md). All times are on the
-coordinator's monotonic clock (``time.monotonic_ns``); wall time is stored only as the
-round's start.
+Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure),
+persist plan, schedule and spend canaries, dispatch encrypted jobs, wait for acks,
+release every node in one tight loop, collect results, verify (pure), record verdicts,
+then the round's hooks (:class:`RoundHooks`: the detection checks of docs/detection.md,
+metrics). All times are on the coordinator's monotonic clock (``time.monotonic_ns``);
+wall time is stored only as the round's start.
+
+The runner sees the coordinator only as a :class:`RoundHost`; it imports neither the
+server nor detection nor web/.
 
 A round has a *load set*: only loaded nodes get a job. ``kind`` is ``full`` (every node
 loaded), ``screening`` (secret half-load schedule) or ``confirmation`` (a suspect group
@@ -22,8 +25,9 @@ import random
 import secrets
 import statistics
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from netcheck.analysis.verdicts import Observation, verify
 from netcheck.config import Profile
@@ -43,10 +47,7 @@ from netcheck.records import (
     Verdict,
 )
 from netcheck.storage import Store
-from netcheck.web.metrics import observe_round
-
-if TYPE_CHECKING:
-    from netcheck.coordinator.server import Coordinator
+from netcheck.storage.flags import FlagStore
 
 log = logging.getLogger("netcheck.round")
 
@@ -59,6 +60,54 @@ ECHO_TIMEOUT_S = 2.0
 #: ignores probes one. Timeout: the smaller of PROBE_TIMEOUT_S and ECHO_TIMEOUT_S.
 PROBE_SAMPLES = 3
 PROBE_TIMEOUT_S = 1.0
+
+
+#: A hook run after a round's verdicts are stored (detection checks); returns the ids of
+#: flags it raised, which the round's report lists.
+AfterRound = Callable[
+    [Profile, RoundPlan, Sequence[NodeOutcome], Mapping[str, NodeRecord]], Awaitable[list[int]]
+]
+#: A hook told of every finished round's report (e.g. Prometheus metrics).
+RoundObserver = Callable[[RoundReport], None]
+
+
+@dataclass
+class RoundHooks:
+    """What runs around a round besides the runner itself, attached by the coordinator:
+    ``after_round`` hooks (in order; their flag ids are concatenated) and ``finished``
+    observers (called with the complete report)."""
+
+    after_round: list[AfterRound] = field(default_factory=list)
+    finished: list[RoundObserver] = field(default_factory=list)
+
+
+class RoundHost(Protocol):
+    """What the round runner needs of the coordinator (the server's ``Coordinator``
+    implements it): profiles, storage, the round lock, hooks and the live sessions."""
+
+    @property
+    def profiles(self) -> Mapping[str, Profile]: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def flags(self) -> FlagStore:
+        """Where each round's schedule is stored (``round_schedules``)."""
+        ...
+
+    @property
+    def round_lock(self) -> asyncio.Lock: ...
+
+    @property
+    def stopping(self) -> bool:
+        """True once the coordinator is shutting down (a round in flight aborts)."""
+        ...
+
+    @property
+    def round_hooks(self) -> RoundHooks: ...
+
+    def connected(self, profile: str | None = None) -> list[NodeSession]: ...
 
 
 #: A load set, or a rule that draws one from the round id and the connected node keys.
@@ -245,7 +294,7 @@ ROUND_KINDS = tuple(k.value for k in RoundKind)
 
 
 async def run_round(
-    coord: Coordinator,
+    coord: RoundHost,
     profile_name: str,
     *,
     load: LoadSpec | None = None,
@@ -286,7 +335,7 @@ async def run_round(
 
 
 async def _run_locked(
-    coord: Coordinator,
+    coord: RoundHost,
     profile: Profile,
     rng: random.Random,
     load: LoadSpec | None,
@@ -331,7 +380,7 @@ async def _run_locked(
     await asyncio.to_thread(store.record_plan, plan, time.time())
     await asyncio.to_thread(_warn_low_pool, store, profile, sessions)
     await asyncio.to_thread(
-        coord.screening.flags.record_schedule,
+        coord.flags.record_schedule,
         round_id, profile.name, kind, rule, schedule, context,
     )  # fmt: skip
     t_planned = time.monotonic()
@@ -428,9 +477,12 @@ async def _run_locked(
         s.forget_round(round_id)
     for o in outcomes:
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
-    flag_ids = await coord.screening.after_round(profile, plan, outcomes, records)
+    flag_ids: list[int] = []
+    for after in coord.round_hooks.after_round:
+        flag_ids += await after(profile, plan, outcomes, records)
     report = RoundReport(
         round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids
     )
-    observe_round(report)  # Prometheus metrics
+    for observe in coord.round_hooks.finished:
+        observe(report)
     return report
