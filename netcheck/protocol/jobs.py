@@ -19,11 +19,11 @@ import struct
 from collections.abc import Sequence
 
 from cryptography.exceptions import InvalidSignature, InvalidTag
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from netcheck.errors import CloseCode, LocalProtocolError, MessageError
-from netcheck.keys import public_key_bytes
+from netcheck.errors import CloseCode, KeyFileError, LocalProtocolError, MessageError
+from netcheck.keys import load_public_bytes, public_key_bytes
 from netcheck.protocol.codec import DEFAULT_LIMITS, pack_value, unpack_value
 from netcheck.protocol.messages import TOKEN_ID_LIMIT
 
@@ -120,10 +120,11 @@ def verify_receipt(
     node_key: bytes, signature: bytes, session_id: bytes, round_id: str, commitment: bytes
 ) -> bool:
     """True iff ``signature`` is ``node_key``'s receipt signature (§7.3). Never raises
-    for bad input: wrong sizes or an invalid key give False."""
+    for bad input: wrong sizes, an invalid key or a weak key (small order,
+    non-canonical; ``netcheck.keys.weak_key_reason``) give False."""
     try:
         data = receipt_bytes(session_id, round_id, node_key, commitment)
-        Ed25519PublicKey.from_public_bytes(node_key).verify(signature, data)
-    except (InvalidSignature, LocalProtocolError, ValueError, TypeError):
+        load_public_bytes(node_key, "node key").verify(signature, data)
+    except (InvalidSignature, KeyFileError, LocalProtocolError, ValueError, TypeError):
         return False
     return True
