@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
 from netcheck.errors import CloseCode, KeyFileError, LocalProtocolError, MessageError
 from netcheck.keys import load_public_bytes, public_key_bytes
-from netcheck.protocol.codec import DEFAULT_LIMITS, pack_value, unpack_value
+from netcheck.protocol.codec import DEFAULT_LIMITS, Limits, pack_value, unpack_value
 from netcheck.protocol.messages import TOKEN_ID_LIMIT
 
 JOB_LABEL = b"netcheck/1 job\0"
@@ -56,8 +56,15 @@ def seal_job(prompts: Sequence[str], job_key: bytes, round_id: str, nonce: bytes
     return ChaCha20Poly1305(job_key).encrypt(nonce, pack_value(list(prompts)), _aad(round_id))
 
 
-def open_job(ciphertext: bytes, job_key: bytes, round_id: str, nonce: bytes) -> list[str]:
-    """Decrypt a payload sealed by ``seal_job`` (§7.1) and return the prompts.
+def open_job(
+    ciphertext: bytes,
+    job_key: bytes,
+    round_id: str,
+    nonce: bytes,
+    limits: Limits = DEFAULT_LIMITS,
+) -> list[str]:
+    """Decrypt a payload sealed by ``seal_job`` (§7.1) and return the prompts, decoded
+    under ``limits`` (a node passes ``protocol.limits.job_payload_limits`` of its profile).
 
     Raises:
         MessageError: DECRYPT_FAILED (wrong key, nonce, round id or tampered bytes),
@@ -69,7 +76,7 @@ def open_job(ciphertext: bytes, job_key: bytes, round_id: str, nonce: bytes) -> 
         plaintext = ChaCha20Poly1305(job_key).decrypt(nonce, ciphertext, _aad(round_id))
     except InvalidTag:
         raise MessageError(CloseCode.DECRYPT_FAILED, "job payload failed to decrypt") from None
-    prompts = unpack_value(plaintext, DEFAULT_LIMITS)
+    prompts = unpack_value(plaintext, limits)
     if type(prompts) is not list or not all(type(p) is str for p in prompts):
         raise MessageError(CloseCode.MALFORMED_MESSAGE, "job payload is not a list of str")
     return prompts
