@@ -6,7 +6,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.errors import CloseCode, FrameError, MessageError
-from netcheck.node.adversary import MadeUpWorker
+from netcheck.lab.adversary import MadeUpWorker
 from netcheck.node.client import NodeClient, ws_max_msg_size
 from netcheck.protocol.handshake import CoordinatorHandshake, NodeHandshake
 from netcheck.protocol.jobs import open_job, seal_job
