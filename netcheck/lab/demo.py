@@ -211,6 +211,24 @@ async def wait_connected(
     raise RuntimeError(f"only {connected}/{n} nodes connected after {timeout_s:.0f} s")
 
 
+def report_overruns(procs: Processes) -> int:
+    """Print how many batches overran the emulated GPU (``EMULATION OVERRUN`` lines in the
+    node logs, :class:`netcheck.lab.emulation.EmulatedWorker`); returns that count."""
+    counts = {
+        name: (procs.logs / f"{name}.log").read_text(errors="replace").count("EMULATION OVERRUN")
+        for name in procs.procs
+    }
+    total = sum(counts.values())
+    if total:
+        where = ", ".join(f"{n} {c}" for n, c in sorted(counts.items()) if c)
+        console.print(
+            f"[yellow]EMULATION OVERRUN[/yellow] in {total} batches ({where}): real compute "
+            "on this machine outlasted the emulated GPU, so those timings show the host CPU "
+            "(too slow or too busy), not the emulated GPU"
+        )
+    return total
+
+
 def summarize(reports: list[dict[str, Any]], names: dict[str, str]) -> bool:
     """Print the per-node summary; True when honest nodes passed and cheaters failed."""
     by_name = {n.name: n for n in NODES}
@@ -294,6 +312,7 @@ async def _run(
         print_round(report, names)
         reports.append(report)
     ok = summarize(reports, names)
+    report_overruns(procs)
     if serve:
         await _serve_until_interrupted(cfg)
     return ok
