@@ -45,6 +45,7 @@ import numpy as np
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from netcheck.capacity import unsafe_profiles
 from netcheck.web.exports import KINDS, to_csv, to_json
 from netcheck.web.flagview import FlagView, flag_view
 from netcheck.web.inputs import MAX_OFFSET, has_control_chars, query_int
@@ -191,6 +192,10 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
     reader = Reader(coord.store)
     app[WEB_KEY] = reader
     env = make_env()
+    # issue 10: every page states which profiles cannot tell two identities on one card apart
+    env.globals["capacity_warnings"] = [
+        s.message for s in unsafe_profiles(list(coord.profiles.values()))
+    ]
 
     def token_ok(candidate: str) -> bool:
         return hmac.compare_digest(candidate.encode(), coord.config.admin_token.encode())
