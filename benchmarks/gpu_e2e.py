@@ -95,7 +95,7 @@ async def node_main(args: argparse.Namespace) -> None:
     from netcheck.config import load_profile
     from netcheck.engines import load_engine
     from netcheck.keys import parse_public_key, public_key_text
-    from netcheck.node import adversary
+    from netcheck.lab import adversary
     from netcheck.node.client import NodeClient
     from netcheck.node.workers import EngineWorker
     from netcheck.workloads import get_workload
@@ -219,8 +219,8 @@ async def run_phase(
 async def rounds_main(args: argparse.Namespace) -> int:
     from netcheck.capacity import capacity_status
     from netcheck.config import load_profile
+    from netcheck.lab.testing import running_coordinator
     from netcheck.storage import Store
-    from netcheck.testing import running_coordinator
 
     profile = load_profile(args.profile)
     store = Store(f"sqlite:///{args.db}")

@@ -18,7 +18,7 @@ from netcheck.capacity import (
 )
 from netcheck.config import DEFAULT_PROFILES_DIR, CapacityRecord, DeadlineParams, load_profile
 from netcheck.errors import ConfigError
-from netcheck.testing import small_profile
+from netcheck.lab.testing import small_profile
 from netcheck.workloads import get_workload
 
 

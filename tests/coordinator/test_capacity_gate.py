@@ -12,9 +12,9 @@ from aiohttp import web
 
 from netcheck.config import CapacityRecord, DeadlineParams
 from netcheck.coordinator.capacity_gate import capacity_context
-from netcheck.node.adversary import MadeUpWorker
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import canary_store, running_coordinator, small_profile
 from netcheck.storage.flags import FlagStore
-from netcheck.testing import canary_store, running_coordinator, small_profile
 
 UNSAFE = small_profile("unsafe")
 SAFE = small_profile(

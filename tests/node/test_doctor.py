@@ -8,8 +8,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.keys import generate_key, load_private_key, public_key_text
+from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.node.doctor import run_checks
-from netcheck.testing import running_coordinator, small_profile
 
 PROFILE = small_profile("cpu-tiny")  # same name as the repo profile the doctor loads
 
@@ -79,8 +79,8 @@ def test_missing_config_fails_first(tmp_path: Path) -> None:
 def test_capacity_check_states_an_unsafe_profile_plainly() -> None:
     """The doctor's capacity row warns for an unmeasured profile (it does not fail: it is
     the profile's property, not the node's)."""
+    from netcheck.lab.testing import small_profile
     from netcheck.node.doctor import capacity_check
-    from netcheck.testing import small_profile
 
     check = capacity_check(small_profile())
     assert check.name == "capacity" and check.ok
