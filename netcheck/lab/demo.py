@@ -294,12 +294,15 @@ async def _run(
     await asyncio.sleep(0.5)
     for n in nodes:
         args = ["node", "run", "--config", str(workdir / f"{n.name}.toml")]
+        backend_url = f"http://127.0.0.1:{backend_port}"
         if n.adversary == "proxy":
-            args += ["--adversary", "proxy", "--backend", f"http://127.0.0.1:{backend_port}"]
+            args += ["--adversary", "proxy", "--backend", backend_url]
         else:
             args += ["--emulate-batch-time", str(batch_time)]
             if n.adversary:
                 args += ["--adversary", n.adversary]
+            if n.adversary == "made-up":  # copies the backend's fingerprint: no engine load
+                args += ["--backend", backend_url]
         procs.start(n.name, *args)
     with console.status(f"waiting for {len(nodes)} nodes to join (they load their engines)"):
         await wait_connected(cfg, procs, len(nodes), timeout_s=300)
