@@ -108,6 +108,10 @@ class NodeTiming:
     release_start_ns: int | None = None
     release_end_ns: int | None = None
     arrived_ns: int | None = None
+    #: When the result was opened, checked and handed to the round (after ``arrived_ns``).
+    processed_ns: int | None = None
+    #: This node's place in the round's (freshly shuffled) release order, from 0.
+    release_index: int | None = None
     # Relay test evidence (docs/detection.md "Relay test"), raw: every echo and every
     # correct probe round trip (seconds), the fastest probe, unanswered and wrong probes.
     echo_samples_s: list[float] = field(default_factory=list)
@@ -118,6 +122,28 @@ class NodeTiming:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
+
+    def budget(self, first_release_ns: int | None) -> dict[str, float | int | None]:
+        """This node's timing budget (docs/protocol.md, "Timing"): seconds.
+
+        ``release_offset_s``: its release write started this long after the round's
+        first one (its own stamp is used for its latency, so the offset costs it
+        nothing; it shows the order was fair); ``release_write_s``: its release write
+        took this long; ``processing_delay_s``: its result waited this long between
+        arrival (stamp) and being opened, checked and handed to the round (the
+        coordinator's own queueing, not in its latency); ``release_index``: its place
+        in the round's shuffled release order.
+        """
+
+        def span(a: int | None, b: int | None) -> float | None:
+            return (b - a) / 1e9 if a is not None and b is not None else None
+
+        return {
+            "release_index": self.release_index,
+            "release_offset_s": span(first_release_ns, self.release_start_ns),
+            "release_write_s": span(self.release_start_ns, self.release_end_ns),
+            "processing_delay_s": span(self.arrived_ns, self.processed_ns),
+        }
 
 
 @dataclass
@@ -132,6 +158,9 @@ class RoundReport:
     kind: str = "full"
     schedule: dict[str, bool] = field(default_factory=dict)
     flags: list[int] = field(default_factory=list)
+    #: Per node: its raw stamps (``release_start_ns``, ``arrived_ns``, ``processed_ns``,
+    #: coordinator monotonic ns) and its timing budget (:meth:`NodeTiming.budget`).
+    timings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -150,6 +179,7 @@ class RoundReport:
                     "elapsed_s": o.elapsed_s,
                     "canaries_checked": o.canaries_checked,
                     "canaries_matched": o.canaries_matched,
+                    "timing": self.timings.get(o.node_key),
                 }
                 for o in self.outcomes
             ],
@@ -231,18 +261,24 @@ async def _release(
     ready: Sequence[tuple[NodeSession, Assignment]],
     timing: dict[str, NodeTiming],
 ) -> None:
-    """Write every ready node's ``release`` frame in one tight loop.
+    """Write every ready node's ``release`` frame in one tight loop, in a fresh random
+    order each round (so no node is always first or last), stamping each node's own
+    write (``release_start_ns``/``release_end_ns``; its latency is measured from its own
+    stamp, so its place in the order does not count against it).
 
     Frames are sealed ahead while holding every session's send lock, so the loop does
     nothing but socket writes and clock reads (architecture.md, "Release").
     """
+    ready = list(ready)
+    secrets.SystemRandom().shuffle(ready)
     sessions = [s for s, _ in ready]
     for s in sessions:
         await s.send_lock.acquire()
     try:
         frames = [s.transport.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready]
-        for (s, _), frame in zip(ready, frames, strict=True):
+        for i, ((s, _), frame) in enumerate(zip(ready, frames, strict=True)):
             t = timing[s.node_key]
+            t.release_index = i
             t.release_start_ns = time.monotonic_ns()
             try:
                 await s.ws.send_bytes(frame)
@@ -271,24 +307,33 @@ def _observe(
         )  # fmt: skip
     arrival = fut.result()
     t.arrived_ns = arrival.arrived_ns
+    t.processed_ns = arrival.processed_ns
     res = arrival.result
     if res is None:
         return Observation(
             arrived_ns=arrival.arrived_ns, outputs=None, commitment=None, commitment_ok=False,
             signature_ok=False, disconnected=False, error=arrival.error, **base,
         )  # fmt: skip
+    c_ok, s_ok = arrival.commitment_ok, arrival.signature_ok
+    if c_ok is None or s_ok is None:  # not checked by the opener (cannot happen): check here
+        c_ok = commitment(res.outputs) == res.commitment
+        s_ok = verify_receipt(s.node_key_raw, res.signature, s.session_id, round_id, res.commitment)
     return Observation(
         arrived_ns=arrival.arrived_ns,
         outputs=res.outputs,
         commitment=res.commitment,
-        commitment_ok=commitment(res.outputs) == res.commitment,
-        signature_ok=verify_receipt(
-            s.node_key_raw, res.signature, s.session_id, round_id, res.commitment
-        ),
+        commitment_ok=c_ok,
+        signature_ok=s_ok,
         disconnected=False,
         error=None,
         **base,
     )
+
+
+def _report_timing(t: NodeTiming, first_release_ns: int | None) -> dict[str, Any]:
+    """A node's entry in the round report: raw stamps plus its timing budget."""
+    raw = {k: getattr(t, k) for k in ("release_start_ns", "arrived_ns", "processed_ns")}
+    return {**raw, **t.budget(first_release_ns)}
 
 
 ROUND_KINDS = ("full", "screening", "confirmation")
@@ -406,6 +451,10 @@ async def _run_locked(
     results = {s.node_key: s.expect_result(round_id) for s, _ in ready}
     await _release(round_id, ready, timing)
     t_released = time.monotonic()
+    first_release_ns = min(
+        (t.release_start_ns for t in timing.values() if t.release_start_ns is not None),
+        default=None,
+    )
     if results:
         await asyncio.wait(results.values(), timeout=profile.result_timeout_s)
     t_collected = time.monotonic()
@@ -434,7 +483,7 @@ async def _run_locked(
                     0,
                 )  # fmt: skip
             )
-            records[a.node_key] = {"timing": t.as_dict()}
+            records[a.node_key] = {"timing": t.as_dict(), "budget": t.budget(first_release_ns)}
             continue
         obs = _observe(s, a, round_id, t, fut)
         outcome = verify(
@@ -445,6 +494,7 @@ async def _run_locked(
         res = arrival.result if arrival else None
         records[a.node_key] = {
             "timing": t.as_dict(),
+            "budget": t.budget(first_release_ns),
             "session_id": s.session_id.hex(),
             "outputs": [list(o) for o in res.outputs] if res else None,
             "commitment": res.commitment.hex() if res else None,
@@ -480,7 +530,8 @@ async def _run_locked(
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
     flag_ids = await coord.screening.after_round(profile, plan, outcomes, records)
     report = RoundReport(
-        round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids
-    )
+        round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids,
+        {k: _report_timing(t, first_release_ns) for k, t in timing.items()},
+    )  # fmt: skip
     observe_round(report)  # Prometheus metrics
     return report

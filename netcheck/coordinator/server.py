@@ -21,6 +21,7 @@ from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.arrivals import FrameOpener
 from netcheck.coordinator.screening import Screening
 from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
@@ -97,6 +98,8 @@ class Coordinator:
         self._attempts: dict[str, deque[float]] = defaultdict(deque)
         self._readers: set[asyncio.Task[None]] = set()
         self.screening = Screening(self)  # detection: schedule secret, flags, timer
+        #: Opens large received frames off the event loop (coordinator/arrivals.py).
+        self.opener = FrameOpener()
 
     # -- admission ---------------------------------------------------------------
 
@@ -159,6 +162,8 @@ class Coordinator:
             return ws
         except ConnectionError:
             return ws
+        session.stamps.install(request, ws)  # stamp where each message completes
+        session.opener = self.opener
         await self._serve(session)
         return ws
 
@@ -251,12 +256,16 @@ class Coordinator:
         self.screening.attach(app)
         add_web_routes(app, self)
         app.on_shutdown.append(self._on_shutdown)
+        app.on_cleanup.append(self._on_cleanup)
         return app
 
     async def _on_shutdown(self, app: web.Application) -> None:
         self.stopping = True  # a round in flight ends as aborted, blaming no node
         for session in list(self.sessions.values()):
             await session.ws.close(code=CloseCode.SHUTDOWN, message=b"shutdown")
+
+    async def _on_cleanup(self, app: web.Application) -> None:
+        await asyncio.to_thread(self.opener.close)
 
     async def make_runner(self) -> web.AppRunner:
         """A set-up :class:`aiohttp.web.AppRunner` for :meth:`make_app`; add a site.

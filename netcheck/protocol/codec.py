@@ -205,6 +205,14 @@ def pack_value(obj: object) -> bytes:
     return _pack(_canonical(obj))
 
 
+def pack_int_rows(rows: list[list[int]]) -> bytes:
+    """``pack_value(rows)`` for a list of lists of ints, without the per-element
+    canonicalisation pass (such a value is already canonical, §4.3). The caller checks
+    that every element is an ``int``; anything else raises ``TypeError`` from msgpack
+    (``strict_types``) rather than being packed differently."""
+    return _pack(rows)
+
+
 def unpack_value(data: bytes, limits: Limits = DEFAULT_LIMITS) -> object:
     """Decode a value written by ``pack_value`` under ``limits`` (arrays become lists).
 
