@@ -26,7 +26,7 @@ from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
 from netcheck.demo import free_port
 from netcheck.keys import generate_key, public_key_text
-from netcheck.load import add_hash_references
+from netcheck.load import VOCAB, add_hash_references
 from netcheck.storage import Store
 from netcheck.storage.tables import reference_prompts, results, rounds, verdicts
 
@@ -105,10 +105,10 @@ class LoadRun:
         """A new Store on the run's database (caller closes it)."""
         return Store(self.cfg.database)
 
-    def add_references(self, count: int) -> int:
-        """Store ``count`` hash references for the load profile."""
+    def add_references(self, count: int, vocab: int = VOCAB) -> int:
+        """Store ``count`` hash references (token ids below ``vocab``) for the load profile."""
         with self.store() as store:
-            return add_hash_references(store, self.profile, count)
+            return add_hash_references(store, self.profile, count, vocab=vocab)
 
     # -- processes ----------------------------------------------------------------
 

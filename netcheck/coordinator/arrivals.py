@@ -50,9 +50,9 @@ log = logging.getLogger("netcheck.coordinator")
 #: (~50 us) costs more than opening an ack, echo reply or probe reply.
 INLINE_FRAME_BYTES = 2048
 #: Worker threads of the default :class:`FrameOpener`. The work holds the GIL for most
-#: of its time (msgpack hooks, the result's checks), so more threads do not add CPU;
-#: two keep one frame's checks overlapping the next one's decryption.
-OPEN_WORKERS = 2
+#: of its time (msgpack hooks, the result's checks), so more threads add no CPU, and
+#: each extra thread is one more waiter the event loop can lose the GIL hand-off to.
+OPEN_WORKERS = 1
 #: GIL switch interval (seconds) set while a pool is running: a worker thread that holds
 #: the GIL delays the event loop's next socket read (and so its arrival stamps) by up to
 #: this long; Python's default is 5 ms.

@@ -17,6 +17,7 @@ unloaded nodes too.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import secrets
@@ -30,6 +31,7 @@ from netcheck.analysis.verdicts import NodeOutcome, Observation, Verdict, verify
 from netcheck.config import Profile
 from netcheck.coordinator.planner import Assignment, PlanNode, RoundPlan, plan_round
 from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
+from netcheck.engines import probe as probe_mod
 from netcheck.errors import RoundError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
@@ -189,7 +191,19 @@ class RoundReport:
 async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]) -> None:
     """Echo RTT (min of ``ECHO_SAMPLES``) and compute-probe RTTs per node, interleaved
     (echo, probe, echo, probe, ...) so both see the same network; raw samples go to the
-    node's :class:`NodeTiming`."""
+    node's :class:`NodeTiming`.
+
+    Every node is sampled concurrently. The expected probe answers are computed for all
+    challenges at once in a thread while the samples are in flight
+    (:func:`netcheck.engines.probe.answers`), and the replies are checked against them at
+    the end, so the event loop does no probe arithmetic (docs/scaling.md, "Planning").
+    """
+    challenges = {
+        s.node_key: [secrets.token_bytes(32) for _ in range(PROBE_SAMPLES)] for s in sessions
+    }
+    flat = [c for cs in challenges.values() for c in cs]
+    expected_task = asyncio.ensure_future(asyncio.to_thread(probe_mod.answers, flat))
+    replies: dict[str, list[tuple[float, bytes, bytes]]] = {s.node_key: [] for s in sessions}
 
     async def one(s: NodeSession) -> None:
         t = timing[s.node_key]
@@ -202,24 +216,31 @@ async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeT
                 if rtt is not None:
                     samples.append(rtt)
             if probing and i < PROBE_SAMPLES and (rtt is not None or i >= ECHO_SAMPLES):
-                probe = await s.measure_probe(
-                    secrets.randbits(62),
-                    secrets.token_bytes(32),
-                    min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S),
+                challenge = challenges[s.node_key][i]
+                got = await s.probe_rtt(
+                    secrets.randbits(62), challenge, min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S)
                 )
-                if probe is None:
+                if got is None:
                     t.probe_missed += 1
                     probing = False
-                elif probe.correct:
-                    t.probe_samples_s.append(probe.rtt_s)
                 else:
-                    t.probe_wrong += 1
-                    log.warning("node %s: wrong probe answer", s.label)
+                    replies[s.node_key].append((got[0], got[1], challenge))
         s.rtt_s = min(samples) if samples else s.rtt_s
         t.echo_samples_s = samples
-        t.probe_rtt_s = min(t.probe_samples_s) if t.probe_samples_s else None
 
-    await asyncio.gather(*(one(s) for s in sessions))
+    try:
+        await asyncio.gather(*(one(s) for s in sessions))
+    finally:
+        expected = dict(zip(flat, await expected_task, strict=True))
+    for s in sessions:
+        t = timing[s.node_key]
+        for rtt, answer, challenge in replies[s.node_key]:
+            if answer == expected[challenge]:
+                t.probe_samples_s.append(rtt)
+            else:
+                t.probe_wrong += 1
+                log.warning("node %s: wrong probe answer", s.label)
+        t.probe_rtt_s = min(t.probe_samples_s) if t.probe_samples_s else None
 
 
 async def _dispatch(
@@ -408,21 +429,28 @@ async def _run_locked(
     t0 = time.monotonic()
 
     await _measure_rtts(sessions, timing)
+    t_sampled = time.monotonic()
     for s in sessions:
         timing[s.node_key].rtt_s = s.rtt_s
         timing[s.node_key].deadline_s = profile.deadline_s(s.rtt_s or 0.0)
 
     # Plan (pure) and persist before anything reaches a node.
-    fps = {s.fingerprint_id for s in sessions}
+    # Each node draws at most canaries_max of its fingerprint's canaries: read exactly
+    # that many per fingerprint (reading 4x the whole round's need per fingerprint was
+    # a third of the plan time at 1,000 nodes; docs/scaling.md, "Planning").
+    per_fp = collections.Counter(s.fingerprint_id for s in sessions)
     pool = {
         fp: await asyncio.to_thread(
-            store.unspent_canaries, fp, profile.canaries_max * len(sessions) * 4
+            store.unspent_canaries, fp, profile.canaries_max * n, profile=profile.name
         )
-        for fp in fps
+        for fp, n in per_fp.items()
     }
-    plan = plan_round(
-        round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng
-    )
+    t_pool = time.monotonic()
+    plan = await asyncio.to_thread(  # pure and CPU-bound: keep the event loop free
+        plan_round,
+        round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng,
+    )  # fmt: skip
+    t_drawn = time.monotonic()
     await asyncio.to_thread(store.record_plan, plan, time.time())
     await asyncio.to_thread(_warn_low_pool, store, profile, sessions)
     await asyncio.to_thread(
@@ -514,6 +542,11 @@ async def _run_locked(
     elapsed = [o.elapsed_s for o in outcomes if o.elapsed_s is not None]
     phases = {
         "plan_s": t_planned - t0,
+        # plan_s = sampling (echo and probe RTTs) + pool read + planner + persisting
+        "plan_sampling_s": t_sampled - t0,
+        "plan_pool_s": t_pool - t_sampled,
+        "plan_draw_s": t_drawn - t_pool,
+        "plan_persist_s": t_planned - t_drawn,
         "dispatch_s": t_dispatched - t_planned,
         "release_skew_s": (max(ends) - min(starts)) / 1e9 if starts else 0.0,
         "release_loop_s": t_released - t_dispatched,

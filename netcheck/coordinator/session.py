@@ -213,6 +213,21 @@ class NodeSession:
         Raises:
             MessageError: ``challenge`` is not 32 bytes (MALFORMED_MESSAGE).
         """
+        raw = await self.probe_rtt(nonce, challenge, timeout_s)
+        if raw is None:
+            return None
+        return ProbeSample(raw[0], raw[1] == probe_mod.answer(challenge))
+
+    async def probe_rtt(
+        self, nonce: int, challenge: bytes, timeout_s: float
+    ) -> tuple[float, bytes] | None:
+        """Like :meth:`measure_probe` but unchecked: (RTT in seconds, the node's answer),
+        or None on timeout or disconnect. The round checks a whole round's answers
+        together, off the event loop (:func:`netcheck.engines.probe.answers`).
+
+        Raises:
+            MessageError: ``challenge`` is not 32 bytes (MALFORMED_MESSAGE).
+        """
         msg = Probe(nonce=nonce, challenge=challenge)
         fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._probes[nonce] = fut
@@ -228,7 +243,7 @@ class NodeSession:
             return None
         finally:
             self._probes.pop(nonce, None)
-        return ProbeSample((t1 - t0) / 1e9, answer == probe_mod.answer(challenge))
+        return (t1 - t0) / 1e9, answer
 
     def _dispatch(self, opened: Opened, arrived_ns: int) -> None:
         """Route one decrypted message to its waiter; unexpected ones are protocol errors."""

@@ -121,8 +121,13 @@ def _to_wire(value: object) -> object:
     if isinstance(value, ProfileClaim):
         return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple):
+        if set(map(type, value)) <= _SCALARS:  # a row of token ids: no per-element call
+            return list(value)
         return [_to_wire(v) for v in value]
     return value
+
+
+_SCALARS = frozenset({int, str, bytes, float, bool, type(None)})
 
 
 def message_map(msg: Message, *, omit: tuple[str, ...] = ()) -> dict[str, object]:
