@@ -53,9 +53,9 @@ from aiohttp import ClientSession, TCPConnector, WSMsgType, web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from netcheck.demo import free_port  # noqa: E402
-from netcheck.load import raise_fd_limit, source_address  # noqa: E402
-from netcheck.loadrun import LoadRun  # noqa: E402
+from netcheck.lab.demo import free_port  # noqa: E402
+from netcheck.lab.load import raise_fd_limit, source_address  # noqa: E402
+from netcheck.lab.loadrun import LoadRun  # noqa: E402
 from netcheck.storage.tables import results  # noqa: E402
 
 SHAPES: dict[str, dict[str, Any]] = {

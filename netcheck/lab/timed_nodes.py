@@ -2,8 +2,8 @@
 machine's shared monotonic clock, when their result was written. Ground truth for the
 timing-accuracy benchmark (``scripts/bench_timing.py``) and its test.
 
-Each node is a real session (:class:`netcheck.load.LoadClient`: handshake, encrypted
-frames, signed receipts) whose engine is :class:`netcheck.load.HashWorker` (outputs are
+Each node is a real session (:class:`netcheck.lab.load.LoadClient`: handshake, encrypted
+frames, signed receipts) whose engine is :class:`netcheck.lab.load.HashWorker` (outputs are
 a hash of the prompt; ``vocab`` 128,256 gives results as large as a real H200 profile's).
 On ``release`` it waits ``COMPUTE_AFTER_S`` (so its CPU work does not compete with the
 coordinator's release loop), decrypts the job, computes, commits, signs and seals the
@@ -42,7 +42,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.keys import parse_public_key, public_key_text
-from netcheck.load import HashWorker, LoadClient, raise_fd_limit, source_address
+from netcheck.lab.load import HashWorker, LoadClient, raise_fd_limit, source_address
 from netcheck.node.client import _Session
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.messages import Job, Message, Release, Result

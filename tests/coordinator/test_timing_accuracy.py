@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from netcheck.lab.loadrun import LoadRun
 from netcheck.lab.timed_nodes import STAMP_P50_BOUND_MS, STAMP_P99_BOUND_MS
-from netcheck.loadrun import LoadRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_timing import coordinator_stamps, profile_overrides, read_stamps  # noqa: E402

@@ -9,8 +9,8 @@ import aiohttp
 from web_support import web_coordinator
 
 from netcheck.coordinator.rounds import run_round
-from netcheck.node.adversary import MadeUpWorker
-from netcheck.testing import canary_store, small_profile
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import canary_store, small_profile
 
 PROFILE = small_profile(result_timeout_s=5.0)
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
