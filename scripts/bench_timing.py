@@ -226,6 +226,7 @@ async def bench_one(
         await run.run_round()  # warm-up, not counted
         errors, lags, designed_err, skews, plans, frames = [], [], [], [], [], []
         parts: list[dict[str, float]] = []
+        partial = 0
         for _ in range(args.rounds):
             await asyncio.sleep(0.5)
             rep = await run.run_round()
@@ -241,6 +242,7 @@ async def bench_one(
                 lags.append((s["send_start_ns"] - s["target_ns"]) / 1e6)
                 designed_err.append((arrived - released) / 1e9 - s["service_s"])
                 frames.append(s["frame_bytes"])
+                partial += s.get("left_in_buffer", 0) > 0
             skews.append(rep["phases"]["release_skew_s"])
             plans.append(rep["phases"]["plan_s"])
             parts.append({k: v for k, v in rep["phases"].items() if k.startswith("plan_")})
@@ -249,7 +251,7 @@ async def bench_one(
                 print(f"# {code} {shape} {n}: {len(bad)} not pass, e.g. {bad[0]}", file=sys.stderr)
         floor = await measure_floor(n, 5, workdir)
     return {
-        "code": code, "shape": shape, "nodes": n, "samples": len(errors),
+        "code": code, "shape": shape, "nodes": n, "samples": len(errors), "partial": partial,
         "frame_kb": statistics.median(frames) / 1000 if frames else 0.0,
         "err_p50": pct(errors, 0.5), "err_p99": pct(errors, 0.99), "err_max": max(errors),
         "err_min": min(errors), "lag_p99": pct(lags, 0.99),
@@ -283,15 +285,16 @@ async def main(args: argparse.Namespace) -> None:
         f"mode={args.mode} service={args.service or '1 s + 10 ms/node'} spread={args.spread}s "
         f"rounds={args.rounds}\n"
         "| code | shape | nodes | frame KB | stamp error ms p50 / p99 / max (min) "
-        "| release skew ms | send floor ms | skew/floor | plan s | node lag p99 ms | load avg |"
+        "| release skew ms | send floor ms | skew/floor | plan s | node lag p99 ms | partial writes "
+        "| load avg |"
     )
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         print(
             f"| {r['code']} | {r['shape']} | {r['nodes']} | {r['frame_kb']:.1f} | "
             f"{r['err_p50']:.2f} / {r['err_p99']:.2f} / {r['err_max']:.2f} ({r['err_min']:.2f}) | "
             f"{r['skew_ms']:.1f} | {r['floor_ms']:.1f} | {r['skew_ms'] / r['floor_ms']:.2f} | "
-            f"{r['plan_s']:.2f} | {r['lag_p99']:.1f} | {r['load']} |"
+            f"{r['plan_s']:.2f} | {r['lag_p99']:.1f} | {r['partial']}/{r['samples']} | {r['load']} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -33,12 +33,14 @@ import asyncio
 import json
 import logging
 import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.keys import parse_public_key, public_key_text
@@ -51,6 +53,8 @@ log = logging.getLogger("netcheck.lab.timed_nodes")
 
 #: Seconds after reading its release before a node starts computing its result.
 COMPUTE_AFTER_S = 0.3
+#: SO_SNDBUF of each timed node's socket (bytes): room for a whole H200-sized result.
+SNDBUF_BYTES = 1 << 20
 
 
 class Clock:
@@ -79,6 +83,17 @@ class TimedClient(LoadClient):
         super().__init__(*args, **kwargs)
         self.service_s = service_s
         self.clock = clock
+
+    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> _Session:
+        session = await super()._handshake(ws)
+        # A send buffer large enough for a whole result: the frame leaves in the one
+        # send() call right after ``send_start_ns`` instead of partly waiting in user
+        # space for this (busy) process's loop to flush it (which would be the
+        # emulator's delay, not the coordinator's).
+        sock = _transport(ws).get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+        return session
 
     async def _handle(self, session: _Session, msg: Message) -> None:
         if not isinstance(msg, Release) or msg.round_id not in session.jobs:
@@ -114,6 +129,7 @@ class TimedClient(LoadClient):
             except ConnectionError:
                 return
             written = time.monotonic_ns()
+            left = _transport(session.ws).get_write_buffer_size()
         self.rounds_served += 1
         self.clock.record(
             {
@@ -125,8 +141,13 @@ class TimedClient(LoadClient):
                 "send_start_ns": start,
                 "written_ns": written,
                 "frame_bytes": len(frame),
+                "left_in_buffer": left,  # bytes not yet handed to the kernel (0 wanted)
             }
         )
+
+
+def _transport(ws: aiohttp.ClientWebSocketResponse) -> Any:
+    return ws._writer.transport  # aiohttp's socket transport of this websocket
 
 
 def service_time(index: int, total: int, service_s: float, spread_s: float) -> float:
