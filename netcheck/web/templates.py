@@ -44,7 +44,7 @@ a{color:#0b5cad}
 <a href="/dashboard/flags">Flags</a><a href="/dashboard/exports">Exports</a>
 <span style="flex:1"></span><form method="post" action="/dashboard/logout" class="logout">
 <button type="submit" id="logout">Log out</button></form>{% endblock %}</header>
-<main>{% block body %}{% endblock %}</main></body></html>
+<main>{% for w in capacity_warnings|default([]) %}<p class="capacity-warning" style="color:#a40000">{{ w }}</p>{% endfor %}{% block body %}{% endblock %}</main></body></html>
 """
 
 _LOGIN = """{% extends "base.html" %}{% block title %}Log in{% endblock %}
