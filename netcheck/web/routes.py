@@ -358,6 +358,10 @@ def add_web_routes(
                 for src, dst in (("released_ns", "rel_ms"), ("arrived_ns", "arr_ms")):
                     ns = x[src]
                     x[dst] = "–" if ns is None else f"{(int(ns) - t0) / 1e6:.3f} ms"
+                budget = (x.get("extra") or {}).get("budget") or {}  # rounds.NodeTiming.budget
+                x["release_index"] = budget.get("release_index")
+                x["release_write_s"] = budget.get("release_write_s")
+                x["processing_delay_s"] = budget.get("processing_delay_s")
             names = {x["node_key"]: x.get("name") for x in rows}
             return {
                 "r": r,
