@@ -37,12 +37,11 @@ from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-
-_LGAMMA = np.vectorize(math.lgamma, otypes=[np.float64])
-_TINY = 1e-300
 
 
 @dataclass(frozen=True)
@@ -187,74 +186,22 @@ class Detection:
     p_crit: float
 
 
-# --- Student t tail ---------------------------------------------------------------------
-
-
-def _betacf(a: FloatArray, b: FloatArray, x: FloatArray) -> FloatArray:
-    """Continued fraction of the incomplete beta function (modified Lentz).
-
-    Source: Press et al., *Numerical Recipes*, 3rd ed., §6.4 (``betacf``).
-    """
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c = np.ones_like(x)
-    d = 1.0 - qab * x / qap
-    d = 1.0 / np.where(np.abs(d) < _TINY, _TINY, d)
-    h = d.copy()
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / np.where(np.abs(d) < _TINY, _TINY, d)
-        c = 1.0 + aa / c
-        c = np.where(np.abs(c) < _TINY, _TINY, c)
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / np.where(np.abs(d) < _TINY, _TINY, d)
-        c = 1.0 + aa / c
-        c = np.where(np.abs(c) < _TINY, _TINY, c)
-        delta = d * c
-        h *= delta
-        if np.all(np.abs(delta - 1.0) < 1e-14):
-            break
-    return h
-
-
-def _betainc(a: FloatArray, b: FloatArray, x: FloatArray) -> FloatArray:
-    """Regularized incomplete beta ``I_x(a, b)``, elementwise (Numerical Recipes §6.4)."""
-    x = np.clip(x, 0.0, 1.0)
-    inner = (x > 0) & (x < 1)
-    xs = np.where(inner, x, 0.5)
-    log_front = _LGAMMA(a + b) - _LGAMMA(a) - _LGAMMA(b) + a * np.log(xs) + b * np.log1p(-xs)
-    front = np.exp(log_front)
-    direct = xs < (a + 1.0) / (a + b + 2.0)
-    xa = np.where(direct, xs, 1.0 - xs)
-    aa = np.where(direct, a, b)
-    bb = np.where(direct, b, a)
-    cf = _betacf(aa, bb, xa)
-    value = np.where(direct, front * cf / a, 1.0 - front * cf / b)
-    return np.where(inner, value, x)
+# --- Student t and normal tails (scipy.stats) ---------------------------------------------
 
 
 def t_sf(t: FloatArray | float, df: FloatArray | float) -> FloatArray:
-    """One-sided upper tail ``P(T > t)`` of Student's t with ``df`` (may be fractional).
-
-    ``P(T > t) = I_{df/(df+t^2)}(df/2, 1/2) / 2`` for ``t >= 0`` (Abramowitz & Stegun
-    26.7.1 / 26.5.27). NaN where ``t`` or ``df`` is NaN or ``df <= 0``.
-    """
+    """One-sided upper tail ``P(T > t)`` of Student's t with ``df`` (may be fractional),
+    elementwise: :data:`scipy.stats.t` ``.sf``. NaN where ``t`` or ``df`` is not finite
+    or ``df <= 0``."""
     t_arr, df_arr = np.broadcast_arrays(np.asarray(t, float), np.asarray(df, float))
     ok = np.isfinite(t_arr) & np.isfinite(df_arr) & (df_arr > 0)
-    tt = np.where(ok, t_arr, 0.0)
-    nu = np.where(ok, df_arr, 1.0)
-    half = 0.5 * _betainc(nu / 2.0, np.full_like(nu, 0.5), nu / (nu + tt * tt))
-    p = np.where(tt >= 0, half, 1.0 - half)
-    return np.where(ok, p, np.nan)
+    p = student_t.sf(np.where(ok, t_arr, 0.0), np.where(ok, df_arr, 1.0))
+    return np.asarray(np.where(ok, p, np.nan), dtype=np.float64)
 
 
 def normal_sf(z: FloatArray | float) -> FloatArray:
-    """``P(Z > z)`` for a standard normal, elementwise (via ``math.erfc``)."""
-    erfc = np.vectorize(math.erfc, otypes=[np.float64])
-    return np.asarray(0.5 * erfc(np.asarray(z, float) / math.sqrt(2.0)), dtype=np.float64)
+    """``P(Z > z)`` for a standard normal, elementwise (:data:`scipy.stats.norm` ``.sf``)."""
+    return np.asarray(norm.sf(np.asarray(z, float)), dtype=np.float64)
 
 
 # --- Detector A ---------------------------------------------------------------------------
@@ -344,19 +291,8 @@ def _prior_variance(e: FloatArray) -> float:
 
 
 def t_isf(p: float, df: float) -> float:
-    """``t`` with ``P(T > t) = p`` for Student's t (bisection on :func:`t_sf`)."""
-    lo, hi = 0.0, 1.0
-    while float(t_sf(hi, df)) > p and hi < 1e8:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if float(t_sf(mid, df)) > p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-9 * hi:
-            break
-    return hi
+    """``t`` with ``P(T > t) = p`` for Student's t (:data:`scipy.stats.t` ``.isf``)."""
+    return float(student_t.isf(p, df))
 
 
 def _moderate(s2: FloatArray, dof: float, s0_sq: float, prior_df: float) -> FloatArray:
