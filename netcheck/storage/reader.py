@@ -34,6 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from netcheck.analysis.timing import stored_timing_row
 from netcheck.errors import StorageError
 from netcheck.storage.flags import flags as flags_table
 from netcheck.storage.store import Store
@@ -360,8 +361,10 @@ class Reader:
     ) -> dict[str, Any]:
         """Screening evidence of a group: who was loaded in which round, and service times.
 
-        A node counts as *loaded* in a round when it was sent work (it has an assignment).
-        ``service_s`` = ``(arrived - released) / 1e9 - rtt`` (None without a result).
+        *Loaded* and ``service_s`` are the detectors' definitions
+        (:func:`netcheck.analysis.timing.stored_timing_row`): sent work (an assignment)
+        and released; ``(arrived - released) / 1e9 - rtt`` of a result (None without one;
+        an error reply is no result).
 
         Args:
             node_keys: the group; None = every node loaded in one of ``round_ids``.
@@ -402,12 +405,11 @@ class Reader:
                 aq = select(a.round_id, a.node_key).where(
                     a.round_id.in_(rids), a.node_key.in_(keys)
                 )
-                for rid, key in conn.execute(aq):
-                    loaded[key][index[rid]] = True
+                assigned = {(rid, key) for rid, key in conn.execute(aq)}
                 r = results.c
                 tq = (
                     select(r.round_id, r.node_key, r.released_ns, r.arrived_ns, r.rtt_s,
-                           verdicts.c.elapsed_s)
+                           r.commitment, verdicts.c.elapsed_s)
                     .select_from(
                         results.outerjoin(
                             verdicts,
@@ -417,11 +419,15 @@ class Reader:
                     )
                     .where(r.round_id.in_(rids), r.node_key.in_(keys))
                 )  # fmt: skip
-                for rid, key, rel, arr, rtt, el in conn.execute(tq):
-                    i = index[rid]
-                    elapsed[key][i] = el
-                    if rel is not None and arr is not None:
-                        service[key][i] = (arr - rel) / 1e9 - (rtt or 0.0)
+                for row in conn.execute(tq):
+                    i = index[row.round_id]
+                    elapsed[row.node_key][i] = row.elapsed_s
+                    timing = stored_timing_row(
+                        row.round_id, row.node_key, (row.round_id, row.node_key) in assigned,
+                        dict(row._mapping),
+                    )  # fmt: skip
+                    loaded[row.node_key][i] = timing.loaded
+                    service[row.node_key][i] = timing.service_s()
         return {
             "node_keys": keys,
             "round_ids": rids,

@@ -145,7 +145,7 @@ def residual_correlation_matrix(
     are removed as the detectors do. ``None`` where fewer than ``min_rounds`` rounds are
     shared or a series is constant.
     """
-    from netcheck.analysis.timing import median_polish
+    from netcheck.analysis.timing import MIN_SERVICE_S, median_polish
 
     keys: list[str] = list(everyone["node_keys"])
     n_rounds = len(everyone["round_ids"])
@@ -153,7 +153,10 @@ def residual_correlation_matrix(
         return [[None] * len(members) for _ in members]
     y = np.array(
         [
-            [math.log(max(s, 1e-6)) if s is not None else np.nan for s in everyone["service_s"][k]]
+            [
+                math.log(max(s, MIN_SERVICE_S)) if s is not None else np.nan
+                for s in everyone["service_s"][k]
+            ]
             for k in keys
         ],
         dtype=np.float64,
