@@ -6,17 +6,14 @@ import math
 
 import numpy as np
 
-from netcheck.analysis.detectors import (
-    DetectorConfig,
+from netcheck.analysis.detector_a import (
     Selection,
-    connected_components,
-    detect,
     forward_selection,
     pairwise_welch,
     reverse_tests,
-    t_isf,
-    t_sf,
 )
+from netcheck.analysis.detectors import DetectorConfig, connected_components, detect
+from netcheck.analysis.tails import t_isf, t_sf
 from netcheck.analysis.timing import median_polish
 
 
