@@ -57,7 +57,8 @@ from netcheck.analysis.screening import (
 )
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator import checks
-from netcheck.coordinator.rounds import RoundHost, run_round
+from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError, RoundError
 from netcheck.keys import load_or_create_secret
 from netcheck.records import (
