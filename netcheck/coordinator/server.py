@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator.arrivals import FrameOpener
 from netcheck.coordinator.detection import Screening
-from netcheck.coordinator.rounds import RoundHooks
+from netcheck.coordinator.hooks import RoundHooks
 from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
