@@ -3,7 +3,8 @@
 Groups: ``keygen``, ``model synth``, ``reference build``, ``coordinator serve``,
 ``node run``, ``round run``, ``nodes``, ``demo``. Every command has ``--help``.
 Errors netcheck raises on purpose (:class:`~netcheck.errors.NetcheckError`) are printed
-as one line and exit with status 2; anything else is a bug and shows a traceback.
+as one line and exit with the status :func:`netcheck.exitcodes.exit_code_for` gives
+(docs/admin-api.md, "Exit codes"); anything else is a bug and shows a traceback.
 """
 
 from __future__ import annotations
@@ -55,12 +56,20 @@ _verbose_option = click.option("-v", "--verbose", is_flag=True, help="Log debug 
 
 
 class _Group(click.Group):
+    #: Other spellings of a command (``netcheck references status`` = ``reference status``).
+    ALIASES = {"references": "reference", "rounds": "round"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except NetcheckError as exc:
+            from netcheck.exitcodes import exit_code_for
+
             click.secho(f"error: {exc}", fg="red", err=True)
-            sys.exit(2)
+            sys.exit(exit_code_for(exc))
 
 
 @click.group(cls=_Group)
@@ -282,9 +291,19 @@ def round_group() -> None:
     "--profile", "profile_name", default=None, help="Profile to validate (default: first)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON report.")
-def round_run(config_path: Path, profile_name: str | None, as_json: bool) -> None:
-    """Ask the running coordinator to run a round now and print the verdict table."""
-    from netcheck.report import console, print_round
+@click.option(
+    "--fail-on-failing",
+    is_flag=True,
+    help="Exit with status 9 when a node gets a failing verdict (for scripts and CI).",
+)
+def round_run(
+    config_path: Path, profile_name: str | None, as_json: bool, fail_on_failing: bool
+) -> None:
+    """Ask the running coordinator to run a round now and print the verdict table.
+
+    Exits 8 when no node was checked (the canary pool is empty for every fingerprint).
+    """
+    from netcheck.report import check_round_outcome, console, print_round
 
     with console().status("round running: dispatch, release, compute, verify"):
         report = admin_call(config_path, "POST", "/admin/rounds", {"profile": profile_name})
@@ -292,6 +311,7 @@ def round_run(config_path: Path, profile_name: str | None, as_json: bool) -> Non
         click.echo(json.dumps(report, indent=2))
     else:
         print_round(report)
+    check_round_outcome([report], fail_on_failing=fail_on_failing)
 
 
 @main.command()
@@ -352,9 +372,14 @@ def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
 
 def _register_subcommands() -> None:
     from netcheck.coordinator.commands import flags, screen
+    from netcheck.coordinator.round_commands import round_list, round_show
     from netcheck.engines.commands import engine
     from netcheck.receipts import receipt
+    from netcheck.references.commands import references_status
 
+    reference.add_command(references_status)
+    round_group.add_command(round_list)
+    round_group.add_command(round_show)
     main.add_command(engine)
     main.add_command(receipt)
     main.add_command(screen)

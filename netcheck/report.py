@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -16,7 +16,12 @@ def console() -> Console:
     return probe if probe.is_terminal else Console(width=120)
 
 
-VERDICT_STYLE = {"pass": "green", "late": "yellow", "profile-mismatch": "magenta"}
+VERDICT_STYLE = {
+    "pass": "green", "late": "yellow", "profile-mismatch": "magenta",
+    "unchecked": "black on bright_yellow",  # not a failure, not a pass: stands out
+}  # fmt: skip
+#: Verdicts that are neither a failure nor a pass: the coordinator could not check.
+NOT_CHECKED = frozenset({"unchecked"})
 
 
 def verdict_text(verdict: str) -> str:
@@ -50,12 +55,54 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
         )
     out = console()
     out.print(table)
-    phases = report.get("phases", {})
+    checked = [v for v in report["verdicts"] if v["verdict"] not in NOT_CHECKED]
+    passed = sum(1 for v in checked if v["verdict"] == "pass")
+    out.print(
+        f"  checked {len(checked)} of {len(report['verdicts'])} node(s), {passed} passed"
+        + ("" if len(checked) == len(report["verdicts"]) else "; see `netcheck references status`")
+    )
+    phases = {k: v for k, v in (report.get("phases") or {}).items() if isinstance(v, int | float)}
     if phases:
         out.print(
             "  phases: "
             + ", ".join(f"{k.removesuffix('_s')} {val * 1000:.1f} ms" for k, val in phases.items())
         )
+
+
+def check_round_outcome(
+    reports: Sequence[Mapping[str, Any]], *, fail_on_failing: bool = False
+) -> None:
+    """Raise when round reports checked nobody, or (if asked) when a node failed.
+
+    Args:
+        reports: admin API round reports (``RoundReport.as_dict()``), each with
+            ``verdicts`` (``verdict``, ...) or ``counts`` (verdict -> number, as the
+            screening report's rounds carry them) and ``profile``.
+        fail_on_failing: also raise :class:`NodesFailed` for a failing verdict.
+
+    Raises:
+        NothingChecked: at least one verdict and none checked (every node
+            ``unchecked``); the message names the command that builds references.
+        NodesFailed: ``fail_on_failing`` and some verdict other than pass/unchecked.
+    """
+    from netcheck.admin_client import NodesFailed, NothingChecked
+
+    verdicts = [v for r in reports for v in r.get("verdicts", ())]
+    for r in reports:  # screening reports carry verdict counts per round instead
+        verdicts += [{"verdict": k} for k, n in r.get("counts", {}).items() for _ in range(n)]
+    if verdicts and all(v["verdict"] in NOT_CHECKED for v in verdicts):
+        profiles = sorted({str(r.get("profile", "")) for r in reports})
+        raise NothingChecked(
+            f"nothing was checked: all {len(verdicts)} verdicts in {len(reports)} round(s) "
+            "are 'unchecked' (no unspent canary for the nodes' fingerprints). "
+            "Build references with: "
+            + "; ".join(f"netcheck reference build --profile {p} --config <coordinator.toml>"
+                        for p in profiles)
+            + " (see `netcheck references status`)"
+        )  # fmt: skip
+    failing = [v for v in verdicts if v["verdict"] != "pass" and v["verdict"] not in NOT_CHECKED]
+    if fail_on_failing and failing:
+        raise NodesFailed(f"{len(failing)} failing verdict(s)")
 
 
 def print_nodes(data: Mapping[str, Any]) -> None:

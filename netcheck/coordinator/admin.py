@@ -2,10 +2,12 @@
 
 Routes:
 
-- ``GET  /admin/status``          — connected nodes per profile.
+- ``GET  /admin/status``          — connected nodes per profile, the canary pool.
+- ``GET  /admin/references``      — the canary pool per profile and fingerprint.
 - ``GET  /admin/nodes``           — connected sessions and every known node.
 - ``POST /admin/rounds``          — run a round now; body ``{"profile": NAME}`` (optional).
-- ``GET  /admin/rounds``          — recent rounds.
+- ``GET  /admin/rounds``          — rounds, newest first; ``limit`` (1..10000, default
+  50) and ``offset`` page them; the reply carries ``total``.
 - ``GET  /admin/rounds/{round_id}`` — verdicts of one round (404 for an unknown round).
 - ``POST /admin/screening``       — run screening rounds, the analysis and confirmation;
   body ``{"rounds": N, "profile": NAME}`` (both optional; N defaults to 16). Returns
@@ -25,6 +27,7 @@ field. An unknown profile, or no node to validate, is a 409.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import logging
@@ -32,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
 from netcheck.storage.flags import jsonable
-from netcheck.web.inputs import json_object, optional_name, parse_int, query_int
+from netcheck.web.inputs import MAX_OFFSET, json_object, optional_name, parse_int, query_int
 from netcheck.web.queries import Reader
 
 if TYPE_CHECKING:
@@ -79,10 +83,16 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
         per_profile: dict[str, int] = {}
         for s in coord.sessions.values():
             per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
+        pool = [e.as_dict() for e in await asyncio.to_thread(live_pool, coord)]
         return web.json_response(
             {"connected": len(coord.sessions), "per_profile": per_profile,
-             "profiles": sorted(coord.profiles), "handshake_failures": coord.handshake_failures}
+             "profiles": sorted(coord.profiles), "handshake_failures": coord.handshake_failures,
+             "references": pool}
         )  # fmt: skip
+
+    async def references(request: web.Request) -> web.Response:
+        pool = await asyncio.to_thread(live_pool, coord)
+        return web.json_response({"references": [e.as_dict() for e in pool]})
 
     async def nodes(request: web.Request) -> web.Response:
         connected = [
@@ -110,13 +120,32 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
         return web.json_response(body)
 
     async def list_rounds(request: web.Request) -> web.Response:
-        return web.json_response({"rounds": coord.store.list_rounds()})
+        limit = query_int(request.query, "limit", default=50, lo=1, hi=10_000)
+        offset = query_int(request.query, "offset", default=0, lo=0, hi=MAX_OFFSET)
+
+        def read() -> dict[str, Any]:
+            rows = reader.rounds(limit, offset)
+            return {"rounds": rows, "total": reader.count_rounds(), "limit": limit,
+                    "offset": offset}  # fmt: skip
+
+        return web.json_response(jsonable(await asyncio.to_thread(read)))
 
     async def round_detail(request: web.Request) -> web.Response:
         rid = request.match_info["round_id"]
-        if reader.round(rid) is None:
+
+        def read() -> dict[str, Any] | None:
+            row = reader.round(rid)
+            if row is None:
+                return None
+            verdicts = coord.store.round_verdicts(rid)
+            for v in verdicts:
+                v["name"] = coord.config.node_names.get(v["node_key"], "")
+            return {**row, "round_id": rid, "verdicts": verdicts}
+
+        body = await asyncio.to_thread(read)
+        if body is None:
             raise web.HTTPNotFound(text=f"no round {rid!r}")
-        return web.json_response({"round_id": rid, "verdicts": coord.store.round_verdicts(rid)})
+        return web.json_response(jsonable(body))
 
     async def screening(request: web.Request) -> web.Response:
         body = await json_object(request)
@@ -151,6 +180,7 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
 
     app.middlewares.append(auth)
     app.router.add_get("/admin/status", status)
+    app.router.add_get("/admin/references", references)
     app.router.add_get("/admin/nodes", nodes)
     app.router.add_post("/admin/rounds", start_round)
     app.router.add_get("/admin/rounds", list_rounds)

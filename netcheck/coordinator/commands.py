@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from netcheck.admin_client import admin_call, coordinator_config_option
+from netcheck.report import check_round_outcome
 
 STATUS_STYLE = {"confirmed": "red", "pending": "yellow", "cleared": "green"}
 
@@ -82,8 +83,10 @@ def screen_run(config_path: Path, rounds: int, profile_name: str | None, as_json
     report = admin_call(
         config_path, "POST", "/admin/screening", {"rounds": rounds, "profile": profile_name}
     )
+    rounds_run = [{**r, "profile": report["profile"]} for r in report.get("rounds", [])]
     if as_json:
         click.echo(json.dumps(report, indent=2))
+        check_round_outcome(rounds_run)
         return
     console = Console()
     kinds = [r["kind"] for r in report.get("rounds", [])]
@@ -102,6 +105,7 @@ def screen_run(config_path: Path, rounds: int, profile_name: str | None, as_json
         members = ", ".join(m[:20] for m in c["group"])
         console.print(f"  suspect group [{members}]: {c['verdict']}")
     console.print(flags_table(report.get("flags", []), "flags raised"))
+    check_round_outcome(rounds_run)
 
 
 @click.group("flags")

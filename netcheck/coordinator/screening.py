@@ -43,6 +43,7 @@ import logging
 import math
 import os
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -451,7 +452,8 @@ class Screening:
             outcome = await self.analyse_and_confirm(profile_name)
         round_flags = [f for r in reports for f in r.flags]
         outcome["rounds"] = [{"round_id": r.round_id, "kind": r.kind,
-                              "loaded": sorted(k for k, b in r.schedule.items() if b)}
+                              "loaded": sorted(k for k, b in r.schedule.items() if b),
+                              "counts": dict(Counter(str(o.verdict) for o in r.outcomes))}
                              for r in reports]  # fmt: skip
         outcome["flags"] = [
             self._brief(i) for i in sorted(set(round_flags) | set(outcome["flag_ids"]))

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, create_engine, event, func, insert, select, update
+from sqlalchemy import Connection, case, create_engine, event, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine, make_url
@@ -267,6 +267,22 @@ class Store:
             query = query.where(t.c.spent_round.is_(None))
         with self._read("count references") as conn:
             return int(conn.execute(query).scalar_one())
+
+    def reference_pool(self) -> list[dict[str, Any]]:
+        """Reference counts per (profile, fingerprint): one dict per pair with keys
+        ``profile``, ``fingerprint_id``, ``total`` and ``unspent``, sorted by both names."""
+        t = reference_prompts
+        unspent = func.sum(case((t.c.spent_round.is_(None), 1), else_=0))
+        query = (
+            select(t.c.profile, t.c.fingerprint_id, func.count(), unspent)
+            .group_by(t.c.profile, t.c.fingerprint_id)
+            .order_by(t.c.profile, t.c.fingerprint_id)
+        )
+        with self._read("count the reference pool") as conn:
+            return [
+                {"profile": p, "fingerprint_id": fp, "total": int(n), "unspent": int(u or 0)}
+                for p, fp, n, u in conn.execute(query)
+            ]
 
     def canary_ids_used(self) -> list[str]:
         """ids of every spent reference, sorted."""

@@ -9,7 +9,10 @@ Two sources:
   ``netcheck_round_duration_seconds`` (plan to verified). They live in the module-level
   :data:`REGISTRY` (not prometheus-client's global one, which other libraries fill).
 - Live state, read from the coordinator at scrape time: ``netcheck_connected_nodes
-  {profile}`` and ``netcheck_handshake_failures_total``.
+  {profile}``, ``netcheck_handshake_failures_total``, and the canary pool:
+  ``netcheck_reference_unspent{profile,fingerprint}`` (unspent references) and
+  ``netcheck_reference_rounds_left{profile,fingerprint}`` (full rounds the pool still
+  covers for the nodes connected now; :mod:`netcheck.references.pool`).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ class CoordinatorCollector(Collector):
             labels=["profile"],
         )  # fmt: skip
         per_profile = dict.fromkeys(self.coord.profiles, 0)
-        for s in self.coord.sessions.values():
+        for s in list(self.coord.sessions.values()):  # a snapshot: may run in a thread
             per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
         for profile, n in sorted(per_profile.items()):
             connected.add_metric([profile], n)
@@ -93,6 +96,26 @@ class CoordinatorCollector(Collector):
         )
         failures.add_metric([], self.coord.handshake_failures)
         yield failures
+        yield from self._pool()
+
+    def _pool(self) -> Iterable[Metric]:
+        from netcheck.coordinator.pool import live_pool
+
+        unspent = GaugeMetricFamily(
+            "netcheck_reference_unspent",
+            "Unspent canary references, by profile and fingerprint id.",
+            labels=["profile", "fingerprint"],
+        )
+        left = GaugeMetricFamily(
+            "netcheck_reference_rounds_left",
+            "Full rounds the canary pool still covers for the nodes connected now.",
+            labels=["profile", "fingerprint"],
+        )
+        for e in live_pool(self.coord):
+            unspent.add_metric([e.profile, e.fingerprint_id], e.unspent)
+            left.add_metric([e.profile, e.fingerprint_id], e.rounds_left)
+        yield unspent
+        yield left
 
 
 def metrics_text(coord: Coordinator) -> bytes:

@@ -45,6 +45,7 @@ import numpy as np
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from netcheck.web.banner import POOL, pool_middleware
 from netcheck.web.exports import KINDS, to_csv, to_json
 from netcheck.web.flagview import FlagView, flag_view
 from netcheck.web.inputs import MAX_OFFSET, has_control_chars, query_int
@@ -55,7 +56,7 @@ from netcheck.web.plots import (
     loaded_latency_svg,
     round_timeline_svg,
 )
-from netcheck.web.queries import STRIKE_WINDOW, Reader
+from netcheck.web.queries import STRIKE_WINDOW, UNCHECKED, Reader, pass_rate
 from netcheck.web.templates import label, make_env
 
 if TYPE_CHECKING:
@@ -234,6 +235,7 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
         raise web.HTTPUnauthorized(text="missing or wrong admin token")
 
     def page(name: str, status: int = 200, **context: Any) -> web.Response:
+        context.setdefault("pool", POOL.get() or [])  # the canary-pool banner (web.banner)
         html = env.get_template(name).render(**context)
         return web.Response(
             text=html,
@@ -310,11 +312,13 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
                 return None
             history = reader.node_history(key)
             passed = sum(1 for h in history if h["passed"])
+            checked = sum(1 for h in history if h["verdict"] != UNCHECKED)
             return {
                 "n": node,
                 "connected": connected,
                 "history": history,
-                "pass_rate": passed / len(history) if history else None,
+                "pass_rate": pass_rate(passed, checked),
+                "checked": checked,
                 "flags": [f for f in all_flags() if key in f.members],
                 "latency": latency_history_svg(history),
             }
@@ -471,10 +475,11 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
         )
 
     async def metrics(request: web.Request) -> web.Response:
-        body = metrics_text(coord)
+        body = await asyncio.to_thread(metrics_text, coord)  # reads the database
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
     app.middlewares.append(dashboard_auth)
+    app.middlewares.append(pool_middleware(coord))  # inside the auth check
     r = app.router
     r.add_get("/", root)
     r.add_get("/dashboard", index)

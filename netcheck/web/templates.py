@@ -33,6 +33,10 @@ code,.key{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px
 .v-pass{background:#009E73}.v-late{background:#E69F00}.v-wrong-answer{background:#D55E00}
 .v-malformed{background:#CC79A7}.v-missing{background:#56B4E9}.v-disconnected{background:#0072B2}
 .v-profile-mismatch{background:#999}
+.v-unchecked{background:#fff;color:#7a4d00;border:1px dashed #b8860b}
+.pool{background:#e8f1fb;border-bottom:1px solid #c6d8ee;padding:.35rem 1.2rem;display:flex;flex-wrap:wrap;gap:.3rem 1.2rem}
+.pool-warn{background:#fff4d6;border-bottom-color:#e6c36a}.pool-empty b,.pool-low b{color:#b42318}
+.pool-fix{flex-basis:100%}
 .plot{background:#fff;padding:.4rem;margin:.4rem 0 1rem;overflow-x:auto}
 .plot svg{max-width:100%;height:auto}
 .muted{color:#6b7280}.facts td:first-child{width:14rem;color:#4b5563}
@@ -44,6 +48,12 @@ a{color:#0b5cad}
 <a href="/dashboard/flags">Flags</a><a href="/dashboard/exports">Exports</a>
 <span style="flex:1"></span><form method="post" action="/dashboard/logout" class="logout">
 <button type="submit" id="logout">Log out</button></form>{% endblock %}</header>
+{% if pool %}<div id="pool-banner" class="pool{% if pool[0].state != 'ok' %} pool-warn{% endif %}">
+<strong>Canary pool</strong>{% for p in pool %}<span class="pool-entry pool-{{ p.state }}" data-fingerprint="{{ p.fingerprint_id }}">
+{{ p.profile }} / <code>{{ p.fingerprint_id[:12] }}</code>: <b class="rounds-left">{{ p.rounds_left }}</b> round{{ "" if p.rounds_left == 1 else "s" }} left
+({{ p.unspent }} unspent, {{ p.nodes }} node{{ "" if p.nodes == 1 else "s" }})</span>{% endfor %}
+{% if pool[0].state != 'ok' %}<span class="pool-fix">nodes of an empty pool are <b>unchecked</b>; build more:
+<code>{{ pool[0].build_command }}</code></span>{% endif %}</div>{% endif %}
 <main>{% block body %}{% endblock %}</main></body></html>
 """
 
@@ -61,13 +71,13 @@ _LOGIN = """{% extends "base.html" %}{% block title %}Log in{% endblock %}
 _NODES = """{% extends "base.html" %}{% block title %}Nodes{% endblock %}
 {% block body %}<h1>Nodes <span class="muted">({{ nodes|length }} known, {{ connected }} connected)</span></h1>
 <table id="nodes"><thead><tr><th>node</th><th>profile</th><th>connected</th><th>last seen</th>
-<th class="num">rounds</th><th class="num">pass rate</th><th class="num" title="failures among the last {{ window }} verdicts">strikes</th>
+<th class="num">rounds</th><th class="num" title="passed / checked rounds">pass rate</th><th class="num" title="failing verdicts among the last {{ window }} (unchecked is not a failure)">strikes</th>
 <th class="num">flags</th><th>last verdict</th></tr></thead><tbody>
 {% for n in nodes %}<tr data-node="{{ n.node_key }}">
 <td><a href="{{ n.node_key|node_url }}">{{ n.node_key|label(n.name) }}</a></td>
 <td>{{ n.profile }}</td><td>{% if n.connected %}<span class="on">yes</span>{% else %}no{% endif %}</td>
 <td>{{ n.last_seen_at|when }}</td><td class="num">{{ n.rounds }}</td>
-<td class="num pass-rate">{{ n.pass_rate|pct }}</td><td class="num strikes">{{ n.strikes }}</td>
+<td class="num pass-rate" title="passed / checked; {{ n.rounds - n.checked }} unchecked">{{ n.pass_rate|pct }}</td><td class="num strikes">{{ n.strikes }}</td>
 <td class="num">{% if n.flags %}<a href="/dashboard/flags?node={{ n.node_key|urlencode }}">{{ n.flags }}</a>{% else %}0{% endif %}</td>
 <td class="verdict">{% if n.last_verdict %}<span class="v v-{{ n.last_verdict }}">{{ n.last_verdict }}</span> <a class="muted" href="{{ n.last_round|round_url }}">{{ n.last_round }}</a>{% endif %}</td>
 </tr>{% else %}<tr><td colspan="9" class="muted">no node has joined yet</td></tr>{% endfor %}
@@ -119,7 +129,8 @@ _NODE = """{% extends "base.html" %}{% block title %}Node{% endblock %}
 <tr><td>fingerprint</td><td class="key">{{ n.fingerprint_id }}<br>{% for k, v in n.fingerprint.items() %}{{ k }}={{ v }}{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
 <tr><td>first / last seen</td><td>{{ n.first_seen_at|when }} / {{ n.last_seen_at|when }}</td></tr>
 <tr><td>connected</td><td>{% if connected %}<span class="on">yes</span>{% else %}no{% endif %}</td></tr>
-<tr><td>pass rate (last {{ history|length }})</td><td id="node-pass-rate">{{ pass_rate|pct }}</td></tr>
+<tr><td>pass rate (last {{ history|length }} rounds)</td><td id="node-pass-rate">{{ pass_rate|pct }}
+<span class="muted">of {{ checked }} checked{% if checked < history|length %}; {{ history|length - checked }} unchecked (empty canary pool){% endif %}</span></td></tr>
 <tr><td>flags</td><td>{% for f in flags %}<a href="{{ f.flag_id|flag_url }}">{{ f.detector }} #{{ f.flag_id }}</a> {% else %}none{% endfor %}</td></tr>
 </tbody></table>
 <h2>Latency history against the deadline</h2>
