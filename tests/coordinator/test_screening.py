@@ -24,8 +24,8 @@ from netcheck.coordinator.screening import (
     timing_rows,
 )
 from netcheck.errors import ConfigError
-from netcheck.sim.pipeline import simulate_screening
-from netcheck.sim.population import PopulationSpec, make_population
+from netcheck.lab.sim.pipeline import simulate_screening
+from netcheck.lab.sim.population import PopulationSpec, make_population
 from netcheck.storage.flags import StoredRounds
 
 SECRET = bytes(range(32))

@@ -11,11 +11,11 @@ from sqlalchemy import select
 from web_support import web_coordinator
 
 from netcheck.config import Profile, load_profile
+from netcheck.lab.sample import fill_synthetic
 from netcheck.storage import tables
 from netcheck.storage.flags import flags as flags_table
 from netcheck.web.exports import KINDS, parse_csv
 from netcheck.web.queries import EXPORT_COLUMNS
-from netcheck.web.sample import fill_synthetic
 
 TABLES = {"rounds": tables.rounds, "verdicts": tables.verdicts, "timings": tables.results}
 

@@ -1,9 +1,9 @@
 """A coordinator process plus client-host processes of emulated nodes, for load runs.
 
 :class:`LoadRun` writes a coordinator config (open enrollment, the given database URL,
-a profile file), stores hash references (:func:`netcheck.load.add_hash_references`),
+a profile file), stores hash references (:func:`netcheck.lab.load.add_hash_references`),
 starts ``netcheck coordinator serve`` as a real subprocess and then client hosts
-(``python -m netcheck.load nodes``), drives rounds through the admin API and counts
+(``python -m netcheck.lab.load nodes``), drives rounds through the admin API and counts
 rows in the database. Used by ``scripts/loadgen``, ``scripts/bench`` and tests/faults.
 """
 
@@ -24,9 +24,9 @@ from sqlalchemy import func, select
 
 from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
-from netcheck.demo import free_port
 from netcheck.keys import generate_key, public_key_text
-from netcheck.load import add_hash_references
+from netcheck.lab.demo import free_port
+from netcheck.lab.load import add_hash_references
 from netcheck.storage import Store
 from netcheck.storage.tables import reference_prompts, results, rounds, verdicts
 
@@ -141,7 +141,7 @@ class LoadRun:
             report = self.workdir / f"{tag}-{i}-{time.monotonic_ns()}.json"
             reports.append(report)
             args = [
-                "-m", "netcheck.load", "nodes", "--url", self.url,
+                "-m", "netcheck.lab.load", "nodes", "--url", self.url,
                 "--coordinator-key", self.coordinator_key, "--profile", self.profile.name,
                 "--max-new-tokens", str(self.profile.max_new_tokens), "--count", str(n),
                 "--delay", str(delay_s), "--first-index", str(first + i * 10_000),
