@@ -19,8 +19,13 @@ from netcheck.cli import main
 from netcheck.coordinator.rounds import run_round
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.exitcodes import Exit
-from netcheck.node.adversary import MadeUpWorker
-from netcheck.testing import RunningCoordinator, canary_store, running_coordinator, small_profile
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import (
+    RunningCoordinator,
+    canary_store,
+    running_coordinator,
+    small_profile,
+)
 
 PROFILE = small_profile("pool", dispatch_timeout_s=2.0, result_timeout_s=3.0)
 NODE_FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "11" * 32}

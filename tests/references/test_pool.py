@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from netcheck.lab.testing import small_profile
 from netcheck.references.pool import LOW_POOL_ROUNDS, pool_status, shortest
 from netcheck.storage import ReferenceRow, Store
-from netcheck.testing import small_profile
 
 PROFILE = small_profile("p", canaries_max=2, batch_size=4)
 
