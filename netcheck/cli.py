@@ -156,11 +156,15 @@ def reference_build(
     from netcheck.storage import Store
 
     setup_logging()
-    if database is None:
-        if config_path is None:
-            raise click.UsageError("give --config or --database")
-        database = load_coordinator_config(config_path).database
-    profile = load_profile(profile_name)
+    if database is None and config_path is None:
+        raise click.UsageError("give --config or --database")
+    if config_path is not None:  # profiles resolve as the coordinator resolves them
+        cfg = load_coordinator_config(config_path)
+        database = database or cfg.database
+        profile = cfg.load_profile(profile_name)
+    else:
+        profile = load_profile(profile_name)
+    assert database is not None
     engine = load_engine(profile)
     store = Store(database)
     stored = 0

@@ -8,7 +8,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from netcheck.config import NodeConfig, Profile, load_node_config, load_profile
+from netcheck.config import NodeConfig, Profile, load_node_config
 from netcheck.engines import load_engine
 from netcheck.keys import load_private_key, parse_public_key
 from netcheck.node.client import NodeClient
@@ -43,7 +43,7 @@ async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker
     cfg: NodeConfig = load_node_config(config_path)
     identity = load_private_key(cfg.identity_key)
     coordinator_key = parse_public_key(cfg.coordinator_key)
-    profile = load_profile(cfg.profile)
+    profile = cfg.load_profile(cfg.profile)
     worker = await make_worker(profile)
     client = NodeClient(
         cfg.coordinator_url,

@@ -26,7 +26,7 @@ from urllib.parse import urlparse
 import aiohttp
 
 from netcheck import __version__
-from netcheck.config import NodeConfig, Profile, load_node_config, load_profile
+from netcheck.config import NodeConfig, Profile, load_node_config
 from netcheck.errors import CloseCode, HandshakeError, NetcheckError
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
 from netcheck.node.client import FATAL_CODES, presented_coordinator_key, refusal_message
@@ -129,7 +129,7 @@ def run_checks(
     def profile() -> str:
         cfg = holder["cfg"]
         assert isinstance(cfg, NodeConfig)
-        prof = load_profile(cfg.profile)
+        prof = cfg.load_profile(cfg.profile)
         holder["profile"] = prof
         return f"{prof.name}: {prof.engine}, {prof.model}, {prof.dtype}, B={prof.batch_size}"
 
