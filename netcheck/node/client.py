@@ -2,7 +2,10 @@
 
 One :class:`NodeClient` keeps one session at a time and reconnects with exponential
 backoff and jitter. Close codes that no retry can fix (unknown node key, wrong pinned
-coordinator key, unknown profile) stop the node with :class:`NodeFatalError` instead.
+coordinator key, unknown profile) stop the node with :class:`NodeFatalError` instead,
+and so does a URL that is not a node endpoint (an HTTP answer such as a page, a
+redirect or 404 instead of the websocket upgrade; e.g. ``coordinator_url`` without
+``/v1/ws``).
 
 Per round (docs/protocol.md §5): ``job`` → store it and ``ack`` (the prompts stay
 encrypted); ``release`` → decrypt with the job key, run the batch on the worker, reply
@@ -71,6 +74,36 @@ IDLE_TIMEOUT_S = 75.0
 
 class NodeFatalError(NetcheckError):
     """The coordinator refused this node for a reason a retry cannot fix."""
+
+
+#: Path of the coordinator's node endpoint (docs/protocol.md; coordinator.server.WS_PATH).
+WS_PATH = "/v1/ws"
+
+#: HTTP statuses of a failed websocket upgrade that a retry may fix (the server or a
+#: proxy in front of it is overloaded, restarting or rate limiting).
+RETRYABLE_UPGRADE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def not_an_endpoint(status: int) -> bool:
+    """True if a websocket upgrade answered with HTTP ``status`` means the URL is not a
+    netcheck node endpoint (a page, a redirect, 404, ...): retrying cannot fix it."""
+    return status not in RETRYABLE_UPGRADE_STATUSES
+
+
+def wrong_endpoint_message(url: str, status: int) -> str:
+    """What to tell the node operator when ``url`` answered a websocket upgrade with an
+    HTTP ``status`` instead of switching protocols."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    hint = ""
+    if parts.path.rstrip("/") != WS_PATH:
+        fixed = parts._replace(path=WS_PATH, query="", fragment="").geturl()
+        hint = f'; the node endpoint\'s path is {WS_PATH}: set coordinator_url = "{fixed}"'
+    return (
+        f"coordinator_url {url} is not a netcheck node endpoint: the server answered "
+        f"the websocket upgrade with HTTP {status}{hint}. Not retrying."
+    )
 
 
 def refusal_message(
@@ -200,6 +233,10 @@ class NodeClient:
             try:
                 code = await self.run_session()
                 delay = 0.5 if code == CloseCode.NORMAL else delay
+            except aiohttp.WSServerHandshakeError as exc:
+                if not_an_endpoint(exc.status):
+                    raise NodeFatalError(wrong_endpoint_message(self.url, exc.status)) from exc
+                log.warning("%s: coordinator at %s: %s", self.label, self.url, exc)
             except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
                 log.warning("%s: cannot reach coordinator at %s: %s", self.label, self.url, exc)
             if stop.is_set():
