@@ -9,11 +9,20 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+#: Characters of a node key in text form (``ed25519:`` + 43 base64url characters).
+KEY_WIDTH = 51
+
 
 def console() -> Console:
-    """A console for tables: the terminal's width, or 120 columns when piped to a file."""
+    """A console for tables: the terminal's width, or 200 columns when piped to a file
+    (wide enough for a whole node key next to the other columns)."""
     probe = Console()
-    return probe if probe.is_terminal else Console(width=120)
+    return probe if probe.is_terminal else Console(width=200)
+
+
+def key_column(table: Table, header: str = "node key") -> None:
+    """Add a column that shows node keys whole: never wrapped, cut or folded."""
+    table.add_column(header, no_wrap=True, min_width=KEY_WIDTH, overflow="ignore")
 
 
 VERDICT_STYLE = {
@@ -106,18 +115,33 @@ def check_round_outcome(
 
 
 def print_nodes(data: Mapping[str, Any]) -> None:
-    """Print the connected nodes from ``GET /admin/nodes``."""
-    table = Table(title=f"{len(data['connected'])} connected node(s)")
-    for col in ("name", "node key", "profile", "fingerprint", "rtt ms", "peer"):
+    """Print every known node from ``GET /admin/nodes``: connected ones with their
+    round-trip time and peer, disconnected ones with when they were last seen."""
+    from datetime import UTC, datetime
+
+    live = {n["node_key"]: n for n in data["connected"]}
+    known = list(data.get("known", []))
+    for key, n in live.items():  # a session whose node row is not stored yet
+        if not any(k["node_key"] == key for k in known):
+            known.append({**n, "connected": True, "last_seen_at": None})
+    table = Table(title=f"{len(known)} known node(s), {len(live)} connected")
+    table.add_column("name")
+    key_column(table)
+    for col in ("profile", "fingerprint", "connected", "last seen (UTC)", "rtt ms", "peer"):
         table.add_column(col)
-    for n in data["connected"]:
-        rtt = n.get("rtt_s")
+    for n in known:
+        s = live.get(n["node_key"], {})
+        rtt = s.get("rtt_s")
+        seen = n.get("last_seen_at")
         table.add_row(
-            n.get("name") or "-",
-            n["node_key"],
-            n["profile"],
+            Text(n.get("display_name") or s.get("name") or n.get("name") or "-"),
+            Text(n["node_key"]),
+            Text(n["profile"]),
             n["fingerprint_id"][:12],
+            "[green]yes[/green]" if s else "no",
+            "now" if s else
+            ("-" if seen is None else datetime.fromtimestamp(seen, UTC).isoformat(timespec="seconds")),
             "-" if rtt is None else f"{rtt * 1000:.2f}",
-            n["peer"],
-        )
+            Text(s.get("peer", "-")),
+        )  # fmt: skip
     console().print(table)

@@ -4,7 +4,8 @@ Routes:
 
 - ``GET  /admin/status``          — connected nodes per profile, the canary pool.
 - ``GET  /admin/references``      — the canary pool per profile and fingerprint.
-- ``GET  /admin/nodes``           — connected sessions and every known node.
+- ``GET  /admin/nodes``           — connected sessions and every known node (with
+  ``connected`` and ``last_seen_at``: now while connected, else when its session ended).
 - ``POST /admin/rounds``          — run a round now; body ``{"profile": NAME}`` (optional).
 - ``GET  /admin/rounds``          — rounds, newest first; ``limit`` (1..10000, default
   50) and ``offset`` page them; the reply carries ``total``.
@@ -31,6 +32,7 @@ import asyncio
 import hmac
 import ipaddress
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -38,7 +40,7 @@ from aiohttp import web
 from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
-from netcheck.storage.flags import jsonable
+from netcheck.storage.flags import FLAG_STATUSES, jsonable
 from netcheck.web.inputs import MAX_OFFSET, json_object, optional_name, parse_int, query_int
 from netcheck.web.queries import Reader
 
@@ -46,6 +48,9 @@ if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
 
 log = logging.getLogger("netcheck.admin")
+
+#: Flag kinds a filter may name (docs/detection.md; docs/admin-api.md).
+FLAG_KINDS = ("shared-backend", "capacity", "result-sharing", "relay", "answer-failure")
 
 DEFAULT_SCREENING_ROUNDS = 16
 MAX_SCREENING_ROUNDS = 1024
@@ -102,7 +107,14 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
              "software": s.claim.software, "connected_at": s.connected_at}
             for s in coord.sessions.values()
         ]  # fmt: skip
-        return web.json_response({"connected": connected, "known": coord.store.list_nodes()})
+        now = time.time()
+        known = await asyncio.to_thread(coord.store.list_nodes)
+        for n in known:  # every node ever seen, connected or not
+            n["connected"] = n["node_key"] in coord.sessions
+            n["display_name"] = coord.config.node_names.get(n["node_key"], "")
+            if n["connected"]:
+                n["last_seen_at"] = now
+        return web.json_response(jsonable({"connected": connected, "known": known}))
 
     def default_profile() -> str:
         return next(iter(coord.profiles), coord.config.profiles[0])
@@ -162,6 +174,11 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
     async def list_flags(request: web.Request) -> web.Response:
         q = request.query
         limit = query_int(q, "limit", default=200, lo=1, hi=10_000)
+        for name, allowed in (("kind", FLAG_KINDS), ("status", FLAG_STATUSES)):
+            if q.get(name) is not None and q[name] not in allowed:
+                raise web.HTTPBadRequest(
+                    text=f"unknown {name} {q[name]!r}; one of: {', '.join(allowed)}"
+                )
         rows = coord.screening.flags.list_flags(
             kind=q.get("kind"), status=q.get("status"), node_key=q.get("node"), limit=limit
         )

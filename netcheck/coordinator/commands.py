@@ -115,7 +115,12 @@ def flags() -> None:
 
 @flags.command("list")
 @coordinator_config_option
-@click.option("--kind", default=None, help="shared-backend, capacity, result-sharing, relay.")
+@click.option(
+    "--kind",
+    default=None,
+    help="shared-backend, capacity, result-sharing, relay or answer-failure "
+    "(another name is an error, exit 2).",
+)
 @click.option("--status", default=None, help="confirmed, pending or cleared.")
 @click.option("--node", "node_key", default=None, help="Only flags naming this node key.")
 @_json_option

@@ -192,6 +192,14 @@ class Store:
                     insert(nodes).values(node_key=node_key, first_seen_at=seen_at, **values)
                 )
 
+    def touch_node(self, node_key: str, seen_at: float) -> None:
+        """Set a known node's ``last_seen_at`` (when its session ends); unknown keys are
+        ignored."""
+        with self._write("update node last seen") as conn:
+            conn.execute(
+                update(nodes).where(nodes.c.node_key == node_key).values(last_seen_at=seen_at)
+            )
+
     def list_nodes(self) -> list[dict[str, Any]]:
         """All nodes ever seen, most recently seen first (one dict per row)."""
         with self._read("list nodes") as conn:
