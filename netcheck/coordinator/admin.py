@@ -41,8 +41,8 @@ from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
 from netcheck.storage.flags import FLAG_STATUSES, jsonable
+from netcheck.storage.reader import Reader
 from netcheck.web.inputs import MAX_OFFSET, json_object, optional_name, parse_int, query_int
-from netcheck.web.queries import Reader
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator

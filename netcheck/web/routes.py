@@ -45,6 +45,7 @@ import numpy as np
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from netcheck.storage.reader import STRIKE_WINDOW, UNCHECKED, Reader, pass_rate
 from netcheck.web.banner import POOL, pool_middleware
 from netcheck.web.exports import KINDS, to_csv, to_json
 from netcheck.web.flagview import FlagView, flag_view
@@ -56,7 +57,6 @@ from netcheck.web.plots import (
     loaded_latency_svg,
     round_timeline_svg,
 )
-from netcheck.web.queries import STRIKE_WINDOW, UNCHECKED, Reader, pass_rate
 from netcheck.web.templates import label, make_env
 
 if TYPE_CHECKING:
