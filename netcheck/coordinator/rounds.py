@@ -28,11 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from netcheck.analysis.verdicts import NodeOutcome, Observation, Verdict, verify
 from netcheck.config import Profile
+from netcheck.coordinator.notices import send_verdicts
 from netcheck.coordinator.planner import Assignment, PlanNode, RoundPlan, plan_round
 from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
 from netcheck.errors import RoundError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
+from netcheck.references.mismatch import explain_mismatch
 from netcheck.storage import Store
 from netcheck.web.metrics import observe_round
 
@@ -57,7 +59,11 @@ LoadSpec = Collection[str] | Callable[[str, Sequence[str]], Collection[str]]
 
 
 def _classify_skip(
-    store: Store, profile: Profile, fingerprint_id: str, reason: str
+    store: Store,
+    profile: Profile,
+    fingerprint_id: str,
+    reason: str,
+    fingerprint: Mapping[str, Any] | None = None,
 ) -> tuple[Verdict, str]:
     """Why a node got no job: its own fingerprint (profile-mismatch) or our references.
 
@@ -70,7 +76,8 @@ def _classify_skip(
         return Verdict.UNCHECKED, f"reference pool for this fingerprint used up: {build}"
     if store.count_references(profile=profile.name) == 0:
         return Verdict.UNCHECKED, f"no reference set for profile {profile.name}: {build}"
-    return Verdict.PROFILE_MISMATCH, reason
+    why = explain_mismatch(fingerprint or {}, store.reference_fingerprints(profile.name))
+    return Verdict.PROFILE_MISMATCH, f"{reason}: {why}" if why else reason
 
 
 #: Warn when fewer canaries than this many rounds' worth remain for a fingerprint.
@@ -451,11 +458,15 @@ async def _run_locked(
             "signature": res.signature.hex() if res else None,
             "error": arrival.error if arrival else None,  # the node's own text, escaped
         }
+    mismatch: dict[str, str] = {}  # node key -> the differing fingerprint fields
     for node_key, reason in plan.skipped:
+        s = by_key[node_key]
         verdict, why = await asyncio.to_thread(
-            _classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
+            _classify_skip, store, profile, s.fingerprint_id, reason, s.claim.fingerprint
         )
         outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
+        if verdict is Verdict.PROFILE_MISMATCH and "differs from reference set" in why:
+            mismatch[node_key] = why[why.index("differs from reference set") :]
         records[node_key] = {"timing": timing[node_key].as_dict()}
     t_verified = time.monotonic()
 
@@ -478,6 +489,10 @@ async def _run_locked(
         s.forget_round(round_id)
     for o in outcomes:
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
+    await send_verdicts(
+        coord.identity, round_id, outcomes, by_key,
+        {k: t.deadline_s for k, t in timing.items()}, mismatch,
+    )  # fmt: skip
     flag_ids = await coord.screening.after_round(profile, plan, outcomes, records)
     report = RoundReport(
         round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids

@@ -15,6 +15,7 @@ from netcheck.engines import load_engine
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
 from netcheck.node.client import NodeClient
+from netcheck.node.verdicts import default_log_path
 from netcheck.node.workers import EngineWorker, Worker
 
 log = logging.getLogger("netcheck.node")
@@ -71,6 +72,7 @@ async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker
         profile.name,
         worker,
         label=label,
+        verdict_log=default_log_path(config_path),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

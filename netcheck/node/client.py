@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from pathlib import Path
 from urllib.parse import urlparse
 
 import aiohttp
@@ -37,6 +38,7 @@ from netcheck.errors import (
     ProtocolError,
 )
 from netcheck.keys import public_key_text
+from netcheck.node.verdicts import append as append_verdict
 from netcheck.node.workers import Worker, run_probe
 from netcheck.protocol.codec import decode_message
 from netcheck.protocol.handshake import NodeHandshake
@@ -54,9 +56,11 @@ from netcheck.protocol.messages import (
     ProfileClaim,
     Release,
     Result,
+    VerdictNotice,
     Welcome,
 )
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES, Transport
+from netcheck.protocol.verdicts import verify_verdict
 from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.node")
@@ -197,6 +201,8 @@ class NodeClient:
         max_message_bytes: websocket message size cap.
         local_addr: local (host, port) to connect from (load tests spread many nodes
             over several 127.x.y.z source addresses); None = the system's choice.
+        verdict_log: JSON-lines file that receives every signed verdict notice
+            (:mod:`netcheck.node.verdicts`); None = log lines only.
     """
 
     def __init__(
@@ -210,6 +216,7 @@ class NodeClient:
         max_message_bytes: int = 8 * 1024 * 1024,
         label: str = "node",
         local_addr: tuple[str, int] | None = None,
+        verdict_log: Path | None = None,
     ) -> None:
         self.url = url
         self.local_addr = local_addr
@@ -220,6 +227,8 @@ class NodeClient:
         self.max_message_bytes = max_message_bytes
         self.label = label
         self.rounds_served = 0
+        self.verdict_log = verdict_log
+        self.verdicts: list[VerdictNotice] = []  # the last 100 notices received
 
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
         """Keep a session open, reconnecting with backoff (0.5 s doubling to 30 s).
@@ -386,12 +395,39 @@ class NodeClient:
             task = asyncio.get_running_loop().create_task(self._answer_probe(session, msg))
             session.tasks.add(task)
             task.add_done_callback(session.tasks.discard)
+        elif isinstance(msg, VerdictNotice):
+            self._note_verdict(session, msg)
         elif isinstance(msg, Bye):
             await session.ws.close()
         elif not isinstance(msg, EchoReply | ProbeReply):
             raise ProtocolError(
                 CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} from coordinator"
             )
+
+    def _note_verdict(self, session: _Session, notice: VerdictNotice) -> None:
+        """Check the coordinator's signature, log the verdict, append it to the log.
+
+        Raises:
+            ProtocolError: BAD_SIGNATURE if the notice is not signed by the pinned key.
+        """
+        sid = session.transport.session_id
+        node_key = self.identity.public_key().public_bytes_raw()
+        if not verify_verdict(self.coordinator_key, sid, node_key, notice):
+            raise ProtocolError(CloseCode.BAD_SIGNATURE, "verdict notice: bad signature")
+        self.verdicts.append(notice)
+        del self.verdicts[:-100]
+        secs = "-" if notice.elapsed_s is None else f"{notice.elapsed_s:.3f} s"
+        limit = "-" if notice.deadline_s is None else f"{notice.deadline_s:.3f} s"
+        level = logging.INFO if notice.verdict in ("pass", "unchecked") else logging.WARNING
+        log.log(
+            level, "%s: round %s verdict %s (elapsed %s, deadline %s): %s", self.label,
+            notice.round_id, notice.verdict, secs, limit, untrusted(notice.reason),
+        )  # fmt: skip
+        if self.verdict_log is not None:
+            try:
+                append_verdict(self.verdict_log, notice, sid, node_key)
+            except OSError as exc:
+                log.warning("%s: verdict log %s not written: %s", self.label, self.verdict_log, exc)
 
     async def _answer_probe(self, session: _Session, probe: Probe) -> None:
         """Run the compute probe on the worker's device and reply; a failed probe gets

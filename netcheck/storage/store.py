@@ -28,6 +28,7 @@ from netcheck.storage.tables import (
     metadata,
     nodes,
     reference_prompts,
+    reference_sets,
     results,
     rounds,
     verdicts,
@@ -275,6 +276,35 @@ class Store:
             query = query.where(t.c.spent_round.is_(None))
         with self._read("count references") as conn:
             return int(conn.execute(query).scalar_one())
+
+    def add_reference_set(
+        self, profile: str, fingerprint_id: str, fingerprint: Mapping[str, str | int]
+    ) -> None:
+        """Remember the whole engine fingerprint of a reference set (kept if known), so
+        a node whose fingerprint differs can be told which field differs."""
+        values = {
+            "fingerprint_id": fingerprint_id,
+            "profile": profile,
+            "fingerprint": dict(fingerprint),
+            "created_at": time.time(),
+        }
+        with self._write("add reference set") as conn:
+            found = conn.execute(
+                select(reference_sets.c.fingerprint_id).where(
+                    reference_sets.c.fingerprint_id == fingerprint_id
+                )
+            ).first()
+            if found is None:
+                conn.execute(insert(reference_sets).values(**values))
+
+    def reference_fingerprints(self, profile: str) -> dict[str, dict[str, Any]]:
+        """Fingerprint id -> whole fingerprint of the reference sets of ``profile``."""
+        t = reference_sets
+        with self._read("read reference sets") as conn:
+            rows = conn.execute(
+                select(t.c.fingerprint_id, t.c.fingerprint).where(t.c.profile == profile)
+            )
+            return {fp: dict(f) for fp, f in rows}
 
     def reference_pool(self) -> list[dict[str, Any]]:
         """Reference counts per (profile, fingerprint): one dict per pair with keys
