@@ -35,11 +35,15 @@ from netcheck.analysis.screening import (
     ProbePairs,
     result_arrival,
 )
-from netcheck.records import StoredRounds
+from netcheck.records import NodeRecord, StoredRounds
 
 RECEIPT_FIELDS = ("session_id", "commitment", "signature")
 RELAY_SAMPLE_KEYS = ("echo_samples_s", "probe_samples_s", "probe_rtt_s", "probe_missed",
                      "probe_wrong")  # fmt: skip
+
+
+def _hex(value: bytes | None) -> str | None:
+    return None if value is None else value.hex()
 
 
 def receipt(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -145,13 +149,19 @@ def shared_backend_evidence(
 
 def result_sharing_evidence(
     round_id: str, finding: SharingFinding, prompts: Mapping[str, Sequence[str]],
-    records: Mapping[str, Mapping[str, Any]],
+    records: Mapping[str, NodeRecord],
 ) -> dict[str, Any]:  # fmt: skip
     """Evidence of a ``result-sharing`` flag: the two nodes' prompts, outputs and receipts
     in the round where their answers matched."""
     pair = (finding.a, finding.b)
     receipts = [
-        {"round_id": round_id, "node_key": k, **{x: records[k].get(x) for x in RECEIPT_FIELDS}}
+        {
+            "round_id": round_id,
+            "node_key": k,
+            "session_id": _hex(records[k].session_id),
+            "commitment": _hex(records[k].commitment),
+            "signature": _hex(records[k].signature),
+        }
         for k in pair
     ]
     return {
@@ -163,7 +173,7 @@ def result_sharing_evidence(
         "commitment": finding.commitment_hex,
         "positions": [list(p) for p in finding.positions],
         "prompts": {k: list(prompts.get(k, ())) for k in pair},
-        "outputs": {k: records[k].get("outputs") for k in pair},
+        "outputs": {k: records[k].outputs for k in pair},
         "receipts": receipts,
     }
 

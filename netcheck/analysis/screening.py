@@ -25,13 +25,12 @@ from netcheck.analysis.confirm import ConfirmationObservation, RelayResult, rela
 from netcheck.analysis.detectors import Detection, DetectorConfig, detect
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.timing import TimingMatrix, TimingRow, log_service_matrix, median_polish
-from netcheck.analysis.verdicts import Verdict
-from netcheck.records import StoredRounds
+from netcheck.records import FlagKind, NodeTiming, RoundKind, StoredRounds, Verdict
 
-CAPACITY = "capacity"
-RESULT_SHARING = "result-sharing"
+CAPACITY = FlagKind.CAPACITY
+RESULT_SHARING = FlagKind.RESULT_SHARING
 STRIKE_VERDICTS = frozenset({str(Verdict.LATE), str(Verdict.MISSING)})
-SCREEN_KINDS = ("screening", "full")
+SCREEN_KINDS = (RoundKind.SCREENING, RoundKind.FULL)
 HMAC_RULE = "hmac-sha256/netcheck/1"
 SCHEDULE_RULE_TEXT = (
     "loaded = HMAC-SHA256(secret, b'netcheck/1 schedule\\0' + round_id + b'\\0' + "
@@ -48,7 +47,7 @@ def round_kind(index: int, full_every: int) -> str:
     """
     if index < 0 or full_every < 1:
         raise ValueError("need index >= 0 and full_every >= 1")
-    return "full" if index % full_every == full_every - 1 else "screening"
+    return RoundKind.FULL if index % full_every == full_every - 1 else RoundKind.SCREENING
 
 
 def hmac_load_rule(secret: bytes) -> Callable[[str, Sequence[str]], set[str]]:
@@ -187,16 +186,14 @@ def probe_pairs(rows: Sequence[Mapping[str, Any]]) -> ProbePairs:
     return ProbePairs(tuple(rids), tuple(probes), tuple(echoes), tuple(unanswered))
 
 
-def relay_suspect(record: Mapping[str, Any], ref_probe_s: float) -> bool:
+def relay_suspect(timing: NodeTiming, ref_probe_s: float) -> bool:
     """This round's timing of a node warrants the relay test: probe excess above the
     floor, or no correct probe answer while echoes were answered."""
-    t = record.get("timing")
-    if not isinstance(t, Mapping) or t.get("rtt_s") is None:
+    if timing.rtt_s is None:
         return False
-    probe = t.get("probe_rtt_s")
-    if probe is None:
-        return bool(t.get("probe_missed") or t.get("probe_wrong"))
-    return bool(probe - t["rtt_s"] - ref_probe_s > RELAY_FLOOR_S)
+    if timing.probe_rtt_s is None:
+        return bool(timing.probe_missed or timing.probe_wrong)
+    return timing.probe_rtt_s - timing.rtt_s - ref_probe_s > RELAY_FLOOR_S
 
 
 def relay_check(pairs: ProbePairs, ref_probe_s: float) -> RelayResult | None:

@@ -39,7 +39,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from netcheck.analysis import evidence as ev
 from netcheck.analysis.answers import NodeResult, find_result_sharing
@@ -73,27 +73,39 @@ from netcheck.analysis.screening import (
     relay_suspect,
     round_kind,
 )
-from netcheck.analysis.verdicts import NodeOutcome
-from netcheck.config import Profile
+from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.rounds import RoundHost, run_round
 from netcheck.errors import NetcheckError, RoundError
 from netcheck.keys import load_or_create_secret
-from netcheck.records import StoredRounds
-from netcheck.storage.flags import FlagStore, jsonable
+from netcheck.records import (
+    FlagStatus,
+    NodeOutcome,
+    NodeRecord,
+    RoundKind,
+    RoundPlan,
+    RoundReport,
+    StoredRounds,
+)
+from netcheck.storage.flags import jsonable
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from netcheck.coordinator.planner import RoundPlan
-    from netcheck.coordinator.rounds import RoundReport
-    from netcheck.coordinator.server import Coordinator
-
 log = logging.getLogger("netcheck.screening")
+
+
+class DetectionHost(RoundHost, Protocol):
+    """What detection needs of the coordinator: a round host with its configuration."""
+
+    @property
+    def config(self) -> CoordinatorConfig: ...
 
 
 class Screening:
     """Detection state of one coordinator: secret, flag store, timer (module docstring).
 
-    Created by :class:`~netcheck.coordinator.server.Coordinator`; the schedule secret is
+    Created by the coordinator (a :class:`DetectionHost`), which attaches
+    :meth:`after_round` to its round hooks; the schedule secret is
     read, or created on first start.
 
     Raises:
@@ -101,10 +113,10 @@ class Screening:
         StorageError: the detection tables cannot be created.
     """
 
-    def __init__(self, coord: Coordinator) -> None:
+    def __init__(self, coord: DetectionHost) -> None:
         self.coord = coord
         self.config = coord.config
-        self.flags = FlagStore(coord.store)
+        self.flags = coord.flags
         self.secret = load_or_create_secret(
             coord.config.schedule_secret_path, "screening schedule secret", MIN_SECRET_BYTES
         )
@@ -174,15 +186,13 @@ class Screening:
     async def screening_round(self, profile_name: str) -> RoundReport:
         """Run the next screening round of ``profile_name`` (every
         ``screening_full_every``-th is a full-load round)."""
-        from netcheck.coordinator.rounds import run_round
-
         index = self._index.get(profile_name, 0)
         kind = round_kind(index, self.config.screening_full_every)
         self._index[profile_name] = index + 1
-        if kind == "full":
-            return await run_round(self.coord, profile_name, kind="full", rule="all")
+        if kind == RoundKind.FULL:
+            return await run_round(self.coord, profile_name, kind=RoundKind.FULL, rule="all")
         return await run_round(
-            self.coord, profile_name, load=hmac_load_rule(self.secret), kind="screening",
+            self.coord, profile_name, load=hmac_load_rule(self.secret), kind=RoundKind.SCREENING,
             rule=HMAC_RULE,
         )  # fmt: skip
 
@@ -261,7 +271,9 @@ class Screening:
         want = set(members)
         return any(
             set(f["node_keys"]) == want
-            for f in self.flags.list_flags(kind=SHARED_BACKEND, status="confirmed", limit=10_000)
+            for f in self.flags.list_flags(
+                kind=SHARED_BACKEND, status=FlagStatus.CONFIRMED, limit=10_000
+            )
             if f["profile"] == profile
         )
 
@@ -270,8 +282,6 @@ class Screening:
     ) -> tuple[ConfirmationResult, int]:
         """Confirmation rounds for one suspect group; stores and returns its flag
         (``shared-backend`` confirmed, or a ``cleared`` record)."""
-        from netcheck.coordinator.rounds import run_round
-
         members = list(group.members)
         cycles, max_cycles = self.config.confirm_cycles, self.config.confirm_max_cycles
         looks = max(1, -(-max_cycles // cycles))
@@ -282,7 +292,7 @@ class Screening:
         for look in range(looks):
             for load in plan_confirmation(members, cycles):
                 report = await run_round(
-                    self.coord, profile.name, load=load, kind="confirmation", rule="explicit",
+                    self.coord, profile.name, load=load, kind=RoundKind.CONFIRMATION, rule="explicit",
                     context={"group": members, "look": look},
                 )  # fmt: skip
                 rows = await asyncio.to_thread(self.flags.round_results, [report.round_id])
@@ -323,7 +333,7 @@ class Screening:
         )  # fmt: skip
         return self.flags.add_flag(
             SHARED_BACKEND,
-            "confirmed" if confirmed else CLEARED,
+            FlagStatus.CONFIRMED if confirmed else CLEARED,
             profile.name,
             result.confirmed_members if confirmed else members,
             weakest,
@@ -338,7 +348,7 @@ class Screening:
         profile: Profile,
         plan: RoundPlan,
         outcomes: Sequence[NodeOutcome],
-        records: Mapping[str, Mapping[str, Any]],
+        records: Mapping[str, NodeRecord],
     ) -> list[int]:
         """Answer-level proof and capacity strikes after a recorded round; returns the
         ids of new flags. Storage errors are logged, not raised (the round stands)."""
@@ -352,20 +362,19 @@ class Screening:
         return ids
 
     def _result_sharing(
-        self, profile: Profile, plan: RoundPlan, records: Mapping[str, Mapping[str, Any]]
+        self, profile: Profile, plan: RoundPlan, records: Mapping[str, NodeRecord]
     ) -> list[int]:
-        results: dict[str, NodeResult] = {}
-        for key, rec in records.items():
-            if rec.get("outputs") is not None:
-                commit = rec.get("commitment")
-                results[key] = NodeResult(bytes.fromhex(commit) if commit else None,
-                                          rec["outputs"])  # fmt: skip
+        results = {
+            key: NodeResult(rec.commitment, rec.outputs)
+            for key, rec in records.items()
+            if rec.outputs is not None
+        }
         prompts = {a.node_key: a.prompts for a in plan.assignments}
         ids = []
         for f in find_result_sharing(plan.round_id, results, prompts):
             evidence = ev.result_sharing_evidence(plan.round_id, f, prompts, records)
             stat = float(len(f.positions) or 1)
-            ids.append(self.flags.add_flag(RESULT_SHARING, "confirmed", profile.name,
+            ids.append(self.flags.add_flag(RESULT_SHARING, FlagStatus.CONFIRMED, profile.name,
                                            [f.a, f.b], stat, 1.0, evidence))  # fmt: skip
             log.warning("round %s: result sharing between %s and %s (%s)",
                         plan.round_id, f.a[:20], f.b[:20], f.evidence)  # fmt: skip
@@ -388,18 +397,20 @@ class Screening:
             evidence = ev.capacity_evidence(
                 recent, hits, window, profile.deadline.model_dump(), rows
             )
-            ids.append(self.flags.add_flag(CAPACITY, "confirmed", profile.name, [o.node_key],
+            ids.append(self.flags.add_flag(CAPACITY, FlagStatus.CONFIRMED, profile.name, [o.node_key],
                                            float(len(hits)), float(need), evidence))  # fmt: skip
             log.warning("node %s: capacity flag (%d strikes in %d verdicts)",
                         o.node_key[:20], len(hits), len(recent))  # fmt: skip
         return ids
 
-    def _relay(self, profile: Profile, records: Mapping[str, Mapping[str, Any]]) -> list[int]:
+    def _relay(self, profile: Profile, records: Mapping[str, NodeRecord]) -> list[int]:
         """The relay test over the recent rounds' stored probe and echo RTTs of every
         node whose probe in this round exceeded the floor or went unanswered (a
         persistent excess shows in most rounds; docs/detection.md "Relay test")."""
         store = self.flags.store
-        suspects = [k for k, rec in records.items() if relay_suspect(rec, profile.probe_ref_s)]
+        suspects = [
+            k for k, rec in records.items() if relay_suspect(rec.timing, profile.probe_ref_s)
+        ]
         by_round: dict[str, dict[str, dict[str, Any]]] = {}
 
         def row(round_id: str, node_key: str) -> dict[str, Any] | None:
@@ -423,12 +434,12 @@ class Screening:
             evidence = ev.relay_evidence(profile.probe_ref_s, rows, pairs, res)
             if flagged:
                 assert res is not None
-                ids.append(self.flags.add_flag(RELAY, "confirmed", profile.name, [node],
+                ids.append(self.flags.add_flag(RELAY, FlagStatus.CONFIRMED, profile.name, [node],
                                                res.median_excess_s, res.threshold_s, evidence))  # fmt: skip
                 log.warning("node %s: relay flag (probe excess %.1f ms > %.1f ms)",
                             node[:20], res.median_excess_s * 1e3, res.threshold_s * 1e3)  # fmt: skip
             else:
-                ids.append(self.flags.add_flag(RELAY, "pending", profile.name, [node],
+                ids.append(self.flags.add_flag(RELAY, FlagStatus.PENDING, profile.name, [node],
                                                float(len(pairs.unanswered)),
                                                float(RELAY_MIN_ROUNDS), evidence))  # fmt: skip
                 log.warning("node %s: relay flag (pending): probes unanswered in %d rounds",

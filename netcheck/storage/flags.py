@@ -39,12 +39,12 @@ from sqlalchemy import (
     update,
 )
 
-from netcheck.records import StoredRounds
+from netcheck.records import FlagStatus, RoundKind, StoredRounds
 from netcheck.storage.store import Store
 from netcheck.storage.tables import metadata, results, rounds, verdicts
 
-ROUND_KINDS = ("full", "screening", "confirmation")
-FLAG_STATUSES = ("confirmed", "cleared", "pending")
+ROUND_KINDS = tuple(k.value for k in RoundKind)
+FLAG_STATUSES = tuple(s.value for s in FlagStatus)
 
 round_schedules = Table(
     "round_schedules",

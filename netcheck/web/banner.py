@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from netcheck.coordinator.pool import live_pool
 from netcheck.references.pool import PoolEntry
 
 if TYPE_CHECKING:
-    from netcheck.coordinator.server import Coordinator
+    from netcheck.web.view import CoordinatorView
 
 #: Pools shown at most (the shortest first).
 MAX_SHOWN = 6
@@ -37,7 +36,7 @@ def banner_rows(entries: list[PoolEntry]) -> list[dict[str, Any]]:
     return [e.as_dict() for e in live[:MAX_SHOWN]]
 
 
-def pool_middleware(coord: Coordinator) -> Any:
+def pool_middleware(coord: CoordinatorView) -> Any:
     """An aiohttp middleware that loads the pool banner for dashboard GET pages."""
 
     @web.middleware
@@ -48,7 +47,7 @@ def pool_middleware(coord: Coordinator) -> Any:
             return await handler(request)
         if request.path == "/dashboard/login" or request.path.endswith(".json"):
             return await handler(request)
-        rows = banner_rows(await asyncio.to_thread(live_pool, coord))
+        rows = banner_rows(await asyncio.to_thread(coord.reference_pool))
         token = POOL.set(rows)
         try:
             return await handler(request)

@@ -2,8 +2,8 @@
 
 Two sources:
 
-- Round metrics, updated by :func:`observe_round` (the round runner calls it once per
-  finished round): ``netcheck_rounds_total{profile,status}``,
+- Round metrics, updated by :func:`observe_round` (a round-finished hook of the round
+  runner, called once per finished round): ``netcheck_rounds_total{profile,status}``,
   ``netcheck_verdicts_total{profile,verdict}``, and the histograms
   ``netcheck_release_skew_seconds`` (first release write to last) and
   ``netcheck_round_duration_seconds`` (plan to verified). They live in the module-level
@@ -25,8 +25,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from netcheck.coordinator.rounds import RoundReport
-    from netcheck.coordinator.server import Coordinator
+    from netcheck.records import RoundReport
+    from netcheck.web.view import CoordinatorView
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -56,7 +56,7 @@ def observe_round(report: RoundReport | Mapping[str, Any]) -> None:
     """Record one finished round: counts of rounds and verdicts, skew and duration.
 
     Args:
-        report: the round runner's :class:`~netcheck.coordinator.rounds.RoundReport`, or
+        report: the round runner's :class:`~netcheck.records.RoundReport`, or
             its ``as_dict()`` form (as the admin API returns it).
     """
     data = report if isinstance(report, Mapping) else report.as_dict()
@@ -76,7 +76,7 @@ def observe_round(report: RoundReport | Mapping[str, Any]) -> None:
 class CoordinatorCollector(Collector):
     """Live gauges read from one coordinator at scrape time."""
 
-    def __init__(self, coord: Coordinator) -> None:
+    def __init__(self, coord: CoordinatorView) -> None:
         self.coord = coord
 
     def collect(self) -> Iterable[Metric]:
@@ -84,10 +84,7 @@ class CoordinatorCollector(Collector):
             "netcheck_connected_nodes", "Nodes with an open session, by claimed profile.",
             labels=["profile"],
         )  # fmt: skip
-        per_profile = dict.fromkeys(self.coord.profiles, 0)
-        for s in list(self.coord.sessions.values()):  # a snapshot: may run in a thread
-            per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
-        for profile, n in sorted(per_profile.items()):
+        for profile, n in sorted(self.coord.connected_per_profile().items()):
             connected.add_metric([profile], n)
         yield connected
         failures = CounterMetricFamily(
@@ -99,8 +96,6 @@ class CoordinatorCollector(Collector):
         yield from self._pool()
 
     def _pool(self) -> Iterable[Metric]:
-        from netcheck.coordinator.pool import live_pool
-
         unspent = GaugeMetricFamily(
             "netcheck_reference_unspent",
             "Unspent canary references, by profile and fingerprint id.",
@@ -111,14 +106,14 @@ class CoordinatorCollector(Collector):
             "Full rounds the canary pool still covers for the nodes connected now.",
             labels=["profile", "fingerprint"],
         )
-        for e in live_pool(self.coord):
+        for e in self.coord.reference_pool():
             unspent.add_metric([e.profile, e.fingerprint_id], e.unspent)
             left.add_metric([e.profile, e.fingerprint_id], e.rounds_left)
         yield unspent
         yield left
 
 
-def metrics_text(coord: Coordinator) -> bytes:
+def metrics_text(coord: CoordinatorView) -> bytes:
     """The Prometheus text exposition: round metrics plus this coordinator's live state."""
     live = CollectorRegistry(auto_describe=False)
     live.register(CoordinatorCollector(coord))

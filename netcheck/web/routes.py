@@ -60,7 +60,7 @@ from netcheck.web.plots import (
 from netcheck.web.templates import label, make_env
 
 if TYPE_CHECKING:
-    from netcheck.coordinator.server import Coordinator
+    from netcheck.web.view import CoordinatorView
 
 COOKIE = "netcheck_dashboard"
 WEB_KEY = web.AppKey("netcheck_web_reader", Reader)
@@ -177,10 +177,12 @@ def residual_correlation_matrix(
     return out
 
 
-def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bool = False) -> None:
+def add_web_routes(
+    app: web.Application, coord: CoordinatorView, *, allow_remote: bool = False
+) -> None:
     """Register the dashboard, exports and ``/metrics`` (and their auth) on ``app``.
 
-    Call before the app starts (``Coordinator.make_app``). Calling it twice on one app
+    Call before the app starts (:func:`netcheck.coordinator.assembly.make_app`). Calling it twice on one app
     does nothing the second time.
 
     Args:
@@ -194,21 +196,21 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
     env = make_env()
 
     def token_ok(candidate: str) -> bool:
-        return hmac.compare_digest(candidate.encode(), coord.config.admin_token.encode())
+        return hmac.compare_digest(candidate.encode(), coord.admin_token.encode())
 
     def authorized(request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
         if header.startswith("Bearer ") and token_ok(header.removeprefix("Bearer ").strip()):
             return True
         cookie = request.cookies.get(COOKIE, "")
-        expected = session_cookie_value(coord.config.admin_token)
+        expected = session_cookie_value(coord.admin_token)
         return bool(cookie) and hmac.compare_digest(cookie.encode(), expected.encode())
 
     def with_cookie(location: str) -> web.Response:
         resp = web.Response(status=302, headers={"Location": location})
         resp.set_cookie(
             COOKIE,
-            session_cookie_value(coord.config.admin_token),
+            session_cookie_value(coord.admin_token),
             httponly=True,
             samesite="Strict",
             path="/",
@@ -290,7 +292,7 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
         return [flag_view(r) for r in reader.flags()]
 
     async def nodes_page(request: web.Request) -> web.Response:
-        connected = set(coord.sessions)
+        connected = set(coord.connected_keys())
 
         def build() -> dict[str, Any]:
             rows = reader.node_summaries()
@@ -304,7 +306,7 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
 
     async def node_page(request: web.Request) -> web.Response:
         key = request.match_info["node_key"]
-        connected = key in coord.sessions
+        connected = key in coord.connected_keys()
 
         def build() -> dict[str, Any] | None:
             node = reader.node(key)

@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from netcheck.analysis.verdicts import NodeOutcome, Verdict
-from netcheck.coordinator.planner import Assignment, RoundPlan
 from netcheck.errors import StorageError
+from netcheck.records import Assignment, NodeOutcome, RoundPlan, Verdict
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore, jsonable
 
