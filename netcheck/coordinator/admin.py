@@ -10,6 +10,10 @@ Routes:
 - ``GET  /admin/rounds``          — rounds, newest first; ``limit`` (1..10000, default
   50) and ``offset`` page them; the reply carries ``total``.
 - ``GET  /admin/rounds/{round_id}`` — verdicts of one round (404 for an unknown round).
+- ``POST /admin/screening/jobs``  — the same as a background job (202, ``job_id``);
+  ``GET /admin/screening/jobs/{job_id}`` its progress (rounds done, ETA, the report when
+  done), ``DELETE`` the same path cancels it after the round in flight
+  (:mod:`netcheck.coordinator.jobs`).
 - ``POST /admin/screening``       — run screening rounds, the analysis and confirmation;
   body ``{"rounds": N, "profile": NAME}`` (both optional; N defaults to 16). Returns
   the rounds, the detector summary, the confirmations and the flags raised.
@@ -37,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from netcheck.coordinator.jobs import ScreeningJobs
 from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
@@ -165,12 +170,48 @@ def admin_app(coord: Coordinator) -> web.Application:
             raise web.HTTPNotFound(text=f"no round {rid!r}")
         return web.json_response(jsonable(body))
 
-    async def screening(request: web.Request) -> web.Response:
+    async def screening_args(request: web.Request) -> tuple[str, int]:
         body = await json_object(request)
         profile = optional_name(body, "profile") or default_profile()
         n = body.get("rounds", DEFAULT_SCREENING_ROUNDS)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SCREENING_ROUNDS:
             raise web.HTTPBadRequest(text=f"rounds must be an integer in 0..{MAX_SCREENING_ROUNDS}")
+        return profile, n
+
+    async def run_screening(
+        profile: str, n: int, progress: Any, cancel: asyncio.Event
+    ) -> dict[str, Any]:
+        return await coord.screening.run(profile, n, progress=progress, cancel=cancel)
+
+    jobs = ScreeningJobs(run_screening)
+
+    async def start_job(request: web.Request) -> web.Response:
+        profile, n = await screening_args(request)
+        if profile not in coord.profiles:
+            raise web.HTTPConflict(text=f"unknown profile {profile!r}")
+        if not coord.connected(profile):
+            raise web.HTTPConflict(text=f"no node connected with profile {profile!r}")
+        job = jobs.start(profile, n)
+        return web.json_response(jsonable(job.as_dict()), status=202)
+
+    def find_job(request: web.Request) -> Any:
+        job = jobs.jobs.get(request.match_info["job_id"])
+        if job is None:
+            raise web.HTTPNotFound(text=f"no screening job {request.match_info['job_id']!r}")
+        return job
+
+    async def job_status(request: web.Request) -> web.Response:
+        return web.json_response(jsonable(find_job(request).as_dict()))
+
+    async def cancel_job(request: web.Request) -> web.Response:
+        job = jobs.cancel(find_job(request).job_id)
+        return web.json_response(jsonable(job.as_dict() if job else {}))
+
+    async def close_jobs(app: web.Application) -> None:
+        await jobs.close()
+
+    async def screening(request: web.Request) -> web.Response:
+        profile, n = await screening_args(request)
         try:
             report = await coord.screening.run(profile, n)
         except NetcheckError as exc:
@@ -209,6 +250,10 @@ def admin_app(coord: Coordinator) -> web.Application:
     app.router.add_get("/rounds", list_rounds)
     app.router.add_get("/rounds/{round_id}", round_detail)
     app.router.add_post("/screening", screening)
+    app.router.add_post("/screening/jobs", start_job)
+    app.router.add_get("/screening/jobs/{job_id}", job_status)
+    app.router.add_delete("/screening/jobs/{job_id}", cancel_job)
+    app.on_cleanup.append(close_jobs)
     app.router.add_get("/flags", list_flags)
     app.router.add_get("/flags/{flag_id}", flag_detail)
     return app

@@ -11,7 +11,9 @@ coordinator through its admin API (:func:`netcheck.admin_client.admin_request`):
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,9 +22,18 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from netcheck.admin_client import admin_call, coordinator_config_option
+from netcheck.admin_client import (
+    AdminConflict,
+    admin_call,
+    admin_request,
+    coordinator_config_option,
+)
+from netcheck.config import CoordinatorConfig
+from netcheck.exitcodes import Exit
 from netcheck.report import check_round_outcome
+from netcheck.report import console as report_console
 
 STATUS_STYLE = {"confirmed": "red", "pending": "yellow", "cleared": "green"}
 
@@ -44,8 +55,12 @@ def _status(status: str) -> str:
     return f"[{style}]{status}[/{style}]"
 
 
-def flags_table(rows: list[Mapping[str, Any]], title: str = "flags") -> Table:
-    """A rich table of flag rows (as ``GET /admin/flags`` returns them)."""
+def flags_table(
+    rows: list[Mapping[str, Any]], title: str = "flags", names: Mapping[str, str] | None = None
+) -> Table:
+    """A rich table of flag rows (as ``GET /admin/flags`` returns them); nodes are shown
+    whole (``name (key)`` when ``names`` has a display name), never as rich markup."""
+    names = names or {}
     table = Table(title=title)
     for col in ("id", "kind", "status", "nodes", "statistic", "threshold", "created"):
         table.add_column(col)
@@ -54,7 +69,7 @@ def flags_table(rows: list[Mapping[str, Any]], title: str = "flags") -> Table:
             str(f["flag_id"]),
             f["kind"],
             _status(f["status"]),
-            "\n".join(k[:28] for k in f["node_keys"]),
+            Text("\n".join(_who(k, names) for k in f["node_keys"])),
             _num(f.get("statistic")),
             _num(f.get("threshold")),
             _when(f.get("created_at")),
@@ -79,16 +94,34 @@ def screen() -> None:
 @click.option("--profile", "profile_name", default=None, help="Profile (default: first).")
 @_json_option
 def screen_run(config_path: Path, rounds: int, profile_name: str | None, as_json: bool) -> None:
-    """Run screening rounds now, then the analysis and confirmation rounds; print flags."""
-    report = admin_call(
-        config_path, "POST", "/admin/screening", {"rounds": rounds, "profile": profile_name}
-    )
+    """Run screening rounds now, then the analysis and confirmation rounds; print flags.
+
+    Shows rounds done and an ETA while it runs. Ctrl-C cancels the run on the
+    coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
+    no node was checked in any round (empty canary pool).
+    """
+    from netcheck.config import load_coordinator_config
+
+    cfg = load_coordinator_config(config_path)
+    body = {"rounds": rounds, "profile": profile_name}
+    held: dict[str, Any] = {}
+    try:
+        job = asyncio.run(_follow(cfg, body, held))
+    except KeyboardInterrupt:
+        job = asyncio.run(_cancel(cfg, held)) if "job_id" in held else None
+        done = "" if job is None else f" after {job['rounds_done']} of {job['rounds_total']} rounds"
+        click.echo(f"interrupted: screening run cancelled on the coordinator{done}", err=True)
+        sys.exit(int(Exit.INTERRUPTED))
+    if job["state"] == "failed":
+        raise AdminConflict(f"screening run failed: {job['error']}")
+    report = job["report"]
     rounds_run = [{**r, "profile": report["profile"]} for r in report.get("rounds", [])]
     if as_json:
         click.echo(json.dumps(report, indent=2))
         check_round_outcome(rounds_run)
         return
-    console = Console()
+    names = held.get("names", {})
+    console = report_console()
     kinds = [r["kind"] for r in report.get("rounds", [])]
     console.print(
         f"profile {report['profile']}: {kinds.count('screening')} screening and "
@@ -102,10 +135,69 @@ def screen_run(config_path: Path, rounds: int, profile_name: str | None, as_json
             f"(Bonferroni p < {analysis['p_crit']:.3g})"
         )
     for c in report.get("confirmations", []):
-        members = ", ".join(m[:20] for m in c["group"])
-        console.print(f"  suspect group [{members}]: {c['verdict']}")
-    console.print(flags_table(report.get("flags", []), "flags raised"))
+        members = ", ".join(_who(m, names) for m in c["group"])
+        console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
+    console.print(flags_table(report.get("flags", []), "flags raised", names))
     check_round_outcome(rounds_run)
+
+
+def _who(key: str, names: Mapping[str, str]) -> str:
+    """A node as ``name (key)`` when it has a display name, else its whole key."""
+    name = names.get(key)
+    return f"{name} ({key})" if name else key
+
+
+async def _names(cfg: CoordinatorConfig) -> dict[str, str]:
+    data = await admin_request(cfg, "GET", "/admin/nodes", timeout_s=30)
+    out = {}
+    for n in data.get("known", []):
+        name = n.get("display_name") or n.get("name")
+        if name:
+            out[n["node_key"]] = name
+    return out
+
+
+async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, Any]) -> Any:
+    """Start a screening job, show its progress until it ends; returns the final job."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    job = await admin_request(cfg, "POST", "/admin/screening/jobs", body, timeout_s=30)
+    held["job_id"] = job["job_id"]
+    held["names"] = await _names(cfg)
+    err = Console(stderr=True)
+    path = f"/admin/screening/jobs/{job['job_id']}"
+    columns = (TextColumn("screening {task.fields[profile]}"), BarColumn(),
+               MofNCompleteColumn(), TextColumn("rounds  ETA {task.fields[eta]}"))  # fmt: skip
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("", total=job["rounds_total"], profile=job["profile"], eta="-")
+        shown = -1
+        while job["state"] in ("running", "cancelling"):
+            await asyncio.sleep(POLL_S)
+            job = await admin_request(cfg, "GET", path, timeout_s=30)
+            eta = "-" if job["eta_s"] is None else f"{job['eta_s']:.0f} s"
+            if job["rounds_done"] == job["rounds_total"] and job["state"] == "running":
+                eta = "analysing"
+            bar.update(task, completed=job["rounds_done"], eta=eta)
+            if not err.is_terminal and job["rounds_done"] != shown:  # a log line instead
+                shown = job["rounds_done"]
+                err.print(f"screening: {shown} of {job['rounds_total']} rounds, ETA {eta}")
+    return job
+
+
+async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:
+    """Cancel the job on the coordinator and wait (bounded) until it has stopped."""
+    path = f"/admin/screening/jobs/{held['job_id']}"
+    job = await admin_request(cfg, "DELETE", path, timeout_s=30)
+    async with asyncio.timeout(CANCEL_WAIT_S):
+        while job.get("state") == "cancelling":
+            await asyncio.sleep(POLL_S)
+            job = await admin_request(cfg, "GET", path, timeout_s=30)
+    return job
+
+
+#: Seconds between progress polls; the most a cancel waits for the round in flight.
+POLL_S = 0.5
+CANCEL_WAIT_S = 600.0
 
 
 @click.group("flags")
@@ -136,7 +228,7 @@ def flags_list(
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
-        Console().print(flags_table(data["flags"]))
+        report_console().print(flags_table(data["flags"]))
 
 
 @flags.command("show")
@@ -149,7 +241,7 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(flag, indent=2))
         return
-    console = Console()
+    console = report_console()
     console.print(flags_table([flag], f"flag {flag_id}"))
     ev = flag.get("evidence", {})
     if "rule" in ev:
@@ -164,7 +256,7 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
             table.add_column(col)
         for m in section_members:
             table.add_row(
-                m["node_key"][:28], str(m["n_coloaded"]), str(m["n_alone"]),
+                Text(m["node_key"]), str(m["n_coloaded"]), str(m["n_alone"]),
                 _num(m.get("slowdown")), _num(m.get("t")), _num(m.get("p")),
                 "yes" if m["confirmed"] else "no",
             )  # fmt: skip

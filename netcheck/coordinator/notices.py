@@ -62,3 +62,24 @@ async def send_verdicts(
 
     sent = await asyncio.gather(*(one(o) for o in outcomes))
     return sum(sent)
+
+
+_PENDING: set[asyncio.Task[int]] = set()
+
+
+def send_in_background(
+    identity: Ed25519PrivateKey,
+    round_id: str,
+    outcomes: Sequence[NodeOutcome],
+    sessions: Mapping[str, NodeSession],
+    deadlines: Mapping[str, float | None],
+    details: Mapping[str, str],
+) -> asyncio.Task[int]:
+    """:func:`send_verdicts` as a task, so a node that does not read cannot hold up the
+    end of the round (its notice waits at most :data:`SEND_TIMEOUT_S`)."""
+    task = asyncio.get_running_loop().create_task(
+        send_verdicts(identity, round_id, outcomes, sessions, deadlines, details)
+    )
+    _PENDING.add(task)
+    task.add_done_callback(_PENDING.discard)
+    return task

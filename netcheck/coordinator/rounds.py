@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.analysis.verdicts import Observation, verify
 from netcheck.config import Profile
-from netcheck.coordinator.notices import send_verdicts
+from netcheck.coordinator.notices import send_in_background
 from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
 from netcheck.errors import RoundError
@@ -495,7 +495,7 @@ async def _run_locked(
         s.forget_round(round_id)
     for o in outcomes:
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
-    await send_verdicts(
+    send_in_background(
         coord.identity, round_id, outcomes, by_key,
         {k: t.deadline_s for k, t in timing.items()}, mismatch,
     )  # fmt: skip
