@@ -136,7 +136,9 @@ class Coordinator:
         """Accept a node: handshake, register, then read until the session ends."""
         peer = request.remote or "?"
         ws = web.WebSocketResponse(
-            max_msg_size=self.ws_max_msg_size,
+            # aiohttp refuses a message whose length *equals* max_msg_size: + 1 lets
+            # the largest legal frame through (docs/protocol.md §3.3).
+            max_msg_size=self.ws_max_msg_size + 1,
             compress=False,
             heartbeat=HEARTBEAT_S,
         )
