@@ -26,14 +26,19 @@ from netcheck.errors import NetcheckError
 log = logging.getLogger("netcheck")
 
 
+#: Set by the global ``--log-format`` / ``--log-timezone`` options (netcheck.logs).
+LOG_STYLE = {"format": "text", "local_time": False}
+
+
 def setup_logging(verbose: bool = False, label: str = "") -> None:
-    """One log line per event: time, level, component, message (node id inside)."""
-    prefix = f"[{label}] " if label else ""
+    """One log line per event: ISO-8601 time with zone, level, component, message
+    (text, or one JSON object per line with ``--log-format json``; netcheck.logs)."""
+    from netcheck.logs import formatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(str(LOG_STYLE["format"]), label, bool(LOG_STYLE["local_time"])))
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format=f"%(asctime)s %(levelname)-7s {prefix}%(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
+        level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True
     )
     for noisy in ("aiohttp.access", "httpx", "filelock", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -74,8 +79,24 @@ class _Group(click.Group):
 
 @click.group(cls=_Group)
 @click.version_option(__version__, prog_name="netcheck")
-def main() -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines as text or as one JSON object per line (time, level, logger, label, message).",
+)
+@click.option(
+    "--log-timezone",
+    type=click.Choice(["utc", "local"]),
+    default="utc",
+    show_default=True,
+    help="Zone of log times (ISO-8601, the offset always written).",
+)
+def main(log_format: str, log_timezone: str) -> None:
     """netcheck: validate untrusted GPU providers with hidden canaries in mixed batches."""
+    LOG_STYLE["format"] = log_format
+    LOG_STYLE["local_time"] = log_timezone == "local"
 
 
 # -- keys -----------------------------------------------------------------------------

@@ -43,7 +43,7 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="Print raw J
 def _when(ts: float | None) -> str:
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
 def _num(x: float | None) -> str:

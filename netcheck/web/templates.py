@@ -71,7 +71,7 @@ _LOGIN = """{% extends "base.html" %}{% block title %}Log in{% endblock %}
 _NODES = """{% extends "base.html" %}{% block title %}Nodes{% endblock %}
 {% block body %}<h1>Nodes <span class="muted">({{ nodes|length }} known, {{ connected }} connected)</span></h1>
 <table id="nodes"><thead><tr><th>node</th><th>profile</th><th>connected</th><th>last seen</th>
-<th class="num">rounds</th><th class="num" title="passed / checked rounds">pass rate</th><th class="num" title="failing verdicts among the last {{ window }} (unchecked is not a failure)">strikes</th>
+<th class="num">rounds</th><th class="num" title="passed / checked rounds">pass rate</th><th class="num" title="failing verdicts among the last {{ window }} (unchecked is not a failure)">recent failures</th>
 <th class="num">flags</th><th>last verdict</th></tr></thead><tbody>
 {% for n in nodes %}<tr data-node="{{ n.node_key }}">
 <td><a href="{{ n.node_key|node_url }}">{{ n.node_key|label(n.name) }}</a></td>
@@ -148,7 +148,7 @@ _NODE = """{% extends "base.html" %}{% block title %}Node{% endblock %}
 _FLAGS = """{% extends "base.html" %}{% block title %}Flags{% endblock %}
 {% block body %}<h1>Flags{% if node %} naming {{ node|label(names.get(node)) }}{% endif %} <span class="muted">({{ flags|length }})</span></h1>
 {% if not has_table %}<p class="muted" id="no-flags">No flags: screening has not stored any flag in this database yet.</p>{% endif %}
-<table id="flags"><thead><tr><th>flag</th><th>detector</th><th>raised</th><th>status</th><th>members</th>
+<table id="flags"><thead><tr><th>flag</th><th>kind</th><th>created</th><th>status</th><th>nodes</th>
 <th class="num">statistic</th><th class="num">threshold</th></tr></thead><tbody>
 {% for f in flags %}<tr data-flag="{{ f.flag_id }}"><td><a href="{{ f.flag_id|flag_url }}">#{{ f.flag_id }}</a></td><td>{{ f.detector }}</td>
 <td>{{ f.created_at|when }}</td><td>{{ f.status }}</td>
@@ -162,7 +162,7 @@ _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endb
 <table class="facts"><tbody>
 <tr><td>status</td><td id="flag-status">{{ f.status }}</td></tr>
 {% if f.rule %}<tr><td>rule</td><td>{{ f.rule }}</td></tr>{% endif %}
-<tr><td>members</td><td id="flag-members">{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
+<tr><td>nodes</td><td id="flag-members">{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
 <tr><td>statistic</td><td id="flag-statistic">{{ f.statistic|num }}</td></tr>
 <tr><td>threshold</td><td id="flag-threshold">{{ f.threshold|num }}</td></tr>
 <tr><td>rounds used</td><td>{{ matrix.round_ids|length }}{% if not f.round_ids %} (most recent with a member loaded){% endif %}</td></tr>
