@@ -10,7 +10,7 @@ import pytest
 from netcheck.config import DEFAULT_PROFILES_DIR, load_coordinator_config, load_node_config
 from netcheck.errors import ConfigError
 
-KEY = "ed25519:" + "B" * 43
+KEY = "ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"  # a real key (seed 0x42 * 32)
 COORD = f"""
 identity_key = "keys/c.pem"
 allowed_nodes = ["{KEY}"]

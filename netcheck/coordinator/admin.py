@@ -19,7 +19,10 @@ Routes:
   the rounds, the detector summary, the confirmations and the flags raised.
 - ``GET  /admin/flags``           — flags, newest first, without evidence; query
   parameters ``kind``, ``status``, ``node``, ``limit`` (1..10000, default 200) filter them.
-- ``GET  /admin/flags/{flag_id}`` — one flag with its evidence.
+- ``GET  /admin/flags/{flag_id}`` — one flag with its evidence and review history.
+- ``POST /admin/flags/{flag_id}/review`` — body ``{"state", "by", "note"}``: move the
+  flag's review state (open -> acknowledged -> resolved / false-positive; reopen);
+  409 for a transition not allowed (:mod:`netcheck.storage.reviews`).
 
 Every request needs ``Authorization: Bearer <admin_token>`` from the coordinator config,
 and must come from a loopback address (the server also binds to loopback by default).
@@ -47,6 +50,7 @@ from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
 from netcheck.storage.flags import FLAG_STATUSES, jsonable
 from netcheck.storage.reader import Reader
+from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
 from netcheck.web.inputs import MAX_OFFSET, json_object, optional_name, parse_int, query_int
 
 if TYPE_CHECKING:
@@ -226,10 +230,60 @@ def admin_app(coord: Coordinator) -> web.Application:
                 raise web.HTTPBadRequest(
                     text=f"unknown {name} {q[name]!r}; one of: {', '.join(allowed)}"
                 )
-        rows = coord.screening.flags.list_flags(
-            kind=q.get("kind"), status=q.get("status"), node_key=q.get("node"), limit=limit
-        )
-        return web.json_response(jsonable({"flags": rows}))
+        review = q.get("review")
+        if review is not None and review not in REVIEW_STATES:
+            raise web.HTTPBadRequest(
+                text=f"unknown review {review!r}; one of: {', '.join(REVIEW_STATES)}"
+            )
+
+        def read() -> list[dict[str, Any]]:
+            rows = coord.screening.flags.list_flags(
+                kind=q.get("kind"), status=q.get("status"), node_key=q.get("node"),
+                limit=10_000 if review else limit,
+            )  # fmt: skip
+            states = reviews().current(r["flag_id"] for r in rows)
+            for r in rows:
+                r["review"] = states[r["flag_id"]]
+            if review is not None:
+                rows = [r for r in rows if r["review"]["state"] == review][:limit]
+            return rows
+
+        return web.json_response(jsonable({"flags": await asyncio.to_thread(read)}))
+
+    review_store: list[ReviewStore] = []
+
+    def reviews() -> ReviewStore:
+        if not review_store:  # created on first use: creates its table if missing
+            review_store.append(ReviewStore(coord.store))
+        return review_store[0]
+
+    def flag_id_of(request: web.Request) -> int:
+        flag_id = parse_int(request.match_info["flag_id"])
+        if flag_id is None:
+            raise web.HTTPBadRequest(text="flag id must be an integer")
+        if not 0 <= flag_id < 2**63:
+            raise web.HTTPNotFound(text=f"no flag {flag_id}")
+        return flag_id
+
+    async def review_flag(request: web.Request) -> web.Response:
+        flag_id = flag_id_of(request)
+        body = await json_object(request)
+        fields = {}
+        for name in ("state", "by", "note"):
+            value = body.get(name, "" if name == "note" else None)
+            if not isinstance(value, str):
+                raise web.HTTPBadRequest(text=f"{name} must be a string")
+            fields[name] = value
+        if coord.screening.flags.get_flag(flag_id) is None:
+            raise web.HTTPNotFound(text=f"no flag {flag_id}")
+        try:
+            row = await asyncio.to_thread(
+                reviews().review, flag_id, fields["state"], fields["by"], fields["note"]
+            )
+        except ReviewError as exc:
+            raise web.HTTPConflict(text=str(exc)) from None
+        log.info("flag %d review: %s by %s", flag_id, row["state"], row["by"])
+        return web.json_response(jsonable(row))
 
     async def flag_detail(request: web.Request) -> web.Response:
         flag_id = parse_int(request.match_info["flag_id"])
@@ -240,6 +294,9 @@ def admin_app(coord: Coordinator) -> web.Application:
         flag = coord.screening.flags.get_flag(flag_id)
         if flag is None:
             raise web.HTTPNotFound(text=f"no flag {flag_id}")
+        history = await asyncio.to_thread(reviews().history, flag_id)
+        flag["reviews"] = history
+        flag["review"] = history[-1] if history else {"state": "open"}
         return web.json_response(jsonable(flag))
 
     app.middlewares.append(auth)
@@ -256,4 +313,5 @@ def admin_app(coord: Coordinator) -> web.Application:
     app.on_cleanup.append(close_jobs)
     app.router.add_get("/flags", list_flags)
     app.router.add_get("/flags/{flag_id}", flag_detail)
+    app.router.add_post("/flags/{flag_id}/review", review_flag)
     return app

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -46,6 +47,13 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
+def _review(review: Mapping[str, Any] | None) -> str:
+    """``state (by, when)`` of a flag's review, or ``open``."""
+    if not review or review.get("state", "open") == "open" and not review.get("by"):
+        return "open"
+    return f"{review['state']} ({review.get('by', '?')}, {_when(review.get('at'))})"
+
+
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
@@ -62,13 +70,14 @@ def flags_table(
     whole (``name (key)`` when ``names`` has a display name), never as rich markup."""
     names = names or {}
     table = Table(title=title)
-    for col in ("id", "kind", "status", "nodes", "statistic", "threshold", "created"):
+    for col in ("id", "kind", "status", "review", "nodes", "statistic", "threshold", "created"):
         table.add_column(col)
     for f in rows:
         table.add_row(
             str(f["flag_id"]),
             f["kind"],
             _status(f["status"]),
+            Text(_review(f.get("review"))),
             Text("\n".join(_who(k, names) for k in f["node_keys"])),
             _num(f.get("statistic")),
             _num(f.get("threshold")),
@@ -243,6 +252,8 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
         return
     console = report_console()
     console.print(flags_table([flag], f"flag {flag_id}"))
+    for r in flag.get("reviews", []):
+        console.print(Text(f"review: {r['state']} by {r['by']} at {_when(r['at'])}: {r['note']}"))
     ev = flag.get("evidence", {})
     if "rule" in ev:
         console.print(f"rule: {ev['rule']}")
@@ -263,3 +274,26 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
         console.print(table)
     console.print(f"receipts: {len(ev.get('receipts', []))} (session id, commitment, signature)")
     console.print("full evidence: netcheck flags show --json " + str(flag_id))
+
+
+def _review_command(name: str, state: str, summary: str) -> None:
+    @flags.command(name, help=f"{summary} Exits 6 if the flag's state does not allow it.")
+    @coordinator_config_option
+    @click.argument("flag_id", type=int)
+    @click.option("--by", default=None, help="Who reviews (default: $USER).")
+    @click.option("--note", default="", help="Why (kept with the review, shown on the flag).")
+    def command(config_path: Path, flag_id: int, by: str | None, note: str) -> None:
+        who = by or os.environ.get("USER") or os.environ.get("USERNAME") or ""
+        if not who:
+            raise click.UsageError("give --by NAME (no $USER to default to)")
+        row = admin_call(
+            config_path, "POST", f"/admin/flags/{flag_id}/review",
+            {"state": state, "by": who, "note": note}, timeout_s=30,
+        )  # fmt: skip
+        click.echo(f"flag {flag_id}: {row['state']} by {row['by']} at {_when(row['at'])}")
+
+
+_review_command("ack", "acknowledged", "Acknowledge a flag: someone is looking into it.")
+_review_command("resolve", "resolved", "Mark a flag resolved (the node was dealt with).")
+_review_command("false-positive", "false-positive", "Mark a flag a false positive.")
+_review_command("reopen", "open", "Reopen a resolved or false-positive flag.")

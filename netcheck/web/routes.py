@@ -46,6 +46,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from netcheck.storage.reader import STRIKE_WINDOW, UNCHECKED, Reader, pass_rate
+from netcheck.storage.reviews import ReviewStore
 from netcheck.web.banner import POOL, pool_middleware
 from netcheck.web.exports import KINDS, to_csv, to_json
 from netcheck.web.flagview import FlagView, flag_view
@@ -288,6 +289,13 @@ def add_web_routes(
 
     # -- pages -------------------------------------------------------------------------
 
+    review_store: list[ReviewStore] = []
+
+    def reviews() -> ReviewStore:
+        if not review_store:  # created on first use (creates its table if missing)
+            review_store.append(ReviewStore(coord.store))
+        return review_store[0]
+
     def all_flags() -> list[FlagView]:
         return [flag_view(r) for r in reader.flags()]
 
@@ -376,6 +384,9 @@ def add_web_routes(
             names = reader.node_names(sorted({m for f in flags for m in f.members}))
             return {
                 "flags": flags,
+                "reviews": {
+                    str(k): v for k, v in reviews().current(int(f.flag_id) for f in flags).items()
+                },
                 "node": node,
                 "names": names,
                 "has_table": bool(reader.flag_columns()),
@@ -401,18 +412,27 @@ def add_web_routes(
             edge_cols: list[str] = []
             for e in f.edges:
                 edge_cols += [k for k in e if k not in edge_cols]
+            history = reviews().history(int(f.flag_id))
+            pair_plots = len(members) >= 2  # a 1x1 matrix or r = 1.00 says nothing
             return {
                 "f": f,
+                "reviews": history,
+                "review": history[-1] if history else {"state": "open"},
+                "pair_plots": pair_plots,
                 "matrix": matrix,
                 "edge_cols": edge_cols,
                 "names": names,
                 "loaded_plot": loaded_latency_svg(
                     members, matrix["loaded"], matrix["service_s"], lambda k: label(k, names.get(k))
                 ),
-                "coload_plot": heatmap_svg(
+                "coload_plot": ""
+                if not pair_plots
+                else heatmap_svg(
                     coload_matrix(members, matrix["loaded"]), labels, "co-loaded rounds"
                 ),
-                "corr_plot": heatmap_svg(
+                "corr_plot": ""
+                if not pair_plots
+                else heatmap_svg(
                     residual_correlation_matrix(members, everyone),
                     labels,
                     "residual correlation r",

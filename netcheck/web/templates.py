@@ -148,24 +148,28 @@ _NODE = """{% extends "base.html" %}{% block title %}Node{% endblock %}
 _FLAGS = """{% extends "base.html" %}{% block title %}Flags{% endblock %}
 {% block body %}<h1>Flags{% if node %} naming {{ node|label(names.get(node)) }}{% endif %} <span class="muted">({{ flags|length }})</span></h1>
 {% if not has_table %}<p class="muted" id="no-flags">No flags: screening has not stored any flag in this database yet.</p>{% endif %}
-<table id="flags"><thead><tr><th>flag</th><th>kind</th><th>created</th><th>status</th><th>nodes</th>
+<table id="flags"><thead><tr><th>flag</th><th>kind</th><th>created</th><th>status</th><th>review</th><th>nodes</th>
 <th class="num">statistic</th><th class="num">threshold</th></tr></thead><tbody>
 {% for f in flags %}<tr data-flag="{{ f.flag_id }}"><td><a href="{{ f.flag_id|flag_url }}">#{{ f.flag_id }}</a></td><td>{{ f.detector }}</td>
 <td>{{ f.created_at|when }}</td><td>{{ f.status }}</td>
+<td class="review">{{ reviews[f.flag_id].state }}{% if reviews[f.flag_id].by %} <span class="muted">({{ reviews[f.flag_id].by }})</span>{% endif %}</td>
 <td>{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td>
 <td class="num">{{ f.statistic|num }}</td><td class="num">{{ f.threshold|num }}</td></tr>
-{% else %}<tr><td colspan="7" class="muted">no flags</td></tr>{% endfor %}</tbody></table>
+{% else %}<tr><td colspan="8" class="muted">no flags</td></tr>{% endfor %}</tbody></table>
 {% endblock %}"""
 
 _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endblock %}
 {% block body %}<h1>Flag #{{ f.flag_id }}: {{ f.detector }}</h1>
 <table class="facts"><tbody>
 <tr><td>status</td><td id="flag-status">{{ f.status }}</td></tr>
+<tr><td>review</td><td id="flag-review">{{ review.state }}{% for r in reviews %}<br><span class="muted">{{ r.at|when }}</span> {{ r.state }} by {{ r.by }}{% if r.note %}: {{ r.note }}{% endif %}{% endfor %}
+<br><span class="muted">change with <code>netcheck flags ack|resolve|false-positive|reopen {{ f.flag_id }} --note …</code></span></td></tr>
 {% if f.rule %}<tr><td>rule</td><td>{{ f.rule }}</td></tr>{% endif %}
 <tr><td>nodes</td><td id="flag-members">{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
 <tr><td>statistic</td><td id="flag-statistic">{{ f.statistic|num }}</td></tr>
 <tr><td>threshold</td><td id="flag-threshold">{{ f.threshold|num }}</td></tr>
-<tr><td>rounds used</td><td>{{ matrix.round_ids|length }}{% if not f.round_ids %} (most recent with a member loaded){% endif %}</td></tr>
+<tr><td>evidence rounds</td><td id="evidence-rounds">{{ matrix.round_ids|length }}{% if not f.round_ids %} (most recent with a node loaded){% endif %}:
+{% for rid in matrix.round_ids %}<a href="{{ rid|round_url }}">{{ rid }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
 <tr><td>receipts</td><td><a id="receipts-link" href="{{ f.flag_id|flag_url }}/receipts.json">receipts.json</a>
 <span class="muted">(check each with <code>netcheck receipt verify</code>)</span></td></tr>
 </tbody></table>
@@ -174,10 +178,11 @@ _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endb
 </tbody></table>{% endif %}
 <h2>Service times with partners loaded vs idle</h2>
 <div class="plot" id="loaded-plot">{{ loaded_plot|safe }}</div>
-<h2>Co-loading matrix (rounds both were loaded)</h2>
+{% if pair_plots %}<h2>Co-loading matrix (rounds both were loaded)</h2>
 <div class="plot" id="coload-plot">{{ coload_plot|safe }}</div>
 <h2>Residual correlation (median-polished log service time)</h2>
-<div class="plot" id="corr-plot">{{ corr_plot|safe }}</div>
+<div class="plot" id="corr-plot">{{ corr_plot|safe }}</div>{% else %}
+<p class="muted" id="no-pair-plots">One node: no co-loading or correlation between nodes to show.</p>{% endif %}
 <h2>Stored row</h2>
 <table class="facts" id="flag-row"><tbody>{% for k, v in f.row.items() %}<tr><td>{{ k }}</td><td><code>{{ v|jsonish }}</code></td></tr>{% endfor %}</tbody></table>
 {% endblock %}"""
