@@ -160,3 +160,14 @@ def test_reference_build_interrupted_says_what_was_stored(
     )
     assert result.exit_code == 130, result.output
     assert "interrupted: 32 of 64 references stored" in result.output
+
+
+def test_engine_calibrate_help_names_the_capacity_steps() -> None:
+    """``netcheck engine calibrate`` exists with its co-location and output options."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+
+    out = CliRunner().invoke(main, ["engine", "calibrate", "--help"]).output
+    for option in ("--profile", "--out", "--max-k", "--trials", "--update-profile"):
+        assert option in out

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from netcheck.coordinator.capacity_gate import capacity_context
 from netcheck.coordinator.jobs import ScreeningJobs
 from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.rounds import run_round
@@ -174,13 +175,14 @@ def admin_app(coord: Coordinator) -> web.Application:
             raise web.HTTPNotFound(text=f"no round {rid!r}")
         return web.json_response(jsonable(body))
 
-    async def screening_args(request: web.Request) -> tuple[str, int]:
+    async def screening_args(request: web.Request) -> tuple[str, int, Any]:
         body = await json_object(request)
         profile = optional_name(body, "profile") or default_profile()
         n = body.get("rounds", DEFAULT_SCREENING_ROUNDS)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SCREENING_ROUNDS:
             raise web.HTTPBadRequest(text=f"rounds must be an integer in 0..{MAX_SCREENING_ROUNDS}")
-        return profile, n
+        context = capacity_context(coord, profile, body)  # issue 10; HTTPConflict if refused
+        return profile, n, context
 
     async def run_screening(
         profile: str, n: int, progress: Any, cancel: asyncio.Event
@@ -190,12 +192,20 @@ def admin_app(coord: Coordinator) -> web.Application:
     jobs = ScreeningJobs(run_screening)
 
     async def start_job(request: web.Request) -> web.Response:
-        profile, n = await screening_args(request)
+        profile, n, context = await screening_args(request)
         if profile not in coord.profiles:
             raise web.HTTPConflict(text=f"unknown profile {profile!r}")
         if not coord.connected(profile):
             raise web.HTTPConflict(text=f"no node connected with profile {profile!r}")
-        job = jobs.start(profile, n)
+
+        async def runner(
+            profile: str, n: int, progress: Any, cancel: asyncio.Event
+        ) -> dict[str, Any]:
+            return await coord.screening.run(
+                profile, n, progress=progress, cancel=cancel, context=context
+            )
+
+        job = jobs.start(profile, n, runner)
         return web.json_response(jsonable(job.as_dict()), status=202)
 
     def find_job(request: web.Request) -> Any:
@@ -215,9 +225,9 @@ def admin_app(coord: Coordinator) -> web.Application:
         await jobs.close()
 
     async def screening(request: web.Request) -> web.Response:
-        profile, n = await screening_args(request)
+        profile, n, context = await screening_args(request)
         try:
-            report = await coord.screening.run(profile, n)
+            report = await coord.screening.run(profile, n, context=context)
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         return web.json_response(report)

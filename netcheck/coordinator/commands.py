@@ -101,9 +101,26 @@ def screen() -> None:
     "in the coordinator config, default 4), the others are screening rounds.",
 )
 @click.option("--profile", "profile_name", default=None, help="Profile (default: first).")
+@click.option(
+    "--override-capacity",
+    "override",
+    metavar="REASON",
+    default=None,
+    help="Run even if the profile's capacity margin is below 1.2 or unmeasured (it then "
+    "cannot tell two identities on one card apart); REASON is recorded with every round.",
+)
 @_json_option
-def screen_run(config_path: Path, rounds: int, profile_name: str | None, as_json: bool) -> None:
+def screen_run(
+    config_path: Path,
+    rounds: int,
+    profile_name: str | None,
+    override: str | None,
+    as_json: bool,
+) -> None:
     """Run screening rounds now, then the analysis and confirmation rounds; print flags.
+
+    Refused for a profile that cannot tell two identities on one card apart, unless
+    --override-capacity gives a reason.
 
     Shows rounds done and an ETA while it runs. Ctrl-C cancels the run on the
     coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
@@ -112,7 +129,9 @@ def screen_run(config_path: Path, rounds: int, profile_name: str | None, as_json
     from netcheck.config import load_coordinator_config
 
     cfg = load_coordinator_config(config_path)
-    body = {"rounds": rounds, "profile": profile_name}
+    body: dict[str, Any] = {"rounds": rounds, "profile": profile_name, "check_capacity": True}
+    if override is not None:
+        body["capacity_override"] = override
     held: dict[str, Any] = {}
     try:
         job = asyncio.run(_follow(cfg, body, held))

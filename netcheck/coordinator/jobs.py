@@ -79,17 +79,18 @@ class ScreeningJobs:
         self._runner = runner
         self.jobs: dict[str, ScreeningJob] = {}
 
-    def start(self, profile: str, rounds: int) -> ScreeningJob:
-        """Start a job in the background and return it at once."""
+    def start(self, profile: str, rounds: int, runner: Runner | None = None) -> ScreeningJob:
+        """Start a job in the background (with ``runner``, default the registry's) and
+        return it at once."""
         job = ScreeningJob("s" + secrets.token_hex(6), profile, rounds)
         self.jobs[job.job_id] = job
-        job.task = asyncio.get_running_loop().create_task(self._run(job))
+        job.task = asyncio.get_running_loop().create_task(self._run(job, runner or self._runner))
         self._trim()
         return job
 
-    async def _run(self, job: ScreeningJob) -> None:
+    async def _run(self, job: ScreeningJob, runner: Runner) -> None:
         try:
-            job.report = await self._runner(job.profile, job.rounds_total, job.progress, job.cancel)
+            job.report = await runner(job.profile, job.rounds_total, job.progress, job.cancel)
             job.state = "cancelled" if job.report.get("cancelled") else "done"
         except NetcheckError as exc:
             job.state, job.error = "failed", str(exc)

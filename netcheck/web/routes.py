@@ -37,7 +37,7 @@ import ipaddress
 import json
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -179,7 +179,11 @@ def residual_correlation_matrix(
 
 
 def add_web_routes(
-    app: web.Application, coord: CoordinatorView, *, allow_remote: bool = False
+    app: web.Application,
+    coord: CoordinatorView,
+    *,
+    allow_remote: bool = False,
+    capacity_warnings: Sequence[str] = (),
 ) -> None:
     """Register the dashboard, exports and ``/metrics`` (and their auth) on ``app``.
 
@@ -189,12 +193,15 @@ def add_web_routes(
     Args:
         allow_remote: serve non-loopback callers too (still token-protected). Off by
             default, like the admin API.
+        capacity_warnings: lines shown at the top of every page (issue 10: profiles
+            that cannot tell two identities on one card apart, netcheck.capacity).
     """
     if WEB_KEY in app:
         return
     reader = Reader(coord.store)
     app[WEB_KEY] = reader
     env = make_env()
+    env.globals["capacity_warnings"] = list(capacity_warnings)
 
     def token_ok(candidate: str) -> bool:
         return hmac.compare_digest(candidate.encode(), coord.admin_token.encode())

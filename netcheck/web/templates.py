@@ -54,7 +54,7 @@ a{color:#0b5cad}
 ({{ p.unspent }} unspent, {{ p.nodes }} node{{ "" if p.nodes == 1 else "s" }})</span>{% endfor %}
 {% if pool[0].state != 'ok' %}<span class="pool-fix">nodes of an empty pool are <b>unchecked</b>; build more:
 <code>{{ pool[0].build_command }}</code></span>{% endif %}</div>{% endif %}
-<main>{% block body %}{% endblock %}</main></body></html>
+<main>{% for w in capacity_warnings|default([]) %}<p class="capacity-warning" style="color:#a40000">{{ w }}</p>{% endfor %}{% block body %}{% endblock %}</main></body></html>
 """
 
 _LOGIN = """{% extends "base.html" %}{% block title %}Log in{% endblock %}
