@@ -126,17 +126,14 @@ def screen_run(
     coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
     no node was checked in any round (empty canary pool).
     """
-    from netcheck.config import load_coordinator_config
-
-    cfg = load_coordinator_config(config_path)
     body: dict[str, Any] = {"rounds": rounds, "profile": profile_name, "check_capacity": True}
     if override is not None:
         body["capacity_override"] = override
     held: dict[str, Any] = {}
     try:
-        job = asyncio.run(_follow(cfg, body, held))
+        job = run_job(config_path, body, held)
     except KeyboardInterrupt:
-        job = asyncio.run(_cancel(cfg, held)) if "job_id" in held else None
+        job = cancel_job(config_path, held) if "job_id" in held else None
         done = "" if job is None else f" after {job['rounds_done']} of {job['rounds_total']} rounds"
         click.echo(f"interrupted: screening run cancelled on the coordinator{done}", err=True)
         sys.exit(int(Exit.INTERRUPTED))
@@ -167,6 +164,21 @@ def screen_run(
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
     console.print(flags_table(report.get("flags", []), "flags raised", names))
     check_round_outcome(rounds_run)
+
+
+def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
+    """Start a screening job on the coordinator named by ``config_path`` and follow it
+    to its end (``held`` receives ``job_id`` and ``names`` as soon as known)."""
+    from netcheck.config import load_coordinator_config
+
+    return asyncio.run(_follow(load_coordinator_config(config_path), body, held))
+
+
+def cancel_job(config_path: Path, held: dict[str, Any]) -> Any:
+    """Cancel the job in ``held`` and wait until it has stopped."""
+    from netcheck.config import load_coordinator_config
+
+    return asyncio.run(_cancel(load_coordinator_config(config_path), held))
 
 
 def _who(key: str, names: Mapping[str, str]) -> str:

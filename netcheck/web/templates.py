@@ -152,7 +152,7 @@ _FLAGS = """{% extends "base.html" %}{% block title %}Flags{% endblock %}
 <th class="num">statistic</th><th class="num">threshold</th></tr></thead><tbody>
 {% for f in flags %}<tr data-flag="{{ f.flag_id }}"><td><a href="{{ f.flag_id|flag_url }}">#{{ f.flag_id }}</a></td><td>{{ f.detector }}</td>
 <td>{{ f.created_at|when }}</td><td>{{ f.status }}</td>
-<td class="review">{{ reviews[f.flag_id].state }}{% if reviews[f.flag_id].by %} <span class="muted">({{ reviews[f.flag_id].by }})</span>{% endif %}</td>
+<td class="review">{{ reviews[f.flag_id].state }}{% if reviews[f.flag_id].get('by') %} <span class="muted">({{ reviews[f.flag_id].by }})</span>{% endif %}</td>
 <td>{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td>
 <td class="num">{{ f.statistic|num }}</td><td class="num">{{ f.threshold|num }}</td></tr>
 {% else %}<tr><td colspan="8" class="muted">no flags</td></tr>{% endfor %}</tbody></table>

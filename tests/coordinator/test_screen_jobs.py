@@ -31,7 +31,8 @@ async def test_screen_run_shows_progress_and_whole_keys(tmp_path: Path) -> None:
         )
         result = await asyncio.to_thread(
             CliRunner().invoke, main,
-            ["screen", "run", "--config", str(tmp_path / "coordinator.toml"), "--rounds", "4"],
+            ["screen", "run", "--config", str(tmp_path / "coordinator.toml"), "--rounds", "4",
+             "--override-capacity", "test: emulated nodes"],
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         assert "screening: 4 of 4 rounds" in result.stderr
@@ -54,7 +55,7 @@ async def test_ctrl_c_cancels_the_run_on_the_coordinator(tmp_path: Path) -> None
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "netcheck", "screen", "run", "--config",
-            str(tmp_path / "coordinator.toml"), "--rounds", "500",
+            str(tmp_path / "coordinator.toml"), "--rounds", "500", "--override-capacity", "test",
             env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         jobs = rc.coord.screening  # the job registry lives in the admin app
