@@ -406,11 +406,12 @@ def _register_subcommands() -> None:
     from netcheck.coordinator.commands import flags, screen
     from netcheck.coordinator.round_commands import round_list, round_show
     from netcheck.engines.commands import engine
-    from netcheck.node.commands import node_status
+    from netcheck.node.commands import node_setup, node_status
     from netcheck.receipts import receipt
     from netcheck.references.commands import references_status
 
     node.add_command(node_status)
+    node.add_command(node_setup)
     reference.add_command(references_status)
     round_group.add_command(round_list)
     round_group.add_command(round_show)

@@ -396,6 +396,10 @@ class NodeConfig(_FileConfig):
     profiles_dir: Path | None = None
     """Folder of profile files; None = ``profiles/`` next to this file, then the
     installed ``configs/profiles`` (see :func:`profile_search_dirs`)."""
+    device: str | None = None
+    """The card this node runs on (``cuda:<n>``, ``cuda``, ``cpu`` or ``auto``), in
+    place of the profile's ``device``. The engine fingerprint records the card *model*,
+    not its index, so one profile and one reference set serve every card of a host."""
     name: str = ""
 
     @field_validator("coordinator_url")
@@ -434,6 +438,21 @@ class NodeConfig(_FileConfig):
     @classmethod
     def _resolve_dir(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return None if value is None else _resolve_path(value, info)
+
+    @field_validator("device")
+    @classmethod
+    def _check_node_device(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"cpu|auto|cuda(:\d+)?", value):
+            raise ValueError("device must be 'cpu', 'auto', 'cuda' or 'cuda:<n>'")
+        return value
+
+    def node_profile(self) -> Profile:
+        """The claimed profile with this node's ``device`` (when set) in place of the
+        profile's (raises ConfigError like :meth:`load_profile`)."""
+        profile = self.load_profile(self.profile)
+        if self.device is None:
+            return profile
+        return profile.model_copy(update={"device": self.device})
 
 
 _M = TypeVar("_M", bound=BaseModel)

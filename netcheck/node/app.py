@@ -47,7 +47,7 @@ async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker
     cfg: NodeConfig = load_node_config(config_path)
     identity = load_private_key(cfg.identity_key)
     coordinator_key = parse_public_key(cfg.coordinator_key)
-    profile = cfg.load_profile(cfg.profile)
+    profile = cfg.node_profile()  # the config's device, when set, picks the card
     label = cfg.name or config_path.stem
     log.info(
         "%s: starting netcheck %s node: key %s, profile %s, coordinator %s",

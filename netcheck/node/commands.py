@@ -73,3 +73,44 @@ def node_status(config_path: Path, limit: int, as_json: bool) -> None:
             Text(str(e.get("reason", ""))),
         )  # fmt: skip
     out.print(table)
+
+
+@click.command("setup")
+@click.option(
+    "--cards", type=click.IntRange(1, 64), required=True, help="Cards (GPUs) on this host."
+)
+@click.option("--host", default=None, help="Host name in node names (default: this machine's).")
+@click.option(
+    "--out", "out_dir", default="configs", show_default=True,
+    type=click.Path(file_okay=False, path_type=Path), help="Folder for the configs (keys in keys/).",
+)  # fmt: skip
+@click.option("--coordinator-url", required=True, help="ws(s)://host:port/v1/ws")
+@click.option(
+    "--coordinator-key", required=True, help="The coordinator's public key (ed25519:...)."
+)
+@click.option("--profile", "profile_name", required=True, help="Profile every card claims.")
+@click.option("--first-card", default=0, show_default=True, type=click.IntRange(0, 63))
+def node_setup(
+    cards: int, host: str | None, out_dir: Path, coordinator_url: str,
+    coordinator_key: str, profile_name: str, first_card: int,
+) -> None:  # fmt: skip
+    """Set up one node identity per card: a key and a config each (device cuda:N).
+
+    Prints the lines the coordinator's operator adds to coordinator.toml
+    (allowed_nodes and node_names). Start each with `netcheck node run --config FILE`.
+    """
+    import socket
+
+    from netcheck.config import load_node_config
+    from netcheck.node.setup import coordinator_snippet, setup_cards
+
+    nodes = setup_cards(
+        out_dir, host or socket.gethostname().split(".")[0], cards,
+        coordinator_url=coordinator_url, coordinator_key=coordinator_key,
+        profile=profile_name, first_card=first_card,
+    )  # fmt: skip
+    for n in nodes:
+        load_node_config(n.config_path)  # what was written must load
+        click.echo(f"{n.name}: {n.device}, {n.config_path}, key {n.public_key}")
+    click.echo("\n# for the coordinator operator (coordinator.toml):")
+    click.echo(coordinator_snippet(nodes))

@@ -138,7 +138,7 @@ def run_checks(
     def profile() -> str:
         cfg = holder["cfg"]
         assert isinstance(cfg, NodeConfig)
-        prof = cfg.load_profile(cfg.profile)
+        prof = cfg.node_profile()
         holder["profile"] = prof
         return f"{prof.name}: {prof.engine}, {prof.model}, {prof.dtype}, B={prof.batch_size}"
 
