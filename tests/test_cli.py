@@ -171,3 +171,19 @@ def test_engine_calibrate_help_names_the_capacity_steps() -> None:
     out = CliRunner().invoke(main, ["engine", "calibrate", "--help"]).output
     for option in ("--profile", "--out", "--max-k", "--trials", "--update-profile"):
         assert option in out
+
+
+def test_engine_selftest_states_an_unmeasured_capacity() -> None:
+    """``engine selftest`` ends by saying plainly that the profile's capacity is unmeasured
+    (cpu-factoring has no [capacity] table; its engine is instant)."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+
+    result = CliRunner().invoke(
+        main, ["engine", "selftest", "--profile", "cpu-factoring", "--quick"]
+    )
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert "profile cpu-factoring: capacity not measured" in text
+    assert "cannot tell two identities on one card apart" in text

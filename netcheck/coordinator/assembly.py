@@ -72,6 +72,7 @@ def make_app(coord: Coordinator) -> web.Application:
     warnings = [s.message for s in unsafe_profiles(list(coord.profiles.values()))]
     add_web_routes(app, LiveView(coord), capacity_warnings=warnings)
     app.on_shutdown.append(coord.on_shutdown)
+    app.on_cleanup.append(coord.on_cleanup)
     return app
 
 

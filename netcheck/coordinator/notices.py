@@ -1,4 +1,4 @@
-"""Send each loaded node its signed verdict after a round (docs/protocol.md §5.10)."""
+"""Send each loaded node its signed verdict after a round (docs/protocol.md §5.11)."""
 
 from __future__ import annotations
 

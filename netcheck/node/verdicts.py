@@ -1,5 +1,5 @@
 """The node's record of its verdicts: every signed notice the coordinator sent
-(docs/protocol.md §5.10), one JSON object per line, read by ``netcheck node status``.
+(docs/protocol.md §5.11), one JSON object per line, read by ``netcheck node status``.
 
 Each line holds ``received_at`` (Unix seconds), ``round_id``, ``verdict``, ``reason``,
 ``elapsed_s``, ``deadline_s``, and the hex ``session_id``, ``node_key`` (raw key) and

@@ -1,4 +1,4 @@
-"""Signed verdict notices (docs/protocol.md §5.10), sans-I/O.
+"""Signed verdict notices (docs/protocol.md §5.11), sans-I/O.
 
 After each round the coordinator tells every node that had a job its verdict, signed
 with the coordinator's identity key, so a node operator sees why a round failed and can

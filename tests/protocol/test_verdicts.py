@@ -1,4 +1,4 @@
-"""Signed verdict notices (docs/protocol.md §5.10): signature and public reasons."""
+"""Signed verdict notices (docs/protocol.md §5.11): signature and public reasons."""
 
 from __future__ import annotations
 
