@@ -19,6 +19,7 @@ from aiohttp import web
 
 from netcheck.capacity import unsafe_profiles
 from netcheck.coordinator.admin import ADMIN_PREFIX, admin_app
+from netcheck.coordinator.doctor_api import add_doctor_route
 from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.references.pool import PoolEntry
@@ -71,6 +72,7 @@ def make_app(coord: Coordinator) -> web.Application:
     # issue 10: every dashboard page states which profiles cannot tell two identities apart
     warnings = [s.message for s in unsafe_profiles(list(coord.profiles.values()))]
     add_web_routes(app, LiveView(coord), capacity_warnings=warnings)
+    add_doctor_route(app, coord)  # POST /v1/doctor: signed node self-check, no session
     app.on_shutdown.append(coord.on_shutdown)
     app.on_cleanup.append(coord.on_cleanup)
     return app
