@@ -33,24 +33,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 import numpy.typing as npt
+from scipy import stats
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-
-_LGAMMA = np.vectorize(math.lgamma, otypes=[np.float64])
-_TINY = 1e-300
 
 
 @dataclass(frozen=True)
 class DetectorConfig:
     """Thresholds of the screening detectors, with their documented defaults.
 
-    - ``alpha`` (0.01): family-wise error rate of each detector over all ordered pairs
-      (Bonferroni).
+    - ``alpha`` (0.5): family-wise error rate of each detector over all ordered pairs
+      (Bonferroni): the chance that one analysis nominates any honest node as a suspect.
+      Screening only nominates; no flag is raised without the confirmation rounds,
+      whose own level bounds false flags (:mod:`netcheck.analysis.confirm_run`), so
+      this level prices confirmation rounds, not false flags. At 0.01 (the earlier
+      default) a 16-round screening of 200 nodes found half as many pairs.
     - ``effect_floor`` (log 1.25): minimum slowdown, in log units, that one partner's
       load must add to a node's service time (Detector A) — a 25% slowdown. Honest
       co-hosted GPUs couple by a few percent; a shared GPU with batching efficiency beta
@@ -76,6 +77,10 @@ class DetectorConfig:
       then this many best sets of each size are extended by one partner (the
       Bonferroni count covers every possible set, so a partial search costs power,
       never error control).
+    - ``group_pool`` (48): group steps draw their members from the partners with the
+      largest single-partner t at that step (a shared partner's own t is raised by its
+      share of the slowdown); the search cost no longer grows with ``n^2`` per node.
+      Power only: the Bonferroni count still covers every possible set.
     - ``group_guard_p`` (0.01): in a group step each partner must also slow the node on
       its own: partial coefficient (given the count of the others) above
       ``effect_floor / 2`` and one-sided partial t at this level (not multiplicity
@@ -85,9 +90,16 @@ class DetectorConfig:
       loaded nodes among i and the partners i selected together with j, at level
       ``alpha / 2 / m`` (Bonferroni over the ``m`` one-way selections tested; see
       :func:`reverse_tests`). The selection steps then share the other ``alpha / 2``.
+    - ``grouping`` (``"cliques"``): suspect groups are the maximal cliques of the edge
+      graph, so a group never holds two nodes without an edge between them (a chain
+      a-b, b-c gives the groups {a, b} and {b, c}); ``"components"`` = the previous
+      connected components, under which a few stray edges merge unrelated farms.
+    - ``drop_full_rounds`` (True): rounds in which every node was loaded are left out
+      (they are no random design: every farm is slowed at once, so residuals of
+      unrelated identities move together and link them).
     """
 
-    alpha: float = 0.01
+    alpha: float = 0.5
     effect_floor: float = math.log(1.25)
     min_rounds: int = 2
     min_coloaded_rounds: int = 8
@@ -98,8 +110,11 @@ class DetectorConfig:
     prior_df: float = 10.0
     group_step: int = 4
     group_candidates: int = 24
+    group_pool: int = 48
     group_guard_p: float = 0.01
     reverse_test: bool = True
+    grouping: str = "cliques"
+    drop_full_rounds: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -110,10 +125,12 @@ class DetectorConfig:
             raise ValueError("need min_rounds >= 2, min_coloaded_rounds >= 4, max_partners >= 1")
         if self.prior_df < 0:
             raise ValueError("prior_df must be >= 0")
-        if self.group_step < 1 or self.group_candidates < 2:
-            raise ValueError("need group_step >= 1 and group_candidates >= 2")
+        if self.group_step < 1 or self.group_candidates < 2 or self.group_pool < 2:
+            raise ValueError("need group_step >= 1, group_candidates >= 2, group_pool >= 2")
         if not 0.0 < self.group_guard_p < 1.0:
             raise ValueError("group_guard_p must be in (0, 1)")
+        if self.grouping not in ("cliques", "components"):
+            raise ValueError("grouping must be 'cliques' or 'components'")
 
     def p_crit(self, n_nodes: int) -> float:
         """Per-test one-sided level ``alpha / (n (n - 1))`` (Bonferroni)."""
@@ -141,7 +158,7 @@ class DetectorConfig:
 
     def z_crit(self, n_nodes: int) -> float:
         """``Phi^-1(1 - alpha / (n (n - 1)))``: the Bonferroni bound as a normal deviate."""
-        return -NormalDist().inv_cdf(self.p_crit(n_nodes))
+        return float(stats.norm.isf(self.p_crit(n_nodes)))
 
 
 @dataclass(frozen=True)
@@ -190,71 +207,20 @@ class Detection:
 # --- Student t tail ---------------------------------------------------------------------
 
 
-def _betacf(a: FloatArray, b: FloatArray, x: FloatArray) -> FloatArray:
-    """Continued fraction of the incomplete beta function (modified Lentz).
-
-    Source: Press et al., *Numerical Recipes*, 3rd ed., §6.4 (``betacf``).
-    """
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c = np.ones_like(x)
-    d = 1.0 - qab * x / qap
-    d = 1.0 / np.where(np.abs(d) < _TINY, _TINY, d)
-    h = d.copy()
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / np.where(np.abs(d) < _TINY, _TINY, d)
-        c = 1.0 + aa / c
-        c = np.where(np.abs(c) < _TINY, _TINY, c)
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / np.where(np.abs(d) < _TINY, _TINY, d)
-        c = 1.0 + aa / c
-        c = np.where(np.abs(c) < _TINY, _TINY, c)
-        delta = d * c
-        h *= delta
-        if np.all(np.abs(delta - 1.0) < 1e-14):
-            break
-    return h
-
-
-def _betainc(a: FloatArray, b: FloatArray, x: FloatArray) -> FloatArray:
-    """Regularized incomplete beta ``I_x(a, b)``, elementwise (Numerical Recipes §6.4)."""
-    x = np.clip(x, 0.0, 1.0)
-    inner = (x > 0) & (x < 1)
-    xs = np.where(inner, x, 0.5)
-    log_front = _LGAMMA(a + b) - _LGAMMA(a) - _LGAMMA(b) + a * np.log(xs) + b * np.log1p(-xs)
-    front = np.exp(log_front)
-    direct = xs < (a + 1.0) / (a + b + 2.0)
-    xa = np.where(direct, xs, 1.0 - xs)
-    aa = np.where(direct, a, b)
-    bb = np.where(direct, b, a)
-    cf = _betacf(aa, bb, xa)
-    value = np.where(direct, front * cf / a, 1.0 - front * cf / b)
-    return np.where(inner, value, x)
-
-
 def t_sf(t: FloatArray | float, df: FloatArray | float) -> FloatArray:
     """One-sided upper tail ``P(T > t)`` of Student's t with ``df`` (may be fractional).
 
-    ``P(T > t) = I_{df/(df+t^2)}(df/2, 1/2) / 2`` for ``t >= 0`` (Abramowitz & Stegun
-    26.7.1 / 26.5.27). NaN where ``t`` or ``df`` is NaN or ``df <= 0``.
+    ``scipy.stats.t.sf``; NaN where ``t`` or ``df`` is NaN or ``df <= 0``.
     """
     t_arr, df_arr = np.broadcast_arrays(np.asarray(t, float), np.asarray(df, float))
-    ok = np.isfinite(t_arr) & np.isfinite(df_arr) & (df_arr > 0)
-    tt = np.where(ok, t_arr, 0.0)
-    nu = np.where(ok, df_arr, 1.0)
-    half = 0.5 * _betainc(nu / 2.0, np.full_like(nu, 0.5), nu / (nu + tt * tt))
-    p = np.where(tt >= 0, half, 1.0 - half)
-    return np.where(ok, p, np.nan)
+    ok = ~np.isnan(t_arr) & np.isfinite(df_arr) & (df_arr > 0)
+    p = stats.t.sf(np.where(ok, t_arr, 0.0), np.where(ok, df_arr, 1.0))
+    return np.asarray(np.where(ok, p, np.nan), dtype=np.float64)
 
 
 def normal_sf(z: FloatArray | float) -> FloatArray:
-    """``P(Z > z)`` for a standard normal, elementwise (via ``math.erfc``)."""
-    erfc = np.vectorize(math.erfc, otypes=[np.float64])
-    return np.asarray(0.5 * erfc(np.asarray(z, float) / math.sqrt(2.0)), dtype=np.float64)
+    """``P(Z > z)`` for a standard normal, elementwise (``scipy.stats.norm.sf``)."""
+    return np.asarray(stats.norm.sf(np.asarray(z, float)), dtype=np.float64)
 
 
 # --- Detector A ---------------------------------------------------------------------------
@@ -344,19 +310,8 @@ def _prior_variance(e: FloatArray) -> float:
 
 
 def t_isf(p: float, df: float) -> float:
-    """``t`` with ``P(T > t) = p`` for Student's t (bisection on :func:`t_sf`)."""
-    lo, hi = 0.0, 1.0
-    while float(t_sf(hi, df)) > p and hi < 1e8:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if float(t_sf(mid, df)) > p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-9 * hi:
-            break
-    return hi
+    """``t`` with ``P(T > t) = p`` for Student's t (``scipy.stats.t.isf``)."""
+    return float(stats.t.isf(p, df))
 
 
 def _moderate(s2: FloatArray, dof: float, s0_sq: float, prior_df: float) -> FloatArray:
@@ -562,6 +517,8 @@ def forward_selection(e: FloatArray, loaded: BoolArray, cfg: DetectorConfig) -> 
             room = cfg.max_partners - (x.shape[1] - 1)
             if dof >= 2 and room >= 2 and cfg.group_step > 1:
                 idx = np.flatnonzero(usable)
+                if idx.size > cfg.group_pool:  # the strongest single partners only
+                    idx = idx[np.argsort(-t_all[idx], kind="stable")[: cfg.group_pool]]
                 guard = t_crit(cfg.group_guard_p, dof - 1 + cfg.prior_df)
                 found = _group_search(rc[:, idx].T @ rc[:, idx], cy[idx], yy, dof, s0_sq, cfg,
                                       guard, min(cfg.group_step, room))  # fmt: skip
@@ -735,6 +692,38 @@ def connected_components(n: int, pairs: list[tuple[int, int]]) -> list[list[int]
     return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[0])
 
 
+def maximal_cliques(nodes: list[int], pairs: list[tuple[int, int]]) -> list[tuple[int, ...]]:
+    """Maximal cliques (2+ members) of the graph ``(nodes, pairs)``, each sorted, ordered
+    by their members.
+
+    Source: Bron & Kerbosch, "Algorithm 457: finding all cliques of an undirected
+    graph", *CACM* 16 (1973), with Tomita's pivot (Tomita, Tanaka & Takahashi,
+    *Theor. Comput. Sci.* 363 (2006) 28-42). Only nodes with an edge are expanded.
+    """
+    adj: dict[int, set[int]] = {}
+    for a, b in pairs:
+        if a != b:
+            adj.setdefault(a, set()).add(b)
+            adj.setdefault(b, set()).add(a)
+    keep = set(nodes)
+    adj = {v: nb & keep for v, nb in adj.items() if v in keep}
+    out: list[tuple[int, ...]] = []
+
+    def expand(r: list[int], p: set[int], x: set[int]) -> None:
+        if not p and not x:
+            if len(r) >= 2:
+                out.append(tuple(sorted(r)))
+            return
+        pivot = max(p | x, key=lambda v: len(adj[v] & p))
+        for v in sorted(p - adj[pivot]):
+            expand([*r, v], p & adj[v], x & adj[v])
+            p = p - {v}
+            x = x | {v}
+
+    expand([], set(adj), set())
+    return sorted(out)
+
+
 def detect(
     e: FloatArray,
     loaded: BoolArray,
@@ -754,14 +743,20 @@ def detect(
             them: imputed cells carry no noise, so two nodes censored in the same rounds
             would correlate through the round effects alone.
     Returns:
-        :class:`Detection`: mutual Detector A edges, Detector B edges, and the connected
-        components of their union as suspect groups.
+        :class:`Detection`: mutual Detector A edges, Detector B edges, and the suspect
+        groups of their union (``cfg.grouping``: maximal cliques, or connected
+        components). With ``cfg.drop_full_rounds`` the rounds in which every node was
+        loaded are left out first.
     Raises:
         ValueError: on mismatched shapes.
     """
     n = e.shape[0]
     if loaded.shape != e.shape or len(node_keys) != n:
         raise ValueError("e, loaded and node_keys must agree in shape")
+    if cfg.drop_full_rounds and n > 1:
+        keep = ~loaded.all(axis=0)
+        e, loaded = e[:, keep], loaded[:, keep]
+        censored = None if censored is None else censored[:, keep]
     p_crit = cfg.p_crit(n)
     edges: dict[tuple[int, int], Edge] = {}
     if cfg.forward_selection:
@@ -811,10 +806,13 @@ def detect(
                     float(ct.p[i, j]), p_crit, float(ct.r[i, j]), cfg.r_floor,
                     int(ct.n[i, j]),
                 )  # fmt: skip
-    comps = connected_components(n, sorted(edges))
+    if cfg.grouping == "cliques":
+        comps = [list(c) for c in maximal_cliques(list(range(n)), sorted(edges))]
+    else:
+        comps = connected_components(n, sorted(edges))
     groups = []
     for comp in comps:
         members = set(comp)
-        g_edges = tuple(ed for (i, j), ed in sorted(edges.items()) if i in members)
+        g_edges = tuple(ed for (i, j), ed in sorted(edges.items()) if i in members and j in members)
         groups.append(SuspectGroup(tuple(node_keys[k] for k in comp), g_edges))
     return Detection(tuple(edges[k] for k in sorted(edges)), tuple(groups), cfg.z_crit(n), p_crit)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import logging
 import math
 import os
@@ -54,13 +55,11 @@ from netcheck.analysis.confirm import (
     RELAY,
     SHARED_BACKEND,
     ConfirmationObservation,
-    ConfirmationResult,
     ConfirmConfig,
     RelayResult,
-    judge_confirmation,
-    plan_confirmation,
     relay_excess,
 )
+from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import Detection, DetectorConfig, SuspectGroup, detect
 from netcheck.analysis.schedule import MIN_SECRET_BYTES, screening_plan
 from netcheck.analysis.timing import TimingMatrix, TimingRow, log_service_matrix, median_polish
@@ -182,10 +181,16 @@ def analyse(stored: StoredRounds, deadline_s: float, cfg: DetectorConfig) -> Ana
     """Stored rows -> ``y`` matrix -> median polish -> detectors (pure).
 
     Nodes are every node in any stored schedule (sorted); a missing result is censored
-    at ``deadline_s`` (the profile's deadline without the RTT terms).
+    at ``deadline_s`` (the profile's deadline without the RTT terms). With
+    ``cfg.drop_full_rounds`` only ``screening`` rounds (random designs) enter: in a full
+    round every farm is slowed at once, which links unrelated identities.
     """
     keys = sorted({k for sched in stored.schedules.values() for k in sched})
-    mat = log_service_matrix(timing_rows(stored), keys, stored.round_ids, deadline_s)
+    round_ids = [
+        r for r in stored.round_ids
+        if not cfg.drop_full_rounds or stored.kinds.get(r, "screening") == "screening"
+    ]  # fmt: skip
+    mat = log_service_matrix(timing_rows(stored), keys, round_ids, deadline_s)
     polish = median_polish(mat.y)
     detection = detect(polish.residuals, mat.loaded, tuple(keys), cfg, mat.censored)
     return Analysis(mat, detection, deadline_s)
@@ -325,6 +330,17 @@ def _member_evidence(
             if row.get("signature"):
                 receipts.append(_receipt(row))
     return latencies, receipts
+
+
+def _flag_statistic(run: ConfirmationRun, flag: Sequence[str]) -> tuple[float, float]:
+    """Largest member p inside ``flag`` (the pair tests, or the group test of a pair)
+    and the per-member level it was held to."""
+    results = [r for pair, r in run.pair_results.items() if set(pair) <= set(flag)]
+    if not results and run.group_result is not None:
+        results = [run.group_result]
+    ps = [t.p for r in results for t in r.members if t.node_key in flag]
+    level = min((r.p_threshold for r in results), default=math.nan)
+    return max(ps, default=math.nan), level
 
 
 def _detection_summary(analysis: Analysis) -> dict[str, Any]:
@@ -472,9 +488,9 @@ class Screening:
         """
         profile = self._profile(profile_name)
         deadline_s = profile.deadline_s(0.0)
+        kinds = ("screening",) if self.detector.drop_full_rounds else SCREEN_KINDS
         stored = await asyncio.to_thread(
-            self.flags.recent_rounds, profile.name, SCREEN_KINDS,
-            self.config.screening_window_rounds,
+            self.flags.recent_rounds, profile.name, kinds, self.config.screening_window_rounds,
         )  # fmt: skip
         flag_ids: list[int] = []
         confirmations: list[dict[str, Any]] = []
@@ -493,92 +509,100 @@ class Screening:
                 confirmations.append({"group": list(group.members), "verdict": "already-flagged"})
                 continue
             try:
-                result, flag_id = await self.confirm_group(profile, group, stored, analysis)
+                run, ids = await self.confirm_group(profile, group, stored, analysis)
             except RoundError as exc:  # e.g. the group's nodes left
                 log.warning("confirmation of %s not run: %s", group.members, exc)
                 confirmations.append({"group": list(group.members), "verdict": "not-run",
                                       "reason": str(exc)})  # fmt: skip
                 continue
-            flag_ids.append(flag_id)
-            confirmations.append({"group": list(group.members), "verdict": result.verdict,
-                                  "confirmed_members": list(result.confirmed_members),
-                                  "flag_id": flag_id})  # fmt: skip
+            flag_ids.extend(ids)
+            confirmations.append({"group": list(group.members), "verdict": run.verdict,
+                                  "flags": [list(f) for f in run.flags], "attempt": run.attempt,
+                                  "flag_ids": ids})  # fmt: skip
         return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
                 "flag_ids": flag_ids}  # fmt: skip
 
-    def _already_flagged(self, profile: str, members: Sequence[str]) -> bool:
-        want = set(members)
-        return any(
-            set(f["node_keys"]) == want
-            for f in self.flags.list_flags(kind=SHARED_BACKEND, status="confirmed", limit=10_000)
+    def _shared_flags(self, profile: str, status: str | None) -> list[list[str]]:
+        return [
+            list(f["node_keys"])
+            for f in self.flags.list_flags(kind=SHARED_BACKEND, status=status, limit=10_000)
             if f["profile"] == profile
+        ]
+
+    def _already_flagged(self, profile: str, members: Sequence[str]) -> bool:
+        """Every pair of ``members`` is already inside one confirmed flag."""
+        flagged = [set(f) for f in self._shared_flags(profile, "confirmed")]
+        return all(
+            any({a, b} <= f for f in flagged)
+            for a, b in itertools.combinations(sorted(set(members)), 2)
         )
 
     async def confirm_group(
         self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis
-    ) -> tuple[ConfirmationResult, int]:
-        """Confirmation rounds for one suspect group; stores and returns its flag
-        (``shared-backend`` confirmed, or a ``cleared`` record)."""
+    ) -> tuple[ConfirmationRun, list[int]]:
+        """Confirmation rounds for one suspect group (:class:`ConfirmationRun`, the same
+        driver the simulator uses); stores one ``shared-backend`` flag per confirmed
+        clique, or one ``cleared`` record; returns the run and the flag ids."""
         from netcheck.coordinator.rounds import run_round
 
         members = list(group.members)
-        cycles, max_cycles = self.config.confirm_cycles, self.config.confirm_max_cycles
-        looks = max(1, -(-max_cycles // cycles))
-        judge_cfg = dataclasses.replace(self.confirm, alpha=self.confirm.alpha / looks)
-        observations: list[ConfirmationObservation] = []
+        earlier = await asyncio.to_thread(self._shared_flags, profile.name, None)
+        run = ConfirmationRun(
+            tuple(members), self.config.confirm_cycles, self.config.confirm_max_cycles,
+            self.confirm, attempt=prior_attempts(members, earlier) + 1,
+        )  # fmt: skip
         schedules: dict[str, dict[str, bool]] = {}
-        result: ConfirmationResult | None = None
-        for look in range(looks):
-            for load in plan_confirmation(members, cycles):
+        look = 0
+        while not run.done:
+            block = []
+            for load in run.next_block():
                 report = await run_round(
                     self.coord, profile.name, load=load, kind="confirmation", rule="explicit",
-                    context={"group": members, "look": look},
+                    context={"group": members, "phase": run.phase, "look": look},
                 )  # fmt: skip
                 rows = await asyncio.to_thread(self.flags.round_results, [report.round_id])
                 schedules[report.round_id] = report.schedule
-                observations.append(
+                block.append(
                     confirmation_observation(
                         report.round_id, report.schedule, rows, analysis.deadline_s
                     )  # fmt: skip
                 )
-            result = judge_confirmation(members, observations, judge_cfg)
-            if result.verdict == SHARED_BACKEND:
-                break
-        assert result is not None
-        flag_id = await asyncio.to_thread(
-            self._store_group_flag, profile, group, stored, analysis, observations, schedules,
-            result, looks, judge_cfg,
-        )  # fmt: skip
-        log.warning(
-            "suspect group %s: %s (flag %d)", [m[:20] for m in members], result.verdict, flag_id
+            run.add(block)
+            look += 1
+        ids = await asyncio.to_thread(
+            self._store_group_flags, profile, group, stored, analysis, run, schedules
         )
-        return result, flag_id
+        log.warning("suspect group %s: %s %s (flags %s)", [m[:20] for m in members],
+                    run.verdict, [[m[:12] for m in f] for f in run.flags], ids)  # fmt: skip
+        return run, ids
 
-    def _store_group_flag(
+    def _store_group_flags(
         self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
-        observations: Sequence[ConfirmationObservation], schedules: Mapping[str, dict[str, bool]],
-        result: ConfirmationResult, looks: int, judge_cfg: ConfirmConfig,
-    ) -> int:  # fmt: skip
+        run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
+    ) -> list[int]:  # fmt: skip
         members = list(group.members)
+        observations = run.observations
         conf_ids = [o.round_id for o in observations]
         conf_rows = self.flags.round_results(conf_ids)
         lat_s, rec_s = _member_evidence(members, stored.round_ids, stored.results)
         lat_c, rec_c = _member_evidence(members, conf_ids, conf_rows)
         bits = {m: [int(stored.schedules[r].get(m, False)) for r in stored.round_ids]
                 for m in members}  # fmt: skip
-        confirmed = result.verdict == SHARED_BACKEND
-        tests = {t.node_key: t for t in result.members}
-        weakest = max((tests[m].p for m in result.confirmed_members), default=math.nan)
-        if not confirmed:
-            weakest = min((t.p for t in result.members if math.isfinite(t.p)), default=math.nan)
-        evidence = {
+        group_res = run.group_result
+        assert group_res is not None
+        evidence: dict[str, Any] = {
             "rule": (
-                "shared-backend when >= min_members members each show co-loaded minus alone "
-                "mean log service time > effect_floor with one-sided Welch p < p_threshold; "
-                "statistic = the largest p among confirmed members (smallest p if cleared)"
+                "group phase: each member's co-loaded (whole group) minus alone mean log "
+                "service time tested one-sided (Welch) against H0: effect <= effect_floor "
+                "at p_threshold; split phase (unless the group is a pair): each pair of "
+                "passing members loaded alone together vs each alone, both members must "
+                "pass; a flag = a maximal clique of passing pairs; statistic = the "
+                "largest p of the pair tests inside the flag (smallest p if cleared)"
             ),
             "group": members,
-            "confirmed_members": list(result.confirmed_members),
+            "flags": [list(f) for f in run.flags],
+            "attempt": run.attempt,
+            "alpha_attempt": run.alpha,
             "screening": {
                 "rounds": list(stored.round_ids),
                 "kinds": [stored.kinds[r] for r in stored.round_ids],
@@ -601,25 +625,34 @@ class Screening:
                     }
                     for o in observations
                 ],  # fmt: skip
-                "members": [dataclasses.asdict(t) for t in result.members],
-                "p_threshold": result.p_threshold,
-                "effect_floor": result.effect_floor,
-                "beta_estimate": result.beta_estimate,
-                "looks": looks,
-                "confirm_config": dataclasses.asdict(judge_cfg),
+                "members": [dataclasses.asdict(t) for t in group_res.members],
+                "p_threshold": group_res.p_threshold,
+                "effect_floor": group_res.effect_floor,
+                "beta_estimate": group_res.beta_estimate,
+                "pairs": [
+                    {
+                        "pair": list(pair),
+                        "members": [dataclasses.asdict(t) for t in r.members],
+                        "p_threshold": r.p_threshold,
+                    }
+                    for pair, r in run.pair_results.items()
+                ],  # fmt: skip
+                "looks": run.looks,
+                "confirm_config": dataclasses.asdict(run.judge_config()),
                 "latencies": lat_c,
             },
             "receipts": rec_s + rec_c,
         }
-        return self.flags.add_flag(
-            SHARED_BACKEND,
-            "confirmed" if confirmed else CLEARED,
-            profile.name,
-            result.confirmed_members if confirmed else members,
-            weakest,
-            result.p_threshold,
-            evidence,
-        )
+        if not run.flags:
+            p_min = min((t.p for t in group_res.members if math.isfinite(t.p)), default=math.nan)
+            return [self.flags.add_flag(SHARED_BACKEND, CLEARED, profile.name, members, p_min,
+                                        group_res.p_threshold, evidence)]  # fmt: skip
+        ids = []
+        for flag in run.flags:
+            stat, level = _flag_statistic(run, flag)
+            ids.append(self.flags.add_flag(SHARED_BACKEND, "confirmed", profile.name, flag,
+                                           stat, level, evidence))  # fmt: skip
+        return ids
 
     # -- per-round checks ------------------------------------------------------------------
 
