@@ -226,6 +226,8 @@ def main() -> int:
     parser.add_argument("--ff-seeds", type=int, default=125, help="runs of the false-flag scenario")
     parser.add_argument("--quick", action="store_true", help="base + false-flag scenario, 1 seed")
     parser.add_argument("--old", action="store_true", help="also the pre-issue-13 config")
+    parser.add_argument("--old-only", action="store_true", help="only the pre-issue-13 config")
+    parser.add_argument("--library", action="store_true", help="adversary library only, no grid")
     parser.add_argument("--only", default=None, help="scenarios whose name contains this")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
@@ -235,9 +237,11 @@ def main() -> int:
     seeds, ff_seeds = args.seeds, args.ff_seeds
     if args.quick:
         scs, seeds, ff_seeds = scs[:1], 1, 4
+    if args.library:
+        scs = [s for s in scs if not s.name.startswith(("plain ", "jitter "))]
     if args.only:
         scs = [s for s in scs if args.only in s.name]
-    configs = ("new", "old") if args.old else ("new",)
+    configs = ("new", "old") if args.old else (("old",) if args.old_only else ("new",))
     rows: list[dict[str, Any]] = []
     for sc in scs:
         for config in configs:
