@@ -645,13 +645,15 @@ class Screening:
         }
         if not run.flags:
             p_min = min((t.p for t in group_res.members if math.isfinite(t.p)), default=math.nan)
+            evidence["confirmed_members"] = list(group_res.confirmed_members)
             return [self.flags.add_flag(SHARED_BACKEND, CLEARED, profile.name, members, p_min,
                                         group_res.p_threshold, evidence)]  # fmt: skip
         ids = []
         for flag in run.flags:
             stat, level = _flag_statistic(run, flag)
             ids.append(self.flags.add_flag(SHARED_BACKEND, "confirmed", profile.name, flag,
-                                           stat, level, evidence))  # fmt: skip
+                                           stat, level,
+                                           {**evidence, "confirmed_members": list(flag)}))  # fmt: skip
         return ids
 
     # -- per-round checks ------------------------------------------------------------------

@@ -70,7 +70,8 @@ def test_suspect_groups_never_exceed_pairwise_evidence() -> None:
     keys = KEYS[:n]
     det = detect(e, loaded, keys, DetectorConfig(use_correlation=False))
     assert {frozenset(g.members) for g in det.groups} == {
-        frozenset({"n0", "n1"}), frozenset({"n1", "n2"})
+        frozenset({"n0", "n1"}),
+        frozenset({"n1", "n2"}),
     }
     for g in det.groups:
         have = {frozenset((ed.a, ed.b)) for ed in g.edges}
