@@ -1,5 +1,5 @@
 """Benchmark (issue 13): proxy farms found and caught, false flags, on EMULATED populations
-run through the live coordinator's detection loop (:mod:`netcheck.sim.live`).
+run through the live coordinator's detection loop (:mod:`netcheck.lab.sim.live`).
 
 Every run replays the coordinator: every 4th screening round loads every node, verdicts
 at the profile deadline (calibrated on the honest nodes: ``p99`` of their alone times),
@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from netcheck.sim.live import LiveConfig, LiveSimulation, Snapshot, legacy_config
-from netcheck.sim.population import Population, PopulationSpec, make_population
+from netcheck.lab.sim.live import LiveConfig, LiveSimulation, Snapshot, legacy_config
+from netcheck.lab.sim.population import Population, PopulationSpec, make_population
 
 ROUNDS = (16, 32, 64, 128)
 SIZES = (2, 3, 5)

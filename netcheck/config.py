@@ -32,7 +32,7 @@ from pydantic import (
 from yarl import URL
 
 from netcheck.errors import ConfigError, KeyFileError
-from netcheck.keys import parse_public_key
+from netcheck.keys import load_public_bytes, parse_public_key
 
 DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent / "configs" / "profiles"
 """Where :func:`load_profile` looks up a profile given by name (the repository's
@@ -58,6 +58,10 @@ def _check_key_text(text: str) -> str:
     raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
     if len(raw) != 32:
         raise ValueError(f"public key must encode 32 bytes, got {len(raw)}")
+    try:
+        load_public_bytes(raw)  # refuses small-order and non-canonical points
+    except KeyFileError as exc:
+        raise ValueError(str(exc)) from None  # names the key
     return text
 
 
@@ -310,13 +314,12 @@ class NodeConfig(_Model):
     @field_validator("coordinator_key")
     @classmethod
     def _check_key(cls, value: str) -> str:
-        value = _check_key_text(value)
         if value == KEY_TEXT_PREFIX + "A" * 43:
             raise ValueError(
                 "still the placeholder: paste the public key that `netcheck keygen` printed "
                 "on the coordinator host"
             )
-        return value
+        return _check_key_text(value)
 
     @field_validator("identity_key")
     @classmethod

@@ -1,7 +1,7 @@
 """Confirmation of one suspect group, as a sans-I/O state machine (pure).
 
-The live coordinator (:mod:`netcheck.coordinator.screening`) and the simulation
-harness (:mod:`netcheck.sim.live`) both drive :class:`ConfirmationRun`: ask it for the
+The live coordinator (:mod:`netcheck.coordinator.detection`) and the simulation
+harness (:mod:`netcheck.lab.sim.live`) both drive :class:`ConfirmationRun`: ask it for the
 next block of load sets, run those rounds (live sessions or simulated rows), hand back
 one :class:`~netcheck.analysis.confirm.ConfirmationObservation` per round, repeat until
 :attr:`ConfirmationRun.done`. So the simulator confirms exactly as the coordinator does.

@@ -10,6 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from netcheck.config import load_coordinator_config, load_profile
+from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.errors import ConfigError
 from netcheck.keys import load_private_key, public_key_text
@@ -33,7 +34,7 @@ def build_coordinator(config_path: Path) -> Coordinator:
 async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then close every session with ``shutdown``."""
     coord = build_coordinator(config_path)
-    runner = await coord.make_runner()
+    runner = await make_runner(coord)
     site = web.TCPSite(runner, coord.config.host, coord.config.port)
     try:
         await site.start()

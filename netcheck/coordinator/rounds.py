@@ -1,11 +1,14 @@
 """The round runner: executes a pure :class:`RoundPlan` over live sessions.
 
-Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure), persist plan, schedule and
-spend canaries, dispatch encrypted jobs, wait for acks, release every node in one tight
-loop, collect results, verify (pure), record verdicts, then the per-round detection
-checks (answer-level sharing, capacity strikes; docs/detection.md). All times are on the
-coordinator's monotonic clock (``time.monotonic_ns``); wall time is stored only as the
-round's start.
+Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure),
+persist plan, schedule and spend canaries, dispatch encrypted jobs, wait for acks,
+release every node in one tight loop, collect results, verify (pure), record verdicts,
+then the round's hooks (:class:`RoundHooks`: the detection checks of docs/detection.md,
+metrics). All times are on the coordinator's monotonic clock (``time.monotonic_ns``);
+wall time is stored only as the round's start.
+
+The runner sees the coordinator only as a :class:`RoundHost`; it imports neither the
+server nor detection nor web/.
 
 A round has a *load set*: only loaded nodes get a job. ``kind`` is ``full`` (every node
 loaded), ``screening`` (secret half-load schedule) or ``confirmation`` (a suspect group
@@ -22,22 +25,29 @@ import random
 import secrets
 import statistics
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from netcheck.analysis.verdicts import NodeOutcome, Observation, Verdict, verify
+from netcheck.analysis.verdicts import Observation, verify
 from netcheck.config import Profile
-from netcheck.coordinator.planner import Assignment, PlanNode, RoundPlan, plan_round
+from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
 from netcheck.errors import RoundError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
+from netcheck.records import (
+    Assignment,
+    NodeOutcome,
+    NodeRecord,
+    NodeTiming,
+    RoundKind,
+    RoundPlan,
+    RoundReport,
+    Verdict,
+)
 from netcheck.storage import Store
-from netcheck.web.metrics import observe_round
-
-if TYPE_CHECKING:
-    from netcheck.coordinator.server import Coordinator
+from netcheck.storage.flags import FlagStore
 
 log = logging.getLogger("netcheck.round")
 
@@ -50,6 +60,54 @@ ECHO_TIMEOUT_S = 2.0
 #: ignores probes one. Timeout: the smaller of PROBE_TIMEOUT_S and ECHO_TIMEOUT_S.
 PROBE_SAMPLES = 3
 PROBE_TIMEOUT_S = 1.0
+
+
+#: A hook run after a round's verdicts are stored (detection checks); returns the ids of
+#: flags it raised, which the round's report lists.
+AfterRound = Callable[
+    [Profile, RoundPlan, Sequence[NodeOutcome], Mapping[str, NodeRecord]], Awaitable[list[int]]
+]
+#: A hook told of every finished round's report (e.g. Prometheus metrics).
+RoundObserver = Callable[[RoundReport], None]
+
+
+@dataclass
+class RoundHooks:
+    """What runs around a round besides the runner itself, attached by the coordinator:
+    ``after_round`` hooks (in order; their flag ids are concatenated) and ``finished``
+    observers (called with the complete report)."""
+
+    after_round: list[AfterRound] = field(default_factory=list)
+    finished: list[RoundObserver] = field(default_factory=list)
+
+
+class RoundHost(Protocol):
+    """What the round runner needs of the coordinator (the server's ``Coordinator``
+    implements it): profiles, storage, the round lock, hooks and the live sessions."""
+
+    @property
+    def profiles(self) -> Mapping[str, Profile]: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def flags(self) -> FlagStore:
+        """Where each round's schedule is stored (``round_schedules``)."""
+        ...
+
+    @property
+    def round_lock(self) -> asyncio.Lock: ...
+
+    @property
+    def stopping(self) -> bool:
+        """True once the coordinator is shutting down (a round in flight aborts)."""
+        ...
+
+    @property
+    def round_hooks(self) -> RoundHooks: ...
+
+    def connected(self, profile: str | None = None) -> list[NodeSession]: ...
 
 
 #: A load set, or a rule that draws one from the round id and the connected node keys.
@@ -95,65 +153,6 @@ def _warn_low_pool(store: Store, profile: Profile, sessions: Sequence[NodeSessio
 def new_round_id() -> str:
     """A unique, sortable round id such as ``r20261130T031500-a1b2c3``."""
     return time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-
-
-@dataclass
-class NodeTiming:
-    """Raw timestamps for one node in one round (``time.monotonic_ns`` values)."""
-
-    rtt_s: float | None = None
-    deadline_s: float | None = None
-    job_sent_ns: int | None = None
-    acked_ns: int | None = None
-    release_start_ns: int | None = None
-    release_end_ns: int | None = None
-    arrived_ns: int | None = None
-    # Relay test evidence (docs/detection.md "Relay test"), raw: every echo and every
-    # correct probe round trip (seconds), the fastest probe, unanswered and wrong probes.
-    echo_samples_s: list[float] = field(default_factory=list)
-    probe_samples_s: list[float] = field(default_factory=list)
-    probe_rtt_s: float | None = None
-    probe_missed: int = 0
-    probe_wrong: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
-
-
-@dataclass
-class RoundReport:
-    """What a round produced: verdicts per node and the phase timings (seconds)."""
-
-    round_id: str
-    profile: str
-    status: str
-    outcomes: list[NodeOutcome] = field(default_factory=list)
-    phases: dict[str, float] = field(default_factory=dict)
-    kind: str = "full"
-    schedule: dict[str, bool] = field(default_factory=dict)
-    flags: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "round_id": self.round_id,
-            "profile": self.profile,
-            "status": self.status,
-            "kind": self.kind,
-            "schedule": self.schedule,
-            "flags": self.flags,
-            "phases": self.phases,
-            "verdicts": [
-                {
-                    "node_key": o.node_key,
-                    "verdict": str(o.verdict),
-                    "reason": o.reason,
-                    "elapsed_s": o.elapsed_s,
-                    "canaries_checked": o.canaries_checked,
-                    "canaries_matched": o.canaries_matched,
-                }
-                for o in self.outcomes
-            ],
-        }
 
 
 async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]) -> None:
@@ -291,11 +290,11 @@ def _observe(
     )
 
 
-ROUND_KINDS = ("full", "screening", "confirmation")
+ROUND_KINDS = tuple(k.value for k in RoundKind)
 
 
 async def run_round(
-    coord: Coordinator,
+    coord: RoundHost,
     profile_name: str,
     *,
     load: LoadSpec | None = None,
@@ -336,7 +335,7 @@ async def run_round(
 
 
 async def _run_locked(
-    coord: Coordinator,
+    coord: RoundHost,
     profile: Profile,
     rng: random.Random,
     load: LoadSpec | None,
@@ -381,7 +380,7 @@ async def _run_locked(
     await asyncio.to_thread(store.record_plan, plan, time.time())
     await asyncio.to_thread(_warn_low_pool, store, profile, sessions)
     await asyncio.to_thread(
-        coord.screening.flags.record_schedule,
+        coord.flags.record_schedule,
         round_id, profile.name, kind, rule, schedule, context,
     )  # fmt: skip
     t_planned = time.monotonic()
@@ -418,7 +417,7 @@ async def _run_locked(
 
     # Verify (pure) and record.
     outcomes: list[NodeOutcome] = []
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, NodeRecord] = {}
     for a in plan.assignments:
         s, t = by_key[a.node_key], timing[a.node_key]
         fut = results.get(a.node_key)
@@ -434,7 +433,7 @@ async def _run_locked(
                     0,
                 )  # fmt: skip
             )
-            records[a.node_key] = {"timing": t.as_dict()}
+            records[a.node_key] = NodeRecord(t)
             continue
         obs = _observe(s, a, round_id, t, fut)
         outcome = verify(
@@ -443,20 +442,20 @@ async def _run_locked(
         outcomes.append(outcome)
         arrival = fut.result() if fut.done() and fut.exception() is None else None
         res = arrival.result if arrival else None
-        records[a.node_key] = {
-            "timing": t.as_dict(),
-            "session_id": s.session_id.hex(),
-            "outputs": [list(o) for o in res.outputs] if res else None,
-            "commitment": res.commitment.hex() if res else None,
-            "signature": res.signature.hex() if res else None,
-            "error": arrival.error if arrival else None,  # the node's own text, escaped
-        }
+        records[a.node_key] = NodeRecord(
+            timing=t,
+            session_id=s.session_id,
+            outputs=[list(o) for o in res.outputs] if res else None,
+            commitment=res.commitment if res else None,
+            signature=res.signature if res else None,
+            error=arrival.error if arrival else None,  # the node's own text, escaped
+        )
     for node_key, reason in plan.skipped:
         verdict, why = await asyncio.to_thread(
             _classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
         )
         outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
-        records[node_key] = {"timing": timing[node_key].as_dict()}
+        records[node_key] = NodeRecord(timing[node_key])
     t_verified = time.monotonic()
 
     starts = [t.release_start_ns for t in timing.values() if t.release_start_ns is not None]
@@ -478,9 +477,12 @@ async def _run_locked(
         s.forget_round(round_id)
     for o in outcomes:
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
-    flag_ids = await coord.screening.after_round(profile, plan, outcomes, records)
+    flag_ids: list[int] = []
+    for after in coord.round_hooks.after_round:
+        flag_ids += await after(profile, plan, outcomes, records)
     report = RoundReport(
         round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids
     )
-    observe_round(report)  # Prometheus metrics
+    for observe in coord.round_hooks.finished:
+        observe(report)
     return report

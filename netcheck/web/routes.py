@@ -45,6 +45,7 @@ import numpy as np
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from netcheck.storage.reader import STRIKE_WINDOW, Reader
 from netcheck.web.exports import KINDS, to_csv, to_json
 from netcheck.web.flagview import FlagView, flag_view
 from netcheck.web.inputs import MAX_OFFSET, has_control_chars, query_int
@@ -55,11 +56,10 @@ from netcheck.web.plots import (
     loaded_latency_svg,
     round_timeline_svg,
 )
-from netcheck.web.queries import STRIKE_WINDOW, Reader
 from netcheck.web.templates import label, make_env
 
 if TYPE_CHECKING:
-    from netcheck.coordinator.server import Coordinator
+    from netcheck.web.view import CoordinatorView
 
 COOKIE = "netcheck_dashboard"
 WEB_KEY = web.AppKey("netcheck_web_reader", Reader)
@@ -176,10 +176,12 @@ def residual_correlation_matrix(
     return out
 
 
-def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bool = False) -> None:
+def add_web_routes(
+    app: web.Application, coord: CoordinatorView, *, allow_remote: bool = False
+) -> None:
     """Register the dashboard, exports and ``/metrics`` (and their auth) on ``app``.
 
-    Call before the app starts (``Coordinator.make_app``). Calling it twice on one app
+    Call before the app starts (:func:`netcheck.coordinator.assembly.make_app`). Calling it twice on one app
     does nothing the second time.
 
     Args:
@@ -193,21 +195,21 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
     env = make_env()
 
     def token_ok(candidate: str) -> bool:
-        return hmac.compare_digest(candidate.encode(), coord.config.admin_token.encode())
+        return hmac.compare_digest(candidate.encode(), coord.admin_token.encode())
 
     def authorized(request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
         if header.startswith("Bearer ") and token_ok(header.removeprefix("Bearer ").strip()):
             return True
         cookie = request.cookies.get(COOKIE, "")
-        expected = session_cookie_value(coord.config.admin_token)
+        expected = session_cookie_value(coord.admin_token)
         return bool(cookie) and hmac.compare_digest(cookie.encode(), expected.encode())
 
     def with_cookie(location: str) -> web.Response:
         resp = web.Response(status=302, headers={"Location": location})
         resp.set_cookie(
             COOKIE,
-            session_cookie_value(coord.config.admin_token),
+            session_cookie_value(coord.admin_token),
             httponly=True,
             samesite="Strict",
             path="/",
@@ -288,7 +290,7 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
         return [flag_view(r) for r in reader.flags()]
 
     async def nodes_page(request: web.Request) -> web.Response:
-        connected = set(coord.sessions)
+        connected = set(coord.connected_keys())
 
         def build() -> dict[str, Any]:
             rows = reader.node_summaries()
@@ -302,7 +304,7 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
 
     async def node_page(request: web.Request) -> web.Response:
         key = request.match_info["node_key"]
-        connected = key in coord.sessions
+        connected = key in coord.connected_keys()
 
         def build() -> dict[str, Any] | None:
             node = reader.node(key)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from netcheck.workloads.prompts import PromptGenerator
 
 if TYPE_CHECKING:
-    from netcheck.config import Profile
+    pass
 
 
 @dataclass(frozen=True)
@@ -93,23 +93,3 @@ class LlmWorkload(Workload):
     def generator(self, seed: int | bytes) -> InputStream:
         """``PromptGenerator(seed)`` (the same stream as before workloads existed)."""
         return _PromptStream(seed)
-
-
-def get_workload(profile_or_name: Profile | str) -> Workload:
-    """The workload of a profile (its ``workload`` field) or by name.
-
-    Raises:
-        ValueError: unknown workload name.
-    """
-    name = (
-        profile_or_name
-        if isinstance(profile_or_name, str)
-        else getattr(profile_or_name, "workload", "llm")
-    )
-    if name == "llm":
-        return LlmWorkload()
-    if name == "factoring":
-        from netcheck.workloads.factoring import FactoringWorkload
-
-        return FactoringWorkload()
-    raise ValueError(f"unknown workload {name!r} (use llm or factoring)")

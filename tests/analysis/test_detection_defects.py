@@ -41,8 +41,8 @@ def test_rounds_loading_every_node_carry_no_contention_evidence() -> None:
 
 def test_analysis_reads_only_random_design_rounds() -> None:
     """The coordinator's analysis leaves full-load rounds out of the matrix."""
-    from netcheck.coordinator.screening import analyse
-    from netcheck.storage.flags import StoredRounds
+    from netcheck.analysis.screening import analyse
+    from netcheck.records import StoredRounds
 
     rids = [f"r{i}" for i in range(8)]
     kinds = {r: ("full" if i % 4 == 3 else "screening") for i, r in enumerate(rids)}

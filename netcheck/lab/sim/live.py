@@ -2,7 +2,7 @@
 
 This replays what :class:`netcheck.coordinator.screening.Screening` does, round by
 round, through the same code paths; only the nodes are simulated
-(:mod:`netcheck.sim.population`):
+(:mod:`netcheck.lab.sim.population`):
 
 - the round mix: the ``index``-th screening round is ``full`` (every node loaded) or
   ``screening`` (secret HMAC schedule) by :func:`~netcheck.coordinator.screening.round_kind`
@@ -47,8 +47,7 @@ from netcheck.analysis.confirm import ConfirmConfig
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import DetectorConfig
 from netcheck.analysis.schedule import screening_plan
-from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
-from netcheck.coordinator.screening import (
+from netcheck.analysis.screening import (
     ProbePairs,
     analyse,
     capacity_check,
@@ -56,8 +55,9 @@ from netcheck.coordinator.screening import (
     relay_check,
     round_kind,
 )
-from netcheck.sim.population import Population
-from netcheck.storage.flags import StoredRounds
+from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
+from netcheck.lab.sim.population import Population
+from netcheck.records import StoredRounds
 
 _DEFAULTS = CoordinatorConfig.model_fields
 

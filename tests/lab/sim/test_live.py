@@ -1,12 +1,12 @@
-"""Tests for netcheck.sim.live: the coordinator's detection loop on simulated nodes."""
+"""Tests for netcheck.lab.sim.live: the coordinator's detection loop on simulated nodes."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from netcheck.coordinator.screening import round_kind
-from netcheck.sim.live import LiveConfig, LiveSimulation, legacy_config
-from netcheck.sim.population import PopulationSpec, make_population
+from netcheck.analysis.screening import round_kind
+from netcheck.lab.sim.live import LiveConfig, LiveSimulation, legacy_config
+from netcheck.lab.sim.population import PopulationSpec, make_population
 
 SPEC = PopulationSpec(n_nodes=30, farm_sizes=(5,), cohosted_pairs=2, beta=1.0)
 

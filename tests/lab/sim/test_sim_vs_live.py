@@ -3,10 +3,10 @@ the same flags.
 
 Live: a real in-process coordinator on loopback, real signed/encrypted websocket
 sessions, the real screening, analysis and confirmation (``Screening.run``); the nodes'
-GPU service time is EMULATED (:class:`~netcheck.node.emulation.EmulatedGPU`): four
+GPU service time is EMULATED (:class:`~netcheck.lab.emulation.EmulatedGPU`): four
 honest nodes with a 0.3 s GPU each, two identities sharing ONE 0.2 s GPU (beta = 1), so
 each identity meets the 0.65 s deadline even when both are loaded: only the contention
-test can find them. Simulator: :class:`~netcheck.sim.live.LiveSimulation` on the same
+test can find them. Simulator: :class:`~netcheck.lab.sim.live.LiveSimulation` on the same
 scenario (same profile, the same service-time model).
 """
 
@@ -20,11 +20,10 @@ import numpy as np
 import pytest
 
 from netcheck.config import DeadlineParams, Profile
-from netcheck.node.emulation import EmulatedGPU
-from netcheck.node.workers import EmulatedWorker
-from netcheck.sim.live import LiveConfig, LiveSimulation
-from netcheck.sim.population import PopulationSpec, make_population
-from netcheck.testing import canary_store, running_coordinator
+from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
+from netcheck.lab.sim.live import LiveConfig, LiveSimulation
+from netcheck.lab.sim.population import PopulationSpec, make_population
+from netcheck.lab.testing import canary_store, running_coordinator
 
 pytestmark = pytest.mark.slow
 
