@@ -245,9 +245,11 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for sc in scs:
         for config in configs:
-            rows += run_scenario(sc, config, seeds)
+            got = run_scenario(sc, config, seeds)
+            rows += got
             print(f"  {sc.name} [{config}] done ({time.perf_counter() - start:.0f} s)",
                   file=sys.stderr, flush=True)  # fmt: skip
+            print(json.dumps(got), file=sys.stderr, flush=True)  # partial results as they come
     if ff_seeds:
         for config in configs:
             rows += run_scenario(FALSE_FLAG, config, ff_seeds)
