@@ -141,11 +141,14 @@ def score(pop: Population, snap: Snapshot) -> dict[str, Any]:
     return out
 
 
-def run_scenario(sc: Scenario, config: str, seeds: int) -> list[dict[str, Any]]:
-    """``seeds`` runs of one scenario; one aggregated row per round count."""
+def run_scenario(
+    sc: Scenario, config: str, seeds: int, first_seed: int = 0
+) -> list[dict[str, Any]]:
+    """``seeds`` runs of one scenario (seeds ``first_seed``...); one aggregated row per
+    round count."""
     cfg = legacy_config() if config == "old" else LiveConfig()
     per_r: dict[int, list[dict[str, Any]]] = {r: [] for r in ROUNDS}
-    for seed in range(seeds):
+    for seed in range(first_seed, first_seed + seeds):
         pop = make_population(sc.spec, np.random.default_rng([seed, 1]))
         sim = LiveSimulation(pop, cfg, np.random.default_rng([seed, 2]), secret=bytes([seed]) * 32)
         for snap in sim.run(ROUNDS):
@@ -229,6 +232,7 @@ def main() -> int:
     parser.add_argument("--old-only", action="store_true", help="only the pre-issue-13 config")
     parser.add_argument("--library", action="store_true", help="adversary library only, no grid")
     parser.add_argument("--only", default=None, help="scenarios whose name contains this")
+    parser.add_argument("--first-seed", type=int, default=0, help="of the false-flag runs")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
     args = parser.parse_args()
@@ -252,7 +256,7 @@ def main() -> int:
             print(json.dumps(got), file=sys.stderr, flush=True)  # partial results as they come
     if ff_seeds:
         for config in configs:
-            rows += run_scenario(FALSE_FLAG, config, ff_seeds)
+            rows += run_scenario(FALSE_FLAG, config, ff_seeds, args.first_seed)
         scs = [*scs, FALSE_FLAG]
     print(f"EMULATION — netcheck detection benchmark (live round mix), {seeds} seeds, "
           f"false-flag scenario {ff_seeds} runs")  # fmt: skip
