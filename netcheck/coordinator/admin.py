@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from netcheck.coordinator.capacity_gate import capacity_context
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
 from netcheck.storage.flags import jsonable
@@ -130,8 +131,9 @@ def admin_app(coord: Coordinator) -> web.Application:
         n = body.get("rounds", DEFAULT_SCREENING_ROUNDS)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SCREENING_ROUNDS:
             raise web.HTTPBadRequest(text=f"rounds must be an integer in 0..{MAX_SCREENING_ROUNDS}")
+        context = capacity_context(coord, profile, body)  # issue 10; HTTPConflict if refused
         try:
-            report = await coord.screening.run(profile, n)
+            report = await coord.screening.run(profile, n, context=context)
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         return web.json_response(report)

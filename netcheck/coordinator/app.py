@@ -9,6 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from netcheck.capacity import unsafe_profiles
 from netcheck.config import load_coordinator_config, load_profile
 from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.server import WS_PATH, Coordinator
@@ -65,6 +66,8 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
         "dashboard: http://%s:%d/dashboard (log in with the admin token)",
         coord.config.host, coord.config.port,
     )  # fmt: skip
+    for status in unsafe_profiles(list(coord.profiles.values())):
+        log.warning("%s", status.message)  # issue 10: said at every start
     if coord.config.open_enrollment and coord.config.allowed_nodes:
         log.warning("open_enrollment = true: allowed_nodes is ignored, any key may join")
     stop = asyncio.Event()

@@ -17,6 +17,7 @@ from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
+from netcheck.capacity import unsafe_profiles
 from netcheck.coordinator.admin import ADMIN_PREFIX, admin_app
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.storage.store import Store
@@ -62,8 +63,11 @@ def make_app(coord: Coordinator) -> web.Application:
     app.router.add_get(WS_PATH, coord.handle_ws)
     app.add_subapp(ADMIN_PREFIX, admin_app(coord))
     coord.screening.attach(app)
-    add_web_routes(app, LiveView(coord))
+    # issue 10: every dashboard page states which profiles cannot tell two identities apart
+    warnings = [s.message for s in unsafe_profiles(list(coord.profiles.values()))]
+    add_web_routes(app, LiveView(coord), capacity_warnings=warnings)
     app.on_shutdown.append(coord.on_shutdown)
+    app.on_cleanup.append(coord.on_cleanup)
     return app
 
 

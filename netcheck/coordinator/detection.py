@@ -167,20 +167,27 @@ class Screening:
             raise RoundError(f"unknown profile {name!r}")
         return profile
 
-    async def screening_round(self, profile_name: str) -> RoundReport:
+    async def screening_round(
+        self, profile_name: str, context: Mapping[str, Any] | None = None
+    ) -> RoundReport:
         """Run the next screening round of ``profile_name`` (every
-        ``screening_full_every``-th is a full-load round)."""
+        ``screening_full_every``-th is a full-load round); ``context`` is stored with
+        its schedule (e.g. the capacity override, netcheck.coordinator.capacity_gate)."""
         index = self._index.get(profile_name, 0)
         kind = round_kind(index, self.config.screening_full_every)
         self._index[profile_name] = index + 1
         if kind == RoundKind.FULL:
-            return await run_round(self.coord, profile_name, kind=RoundKind.FULL, rule="all")
+            return await run_round(
+                self.coord, profile_name, kind=RoundKind.FULL, rule="all", context=context
+            )
         return await run_round(
             self.coord, profile_name, load=hmac_load_rule(self.secret), kind=RoundKind.SCREENING,
-            rule=HMAC_RULE,
+            rule=HMAC_RULE, context=context,
         )  # fmt: skip
 
-    async def run(self, profile_name: str, n_rounds: int) -> dict[str, Any]:
+    async def run(
+        self, profile_name: str, n_rounds: int, *, context: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """``n_rounds`` screening rounds, then analysis and confirmation (the admin
         ``POST /admin/screening``). Returns a JSON-ready report with the flags raised.
 
@@ -191,7 +198,7 @@ class Screening:
         if n_rounds < 0:
             raise RoundError("rounds must be >= 0")
         async with self.lock:
-            reports = [await self.screening_round(profile_name) for _ in range(n_rounds)]
+            reports = [await self.screening_round(profile_name, context) for _ in range(n_rounds)]
             outcome = await self.analyse_and_confirm(profile_name)
         round_flags = [f for r in reports for f in r.flags]
         outcome["rounds"] = [{"round_id": r.round_id, "kind": r.kind,

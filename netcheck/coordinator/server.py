@@ -20,6 +20,7 @@ from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.arrivals import FrameOpener
 from netcheck.coordinator.detection import Screening
 from netcheck.coordinator.hooks import RoundHooks
 from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
@@ -100,6 +101,8 @@ class Coordinator:
         self.flags = FlagStore(store)  # round schedules and flags
         self.round_hooks = RoundHooks()
         self.screening = Screening(self)  # detection: schedule secret, flags, timer
+        #: Opens large received frames off the event loop (coordinator/arrivals.py).
+        self.opener = FrameOpener()
         self.round_hooks.after_round.append(self.screening.after_round)
         self.round_hooks.finished.append(observe_round)  # Prometheus metrics
 
@@ -166,6 +169,8 @@ class Coordinator:
             return ws
         except ConnectionError:
             return ws
+        session.stamps.install(request, ws)  # stamp where each message completes
+        session.opener = self.opener
         await self._serve(session)
         return ws
 
@@ -252,6 +257,10 @@ class Coordinator:
         self.stopping = True  # a round in flight ends as aborted, blaming no node
         for session in list(self.sessions.values()):
             await session.ws.close(code=CloseCode.SHUTDOWN, message=b"shutdown")
+
+    async def on_cleanup(self, app: web.Application) -> None:
+        """Stop the frame opener's worker threads."""
+        await asyncio.to_thread(self.opener.close)
 
     def connected(self, profile: str | None = None) -> list[NodeSession]:
         """Connected sessions, optionally only those claiming ``profile``."""

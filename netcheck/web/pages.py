@@ -11,6 +11,7 @@ import asyncio
 import json
 import math
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -101,13 +102,21 @@ class Dashboard(AccessMixin):
     Args:
         view: what the dashboard may see of the coordinator.
         allow_remote: serve non-loopback callers too (still token-protected).
+        capacity_warnings: lines shown at the top of every page (netcheck.capacity).
     """
 
-    def __init__(self, view: CoordinatorView, *, allow_remote: bool = False) -> None:
+    def __init__(
+        self,
+        view: CoordinatorView,
+        *,
+        allow_remote: bool = False,
+        capacity_warnings: Sequence[str] = (),
+    ) -> None:
         self.view = view
         self.allow_remote = allow_remote
         self.reader = Reader(view.store)
         self.env = make_env()
+        self.env.globals["capacity_warnings"] = list(capacity_warnings)
 
     def page(self, name: str, status: int = 200, **context: Any) -> web.Response:
         html = self.env.get_template(name).render(**context)
@@ -225,6 +234,10 @@ class Dashboard(AccessMixin):
                 for src, dst in (("released_ns", "rel_ms"), ("arrived_ns", "arr_ms")):
                     ns = x[src]
                     x[dst] = "–" if ns is None else f"{(int(ns) - t0) / 1e6:.3f} ms"
+                budget = (x.get("extra") or {}).get("budget") or {}  # rounds.NodeTiming.budget
+                x["release_index"] = budget.get("release_index")
+                x["release_write_s"] = budget.get("release_write_s")
+                x["processing_delay_s"] = budget.get("processing_delay_s")
             names = {x["node_key"]: x.get("name") for x in rows}
             return {
                 "r": r,

@@ -30,6 +30,7 @@ bad ones are a 400, never a 500.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -44,7 +45,11 @@ WEB_KEY = web.AppKey("netcheck_web_reader", Reader)
 
 
 def add_web_routes(
-    app: web.Application, coord: CoordinatorView, *, allow_remote: bool = False
+    app: web.Application,
+    coord: CoordinatorView,
+    *,
+    allow_remote: bool = False,
+    capacity_warnings: Sequence[str] = (),
 ) -> None:
     """Register the dashboard, exports and ``/metrics`` (and their auth) on ``app``:
     the handlers of one :class:`~netcheck.web.pages.Dashboard` over ``coord``.
@@ -55,10 +60,12 @@ def add_web_routes(
     Args:
         allow_remote: serve non-loopback callers too (still token-protected). Off by
             default, like the admin API.
+        capacity_warnings: lines shown at the top of every page (issue 10: profiles
+            that cannot tell two identities on one card apart, netcheck.capacity).
     """
     if WEB_KEY in app:
         return
-    d = Dashboard(coord, allow_remote=allow_remote)
+    d = Dashboard(coord, allow_remote=allow_remote, capacity_warnings=capacity_warnings)
     app[WEB_KEY] = d.reader
     app.middlewares.append(d.dashboard_auth)
     r = app.router

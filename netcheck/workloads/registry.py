@@ -23,7 +23,8 @@ def get_workload(profile_or_name: Profile | str) -> Workload:
         else getattr(profile_or_name, "workload", "llm")
     )
     if name == "llm":
-        return LlmWorkload()
+        chars = None if isinstance(profile_or_name, str) else profile_or_name.prompt_chars
+        return LlmWorkload(chars)
     if name == "factoring":
         return FactoringWorkload()
     raise ValueError(f"unknown workload {name!r} (use llm or factoring)")
