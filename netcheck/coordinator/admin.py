@@ -104,7 +104,10 @@ def admin_app(coord: Coordinator) -> web.Application:
         per_profile: dict[str, int] = {}
         for s in coord.sessions.values():
             per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
-        pool = [e.as_dict() for e in await asyncio.to_thread(live_pool, coord)]
+        pool = [
+            e.as_dict()
+            for e in await asyncio.to_thread(live_pool, coord.store, coord.profiles, coord.sessions)
+        ]
         return web.json_response(
             {"connected": len(coord.sessions), "per_profile": per_profile,
              "profiles": sorted(coord.profiles), "handshake_failures": coord.handshake_failures,
@@ -112,7 +115,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         )  # fmt: skip
 
     async def references(request: web.Request) -> web.Response:
-        pool = await asyncio.to_thread(live_pool, coord)
+        pool = await asyncio.to_thread(live_pool, coord.store, coord.profiles, coord.sessions)
         return web.json_response({"references": [e.as_dict() for e in pool]})
 
     async def nodes(request: web.Request) -> web.Response:

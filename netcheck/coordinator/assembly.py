@@ -54,7 +54,7 @@ class LiveView:
         return self._coord.sessions.keys()
 
     def reference_pool(self) -> list[PoolEntry]:
-        return live_pool(self._coord)
+        return live_pool(self._coord.store, self._coord.profiles, self._coord.sessions)
 
     def connected_per_profile(self) -> Mapping[str, int]:
         per_profile = dict.fromkeys(self._coord.profiles, 0)
