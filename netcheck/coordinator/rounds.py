@@ -3,12 +3,12 @@
 Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure),
 persist plan, schedule and spend canaries, dispatch encrypted jobs, wait for acks,
 release every node in one tight loop, collect results, verify (pure), record verdicts,
-then the round's hooks (:class:`RoundHooks`: the detection checks of docs/detection.md,
-metrics). All times are on the coordinator's monotonic clock (``time.monotonic_ns``);
-wall time is stored only as the round's start.
+then the round's hooks (:class:`~netcheck.coordinator.hooks.RoundHooks`: the detection
+checks of docs/detection.md, metrics). All times are on the coordinator's monotonic
+clock (``time.monotonic_ns``); wall time is stored only as the round's start.
 
-The runner sees the coordinator only as a :class:`RoundHost`; it imports neither the
-server nor detection nor web/.
+The runner sees the coordinator only as a :class:`~netcheck.coordinator.hooks.RoundHost`;
+it imports neither the server nor detection nor web/.
 
 A round has a *load set*: only loaded nodes get a job. ``kind`` is ``full`` (every node
 loaded), ``screening`` (secret half-load schedule) or ``confirmation`` (a suspect group
@@ -27,13 +27,15 @@ import random
 import secrets
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
 from netcheck.analysis.verdicts import Observation, verify
 from netcheck.config import Profile
+from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.notices import send_in_background
 from netcheck.coordinator.planner import PlanNode, plan_round
+from netcheck.coordinator.pool import classify_skip, warn_low_pool
 from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
 from netcheck.engines import probe as probe_mod
 from netcheck.errors import RoundError
@@ -49,8 +51,6 @@ from netcheck.records import (
     RoundReport,
     Verdict,
 )
-from netcheck.storage import Store
-from netcheck.storage.flags import FlagStore
 
 log = logging.getLogger("netcheck.round")
 
@@ -65,92 +65,8 @@ PROBE_SAMPLES = 3
 PROBE_TIMEOUT_S = 1.0
 
 
-#: A hook run after a round's verdicts are stored (detection checks); returns the ids of
-#: flags it raised, which the round's report lists.
-AfterRound = Callable[
-    [Profile, RoundPlan, Sequence[NodeOutcome], Mapping[str, NodeRecord]], Awaitable[list[int]]
-]
-#: A hook told of every finished round's report (e.g. Prometheus metrics).
-RoundObserver = Callable[[RoundReport], None]
-
-
-@dataclass
-class RoundHooks:
-    """What runs around a round besides the runner itself, attached by the coordinator:
-    ``after_round`` hooks (in order; their flag ids are concatenated) and ``finished``
-    observers (called with the complete report)."""
-
-    after_round: list[AfterRound] = field(default_factory=list)
-    finished: list[RoundObserver] = field(default_factory=list)
-
-
-class RoundHost(Protocol):
-    """What the round runner needs of the coordinator (the server's ``Coordinator``
-    implements it): profiles, storage, the round lock, hooks and the live sessions."""
-
-    @property
-    def profiles(self) -> Mapping[str, Profile]: ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def flags(self) -> FlagStore:
-        """Where each round's schedule is stored (``round_schedules``)."""
-        ...
-
-    @property
-    def round_lock(self) -> asyncio.Lock: ...
-
-    @property
-    def stopping(self) -> bool:
-        """True once the coordinator is shutting down (a round in flight aborts)."""
-        ...
-
-    @property
-    def round_hooks(self) -> RoundHooks: ...
-
-    def connected(self, profile: str | None = None) -> list[NodeSession]: ...
-
-
 #: A load set, or a rule that draws one from the round id and the connected node keys.
 LoadSpec = Collection[str] | Callable[[str, Sequence[str]], Collection[str]]
-
-
-def _classify_skip(
-    store: Store, profile: Profile, fingerprint_id: str, reason: str
-) -> tuple[Verdict, str]:
-    """Why a node got no job: its own fingerprint (profile-mismatch) or our references.
-
-    A fingerprint with references, all spent, or a profile with no reference set at all,
-    is the operator's problem (``unchecked``); a fingerprint unknown while the profile has
-    references under another one is the node's (``profile-mismatch``).
-    """
-    build = f"build more with `netcheck reference build --profile {profile.name}`"
-    if store.count_references(fingerprint_id) > 0:
-        return Verdict.UNCHECKED, f"reference pool for this fingerprint used up: {build}"
-    if store.count_references(profile=profile.name) == 0:
-        return Verdict.UNCHECKED, f"no reference set for profile {profile.name}: {build}"
-    return Verdict.PROFILE_MISMATCH, reason
-
-
-#: Warn when fewer canaries than this many rounds' worth remain for a fingerprint.
-LOW_POOL_ROUNDS = 10
-
-
-def _warn_low_pool(store: Store, profile: Profile, sessions: Sequence[NodeSession]) -> None:
-    per_fp: dict[str, int] = {}
-    for s in sessions:
-        per_fp[s.fingerprint_id] = per_fp.get(s.fingerprint_id, 0) + 1
-    for fp, n in per_fp.items():
-        left = store.count_references(fp, unspent_only=True)
-        need = profile.canaries_max * n
-        if store.count_references(fp) > 0 and left < need * LOW_POOL_ROUNDS:
-            log.warning(
-                "reference pool for fingerprint %s is low: %d unspent canaries left, about "
-                "%d round(s) for %d node(s); build more with `netcheck reference build "
-                "--profile %s`", fp[:12], left, left // max(need, 1), n, profile.name,
-            )  # fmt: skip
 
 
 def new_round_id() -> str:
@@ -427,7 +343,7 @@ async def _run_locked(
     )  # fmt: skip
     t_drawn = time.monotonic()
     await asyncio.to_thread(store.record_plan, plan, time.time())
-    await asyncio.to_thread(_warn_low_pool, store, profile, sessions)
+    await asyncio.to_thread(warn_low_pool, store, profile, sessions)
     await asyncio.to_thread(
         coord.flags.record_schedule,
         round_id, profile.name, kind, rule, schedule, context,
@@ -504,11 +420,15 @@ async def _run_locked(
             error=arrival.error if arrival else None,  # the node's own text, escaped
             budget=t.budget(first_release_ns),
         )
+    mismatch: dict[str, str] = {}  # node key -> the differing fingerprint fields
     for node_key, reason in plan.skipped:
+        s = by_key[node_key]
         verdict, why = await asyncio.to_thread(
-            _classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
+            classify_skip, store, profile, s.fingerprint_id, reason, s.claim.fingerprint
         )
         outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
+        if verdict is Verdict.PROFILE_MISMATCH and "differs from reference set" in why:
+            mismatch[node_key] = why[why.index("differs from reference set") :]
         records[node_key] = NodeRecord(timing[node_key])
     t_verified = time.monotonic()
 
@@ -536,6 +456,10 @@ async def _run_locked(
         s.forget_round(round_id)
     for o in outcomes:
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
+    send_in_background(  # each loaded node's signed verdict (docs/protocol.md §5.11)
+        coord.identity, round_id, outcomes, by_key,
+        {k: t.deadline_s for k, t in timing.items()}, mismatch,
+    )  # fmt: skip
     flag_ids: list[int] = []
     for after in coord.round_hooks.after_round:
         flag_ids += await after(profile, plan, outcomes, records)

@@ -286,8 +286,11 @@ class NodeSession:
     async def read_loop(self) -> CloseCode:
         """Read frames until the session ends; returns the close code to use.
 
-        Raises nothing: protocol errors are logged and turned into close codes here,
-        in one place (style.md: bad network input becomes a close code in one place).
+        Raises nothing: a :class:`ProtocolError` raised while reading a frame (bad
+        frame, decryption, a message not allowed now) carries its
+        :class:`~netcheck.errors.CloseCode`; it ends the loop and is logged here, and
+        its code is returned for the server to close the socket with. (The handshake's
+        errors are mapped in ``Coordinator.handle_ws``, the node's in ``NodeClient``.)
         """
         code = CloseCode.NORMAL
         try:

@@ -15,7 +15,7 @@ from aiohttp.test_utils import make_mocked_request
 from web_support import web_coordinator
 
 from netcheck.config import Profile, load_profile
-from netcheck.web.routes import COOKIE, session_cookie_value
+from netcheck.web.access import COOKIE, session_cookie_value
 
 
 @pytest.fixture
