@@ -100,6 +100,50 @@ class DeadlineParams(_Model):
     replies, so an uncapped RTT would let it buy deadline (adversarial review #1)."""
 
 
+class CapacityRecord(_Model):
+    """A profile's measured capacity (``[capacity]``, written by ``netcheck engine
+    calibrate``; docs/calibration/README.md).
+
+    ``t_s[k-1]`` is t(k): the median seconds until all k batches of k identities that
+    share one card and start together are done, with the best packing measured (separate
+    processes, or k CUDA streams in one process when that keeps exact outputs).
+    """
+
+    t_s: list[float] = Field(min_length=1)
+    """t(1), t(2), ... seconds; t(1) is the single-identity batch time."""
+    beta: list[float] = Field(default_factory=list)
+    """Co-load slowdown beta(k) = (t(k)/t(1) - 1)/(k - 1) for k = 2, 3, ...
+    (0: a second identity is free; 1: the card is saturated by one)."""
+    margin: float = Field(gt=0)
+    """t(2) / deadline at the calibrated deadline (rtt credited up to ``max_rtt_s``)."""
+    flops_fraction: float | None = Field(default=None, ge=0)
+    """Achieved FLOP/s at one identity / the card's measured bf16 matmul peak."""
+    peak_tflops: float | None = Field(default=None, gt=0)
+    """The measured bf16 matmul peak of the calibration card, TFLOP/s."""
+    packing: str = "processes"
+    """Which packing gave t(2): ``processes``, ``streams`` (or ``issue-10`` for figures
+    taken from the issue's own measurement)."""
+    card: str = Field(min_length=1)
+    """Device name (and UUID) of the calibration card; ``cpu`` figures are CPU figures."""
+    date: str = Field(min_length=1)
+    """UTC date of the calibration, ``YYYY-MM-DD``."""
+    software: str = ""
+    """Engine software versions, e.g. ``torch-2.11.0+transformers-5.17.0``."""
+
+    @field_validator("t_s")
+    @classmethod
+    def _check_times(cls, value: list[float]) -> list[float]:
+        if any(t <= 0 for t in value):
+            raise ValueError("every t(k) must be > 0 seconds")
+        return value
+
+    @model_validator(mode="after")
+    def _check_beta(self) -> CapacityRecord:
+        if len(self.beta) > max(0, len(self.t_s) - 1):
+            raise ValueError(f"beta has {len(self.beta)} values for {len(self.t_s)} t(k) values")
+        return self
+
+
 class Profile(_Model):
     """A hardware + engine class: what a node must run and how fast (architecture.md)."""
 
@@ -132,6 +176,14 @@ class Profile(_Model):
     seconds: probe RTT minus echo RTT on a direct node (thread hop, device launch,
     copy back; docs/protocol.md §5.9). The relay test flags a persistent excess of
     ``probe - echo - probe_ref_s`` (docs/detection.md, "Relay test")."""
+
+    prompt_chars: int | None = Field(default=None, ge=16)
+    """LLM prompts of exactly this many characters (cut at a word boundary, so a few
+    fewer), e.g. ``prompt_len - 1`` so that every prompt fills the padded length with
+    real tokens (prefill-heavy profiles; a node cannot skip padding). None = the
+    generator's 24 to 120 characters."""
+    capacity: CapacityRecord | None = None
+    """Measured capacity (``[capacity]``); None = unmeasured (netcheck.capacity)."""
 
     @field_validator("device")
     @classmethod

@@ -1,11 +1,14 @@
 """The round runner: executes a pure :class:`RoundPlan` over live sessions.
 
-Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure), persist plan, schedule and
-spend canaries, dispatch encrypted jobs, wait for acks, release every node in one tight
-loop, collect results, verify (pure), record verdicts, then the per-round detection
-checks (answer-level sharing, capacity strikes; docs/detection.md). All times are on the
-coordinator's monotonic clock (``time.monotonic_ns``); wall time is stored only as the
-round's start.
+Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure),
+persist plan, schedule and spend canaries, dispatch encrypted jobs, wait for acks,
+release every node in one tight loop, collect results, verify (pure), record verdicts,
+then the round's hooks (:class:`~netcheck.coordinator.hooks.RoundHooks`: the detection
+checks of docs/detection.md, metrics). All times are on the coordinator's monotonic
+clock (``time.monotonic_ns``); wall time is stored only as the round's start.
+
+The runner sees the coordinator only as a :class:`~netcheck.coordinator.hooks.RoundHost`;
+it imports neither the server nor detection nor web/.
 
 A round has a *load set*: only loaded nodes get a job. ``kind`` is ``full`` (every node
 loaded), ``screening`` (secret half-load schedule) or ``confirmation`` (a suspect group
@@ -17,27 +20,35 @@ unloaded nodes too.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import secrets
 import statistics
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from netcheck.analysis.verdicts import NodeOutcome, Observation, Verdict, verify
+from netcheck.analysis.verdicts import Observation, verify
 from netcheck.config import Profile
-from netcheck.coordinator.planner import Assignment, PlanNode, RoundPlan, plan_round
-from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
+from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.planner import PlanNode, plan_round
+from netcheck.coordinator.pool import classify_skip, warn_low_pool
+from netcheck.coordinator.session import WRITE_TIMEOUT_S, Arrival, NodeDisconnected, NodeSession
+from netcheck.engines import probe as probe_mod
 from netcheck.errors import LocalProtocolError, RoundError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
-from netcheck.storage import Store
-from netcheck.web.metrics import observe_round
-
-if TYPE_CHECKING:
-    from netcheck.coordinator.server import Coordinator
+from netcheck.records import (
+    Assignment,
+    NodeOutcome,
+    NodeRecord,
+    NodeTiming,
+    RoundKind,
+    RoundPlan,
+    RoundReport,
+    Verdict,
+)
 
 log = logging.getLogger("netcheck.round")
 
@@ -56,110 +67,27 @@ PROBE_TIMEOUT_S = 1.0
 LoadSpec = Collection[str] | Callable[[str, Sequence[str]], Collection[str]]
 
 
-def _classify_skip(
-    store: Store, profile: Profile, fingerprint_id: str, reason: str
-) -> tuple[Verdict, str]:
-    """Why a node got no job: its own fingerprint (profile-mismatch) or our references.
-
-    A fingerprint with references, all spent, or a profile with no reference set at all,
-    is the operator's problem (``unchecked``); a fingerprint unknown while the profile has
-    references under another one is the node's (``profile-mismatch``).
-    """
-    build = f"build more with `netcheck reference build --profile {profile.name}`"
-    if store.count_references(fingerprint_id) > 0:
-        return Verdict.UNCHECKED, f"reference pool for this fingerprint used up: {build}"
-    if store.count_references(profile=profile.name) == 0:
-        return Verdict.UNCHECKED, f"no reference set for profile {profile.name}: {build}"
-    return Verdict.PROFILE_MISMATCH, reason
-
-
-#: Warn when fewer canaries than this many rounds' worth remain for a fingerprint.
-LOW_POOL_ROUNDS = 10
-
-
-def _warn_low_pool(store: Store, profile: Profile, sessions: Sequence[NodeSession]) -> None:
-    per_fp: dict[str, int] = {}
-    for s in sessions:
-        per_fp[s.fingerprint_id] = per_fp.get(s.fingerprint_id, 0) + 1
-    for fp, n in per_fp.items():
-        left = store.count_references(fp, unspent_only=True)
-        need = profile.canaries_max * n
-        if store.count_references(fp) > 0 and left < need * LOW_POOL_ROUNDS:
-            log.warning(
-                "reference pool for fingerprint %s is low: %d unspent canaries left, about "
-                "%d round(s) for %d node(s); build more with `netcheck reference build "
-                "--profile %s`", fp[:12], left, left // max(need, 1), n, profile.name,
-            )  # fmt: skip
-
-
 def new_round_id() -> str:
     """A unique, sortable round id such as ``r20261130T031500-a1b2c3``."""
     return time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-@dataclass
-class NodeTiming:
-    """Raw timestamps for one node in one round (``time.monotonic_ns`` values)."""
-
-    rtt_s: float | None = None
-    deadline_s: float | None = None
-    job_sent_ns: int | None = None
-    acked_ns: int | None = None
-    release_start_ns: int | None = None
-    release_end_ns: int | None = None
-    arrived_ns: int | None = None
-    # Relay test evidence (docs/detection.md "Relay test"), raw: every echo and every
-    # correct probe round trip (seconds), the fastest probe, unanswered and wrong probes.
-    echo_samples_s: list[float] = field(default_factory=list)
-    probe_samples_s: list[float] = field(default_factory=list)
-    probe_rtt_s: float | None = None
-    probe_missed: int = 0
-    probe_wrong: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
-
-
-@dataclass
-class RoundReport:
-    """What a round produced: verdicts per node and the phase timings (seconds)."""
-
-    round_id: str
-    profile: str
-    status: str
-    outcomes: list[NodeOutcome] = field(default_factory=list)
-    phases: dict[str, float] = field(default_factory=dict)
-    kind: str = "full"
-    schedule: dict[str, bool] = field(default_factory=dict)
-    flags: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "round_id": self.round_id,
-            "profile": self.profile,
-            "status": self.status,
-            "kind": self.kind,
-            "schedule": self.schedule,
-            "flags": self.flags,
-            "phases": self.phases,
-            "verdicts": [
-                {
-                    "node_key": o.node_key,
-                    "verdict": str(o.verdict),
-                    "reason": o.reason,
-                    "elapsed_s": o.elapsed_s,
-                    "canaries_checked": o.canaries_checked,
-                    "canaries_matched": o.canaries_matched,
-                }
-                for o in self.outcomes
-            ],
-        }
-
-
 async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]) -> None:
     """Echo RTT (min of ``ECHO_SAMPLES``) and compute-probe RTTs per node, interleaved
     (echo, probe, echo, probe, ...) so both see the same network; raw samples go to the
-    node's :class:`NodeTiming`."""
+    node's :class:`NodeTiming`.
+
+    Every node is sampled concurrently. The expected probe answers are computed for all
+    challenges at once in a thread while the samples are in flight
+    (:func:`netcheck.engines.probe.answers`), and the replies are checked against them at
+    the end, so the event loop does no probe arithmetic (docs/scaling.md, "Planning").
+    """
+    challenges = {
+        s.node_key: [secrets.token_bytes(32) for _ in range(PROBE_SAMPLES)] for s in sessions
+    }
+    flat = [c for cs in challenges.values() for c in cs]
+    expected_task = asyncio.ensure_future(asyncio.to_thread(probe_mod.answers, flat))
+    replies: dict[str, list[tuple[float, bytes, bytes]]] = {s.node_key: [] for s in sessions}
 
     async def one(s: NodeSession) -> None:
         t = timing[s.node_key]
@@ -172,24 +100,31 @@ async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeT
                 if rtt is not None:
                     samples.append(rtt)
             if probing and i < PROBE_SAMPLES and (rtt is not None or i >= ECHO_SAMPLES):
-                probe = await s.measure_probe(
-                    secrets.randbits(62),
-                    secrets.token_bytes(32),
-                    min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S),
+                challenge = challenges[s.node_key][i]
+                got = await s.probe_rtt(
+                    secrets.randbits(62), challenge, min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S)
                 )
-                if probe is None:
+                if got is None:
                     t.probe_missed += 1
                     probing = False
-                elif probe.correct:
-                    t.probe_samples_s.append(probe.rtt_s)
                 else:
-                    t.probe_wrong += 1
-                    log.warning("node %s: wrong probe answer", s.label)
+                    replies[s.node_key].append((got[0], got[1], challenge))
         s.rtt_s = min(samples) if samples else s.rtt_s
         t.echo_samples_s = samples
-        t.probe_rtt_s = min(t.probe_samples_s) if t.probe_samples_s else None
 
-    await asyncio.gather(*(one(s) for s in sessions))
+    try:
+        await asyncio.gather(*(one(s) for s in sessions))
+    finally:
+        expected = dict(zip(flat, await expected_task, strict=True))
+    for s in sessions:
+        t = timing[s.node_key]
+        for rtt, answer, challenge in replies[s.node_key]:
+            if answer == expected[challenge]:
+                t.probe_samples_s.append(rtt)
+            else:
+                t.probe_wrong += 1
+                log.warning("node %s: wrong probe answer", s.label)
+        t.probe_rtt_s = min(t.probe_samples_s) if t.probe_samples_s else None
 
 
 async def _dispatch(
@@ -243,14 +178,19 @@ async def _release(
     round_id: str,
     ready: Sequence[tuple[NodeSession, Assignment]],
     timing: dict[str, NodeTiming],
-    write_timeout_s: float,
-    local_failures: dict[str, str],
+    write_timeout_s: float = WRITE_TIMEOUT_S,
+    local_failures: dict[str, str] | None = None,
 ) -> None:
-    """Write every ready node's ``release`` frame in one tight loop.
+    """Write every ready node's ``release`` frame in one tight loop, in a fresh random
+    order each round (so no node is always first or last), stamping each node's own
+    write (``release_start_ns``/``release_end_ns``; its latency is measured from its own
+    stamp, so its place in the order does not count against it).
 
     Frames are sealed ahead while holding every session's send lock, so the loop does
     nothing but socket writes and clock reads (architecture.md, "Release").
     """
+    ready = list(ready)
+    secrets.SystemRandom().shuffle(ready)
     sessions = [s for s, _ in ready]
     for s in sessions:
         await s.send_lock.acquire()
@@ -260,13 +200,15 @@ async def _release(
             try:
                 frames.append(s.transport.seal(Release(round_id=round_id, job_key=a.job_key)))
             except LocalProtocolError as exc:  # our failure (counter exhausted), not the node's
-                local_failures[s.node_key] = f"coordinator could not send the release: {exc}"
+                if local_failures is not None:
+                    local_failures[s.node_key] = f"coordinator could not send the release: {exc}"
                 log.error("round %s: node %s: %s", round_id, s.label, exc)
                 frames.append(None)
-        for (s, _), frame in zip(ready, frames, strict=True):
+        for i, ((s, _), frame) in enumerate(zip(ready, frames, strict=True)):
             if frame is None:
                 continue
             t = timing[s.node_key]
+            t.release_index = i
             t.release_start_ns = time.monotonic_ns()
             try:
                 # Bounded like dispatch: a node that stops reading is aborted, not waited for.
@@ -296,31 +238,40 @@ def _observe(
         )  # fmt: skip
     arrival = fut.result()
     t.arrived_ns = arrival.arrived_ns
+    t.processed_ns = arrival.processed_ns
     res = arrival.result
     if res is None:
         return Observation(
             arrived_ns=arrival.arrived_ns, outputs=None, commitment=None, commitment_ok=False,
             signature_ok=False, disconnected=False, error=arrival.error, **base,
         )  # fmt: skip
+    c_ok, s_ok = arrival.commitment_ok, arrival.signature_ok
+    if c_ok is None or s_ok is None:  # not checked by the opener (cannot happen): check here
+        c_ok = commitment(res.outputs) == res.commitment
+        s_ok = verify_receipt(s.node_key_raw, res.signature, s.session_id, round_id, res.commitment)
     return Observation(
         arrived_ns=arrival.arrived_ns,
         outputs=res.outputs,
         commitment=res.commitment,
-        commitment_ok=commitment(res.outputs) == res.commitment,
-        signature_ok=verify_receipt(
-            s.node_key_raw, res.signature, s.session_id, round_id, res.commitment
-        ),
+        commitment_ok=c_ok,
+        signature_ok=s_ok,
         disconnected=False,
         error=None,
         **base,
     )
 
 
-ROUND_KINDS = ("full", "screening", "confirmation")
+ROUND_KINDS = tuple(k.value for k in RoundKind)
+
+
+def _report_timing(t: NodeTiming, first_release_ns: int | None) -> dict[str, Any]:
+    """A node's entry in the round report: raw stamps plus its timing budget."""
+    raw = {k: getattr(t, k) for k in ("release_start_ns", "arrived_ns", "processed_ns")}
+    return {**raw, **t.budget(first_release_ns)}
 
 
 async def run_round(
-    coord: Coordinator,
+    coord: RoundHost,
     profile_name: str,
     *,
     load: LoadSpec | None = None,
@@ -361,7 +312,7 @@ async def run_round(
 
 
 async def _run_locked(
-    coord: Coordinator,
+    coord: RoundHost,
     profile: Profile,
     rng: random.Random,
     load: LoadSpec | None,
@@ -388,25 +339,32 @@ async def _run_locked(
     t0 = time.monotonic()
 
     await _measure_rtts(sessions, timing)
+    t_sampled = time.monotonic()
     for s in sessions:
         timing[s.node_key].rtt_s = s.rtt_s
         timing[s.node_key].deadline_s = profile.deadline_s(s.rtt_s or 0.0)
 
     # Plan (pure) and persist before anything reaches a node.
-    fps = {s.fingerprint_id for s in sessions}
+    # Each node draws at most canaries_max of its fingerprint's canaries: read exactly
+    # that many per fingerprint (reading 4x the whole round's need per fingerprint was
+    # a third of the plan time at 1,000 nodes; docs/scaling.md, "Planning").
+    per_fp = collections.Counter(s.fingerprint_id for s in sessions)
     pool = {
         fp: await asyncio.to_thread(
-            store.unspent_canaries, fp, profile.canaries_max * len(sessions) * 4
+            store.unspent_canaries, fp, profile.canaries_max * n, profile=profile.name
         )
-        for fp in fps
+        for fp, n in per_fp.items()
     }
-    plan = plan_round(
-        round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng
-    )
+    t_pool = time.monotonic()
+    plan = await asyncio.to_thread(  # pure and CPU-bound: keep the event loop free
+        plan_round,
+        round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng,
+    )  # fmt: skip
+    t_drawn = time.monotonic()
     await asyncio.to_thread(store.record_plan, plan, time.time())
-    await asyncio.to_thread(_warn_low_pool, store, profile, sessions)
+    await asyncio.to_thread(warn_low_pool, store, profile, sessions)
     await asyncio.to_thread(
-        coord.screening.flags.record_schedule,
+        coord.flags.record_schedule,
         round_id, profile.name, kind, rule, schedule, context,
     )  # fmt: skip
     t_planned = time.monotonic()
@@ -432,6 +390,10 @@ async def _run_locked(
     results = {s.node_key: s.expect_result(round_id) for s, _ in ready}
     await _release(round_id, ready, timing, profile.dispatch_timeout_s, local_failures)
     t_released = time.monotonic()
+    first_release_ns = min(
+        (t.release_start_ns for t in timing.values() if t.release_start_ns is not None),
+        default=None,
+    )
     if results:
         await asyncio.wait(results.values(), timeout=profile.result_timeout_s)
     t_collected = time.monotonic()
@@ -444,7 +406,7 @@ async def _run_locked(
 
     # Verify (pure) and record.
     outcomes: list[NodeOutcome] = []
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, NodeRecord] = {}
     for a in plan.assignments:
         s, t = by_key[a.node_key], timing[a.node_key]
         fut = results.get(a.node_key)
@@ -453,7 +415,7 @@ async def _run_locked(
             outcomes.append(
                 NodeOutcome(a.node_key, Verdict.COORDINATOR_ERROR, why, None, len(a.canary_ids), 0)
             )
-            records[a.node_key] = {"timing": t.as_dict()}
+            records[a.node_key] = NodeRecord(t, budget=t.budget(first_release_ns))
             continue
         if fut is None:
             gone = s.closed.is_set()
@@ -471,7 +433,7 @@ async def _run_locked(
                     0,
                 )  # fmt: skip
             )
-            records[a.node_key] = {"timing": t.as_dict()}
+            records[a.node_key] = NodeRecord(t, budget=t.budget(first_release_ns))
             continue
         obs = _observe(s, a, round_id, t, fut)
         outcome = verify(
@@ -480,20 +442,21 @@ async def _run_locked(
         outcomes.append(outcome)
         arrival = fut.result() if fut.done() and fut.exception() is None else None
         res = arrival.result if arrival else None
-        records[a.node_key] = {
-            "timing": t.as_dict(),
-            "session_id": s.session_id.hex(),
-            "outputs": [list(o) for o in res.outputs] if res else None,
-            "commitment": res.commitment.hex() if res else None,
-            "signature": res.signature.hex() if res else None,
-            "error": arrival.error if arrival else None,  # the node's own text, escaped
-        }
+        records[a.node_key] = NodeRecord(
+            timing=t,
+            session_id=s.session_id,
+            outputs=[list(o) for o in res.outputs] if res else None,
+            commitment=res.commitment if res else None,
+            signature=res.signature if res else None,
+            error=arrival.error if arrival else None,  # the node's own text, escaped
+            budget=t.budget(first_release_ns),
+        )
     for node_key, reason in plan.skipped:
         verdict, why = await asyncio.to_thread(
-            _classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
+            classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
         )
         outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
-        records[node_key] = {"timing": timing[node_key].as_dict()}
+        records[node_key] = NodeRecord(timing[node_key])
     t_verified = time.monotonic()
 
     starts = [t.release_start_ns for t in timing.values() if t.release_start_ns is not None]
@@ -501,6 +464,11 @@ async def _run_locked(
     elapsed = [o.elapsed_s for o in outcomes if o.elapsed_s is not None]
     phases = {
         "plan_s": t_planned - t0,
+        # plan_s = sampling (echo and probe RTTs) + pool read + planner + persisting
+        "plan_sampling_s": t_sampled - t0,
+        "plan_pool_s": t_pool - t_sampled,
+        "plan_draw_s": t_drawn - t_pool,
+        "plan_persist_s": t_planned - t_drawn,
         "dispatch_s": t_dispatched - t_planned,
         "release_skew_s": (max(ends) - min(starts)) / 1e9 if starts else 0.0,
         "release_loop_s": t_released - t_dispatched,
@@ -515,9 +483,13 @@ async def _run_locked(
         s.forget_round(round_id)
     for o in outcomes:
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
-    flag_ids = await coord.screening.after_round(profile, plan, outcomes, records)
+    flag_ids: list[int] = []
+    for after in coord.round_hooks.after_round:
+        flag_ids += await after(profile, plan, outcomes, records)
     report = RoundReport(
-        round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids
-    )
-    observe_round(report)  # Prometheus metrics
+        round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids,
+        {k: _report_timing(t, first_release_ns) for k, t in timing.items()},
+    )  # fmt: skip
+    for observe in coord.round_hooks.finished:
+        observe(report)
     return report

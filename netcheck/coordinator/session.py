@@ -1,8 +1,10 @@
 """One connected node, as the coordinator sees it: the websocket plus the sans-I/O transport.
 
 The reader task (:meth:`NodeSession.read_loop`) is the only place that receives frames
-for a session. It stamps arrival times on the coordinator's monotonic clock the moment
-a frame is read, before decryption or any other work (docs/protocol.md, "Timing").
+for a session. Arrival times are stamped on the coordinator's monotonic clock in the
+socket read callback, where the websocket message completes, before it is queued for
+the reader, decrypted or checked (:mod:`netcheck.coordinator.arrivals`; docs/protocol.md,
+"Timing"); the reader then opens large frames in a worker pool, off the event loop.
 Waiters for acknowledgements, results, echo and probe replies are futures keyed by
 round id or nonce; a disconnect fails all of them at once.
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
 
 from netcheck.config import Profile
+from netcheck.coordinator.arrivals import ArrivalStamps, FrameOpener, Opened
 from netcheck.engines import probe as probe_mod
 from netcheck.errors import CloseCode, ProtocolError
 from netcheck.protocol.codec import DEFAULT_LIMITS, Limits
@@ -94,14 +97,23 @@ class Arrival:
     """A result (or a node-reported error) with its arrival time.
 
     Attributes:
-        arrived_ns: ``time.monotonic_ns()`` when the frame was read off the socket.
+        arrived_ns: ``time.monotonic_ns()`` when the bytes completing the frame were
+            read off the socket (before decryption; :mod:`netcheck.coordinator.arrivals`).
         result: the decoded result, or None when the node reported an error.
         error: the node's error reason, if any.
+        processed_ns: ``time.monotonic_ns()`` when the frame was opened and checked and
+            handed to the round (``processed_ns - arrived_ns`` is the coordinator's own
+            delay for this frame, shown in the node's timing budget).
+        commitment_ok, signature_ok: the result's checks, done in the worker pool (None
+            for an error or when not checked).
     """
 
     arrived_ns: int
     result: Result | None
     error: str | None = None
+    processed_ns: int | None = None
+    commitment_ok: bool | None = None
+    signature_ok: bool | None = None
 
 
 @dataclass
@@ -138,6 +150,8 @@ class NodeSession:
     tcp: asyncio.Transport | None = None
     abort_reason: str | None = None
     _writes: set[asyncio.Task[int]] = field(default_factory=set)
+    stamps: ArrivalStamps = field(default_factory=ArrivalStamps)
+    opener: FrameOpener = field(default_factory=lambda: FrameOpener(workers=0))
 
     @property
     def session_id(self) -> bytes:
@@ -181,13 +195,25 @@ class NodeSession:
             task.exception()  # retrieved: a failed write is logged by the abort, not here
 
     async def _write(self, msg: Message, write_timeout_s: float) -> int:
-        async with self.send_lock:
-            if self.abort_reason is not None or self.ws.closed:
-                raise ConnectionError(f"session of {self.label} is closed")
-            frame = self.transport.seal(msg)
-            sent_ns = time.monotonic_ns()
-            await self.write_bounded(frame, write_timeout_s, msg.TYPE)
-            return sent_ns
+        # The bound covers the wait for the lock too: a message that has not reached the
+        # socket after write_timeout_s, whoever holds the lock, means the node is not
+        # reading.
+        watchdog = self._watchdog(write_timeout_s, msg.TYPE)
+        try:
+            async with self.send_lock:
+                if self.abort_reason is not None or self.ws.closed:
+                    raise ConnectionError(f"session of {self.label} is closed")
+                frame = self.transport.seal(msg)
+                sent_ns = time.monotonic_ns()
+                await self._send_frame(frame, msg.TYPE)
+                return sent_ns
+        finally:
+            watchdog.cancel()
+
+    def _watchdog(self, timeout_s: float, what: str) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(
+            timeout_s, self.abort, f"stopped reading: {what} write blocked for {timeout_s:g} s"
+        )
 
     async def write_bounded(self, frame: bytes, timeout_s: float, what: str = "frame") -> None:
         """Write ``frame`` (the caller holds ``send_lock``); if the write is still blocked
@@ -197,9 +223,13 @@ class NodeSession:
         Raises:
             ConnectionError: the connection is gone or was aborted.
         """
-        watchdog = asyncio.get_running_loop().call_later(
-            timeout_s, self.abort, f"stopped reading: {what} write blocked for {timeout_s:g} s"
-        )
+        watchdog = self._watchdog(timeout_s, what)
+        try:
+            await self._send_frame(frame, what)
+        finally:
+            watchdog.cancel()
+
+    async def _send_frame(self, frame: bytes, what: str) -> None:
         try:
             await self.ws.send_bytes(frame)
             if self.abort_reason is not None:  # aborted while blocked: drain returned
@@ -209,8 +239,6 @@ class NodeSession:
             # drain future may be cancelled with it, so the connection cannot be reused.
             self.abort(f"{what} write interrupted")
             raise
-        finally:
-            watchdog.cancel()
 
     def abort(self, reason: str) -> None:
         """Cut the connection now (no close handshake) and fail every waiter. Pending
@@ -297,6 +325,21 @@ class NodeSession:
         Raises:
             MessageError: ``challenge`` is not 32 bytes (MALFORMED_MESSAGE).
         """
+        raw = await self.probe_rtt(nonce, challenge, timeout_s)
+        if raw is None:
+            return None
+        return ProbeSample(raw[0], raw[1] == probe_mod.answer(challenge))
+
+    async def probe_rtt(
+        self, nonce: int, challenge: bytes, timeout_s: float
+    ) -> tuple[float, bytes] | None:
+        """Like :meth:`measure_probe` but unchecked: (RTT in seconds, the node's answer),
+        or None on timeout or disconnect. The round checks a whole round's answers
+        together, off the event loop (:func:`netcheck.engines.probe.answers`).
+
+        Raises:
+            MessageError: ``challenge`` is not 32 bytes (MALFORMED_MESSAGE).
+        """
         msg = Probe(nonce=nonce, challenge=challenge)
         fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._probes[nonce] = fut
@@ -312,10 +355,11 @@ class NodeSession:
             return None
         finally:
             self._probes.pop(nonce, None)
-        return ProbeSample((t1 - t0) / 1e9, answer == probe_mod.answer(challenge))
+        return (t1 - t0) / 1e9, answer
 
-    def _dispatch(self, msg: Message, arrived_ns: int) -> None:
+    def _dispatch(self, opened: Opened, arrived_ns: int) -> None:
         """Route one decrypted message to its waiter; unexpected ones are protocol errors."""
+        msg = opened.message
         if isinstance(msg, Ack):
             fut = self._acks.get(msg.round_id)
             if fut is None or fut.done():
@@ -329,10 +373,15 @@ class NodeSession:
                 raise ProtocolError(
                     CloseCode.UNEXPECTED_MESSAGE, f"result for unknown round {msg.round_id!r}"
                 )
+            done_ns = time.monotonic_ns()
             if isinstance(msg, Result):
-                rfut.set_result(Arrival(arrived_ns, msg))
+                rfut.set_result(
+                    Arrival(
+                        arrived_ns, msg, None, done_ns, opened.commitment_ok, opened.signature_ok
+                    )
+                )
             else:
-                rfut.set_result(Arrival(arrived_ns, None, untrusted(msg.reason)))
+                rfut.set_result(Arrival(arrived_ns, None, untrusted(msg.reason), done_ns))
         elif isinstance(msg, EchoReply):
             efut = self._echoes.get(msg.nonce)
             if efut is not None and not efut.done():
@@ -349,24 +398,29 @@ class NodeSession:
     async def read_loop(self) -> CloseCode:
         """Read frames until the session ends; returns the close code to use.
 
-        Raises nothing: protocol errors are logged and turned into close codes here,
-        in one place (style.md: bad network input becomes a close code in one place).
+        Raises nothing: a :class:`ProtocolError` raised while reading a frame (bad
+        frame, decryption, a message not allowed now) carries its
+        :class:`~netcheck.errors.CloseCode`; it ends the loop and is logged here, and
+        its code is returned for the server to close the socket with. (The handshake's
+        errors are mapped in ``Coordinator.handle_ws``, the node's in ``NodeClient``.)
         """
         code = CloseCode.NORMAL
         try:
             async for wsmsg in self.ws:
-                arrived_ns = time.monotonic_ns()
+                fallback_ns = time.monotonic_ns()
                 if wsmsg.type == WSMsgType.ERROR and is_too_big(self.ws.exception()):
                     raise ProtocolError(CloseCode.MESSAGE_TOO_LARGE, "websocket message too big")
                 if wsmsg.type != WSMsgType.BINARY:
                     raise ProtocolError(
                         CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame, expected binary"
                     )
-                msg = self.transport.open(wsmsg.data)
-                if isinstance(msg, Bye):
-                    log.info("node %s said bye: %s", self.label, untrusted(msg.reason))
+                arrived_ns = self.stamps.take(wsmsg.data) or fallback_ns
+                opened = await self.opener.open(self.transport, wsmsg.data, self.node_key_raw)
+                if isinstance(opened.message, Bye):
+                    reason = untrusted(opened.message.reason)
+                    log.info("node %s said bye: %s", self.label, reason)
                     break
-                self._dispatch(msg, arrived_ns)
+                self._dispatch(opened, arrived_ns)
         except ProtocolError as exc:
             log.warning("node %s: closing session: %s", self.label, exc)
             code = exc.code

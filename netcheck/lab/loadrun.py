@@ -20,15 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-
 from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
 from netcheck.lab.demo import free_port
-from netcheck.lab.load import add_hash_references
+from netcheck.lab.load import VOCAB, add_hash_references
 from netcheck.storage import Store
-from netcheck.storage.tables import reference_prompts, results, rounds, verdicts
+from netcheck.storage.reader import Reader
 
 
 def write_profile(path: Path, name: str, **overrides: Any) -> Profile:
@@ -105,10 +103,10 @@ class LoadRun:
         """A new Store on the run's database (caller closes it)."""
         return Store(self.cfg.database)
 
-    def add_references(self, count: int) -> int:
-        """Store ``count`` hash references for the load profile."""
+    def add_references(self, count: int, vocab: int = VOCAB) -> int:
+        """Store ``count`` hash references (token ids below ``vocab``) for the load profile."""
         with self.store() as store:
-            return add_hash_references(store, self.profile, count)
+            return add_hash_references(store, self.profile, count, vocab=vocab)
 
     # -- processes ----------------------------------------------------------------
 
@@ -227,27 +225,5 @@ class LoadRun:
     def counts(self) -> dict[str, int]:
         """Row counts: rounds, results, verdicts, distinct (round, node) pairs of each,
         spent canaries and canary checks recorded in verdicts."""
-        with self.store() as store, store._engine.connect() as conn:
-
-            def one(q: Any) -> int:
-                return int(conn.execute(q).scalar_one())
-
-            def distinct(t: Any) -> int:
-                sub = select(t.c.round_id, t.c.node_key).distinct().subquery()
-                return one(select(func.count()).select_from(sub))
-
-            return {
-                "rounds": one(select(func.count()).select_from(rounds)),
-                "results": one(select(func.count()).select_from(results)),
-                "results_distinct": distinct(results),
-                "verdicts": one(select(func.count()).select_from(verdicts)),
-                "verdicts_distinct": distinct(verdicts),
-                "canaries_spent": one(
-                    select(func.count())
-                    .select_from(reference_prompts)
-                    .where(reference_prompts.c.spent_round.is_not(None))
-                ),
-                "canaries_checked": one(
-                    select(func.coalesce(func.sum(verdicts.c.canaries_checked), 0))
-                ),
-            }
+        with self.store() as store:
+            return Reader(store).integrity_counts()

@@ -16,10 +16,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from netcheck.analysis.screening import RELAY_MIN_ROUNDS
 from netcheck.config import DeadlineParams, Profile
 from netcheck.coordinator import rounds
 from netcheck.coordinator.rounds import run_round
-from netcheck.coordinator.screening import RELAY_MIN_ROUNDS
 from netcheck.engines import probe
 from netcheck.keys import parse_public_key, public_key_bytes
 from netcheck.lab.adversary import MadeUpWorker, ProxyWorker

@@ -5,28 +5,21 @@ coordinator's :class:`~netcheck.storage.Store` (``Store`` owns the connection po
 the SQLite pragmas; this module only issues ``SELECT``). SQLAlchemy errors become
 :class:`~netcheck.errors.StorageError` as in the store.
 
-Flags belong to the screening work (``netcheck/storage/flags.py``). This module does not
-depend on that code's Python API: it reads a table named ``flags`` if the database has
-one (the ``Table`` object from ``netcheck.storage.flags`` if importable, else by
-reflection) and returns its rows as plain dicts; :mod:`netcheck.web.flagview` maps those
-to what the pages show. Without the table, there are simply no flags.
+Flags are read from the ``flags`` table of :mod:`netcheck.storage.flags` if the database
+has one, as plain dicts; :mod:`netcheck.web.flagview` maps those to what the pages show.
+Without the table (a database no coordinator has opened yet), there are simply no flags.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     Boolean,
-    Connection,
     Float,
     Integer,
-    MetaData,
     Numeric,
     Table,
     and_,
@@ -35,12 +28,13 @@ from sqlalchemy import (
     inspect,
     select,
 )
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from netcheck.errors import StorageError
-from netcheck.storage import Store
-from netcheck.storage.tables import assignments, nodes, results, rounds, verdicts
+from netcheck.storage.flags import flags as flags_table
+from netcheck.storage.group_reader import GroupQueries
+from netcheck.storage.store import Store
+from netcheck.storage.tables import nodes, reference_prompts, results, rounds, verdicts
 
 #: Failing verdicts among a node's most recent ``STRIKE_WINDOW`` verdicts are its strikes.
 STRIKE_WINDOW = 10
@@ -77,31 +71,17 @@ def _type_name(column: Any) -> str:
     return "text"
 
 
-def _table_engine(store: Store) -> Engine:
-    # The store's engine is private to it; we only read through it (no writes here).
-    engine: Engine = store._engine
-    return engine
-
-
-class Reader:
-    """Read-only views of one store's database.
+class Reader(GroupQueries):
+    """Read-only views of one store's database (the group evidence queries come from
+    :class:`~netcheck.storage.group_reader.GroupQueries`).
 
     Args:
         store: the coordinator's store; its engine (pool, pragmas) is reused.
     """
 
     def __init__(self, store: Store) -> None:
-        self._engine = _table_engine(store)
+        super().__init__(store)
         self._flags: Table | None = None
-
-    @contextmanager
-    def _conn(self, action: str) -> Iterator[Connection]:
-        try:
-            with self._engine.connect() as conn, conn.begin():
-                yield conn
-        except SQLAlchemyError as exc:
-            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-            raise StorageError(f"dashboard: {action}: {detail}") from exc
 
     # ------------------------------------------------------------------ nodes
 
@@ -280,24 +260,54 @@ class Reader:
         with self._conn("round nodes") as conn:
             return [_with_deadline(dict(row._mapping)) for row in conn.execute(query)]
 
+    # ------------------------------------------------------------------ integrity
+
+    def integrity_counts(self) -> dict[str, int]:
+        """Row counts for load runs (nothing lost, nothing twice): ``rounds``,
+        ``results``, ``verdicts``, distinct (round, node) pairs of results and verdicts
+        (``results_distinct``, ``verdicts_distinct``), ``canaries_spent`` and
+        ``canaries_checked`` (the sum over verdicts).
+
+        Raises:
+            StorageError: the database failed.
+        """
+        with self._conn("integrity counts") as conn:
+
+            def one(q: Any) -> int:
+                return int(conn.execute(q).scalar_one())
+
+            def distinct(t: Table) -> int:
+                sub = select(t.c.round_id, t.c.node_key).distinct().subquery()
+                return one(select(func.count()).select_from(sub))
+
+            return {
+                "rounds": one(select(func.count()).select_from(rounds)),
+                "results": one(select(func.count()).select_from(results)),
+                "results_distinct": distinct(results),
+                "verdicts": one(select(func.count()).select_from(verdicts)),
+                "verdicts_distinct": distinct(verdicts),
+                "canaries_spent": one(
+                    select(func.count())
+                    .select_from(reference_prompts)
+                    .where(reference_prompts.c.spent_round.is_not(None))
+                ),
+                "canaries_checked": one(
+                    select(func.coalesce(func.sum(verdicts.c.canaries_checked), 0))
+                ),
+            }
+
     # ------------------------------------------------------------------ flags
 
     def _flags_table(self) -> Table | None:
         if self._flags is not None:
             return self._flags
-        try:  # the screening work's table definition, if that module exists
-            table = getattr(importlib.import_module("netcheck.storage.flags"), "flags", None)
-        except ImportError:
-            table = None
         try:
             if not inspect(self._engine).has_table("flags"):
                 return None
-            if not isinstance(table, Table):
-                table = Table("flags", MetaData(), autoload_with=self._engine)
         except SQLAlchemyError as exc:
             raise StorageError(f"dashboard: read flags table: {exc}") from exc
-        self._flags = table
-        return table
+        self._flags = flags_table
+        return flags_table
 
     def flags(self) -> list[dict[str, Any]]:
         """Every row of the ``flags`` table (newest first when it has a time column)."""
@@ -318,110 +328,6 @@ class Reader:
         """Column names of the ``flags`` table (empty without one)."""
         table = self._flags_table()
         return () if table is None else tuple(c.name for c in table.columns)
-
-    def node_names(self, node_keys: Sequence[str]) -> dict[str, str]:
-        """Stored display names of some nodes (only those with a non-empty name)."""
-        query = select(nodes.c.node_key, nodes.c.name).where(nodes.c.node_key.in_(list(node_keys)))
-        with self._conn("read node names") as conn:
-            return {k: n for k, n in conn.execute(query) if n}
-
-    def timing_matrix(
-        self,
-        node_keys: Sequence[str] | None,
-        round_ids: Sequence[str] | None = None,
-        limit: int = 400,
-    ) -> dict[str, Any]:
-        """Screening evidence of a group: who was loaded in which round, and service times.
-
-        A node counts as *loaded* in a round when it was sent work (it has an assignment).
-        ``service_s`` = ``(arrived - released) / 1e9 - rtt`` (None without a result).
-
-        Args:
-            node_keys: the group; None = every node loaded in one of ``round_ids``.
-            round_ids: rounds to use; default: the ``limit`` most recent rounds in which
-                any member was loaded.
-        Returns:
-            ``{"node_keys": [...], "round_ids": [...] (oldest first), "loaded": {key:
-            [bool]}, "service_s": {key: [float | None]}, "elapsed_s": {key: [float |
-            None]}}``.
-        """
-        a = assignments.c
-        if node_keys is None:
-            if round_ids is None:
-                raise ValueError("give node_keys or round_ids")
-            with self._conn("timing matrix nodes") as conn:
-                kq = select(a.node_key).where(a.round_id.in_(list(round_ids))).distinct()
-                keys = sorted(conn.execute(kq).scalars())
-        else:
-            keys = list(dict.fromkeys(node_keys))
-        with self._conn("timing matrix") as conn:
-            if round_ids is None:
-                rq = (
-                    select(a.round_id, func.min(rounds.c.started_at).label("t"))
-                    .select_from(assignments.join(rounds, rounds.c.round_id == a.round_id))
-                    .where(a.node_key.in_(keys))
-                    .group_by(a.round_id)
-                    .order_by(func.min(rounds.c.started_at).desc())
-                    .limit(limit)
-                )
-                rids = [row[0] for row in conn.execute(rq)][::-1]
-            else:
-                rids = list(dict.fromkeys(round_ids))
-            loaded = {k: [False] * len(rids) for k in keys}
-            service: dict[str, list[float | None]] = {k: [None] * len(rids) for k in keys}
-            elapsed: dict[str, list[float | None]] = {k: [None] * len(rids) for k in keys}
-            index = {rid: i for i, rid in enumerate(rids)}
-            if rids and keys:
-                aq = select(a.round_id, a.node_key).where(
-                    a.round_id.in_(rids), a.node_key.in_(keys)
-                )
-                for rid, key in conn.execute(aq):
-                    loaded[key][index[rid]] = True
-                r = results.c
-                tq = (
-                    select(r.round_id, r.node_key, r.released_ns, r.arrived_ns, r.rtt_s,
-                           verdicts.c.elapsed_s)
-                    .select_from(
-                        results.outerjoin(
-                            verdicts,
-                            and_(verdicts.c.round_id == r.round_id,
-                                 verdicts.c.node_key == r.node_key),
-                        )
-                    )
-                    .where(r.round_id.in_(rids), r.node_key.in_(keys))
-                )  # fmt: skip
-                for rid, key, rel, arr, rtt, el in conn.execute(tq):
-                    i = index[rid]
-                    elapsed[key][i] = el
-                    if rel is not None and arr is not None:
-                        service[key][i] = (arr - rel) / 1e9 - (rtt or 0.0)
-        return {
-            "node_keys": keys,
-            "round_ids": rids,
-            "loaded": loaded,
-            "service_s": service,
-            "elapsed_s": elapsed,
-        }
-
-    def receipts(
-        self, node_keys: Sequence[str], round_ids: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
-        """Stored receipts of some nodes: what ``netcheck receipt verify`` needs, per result.
-
-        Keys: ``round_id``, ``node_key``, ``session_id``, ``commitment``, ``signature``
-        (hex), ``outputs`` (token ids), ``released_ns``, ``arrived_ns``, ``rtt_s``.
-        """
-        r = results.c
-        query = (
-            select(r.round_id, r.node_key, r.session_id, r.commitment, r.signature, r.outputs,
-                   r.released_ns, r.arrived_ns, r.rtt_s)
-            .where(r.node_key.in_(list(node_keys)), r.signature.is_not(None))
-            .order_by(r.round_id, r.node_key)
-        )  # fmt: skip
-        if round_ids is not None:
-            query = query.where(r.round_id.in_(list(round_ids)))
-        with self._conn("read receipts") as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
 
     # ---------------------------------------------------------------- exports
 

@@ -1,0 +1,40 @@
+"""What the dashboard and the metrics see of the running coordinator: a narrow,
+read-only view (never the coordinator object itself, so web/ imports nothing above it).
+
+:mod:`netcheck.coordinator.assembly` passes a live implementation; tests and benchmarks
+can pass any object with these members.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Protocol
+
+from netcheck.storage.store import Store
+
+
+class CoordinatorView(Protocol):
+    """Read-only view of a running coordinator."""
+
+    @property
+    def admin_token(self) -> str:
+        """The token that opens the dashboard and the admin API."""
+        ...
+
+    @property
+    def store(self) -> Store:
+        """The coordinator's database (the dashboard only reads it)."""
+        ...
+
+    @property
+    def handshake_failures(self) -> int:
+        """Handshakes rejected or timed out since the coordinator started."""
+        ...
+
+    def connected_keys(self) -> Collection[str]:
+        """Node keys (text form) with an open session now."""
+        ...
+
+    def connected_per_profile(self) -> Mapping[str, int]:
+        """Open sessions per claimed profile, every configured profile included (0)."""
+        ...
