@@ -17,6 +17,40 @@ class AdminError(NetcheckError):
     """The admin API refused the request or could not be reached."""
 
 
+class AdminUnreachable(AdminError):
+    """No coordinator answered at the configured address (exit status 4)."""
+
+
+class AdminAuthError(AdminError):
+    """The admin API refused the token (401) or the client's address (403) (exit 5)."""
+
+
+class AdminConflict(AdminError):
+    """The coordinator refused the request as things stand (409) (exit status 6)."""
+
+
+class AdminNotFound(AdminError):
+    """No such round, flag or node (404) (exit status 7)."""
+
+
+class NothingChecked(NetcheckError):
+    """Rounds ran but no node was checked: the canary pool is empty (exit status 8)."""
+
+
+class NodesFailed(NetcheckError):
+    """``--fail-on-failing``: a node got a failing verdict (exit status 9)."""
+
+
+def _error_for(status: int) -> type[AdminError]:
+    if status in (401, 403):
+        return AdminAuthError
+    if status == 409:
+        return AdminConflict
+    if status == 404:
+        return AdminNotFound
+    return AdminError
+
+
 def admin_url(cfg: CoordinatorConfig, path: str) -> str:
     """URL of an admin route; a wildcard bind address is reached over loopback.
 
@@ -39,7 +73,9 @@ async def admin_request(
     """Send one authenticated admin request and return the decoded JSON reply.
 
     Raises:
-        AdminError: connection refused, wrong token, or an error reply (with its text).
+        AdminUnreachable: nothing answered at the address (connection refused, bad host).
+        AdminAuthError, AdminConflict, AdminNotFound: a 401/403, 409 or 404 reply.
+        AdminError: any other error reply (with its text).
     """
     headers = {"Authorization": f"Bearer {cfg.admin_token}"}
     url = admin_url(cfg, path)
@@ -49,10 +85,12 @@ async def admin_request(
             http.request(method, url, json=body, headers=headers) as resp,
         ):
             if resp.status >= 400:
-                raise AdminError(f"{method} {path}: HTTP {resp.status}: {await resp.text()}")
+                raise _error_for(resp.status)(
+                    f"{method} {path}: HTTP {resp.status}: {await resp.text()}"
+                )
             return await resp.json()
     except aiohttp.ClientError as exc:
-        raise AdminError(f"cannot reach the coordinator at {url}: {exc}") from exc
+        raise AdminUnreachable(f"cannot reach the coordinator at {url}: {exc}") from exc
 
 
 def admin_call(

@@ -3,7 +3,8 @@
 Groups: ``keygen``, ``model synth``, ``reference build``, ``coordinator serve``,
 ``node run``, ``round run``, ``nodes``, ``demo``. Every command has ``--help``.
 Errors netcheck raises on purpose (:class:`~netcheck.errors.NetcheckError`) are printed
-as one line and exit with status 2; anything else is a bug and shows a traceback.
+as one line and exit with the status :func:`netcheck.exitcodes.exit_code_for` gives
+(docs/admin-api.md, "Exit codes"); anything else is a bug and shows a traceback.
 """
 
 from __future__ import annotations
@@ -25,14 +26,19 @@ from netcheck.errors import NetcheckError
 log = logging.getLogger("netcheck")
 
 
+#: Set by the global ``--log-format`` / ``--log-timezone`` options (netcheck.logs).
+LOG_STYLE = {"format": "text", "local_time": False}
+
+
 def setup_logging(verbose: bool = False, label: str = "") -> None:
-    """One log line per event: time, level, component, message (node id inside)."""
-    prefix = f"[{label}] " if label else ""
+    """One log line per event: ISO-8601 time with zone, level, component, message
+    (text, or one JSON object per line with ``--log-format json``; netcheck.logs)."""
+    from netcheck.logs import formatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(str(LOG_STYLE["format"]), label, bool(LOG_STYLE["local_time"])))
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format=f"%(asctime)s %(levelname)-7s {prefix}%(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
+        level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True
     )
     for noisy in ("aiohttp.access", "httpx", "filelock", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -55,18 +61,42 @@ _verbose_option = click.option("-v", "--verbose", is_flag=True, help="Log debug 
 
 
 class _Group(click.Group):
+    #: Other spellings of a command (``netcheck references status`` = ``reference status``).
+    ALIASES = {"references": "reference", "rounds": "round"}
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except NetcheckError as exc:
+            from netcheck.exitcodes import exit_code_for
+
             click.secho(f"error: {exc}", fg="red", err=True)
-            sys.exit(2)
+            sys.exit(exit_code_for(exc))
 
 
 @click.group(cls=_Group)
 @click.version_option(__version__, prog_name="netcheck")
-def main() -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Log lines as text or as one JSON object per line (time, level, logger, label, message).",
+)
+@click.option(
+    "--log-timezone",
+    type=click.Choice(["utc", "local"]),
+    default="utc",
+    show_default=True,
+    help="Zone of log times (ISO-8601, the offset always written).",
+)
+def main(log_format: str, log_timezone: str) -> None:
     """netcheck: validate untrusted GPU providers with hidden canaries in mixed batches."""
+    LOG_STYLE["format"] = log_format
+    LOG_STYLE["local_time"] = log_timezone == "local"
 
 
 # -- keys -----------------------------------------------------------------------------
@@ -147,11 +177,15 @@ def reference_build(
     from netcheck.storage import Store
 
     setup_logging()
-    if database is None:
-        if config_path is None:
-            raise click.UsageError("give --config or --database")
-        database = load_coordinator_config(config_path).database
-    profile = load_profile(profile_name)
+    if database is None and config_path is None:
+        raise click.UsageError("give --config or --database")
+    if config_path is not None:  # profiles resolve as the coordinator resolves them
+        cfg = load_coordinator_config(config_path)
+        database = database or cfg.database
+        profile = cfg.load_profile(profile_name)
+    else:
+        profile = load_profile(profile_name)
+    assert database is not None
     engine = load_engine(profile)
     store = Store(database)
     stored = 0
@@ -213,7 +247,11 @@ def node() -> None:
     "service time of this many seconds has passed. Never use on a real node.",
 )
 @click.option("--adversary", type=click.Choice(["wrong-dtype", "made-up", "proxy"]), hidden=True)
-@click.option("--backend", hidden=True, help="Shared backend URL for --adversary proxy.")
+@click.option(
+    "--backend",
+    hidden=True,
+    help="Shared backend URL for --adversary proxy (made-up copies its fingerprint).",
+)
 @_verbose_option
 def node_run(
     config_path: Path,
@@ -289,9 +327,19 @@ def round_group() -> None:
     "--profile", "profile_name", default=None, help="Profile to validate (default: first)."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the raw JSON report.")
-def round_run(config_path: Path, profile_name: str | None, as_json: bool) -> None:
-    """Ask the running coordinator to run a round now and print the verdict table."""
-    from netcheck.report import console, print_round
+@click.option(
+    "--fail-on-failing",
+    is_flag=True,
+    help="Exit with status 9 when a node gets a failing verdict (for scripts and CI).",
+)
+def round_run(
+    config_path: Path, profile_name: str | None, as_json: bool, fail_on_failing: bool
+) -> None:
+    """Ask the running coordinator to run a round now and print the verdict table.
+
+    Exits 8 when no node was checked (the canary pool is empty for every fingerprint).
+    """
+    from netcheck.report import check_round_outcome, console, print_round
 
     with console().status("round running: dispatch, release, compute, verify"):
         report = admin_call(config_path, "POST", "/admin/rounds", {"profile": profile_name})
@@ -299,6 +347,7 @@ def round_run(config_path: Path, profile_name: str | None, as_json: bool) -> Non
         click.echo(json.dumps(report, indent=2))
     else:
         print_round(report)
+    check_round_outcome([report], fail_on_failing=fail_on_failing)
 
 
 @main.command()
@@ -359,9 +408,17 @@ def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
 
 def _register_subcommands() -> None:
     from netcheck.coordinator.commands import flags, screen
+    from netcheck.coordinator.round_commands import round_list, round_show
     from netcheck.engines.commands import engine
+    from netcheck.node.commands import node_setup, node_status
     from netcheck.receipts import receipt
+    from netcheck.references.commands import references_status
 
+    node.add_command(node_status)
+    node.add_command(node_setup)
+    reference.add_command(references_status)
+    round_group.add_command(round_list)
+    round_group.add_command(round_show)
     main.add_command(engine)
     main.add_command(receipt)
     main.add_command(screen)

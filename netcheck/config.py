@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -24,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -151,7 +153,8 @@ class Profile(_Model):
     engine: Literal["torch", "vllm", "factoring"]
     """``factoring`` goes with ``workload = "factoring"`` (netcheck.engines.factoring_engine)."""
     model: str = Field(min_length=1)
-    """``synth:<preset>`` (generated locally) or a local model directory."""
+    """``synth:<preset>`` (generated locally), ``package:<name>`` (shipped in an installed
+    package, :mod:`netcheck.engines.packaged`) or a local model directory."""
     dtype: Literal["float32", "bfloat16", "float16"]
     device: str = "cpu"
     """``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``."""
@@ -167,8 +170,10 @@ class Profile(_Model):
     dispatch_timeout_s: float = Field(default=10.0, gt=0)
     result_timeout_s: float = Field(default=120.0, gt=0)
     cpu_threads: int | None = Field(default=None, ge=1)
-    """torch intra-op threads on the CPU (recorded in the fingerprint; None = torch's
-    default). Fix it in CPU profiles: the thread count can change CPU matmul results."""
+    """CPU threads of the torch engine (intra-op) or the vLLM CPU backend (OpenMP, binding
+    off), recorded in the fingerprint; None = the engine's default. Fix it in CPU
+    profiles: the thread count can change CPU matmul results, and vLLM's default (one
+    spinning thread per core in every process) starves other processes on the machine."""
     workload: Literal["llm", "factoring"] = "llm"
     """What nodes compute: LLM prompts, or semiprimes to factor (netcheck.workloads)."""
     probe_ref_s: float = Field(default=0.005, ge=0)
@@ -223,7 +228,48 @@ class Profile(_Model):
         return max(d.a * d.t_ref_s, d.b * d.p99_s) + 2 * min(rtt_s, d.max_rtt_s) + d.slack_s
 
 
-class CoordinatorConfig(_Model):
+def profile_search_dirs(config_dir: Path | None, profiles_dir: Path | None) -> list[Path]:
+    """Folders searched, in order, for a profile given by name in a config file.
+
+    ``profiles_dir`` when the config sets it (only that folder); else ``profiles/`` in
+    the config file's folder (``config_dir``), then the installed
+    :data:`DEFAULT_PROFILES_DIR`. A copied ``configs/`` folder thus uses its own
+    (e.g. calibrated) profiles, and a config alone still finds the shipped ones.
+    """
+    if profiles_dir is not None:
+        return [profiles_dir]
+    dirs = [config_dir / "profiles"] if config_dir is not None else []
+    if DEFAULT_PROFILES_DIR.resolve() not in {d.resolve() for d in dirs}:
+        dirs.append(DEFAULT_PROFILES_DIR)
+    return dirs
+
+
+class _FileConfig(_Model):
+    """A config loaded from a file: remembers the file's folder for profile lookup."""
+
+    _config_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def config_dir(self) -> Path | None:
+        """Folder of the file this config was loaded from (None if built directly)."""
+        return self._config_dir
+
+    @property
+    def profile_dirs(self) -> list[Path]:
+        """Where a profile name in this config is looked up (:func:`profile_search_dirs`)."""
+        return profile_search_dirs(self._config_dir, getattr(self, "profiles_dir", None))
+
+    def load_profile(self, name_or_path: str) -> Profile:
+        """Load a profile this config names: by name from :attr:`profile_dirs`, or a
+        ``.toml`` path relative to the config's folder.
+
+        Raises:
+            ConfigError: not found (the message lists the folders searched) or invalid.
+        """
+        return load_profile(name_or_path, self.profile_dirs, base_dir=self._config_dir)
+
+
+class CoordinatorConfig(_FileConfig):
     """``configs/coordinator.toml``: the coordinator service."""
 
     host: str = "127.0.0.1"
@@ -239,6 +285,11 @@ class CoordinatorConfig(_Model):
     database: str = Field(default="sqlite:///netcheck.db", validate_default=True)
     admin_token: str = Field(min_length=16)
     profiles: list[str] = Field(min_length=1)
+    """Profile names (looked up in :attr:`profile_dirs`) or paths to ``.toml`` files
+    (relative to this file's folder)."""
+    profiles_dir: Path | None = None
+    """Folder of profile files; None = ``profiles/`` next to this file, then the
+    installed ``configs/profiles`` (see :func:`profile_search_dirs`)."""
     handshake_timeout_s: float = Field(default=5.0, gt=0)
     request_header_timeout_s: float = Field(default=10.0, gt=0)
     """A connection must deliver each complete HTTP request (the websocket upgrade, an
@@ -271,7 +322,7 @@ class CoordinatorConfig(_Model):
     """Ignored: the provisional relay check from batch times was replaced by the
     probe-based relay test (docs/detection.md); kept so that existing files load."""
 
-    @field_validator("identity_key", "schedule_secret_file")
+    @field_validator("identity_key", "schedule_secret_file", "profiles_dir")
     @classmethod
     def _resolve_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return None if value is None else _resolve_path(value, info)
@@ -336,7 +387,7 @@ class CoordinatorConfig(_Model):
         return self
 
 
-class NodeConfig(_Model):
+class NodeConfig(_FileConfig):
     """``configs/node.toml``: one node."""
 
     coordinator_url: str
@@ -344,6 +395,14 @@ class NodeConfig(_Model):
     """Pinned coordinator public key, ``ed25519:<base64url-no-pad>``."""
     identity_key: Path
     profile: str = Field(min_length=1)
+    """Profile name (looked up in :attr:`profile_dirs`) or path to a ``.toml`` file."""
+    profiles_dir: Path | None = None
+    """Folder of profile files; None = ``profiles/`` next to this file, then the
+    installed ``configs/profiles`` (see :func:`profile_search_dirs`)."""
+    device: str | None = None
+    """The card this node runs on (``cuda:<n>``, ``cuda``, ``cpu`` or ``auto``), in
+    place of the profile's ``device``. The engine fingerprint records the card *model*,
+    not its index, so one profile and one reference set serve every card of a host."""
     name: str = ""
 
     @field_validator("coordinator_url")
@@ -377,6 +436,26 @@ class NodeConfig(_Model):
     @classmethod
     def _resolve_key(cls, value: Path, info: ValidationInfo) -> Path:
         return _resolve_path(value, info)
+
+    @field_validator("profiles_dir")
+    @classmethod
+    def _resolve_dir(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else _resolve_path(value, info)
+
+    @field_validator("device")
+    @classmethod
+    def _check_node_device(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"cpu|auto|cuda(:\d+)?", value):
+            raise ValueError("device must be 'cpu', 'auto', 'cuda' or 'cuda:<n>'")
+        return value
+
+    def node_profile(self) -> Profile:
+        """The claimed profile with this node's ``device`` (when set) in place of the
+        profile's (raises ConfigError like :meth:`load_profile`)."""
+        profile = self.load_profile(self.profile)
+        if self.device is None:
+            return profile
+        return profile.model_copy(update={"device": self.device})
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -412,21 +491,50 @@ def _load(model: type[_M], path: Path, data: dict[str, Any]) -> _M:
         raise ConfigError(_format_error(path, exc)) from None
 
 
-def load_profile(name_or_path: str | Path, profiles_dir: Path | None = None) -> Profile:
-    """Load a profile by name (``<profiles_dir>/<name>.toml``) or by path to a ``.toml`` file.
+def load_profile(
+    name_or_path: str | Path,
+    profiles_dir: Path | Sequence[Path] | None = None,
+    *,
+    base_dir: Path | None = None,
+) -> Profile:
+    """Load a profile by name (``<dir>/<name>.toml``) or by path to a ``.toml`` file.
 
-    ``profiles_dir`` defaults to :data:`DEFAULT_PROFILES_DIR`. The ``name`` field defaults
-    to the file's stem; a profile loaded by name must carry that name. Raises ConfigError
-    naming file and field.
+    Args:
+        name_or_path: a name (no ``/`` and no ``.toml``) or a path.
+        profiles_dir: the folder, or folders searched in order, for a name; defaults to
+            :data:`DEFAULT_PROFILES_DIR`.
+        base_dir: a relative path is taken relative to this folder (a config file's).
+
+    The ``name`` field defaults to the file's stem; a profile loaded by name must carry
+    that name.
+
+    Raises:
+        ConfigError: naming file and field; for a name found nowhere, every folder
+            searched and the profiles available there.
     """
     text = str(name_or_path)
     by_name = not (text.endswith(".toml") or "/" in text or "\\" in text)
-    directory = profiles_dir or DEFAULT_PROFILES_DIR
-    path = directory / f"{text}.toml" if by_name else Path(text)
-    if by_name and not path.exists():
-        known = sorted(p.stem for p in directory.glob("*.toml"))
-        available = ", ".join(known) if known else f"none in {directory}"
-        raise ConfigError(f"{path}: file not found; available profiles: {available}")
+    if profiles_dir is None:
+        dirs = [DEFAULT_PROFILES_DIR]
+    elif isinstance(profiles_dir, Path):
+        dirs = [profiles_dir]
+    else:
+        dirs = list(profiles_dir)
+    if by_name:
+        found = [d / f"{text}.toml" for d in dirs if (d / f"{text}.toml").is_file()]
+        if not found:
+            known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.toml")})
+            available = ", ".join(known) if known else "none"
+            searched = ", ".join(str(d) for d in dirs)
+            raise ConfigError(
+                f"profile {text!r}: no file {text}.toml in the folders searched "
+                f"({searched}); available profiles: {available}"
+            )
+        path = found[0]
+    else:
+        path = Path(text).expanduser()
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
     data = _read_toml(path)
     data.setdefault("name", path.stem)
     if by_name and data["name"] != text:
@@ -440,7 +548,9 @@ def load_coordinator_config(path: str | Path) -> CoordinatorConfig:
     Raises ConfigError naming file and field.
     """
     path = Path(path)
-    return _load(CoordinatorConfig, path, _read_toml(path))
+    cfg = _load(CoordinatorConfig, path, _read_toml(path))
+    cfg._config_dir = path.resolve().parent
+    return cfg
 
 
 def load_node_config(path: str | Path) -> NodeConfig:
@@ -449,4 +559,6 @@ def load_node_config(path: str | Path) -> NodeConfig:
     Raises ConfigError naming file and field.
     """
     path = Path(path)
-    return _load(NodeConfig, path, _read_toml(path))
+    cfg = _load(NodeConfig, path, _read_toml(path))
+    cfg._config_dir = path.resolve().parent
+    return cfg

@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+#: Characters of a node key in text form (``ed25519:`` + 43 base64url characters).
+KEY_WIDTH = 51
+
 
 def console() -> Console:
-    """A console for tables: the terminal's width, or 120 columns when piped to a file."""
+    """A console for tables: the terminal's width, or 200 columns when piped to a file
+    (wide enough for a whole node key next to the other columns)."""
     probe = Console()
-    return probe if probe.is_terminal else Console(width=120)
+    return probe if probe.is_terminal else Console(width=200)
 
 
-VERDICT_STYLE = {"pass": "green", "late": "yellow", "profile-mismatch": "magenta"}
+def key_column(table: Table, header: str = "node key") -> None:
+    """Add a column that shows node keys whole: never wrapped, cut or folded."""
+    table.add_column(header, no_wrap=True, min_width=KEY_WIDTH, overflow="ignore")
+
+
+VERDICT_STYLE = {
+    "pass": "green", "late": "yellow", "profile-mismatch": "magenta",
+    "unchecked": "black on bright_yellow",  # not a failure, not a pass: stands out
+}  # fmt: skip
+#: Verdicts that are neither a failure nor a pass: the coordinator could not check.
+NOT_CHECKED = frozenset({"unchecked"})
 
 
 def verdict_text(verdict: str) -> str:
@@ -50,7 +64,13 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
         )
     out = console()
     out.print(table)
-    phases = report.get("phases", {})
+    checked = [v for v in report["verdicts"] if v["verdict"] not in NOT_CHECKED]
+    passed = sum(1 for v in checked if v["verdict"] == "pass")
+    out.print(
+        f"  checked {len(checked)} of {len(report['verdicts'])} node(s), {passed} passed"
+        + ("" if len(checked) == len(report["verdicts"]) else "; see `netcheck references status`")
+    )
+    phases = {k: v for k, v in (report.get("phases") or {}).items() if isinstance(v, int | float)}
     if phases:
         out.print(
             "  phases: "
@@ -58,19 +78,70 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
         )
 
 
+def check_round_outcome(
+    reports: Sequence[Mapping[str, Any]], *, fail_on_failing: bool = False
+) -> None:
+    """Raise when round reports checked nobody, or (if asked) when a node failed.
+
+    Args:
+        reports: admin API round reports (``RoundReport.as_dict()``), each with
+            ``verdicts`` (``verdict``, ...) or ``counts`` (verdict -> number, as the
+            screening report's rounds carry them) and ``profile``.
+        fail_on_failing: also raise :class:`NodesFailed` for a failing verdict.
+
+    Raises:
+        NothingChecked: at least one verdict and none checked (every node
+            ``unchecked``); the message names the command that builds references.
+        NodesFailed: ``fail_on_failing`` and some verdict other than pass/unchecked.
+    """
+    from netcheck.admin_client import NodesFailed, NothingChecked
+
+    verdicts = [v for r in reports for v in r.get("verdicts", ())]
+    for r in reports:  # screening reports carry verdict counts per round instead
+        verdicts += [{"verdict": k} for k, n in r.get("counts", {}).items() for _ in range(n)]
+    if verdicts and all(v["verdict"] in NOT_CHECKED for v in verdicts):
+        profiles = sorted({str(r.get("profile", "")) for r in reports})
+        raise NothingChecked(
+            f"nothing was checked: all {len(verdicts)} verdicts in {len(reports)} round(s) "
+            "are 'unchecked' (no unspent canary for the nodes' fingerprints). "
+            "Build references with: "
+            + "; ".join(f"netcheck reference build --profile {p} --config <coordinator.toml>"
+                        for p in profiles)
+            + " (see `netcheck references status`)"
+        )  # fmt: skip
+    failing = [v for v in verdicts if v["verdict"] != "pass" and v["verdict"] not in NOT_CHECKED]
+    if fail_on_failing and failing:
+        raise NodesFailed(f"{len(failing)} failing verdict(s)")
+
+
 def print_nodes(data: Mapping[str, Any]) -> None:
-    """Print the connected nodes from ``GET /admin/nodes``."""
-    table = Table(title=f"{len(data['connected'])} connected node(s)")
-    for col in ("name", "node key", "profile", "fingerprint", "rtt ms", "peer"):
+    """Print every known node from ``GET /admin/nodes``: connected ones with their
+    round-trip time and peer, disconnected ones with when they were last seen."""
+    from datetime import UTC, datetime
+
+    live = {n["node_key"]: n for n in data["connected"]}
+    known = list(data.get("known", []))
+    for key, n in live.items():  # a session whose node row is not stored yet
+        if not any(k["node_key"] == key for k in known):
+            known.append({**n, "connected": True, "last_seen_at": None})
+    table = Table(title=f"{len(known)} known node(s), {len(live)} connected")
+    table.add_column("name")
+    key_column(table)
+    for col in ("profile", "fingerprint", "connected", "last seen (UTC)", "rtt ms", "peer"):
         table.add_column(col)
-    for n in data["connected"]:
-        rtt = n.get("rtt_s")
+    for n in known:
+        s = live.get(n["node_key"], {})
+        rtt = s.get("rtt_s")
+        seen = n.get("last_seen_at")
         table.add_row(
-            n.get("name") or "-",
-            n["node_key"],
-            n["profile"],
+            Text(n.get("display_name") or s.get("name") or n.get("name") or "-"),
+            Text(n["node_key"]),
+            Text(n["profile"]),
             n["fingerprint_id"][:12],
+            "[green]yes[/green]" if s else "no",
+            "now" if s else
+            ("-" if seen is None else datetime.fromtimestamp(seen, UTC).isoformat(timespec="seconds")),
             "-" if rtt is None else f"{rtt * 1000:.2f}",
-            n["peer"],
-        )
+            Text(s.get("peer", "-")),
+        )  # fmt: skip
     console().print(table)

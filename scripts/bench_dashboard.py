@@ -10,7 +10,7 @@ loopback, and fetches every page ``--repeat`` times with the admin token:
 - ``chromium`` (with ``--browser``) — the page's load event in headless Debian Chromium
   (``performance.timing.loadEventEnd - navigationStart``), i.e. what an analyst waits.
 
-``--screenshots DIR`` writes full-page PNGs of the nodes, round, node and flag
+``--screenshots DIR`` writes full-page PNGs of the nodes, round, node, flags and flag
 pages (needs Debian's chromium + chromium-driver and selenium; scripts/setup).
 
 Usage: ``.venv/bin/python scripts/bench_dashboard.py [--rounds 100] [--browser]
@@ -40,7 +40,7 @@ from netcheck.config import CoordinatorConfig, load_profile
 from netcheck.coordinator.assembly import make_app
 from netcheck.coordinator.server import Coordinator
 from netcheck.lab.sample import fill_synthetic
-from netcheck.storage import Store
+from netcheck.storage import ReferenceRow, Store
 from netcheck.web import plots
 
 CHROME_FLAGS = (
@@ -81,7 +81,7 @@ def browser_pass(
         if shots is not None:
             shots.mkdir(parents=True, exist_ok=True)
             for name, path in pages.items():
-                if name not in ("nodes", "round", "node", "flag"):
+                if name not in ("nodes", "round", "node", "flags", "flag"):
                     continue
                 driver.get(base + path)
                 size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
@@ -107,6 +107,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     nodes = fill_synthetic(store, args.rounds, args.honest, seed=args.seed)
     fill_s = time.perf_counter() - t0
     profile = load_profile("cpu-tiny")
+    # A small canary pool for the synthetic nodes' fingerprint, so the banner shows.
+    store.add_references(
+        [ReferenceRow(f"bench{i}", profile.name, "f" * 64, f"q{i}", (1,), time.time())
+         for i in range(5 * profile.canaries_max)]
+    )  # fmt: skip
     cfg = CoordinatorConfig(
         host="127.0.0.1", port=0, identity_key=tmp / "coordinator.pem", open_enrollment=True,
         database=db, admin_token=secrets.token_urlsafe(24), profiles=[profile.name],

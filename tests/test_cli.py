@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from netcheck.cli import main
+from netcheck.exitcodes import Exit
 
 COMMANDS = [
     [],
@@ -49,7 +50,7 @@ def test_keygen_refuses_to_overwrite(tmp_path: Path) -> None:
     runner.invoke(main, ["keygen", str(path)])
     before = path.read_bytes()
     result = runner.invoke(main, ["keygen", str(path)])
-    assert result.exit_code == 2
+    assert result.exit_code == Exit.CONFIG  # a key-file problem
     assert "error:" in result.output
     assert path.read_bytes() == before
 
@@ -59,7 +60,7 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
     cfg = tmp_path / "coordinator.toml"
     cfg.write_text('port = "eighty"\nidentity_key = "k.pem"\nadmin_token = "x"\nprofiles = []\n')
     result = CliRunner().invoke(main, ["round", "run", "--config", str(cfg)])
-    assert result.exit_code == 2
+    assert result.exit_code == Exit.CONFIG
     assert "coordinator.toml" in result.output
     assert "port" in result.output
 
@@ -72,16 +73,16 @@ def test_round_run_without_coordinator_is_a_clear_error(tmp_path: Path) -> None:
         'profiles = ["cpu-tiny"]\nopen_enrollment = true\n'
     )
     result = CliRunner().invoke(main, ["round", "run", "--config", str(cfg)])
-    assert result.exit_code == 2
+    assert result.exit_code == Exit.UNREACHABLE
     assert "cannot reach the coordinator" in result.output
 
 
 def test_non_utf8_config_is_a_config_error(tmp_path: Path) -> None:
-    """A config file of random bytes is a one-line error naming the file, exit status 2."""
+    """A config file of random bytes is a one-line error naming the file, exit status 3."""
     cfg = tmp_path / "bad.toml"
     cfg.write_bytes(bytes(range(128, 256)))
     result = CliRunner().invoke(main, ["round", "run", "--config", str(cfg)])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == Exit.CONFIG, result.output
     assert f"error: {cfg}: not UTF-8 text" in result.output
     assert "Traceback" not in result.output
 

@@ -124,7 +124,7 @@ def test_profile_name_mismatch(tmp_path: Path) -> None:
 
 def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
     """A missing file and invalid TOML are ConfigErrors naming the file."""
-    with pytest.raises(ConfigError, match="nope.toml: file not found"):
+    with pytest.raises(ConfigError, match="no file nope.toml in the folders searched"):
         load_profile("nope", profiles_dir=tmp_path)
     path = write(tmp_path / "bad.toml", "engine = \n")
     with pytest.raises(ConfigError, match="bad.toml: invalid TOML"):
@@ -138,7 +138,8 @@ def test_unknown_profile_name_lists_available(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_profile("cpu-tny", profiles_dir=tmp_path)
     assert str(err.value) == (
-        f"{tmp_path / 'cpu-tny.toml'}: file not found; available profiles: a-other, cpu-tiny"
+        f"profile 'cpu-tny': no file cpu-tny.toml in the folders searched ({tmp_path}); "
+        "available profiles: a-other, cpu-tiny"
     )
     with pytest.raises(ConfigError, match="available profiles: .*cpu-tiny-vllm"):
         load_profile("cpu-tny")  # the repository's profiles

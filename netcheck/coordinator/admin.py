@@ -2,17 +2,27 @@
 
 Routes:
 
-- ``GET  /admin/status``          — connected nodes per profile.
-- ``GET  /admin/nodes``           — connected sessions and every known node.
+- ``GET  /admin/status``          — connected nodes per profile, the canary pool.
+- ``GET  /admin/references``      — the canary pool per profile and fingerprint.
+- ``GET  /admin/nodes``           — connected sessions and every known node (with
+  ``connected`` and ``last_seen_at``: now while connected, else when its session ended).
 - ``POST /admin/rounds``          — run a round now; body ``{"profile": NAME}`` (optional).
-- ``GET  /admin/rounds``          — recent rounds.
+- ``GET  /admin/rounds``          — rounds, newest first; ``limit`` (1..10000, default
+  50) and ``offset`` page them; the reply carries ``total``.
 - ``GET  /admin/rounds/{round_id}`` — verdicts of one round (404 for an unknown round).
+- ``POST /admin/screening/jobs``  — the same as a background job (202, ``job_id``);
+  ``GET /admin/screening/jobs/{job_id}`` its progress (rounds done, ETA, the report when
+  done), ``DELETE`` the same path cancels it after the round in flight
+  (:mod:`netcheck.coordinator.jobs`).
 - ``POST /admin/screening``       — run screening rounds, the analysis and confirmation;
   body ``{"rounds": N, "profile": NAME}`` (both optional; N defaults to 16). Returns
   the rounds, the detector summary, the confirmations and the flags raised.
 - ``GET  /admin/flags``           — flags, newest first, without evidence; query
   parameters ``kind``, ``status``, ``node``, ``limit`` (1..10000, default 200) filter them.
-- ``GET  /admin/flags/{flag_id}`` — one flag with its evidence.
+- ``GET  /admin/flags/{flag_id}`` — one flag with its evidence and review history.
+- ``POST /admin/flags/{flag_id}/review`` — body ``{"state", "by", "note"}``: move the
+  flag's review state (open -> acknowledged -> resolved / false-positive; reopen);
+  409 for a transition not allowed (:mod:`netcheck.storage.reviews`).
 
 Every request needs ``Authorization: Bearer <admin_token>`` from the coordinator config,
 and must come from a loopback address (the server also binds to loopback by default).
@@ -25,24 +35,32 @@ field. An unknown profile, or no node to validate, is a 409.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from netcheck.coordinator.capacity_gate import capacity_context
+from netcheck.coordinator.jobs import ScreeningJobs
+from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
-from netcheck.storage.flags import jsonable
+from netcheck.storage.flags import FLAG_STATUSES, jsonable
 from netcheck.storage.reader import Reader
-from netcheck.web.inputs import json_object, optional_name, parse_int, query_int
+from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
+from netcheck.web.inputs import MAX_OFFSET, json_object, optional_name, parse_int, query_int
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
 
 log = logging.getLogger("netcheck.admin")
+
+#: Flag kinds a filter may name (docs/detection.md; docs/admin-api.md).
+FLAG_KINDS = ("shared-backend", "capacity", "result-sharing", "relay", "answer-failure")
 
 DEFAULT_SCREENING_ROUNDS = 16
 MAX_SCREENING_ROUNDS = 1024
@@ -86,10 +104,19 @@ def admin_app(coord: Coordinator) -> web.Application:
         per_profile: dict[str, int] = {}
         for s in coord.sessions.values():
             per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
+        pool = [
+            e.as_dict()
+            for e in await asyncio.to_thread(live_pool, coord.store, coord.profiles, coord.sessions)
+        ]
         return web.json_response(
             {"connected": len(coord.sessions), "per_profile": per_profile,
-             "profiles": sorted(coord.profiles), "handshake_failures": coord.handshake_failures}
+             "profiles": sorted(coord.profiles), "handshake_failures": coord.handshake_failures,
+             "references": pool}
         )  # fmt: skip
+
+    async def references(request: web.Request) -> web.Response:
+        pool = await asyncio.to_thread(live_pool, coord.store, coord.profiles, coord.sessions)
+        return web.json_response({"references": [e.as_dict() for e in pool]})
 
     async def nodes(request: web.Request) -> web.Response:
         connected = [
@@ -99,7 +126,14 @@ def admin_app(coord: Coordinator) -> web.Application:
              "software": s.claim.software, "connected_at": s.connected_at}
             for s in coord.sessions.values()
         ]  # fmt: skip
-        return web.json_response({"connected": connected, "known": coord.store.list_nodes()})
+        now = time.time()
+        known = await asyncio.to_thread(coord.store.list_nodes)
+        for n in known:  # every node ever seen, connected or not
+            n["connected"] = n["node_key"] in coord.sessions
+            n["display_name"] = coord.config.node_names.get(n["node_key"], "")
+            if n["connected"]:
+                n["last_seen_at"] = now
+        return web.json_response(jsonable({"connected": connected, "known": known}))
 
     def default_profile() -> str:
         return next(iter(coord.profiles), coord.config.profiles[0])
@@ -117,21 +151,84 @@ def admin_app(coord: Coordinator) -> web.Application:
         return web.json_response(body)
 
     async def list_rounds(request: web.Request) -> web.Response:
-        return web.json_response({"rounds": coord.store.list_rounds()})
+        limit = query_int(request.query, "limit", default=50, lo=1, hi=10_000)
+        offset = query_int(request.query, "offset", default=0, lo=0, hi=MAX_OFFSET)
+
+        def read() -> dict[str, Any]:
+            rows = reader.rounds(limit, offset)
+            return {"rounds": rows, "total": reader.count_rounds(), "limit": limit,
+                    "offset": offset}  # fmt: skip
+
+        return web.json_response(jsonable(await asyncio.to_thread(read)))
 
     async def round_detail(request: web.Request) -> web.Response:
         rid = request.match_info["round_id"]
-        if reader.round(rid) is None:
-            raise web.HTTPNotFound(text=f"no round {rid!r}")
-        return web.json_response({"round_id": rid, "verdicts": coord.store.round_verdicts(rid)})
 
-    async def screening(request: web.Request) -> web.Response:
+        def read() -> dict[str, Any] | None:
+            row = reader.round(rid)
+            if row is None:
+                return None
+            verdicts = coord.store.round_verdicts(rid)
+            for v in verdicts:
+                v["name"] = coord.config.node_names.get(v["node_key"], "")
+            return {**row, "round_id": rid, "verdicts": verdicts}
+
+        body = await asyncio.to_thread(read)
+        if body is None:
+            raise web.HTTPNotFound(text=f"no round {rid!r}")
+        return web.json_response(jsonable(body))
+
+    async def screening_args(request: web.Request) -> tuple[str, int, Any]:
         body = await json_object(request)
         profile = optional_name(body, "profile") or default_profile()
         n = body.get("rounds", DEFAULT_SCREENING_ROUNDS)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SCREENING_ROUNDS:
             raise web.HTTPBadRequest(text=f"rounds must be an integer in 0..{MAX_SCREENING_ROUNDS}")
         context = capacity_context(coord, profile, body)  # issue 10; HTTPConflict if refused
+        return profile, n, context
+
+    async def run_screening(
+        profile: str, n: int, progress: Any, cancel: asyncio.Event
+    ) -> dict[str, Any]:
+        return await coord.screening.run(profile, n, progress=progress, cancel=cancel)
+
+    jobs = ScreeningJobs(run_screening)
+
+    async def start_job(request: web.Request) -> web.Response:
+        profile, n, context = await screening_args(request)
+        if profile not in coord.profiles:
+            raise web.HTTPConflict(text=f"unknown profile {profile!r}")
+        if not coord.connected(profile):
+            raise web.HTTPConflict(text=f"no node connected with profile {profile!r}")
+
+        async def runner(
+            profile: str, n: int, progress: Any, cancel: asyncio.Event
+        ) -> dict[str, Any]:
+            return await coord.screening.run(
+                profile, n, progress=progress, cancel=cancel, context=context
+            )
+
+        job = jobs.start(profile, n, runner)
+        return web.json_response(jsonable(job.as_dict()), status=202)
+
+    def find_job(request: web.Request) -> Any:
+        job = jobs.jobs.get(request.match_info["job_id"])
+        if job is None:
+            raise web.HTTPNotFound(text=f"no screening job {request.match_info['job_id']!r}")
+        return job
+
+    async def job_status(request: web.Request) -> web.Response:
+        return web.json_response(jsonable(find_job(request).as_dict()))
+
+    async def cancel_job(request: web.Request) -> web.Response:
+        job = jobs.cancel(find_job(request).job_id)
+        return web.json_response(jsonable(job.as_dict() if job else {}))
+
+    async def close_jobs(app: web.Application) -> None:
+        await jobs.close()
+
+    async def screening(request: web.Request) -> web.Response:
+        profile, n, context = await screening_args(request)
         try:
             report = await coord.screening.run(profile, n, context=context)
         except NetcheckError as exc:
@@ -141,10 +238,65 @@ def admin_app(coord: Coordinator) -> web.Application:
     async def list_flags(request: web.Request) -> web.Response:
         q = request.query
         limit = query_int(q, "limit", default=200, lo=1, hi=10_000)
-        rows = coord.screening.flags.list_flags(
-            kind=q.get("kind"), status=q.get("status"), node_key=q.get("node"), limit=limit
-        )
-        return web.json_response(jsonable({"flags": rows}))
+        for name, allowed in (("kind", FLAG_KINDS), ("status", FLAG_STATUSES)):
+            if q.get(name) is not None and q[name] not in allowed:
+                raise web.HTTPBadRequest(
+                    text=f"unknown {name} {q[name]!r}; one of: {', '.join(allowed)}"
+                )
+        review = q.get("review")
+        if review is not None and review not in REVIEW_STATES:
+            raise web.HTTPBadRequest(
+                text=f"unknown review {review!r}; one of: {', '.join(REVIEW_STATES)}"
+            )
+
+        def read() -> list[dict[str, Any]]:
+            rows = coord.screening.flags.list_flags(
+                kind=q.get("kind"), status=q.get("status"), node_key=q.get("node"),
+                limit=10_000 if review else limit,
+            )  # fmt: skip
+            states = reviews().current(r["flag_id"] for r in rows)
+            for r in rows:
+                r["review"] = states[r["flag_id"]]
+            if review is not None:
+                rows = [r for r in rows if r["review"]["state"] == review][:limit]
+            return rows
+
+        return web.json_response(jsonable({"flags": await asyncio.to_thread(read)}))
+
+    review_store: list[ReviewStore] = []
+
+    def reviews() -> ReviewStore:
+        if not review_store:  # created on first use: creates its table if missing
+            review_store.append(ReviewStore(coord.store))
+        return review_store[0]
+
+    def flag_id_of(request: web.Request) -> int:
+        flag_id = parse_int(request.match_info["flag_id"])
+        if flag_id is None:
+            raise web.HTTPBadRequest(text="flag id must be an integer")
+        if not 0 <= flag_id < 2**63:
+            raise web.HTTPNotFound(text=f"no flag {flag_id}")
+        return flag_id
+
+    async def review_flag(request: web.Request) -> web.Response:
+        flag_id = flag_id_of(request)
+        body = await json_object(request)
+        fields = {}
+        for name in ("state", "by", "note"):
+            value = body.get(name, "" if name == "note" else None)
+            if not isinstance(value, str):
+                raise web.HTTPBadRequest(text=f"{name} must be a string")
+            fields[name] = value
+        if coord.screening.flags.get_flag(flag_id) is None:
+            raise web.HTTPNotFound(text=f"no flag {flag_id}")
+        try:
+            row = await asyncio.to_thread(
+                reviews().review, flag_id, fields["state"], fields["by"], fields["note"]
+            )
+        except ReviewError as exc:
+            raise web.HTTPConflict(text=str(exc)) from None
+        log.info("flag %d review: %s by %s", flag_id, row["state"], row["by"])
+        return web.json_response(jsonable(row))
 
     async def flag_detail(request: web.Request) -> web.Response:
         flag_id = parse_int(request.match_info["flag_id"])
@@ -155,15 +307,24 @@ def admin_app(coord: Coordinator) -> web.Application:
         flag = coord.screening.flags.get_flag(flag_id)
         if flag is None:
             raise web.HTTPNotFound(text=f"no flag {flag_id}")
+        history = await asyncio.to_thread(reviews().history, flag_id)
+        flag["reviews"] = history
+        flag["review"] = history[-1] if history else {"state": "open"}
         return web.json_response(jsonable(flag))
 
     app.middlewares.append(auth)
     app.router.add_get("/status", status)
+    app.router.add_get("/references", references)
     app.router.add_get("/nodes", nodes)
     app.router.add_post("/rounds", start_round)
     app.router.add_get("/rounds", list_rounds)
     app.router.add_get("/rounds/{round_id}", round_detail)
     app.router.add_post("/screening", screening)
+    app.router.add_post("/screening/jobs", start_job)
+    app.router.add_get("/screening/jobs/{job_id}", job_status)
+    app.router.add_delete("/screening/jobs/{job_id}", cancel_job)
+    app.on_cleanup.append(close_jobs)
     app.router.add_get("/flags", list_flags)
     app.router.add_get("/flags/{flag_id}", flag_detail)
+    app.router.add_post("/flags/{flag_id}/review", review_flag)
     return app

@@ -10,7 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from netcheck.capacity import unsafe_profiles
-from netcheck.config import load_coordinator_config, load_profile
+from netcheck.config import load_coordinator_config
 from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.errors import ConfigError
@@ -28,7 +28,7 @@ def build_coordinator(config_path: Path) -> Coordinator:
     """
     cfg = load_coordinator_config(config_path)
     identity = load_private_key(cfg.identity_key)
-    profiles = {p.name: p for p in (load_profile(name) for name in cfg.profiles)}
+    profiles = {p.name: p for p in (cfg.load_profile(name) for name in cfg.profiles)}
     return Coordinator(cfg, identity, profiles, Store(cfg.database))
 
 

@@ -19,7 +19,10 @@ from aiohttp import web
 
 from netcheck.capacity import unsafe_profiles
 from netcheck.coordinator.admin import ADMIN_PREFIX, admin_app
+from netcheck.coordinator.doctor_api import add_doctor_route
+from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.server import WS_PATH, Coordinator
+from netcheck.references.pool import PoolEntry
 from netcheck.storage.store import Store
 from netcheck.web import add_web_routes
 from netcheck.web.inputs import refuse_control_chars
@@ -50,9 +53,12 @@ class LiveView:
     def connected_keys(self) -> Collection[str]:
         return self._coord.sessions.keys()
 
+    def reference_pool(self) -> list[PoolEntry]:
+        return live_pool(self._coord.store, self._coord.profiles, self._coord.sessions)
+
     def connected_per_profile(self) -> Mapping[str, int]:
         per_profile = dict.fromkeys(self._coord.profiles, 0)
-        for s in self._coord.sessions.values():
+        for s in list(self._coord.sessions.values()):  # a snapshot: may run in a thread
             per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
         return per_profile
 
@@ -66,6 +72,7 @@ def make_app(coord: Coordinator) -> web.Application:
     # issue 10: every dashboard page states which profiles cannot tell two identities apart
     warnings = [s.message for s in unsafe_profiles(list(coord.profiles.values()))]
     add_web_routes(app, LiveView(coord), capacity_warnings=warnings)
+    add_doctor_route(app, coord)  # POST /v1/doctor: signed node self-check, no session
     app.on_shutdown.append(coord.on_shutdown)
     app.on_cleanup.append(coord.on_cleanup)
     return app

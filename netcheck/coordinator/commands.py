@@ -11,7 +11,10 @@ coordinator through its admin API (:func:`netcheck.admin_client.admin_request`):
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,8 +23,18 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from netcheck.admin_client import admin_call, coordinator_config_option
+from netcheck.admin_client import (
+    AdminConflict,
+    admin_call,
+    admin_request,
+    coordinator_config_option,
+)
+from netcheck.config import CoordinatorConfig
+from netcheck.exitcodes import Exit
+from netcheck.report import check_round_outcome
+from netcheck.report import console as report_console
 
 STATUS_STYLE = {"confirmed": "red", "pending": "yellow", "cleared": "green"}
 
@@ -31,7 +44,14 @@ _json_option = click.option("--json", "as_json", is_flag=True, help="Print raw J
 def _when(ts: float | None) -> str:
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def _review(review: Mapping[str, Any] | None) -> str:
+    """``state (by, when)`` of a flag's review, or ``open``."""
+    if not review or review.get("state", "open") == "open" and not review.get("by"):
+        return "open"
+    return f"{review['state']} ({review.get('by', '?')}, {_when(review.get('at'))})"
 
 
 def _num(x: float | None) -> str:
@@ -43,17 +63,22 @@ def _status(status: str) -> str:
     return f"[{style}]{status}[/{style}]"
 
 
-def flags_table(rows: list[Mapping[str, Any]], title: str = "flags") -> Table:
-    """A rich table of flag rows (as ``GET /admin/flags`` returns them)."""
+def flags_table(
+    rows: list[Mapping[str, Any]], title: str = "flags", names: Mapping[str, str] | None = None
+) -> Table:
+    """A rich table of flag rows (as ``GET /admin/flags`` returns them); nodes are shown
+    whole (``name (key)`` when ``names`` has a display name), never as rich markup."""
+    names = names or {}
     table = Table(title=title)
-    for col in ("id", "kind", "status", "nodes", "statistic", "threshold", "created"):
+    for col in ("id", "kind", "status", "review", "nodes", "statistic", "threshold", "created"):
         table.add_column(col)
     for f in rows:
         table.add_row(
             str(f["flag_id"]),
             f["kind"],
             _status(f["status"]),
-            "\n".join(k[:28] for k in f["node_keys"]),
+            Text(_review(f.get("review"))),
+            Text("\n".join(_who(k, names) for k in f["node_keys"])),
             _num(f.get("statistic")),
             _num(f.get("threshold")),
             _when(f.get("created_at")),
@@ -95,15 +120,33 @@ def screen_run(
     """Run screening rounds now, then the analysis and confirmation rounds; print flags.
 
     Refused for a profile that cannot tell two identities on one card apart, unless
-    --override-capacity gives a reason."""
+    --override-capacity gives a reason.
+
+    Shows rounds done and an ETA while it runs. Ctrl-C cancels the run on the
+    coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
+    no node was checked in any round (empty canary pool).
+    """
     body: dict[str, Any] = {"rounds": rounds, "profile": profile_name, "check_capacity": True}
     if override is not None:
         body["capacity_override"] = override
-    report = admin_call(config_path, "POST", "/admin/screening", body)
+    held: dict[str, Any] = {}
+    try:
+        job = run_job(config_path, body, held)
+    except KeyboardInterrupt:
+        job = cancel_job(config_path, held) if "job_id" in held else None
+        done = "" if job is None else f" after {job['rounds_done']} of {job['rounds_total']} rounds"
+        click.echo(f"interrupted: screening run cancelled on the coordinator{done}", err=True)
+        sys.exit(int(Exit.INTERRUPTED))
+    if job["state"] == "failed":
+        raise AdminConflict(f"screening run failed: {job['error']}")
+    report = job["report"]
+    rounds_run = [{**r, "profile": report["profile"]} for r in report.get("rounds", [])]
     if as_json:
         click.echo(json.dumps(report, indent=2))
+        check_round_outcome(rounds_run)
         return
-    console = Console()
+    names = held.get("names", {})
+    console = report_console()
     kinds = [r["kind"] for r in report.get("rounds", [])]
     console.print(
         f"profile {report['profile']}: {kinds.count('screening')} screening and "
@@ -117,9 +160,84 @@ def screen_run(
             f"(Bonferroni p < {analysis['p_crit']:.3g})"
         )
     for c in report.get("confirmations", []):
-        members = ", ".join(m[:20] for m in c["group"])
-        console.print(f"  suspect group [{members}]: {c['verdict']}")
-    console.print(flags_table(report.get("flags", []), "flags raised"))
+        members = ", ".join(_who(m, names) for m in c["group"])
+        console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
+    console.print(flags_table(report.get("flags", []), "flags raised", names))
+    check_round_outcome(rounds_run)
+
+
+def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
+    """Start a screening job on the coordinator named by ``config_path`` and follow it
+    to its end (``held`` receives ``job_id`` and ``names`` as soon as known)."""
+    from netcheck.config import load_coordinator_config
+
+    return asyncio.run(_follow(load_coordinator_config(config_path), body, held))
+
+
+def cancel_job(config_path: Path, held: dict[str, Any]) -> Any:
+    """Cancel the job in ``held`` and wait until it has stopped."""
+    from netcheck.config import load_coordinator_config
+
+    return asyncio.run(_cancel(load_coordinator_config(config_path), held))
+
+
+def _who(key: str, names: Mapping[str, str]) -> str:
+    """A node as ``name (key)`` when it has a display name, else its whole key."""
+    name = names.get(key)
+    return f"{name} ({key})" if name else key
+
+
+async def _names(cfg: CoordinatorConfig) -> dict[str, str]:
+    data = await admin_request(cfg, "GET", "/admin/nodes", timeout_s=30)
+    out = {}
+    for n in data.get("known", []):
+        name = n.get("display_name") or n.get("name")
+        if name:
+            out[n["node_key"]] = name
+    return out
+
+
+async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, Any]) -> Any:
+    """Start a screening job, show its progress until it ends; returns the final job."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    job = await admin_request(cfg, "POST", "/admin/screening/jobs", body, timeout_s=30)
+    held["job_id"] = job["job_id"]
+    held["names"] = await _names(cfg)
+    err = Console(stderr=True)
+    path = f"/admin/screening/jobs/{job['job_id']}"
+    columns = (TextColumn("screening {task.fields[profile]}"), BarColumn(),
+               MofNCompleteColumn(), TextColumn("rounds  ETA {task.fields[eta]}"))  # fmt: skip
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("", total=job["rounds_total"], profile=job["profile"], eta="-")
+        shown = -1
+        while job["state"] in ("running", "cancelling"):
+            await asyncio.sleep(POLL_S)
+            job = await admin_request(cfg, "GET", path, timeout_s=30)
+            eta = "-" if job["eta_s"] is None else f"{job['eta_s']:.0f} s"
+            if job["rounds_done"] == job["rounds_total"] and job["state"] == "running":
+                eta = "analysing"
+            bar.update(task, completed=job["rounds_done"], eta=eta)
+            if not err.is_terminal and job["rounds_done"] != shown:  # a log line instead
+                shown = job["rounds_done"]
+                err.print(f"screening: {shown} of {job['rounds_total']} rounds, ETA {eta}")
+    return job
+
+
+async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:
+    """Cancel the job on the coordinator and wait (bounded) until it has stopped."""
+    path = f"/admin/screening/jobs/{held['job_id']}"
+    job = await admin_request(cfg, "DELETE", path, timeout_s=30)
+    async with asyncio.timeout(CANCEL_WAIT_S):
+        while job.get("state") == "cancelling":
+            await asyncio.sleep(POLL_S)
+            job = await admin_request(cfg, "GET", path, timeout_s=30)
+    return job
+
+
+#: Seconds between progress polls; the most a cancel waits for the round in flight.
+POLL_S = 0.5
+CANCEL_WAIT_S = 600.0
 
 
 @click.group("flags")
@@ -129,7 +247,12 @@ def flags() -> None:
 
 @flags.command("list")
 @coordinator_config_option
-@click.option("--kind", default=None, help="shared-backend, capacity, result-sharing, relay.")
+@click.option(
+    "--kind",
+    default=None,
+    help="shared-backend, capacity, result-sharing, relay or answer-failure "
+    "(another name is an error, exit 2).",
+)
 @click.option("--status", default=None, help="confirmed, pending or cleared.")
 @click.option("--node", "node_key", default=None, help="Only flags naming this node key.")
 @_json_option
@@ -145,7 +268,7 @@ def flags_list(
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
-        Console().print(flags_table(data["flags"]))
+        report_console().print(flags_table(data["flags"]))
 
 
 @flags.command("show")
@@ -158,8 +281,10 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(flag, indent=2))
         return
-    console = Console()
+    console = report_console()
     console.print(flags_table([flag], f"flag {flag_id}"))
+    for r in flag.get("reviews", []):
+        console.print(Text(f"review: {r['state']} by {r['by']} at {_when(r['at'])}: {r['note']}"))
     ev = flag.get("evidence", {})
     if "rule" in ev:
         console.print(f"rule: {ev['rule']}")
@@ -173,10 +298,33 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
             table.add_column(col)
         for m in section_members:
             table.add_row(
-                m["node_key"][:28], str(m["n_coloaded"]), str(m["n_alone"]),
+                Text(m["node_key"]), str(m["n_coloaded"]), str(m["n_alone"]),
                 _num(m.get("slowdown")), _num(m.get("t")), _num(m.get("p")),
                 "yes" if m["confirmed"] else "no",
             )  # fmt: skip
         console.print(table)
     console.print(f"receipts: {len(ev.get('receipts', []))} (session id, commitment, signature)")
     console.print("full evidence: netcheck flags show --json " + str(flag_id))
+
+
+def _review_command(name: str, state: str, summary: str) -> None:
+    @flags.command(name, help=f"{summary} Exits 6 if the flag's state does not allow it.")
+    @coordinator_config_option
+    @click.argument("flag_id", type=int)
+    @click.option("--by", default=None, help="Who reviews (default: $USER).")
+    @click.option("--note", default="", help="Why (kept with the review, shown on the flag).")
+    def command(config_path: Path, flag_id: int, by: str | None, note: str) -> None:
+        who = by or os.environ.get("USER") or os.environ.get("USERNAME") or ""
+        if not who:
+            raise click.UsageError("give --by NAME (no $USER to default to)")
+        row = admin_call(
+            config_path, "POST", f"/admin/flags/{flag_id}/review",
+            {"state": state, "by": who, "note": note}, timeout_s=30,
+        )  # fmt: skip
+        click.echo(f"flag {flag_id}: {row['state']} by {row['by']} at {_when(row['at'])}")
+
+
+_review_command("ack", "acknowledged", "Acknowledge a flag: someone is looking into it.")
+_review_command("resolve", "resolved", "Mark a flag resolved (the node was dealt with).")
+_review_command("false-positive", "false-positive", "Mark a flag a false positive.")
+_review_command("reopen", "open", "Reopen a resolved or false-positive flag.")

@@ -31,6 +31,7 @@ import contextlib
 import itertools
 import logging
 import math
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -183,10 +184,20 @@ class Screening:
         )  # fmt: skip
 
     async def run(
-        self, profile_name: str, n_rounds: int, *, context: Mapping[str, Any] | None = None
+        self,
+        profile_name: str,
+        n_rounds: int,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+        cancel: asyncio.Event | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """``n_rounds`` screening rounds, then analysis and confirmation (the admin
         ``POST /admin/screening``). Returns a JSON-ready report with the flags raised.
+
+        ``progress(done, total)`` is called after each round. When ``cancel`` is set,
+        no further round starts (the one running finishes and is stored), analysis and
+        confirmation are skipped, and the report carries ``"cancelled": true``.
 
         Raises:
             RoundError: unknown profile, ``n_rounds < 0``, or no node connected.
@@ -194,12 +205,26 @@ class Screening:
         self._profile(profile_name)
         if n_rounds < 0:
             raise RoundError("rounds must be >= 0")
+        cancelled = False
         async with self.lock:
-            reports = [await self.screening_round(profile_name, context) for _ in range(n_rounds)]
-            outcome = await self.analyse_and_confirm(profile_name)
+            reports = []
+            for _ in range(n_rounds):
+                if cancel is not None and cancel.is_set():
+                    cancelled = True
+                    break
+                reports.append(await self.screening_round(profile_name, context))
+                if progress is not None:
+                    progress(len(reports), n_rounds)
+            if cancelled:
+                outcome: dict[str, Any] = {"profile": profile_name, "analysis": None, "confirmations": [],
+                           "flag_ids": []}  # fmt: skip
+            else:
+                outcome = await self.analyse_and_confirm(profile_name)
+        outcome["cancelled"] = cancelled
         round_flags = [f for r in reports for f in r.flags]
         outcome["rounds"] = [{"round_id": r.round_id, "kind": r.kind,
-                              "loaded": sorted(k for k, b in r.schedule.items() if b)}
+                              "loaded": sorted(k for k, b in r.schedule.items() if b),
+                              "counts": dict(Counter(str(o.verdict) for o in r.outcomes))}
                              for r in reports]  # fmt: skip
         outcome["flags"] = [
             self._brief(i) for i in sorted(set(round_flags) | set(outcome["flag_ids"]))

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from netcheck.config import Profile
 from netcheck.coordinator.session import NodeSession
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, RoundReport
@@ -60,5 +62,10 @@ class RoundHost(Protocol):
 
     @property
     def round_hooks(self) -> RoundHooks: ...
+
+    @property
+    def identity(self) -> Ed25519PrivateKey:
+        """The coordinator's identity key: signs verdict notices (docs/protocol.md §5.11)."""
+        ...
 
     def connected(self, profile: str | None = None) -> list[NodeSession]: ...

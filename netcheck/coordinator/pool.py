@@ -1,35 +1,47 @@
-"""The reference pool as the round runner sees it: who is to blame when a node gets no
-canary (:func:`classify_skip`), and a warning when a fingerprint's pool runs low
-(:func:`warn_low_pool`). Both read storage; run them in a worker thread."""
+"""The reference pool as the coordinator sees it: who is to blame when a node gets no
+canary (:func:`classify_skip`), a warning when a fingerprint's pool runs low
+(:func:`warn_low_pool`), and the live pool for operators (:func:`live_pool`: stored
+counts joined with the connected nodes; :mod:`netcheck.references.pool` does the
+arithmetic). All read storage; run them in a worker thread."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from netcheck.config import Profile
 from netcheck.coordinator.session import NodeSession
 from netcheck.records import Verdict
+from netcheck.references.mismatch import explain_mismatch
+from netcheck.references.pool import PoolEntry, pool_status
 from netcheck.storage import Store
 
 log = logging.getLogger("netcheck.round")
 
 
 def classify_skip(
-    store: Store, profile: Profile, fingerprint_id: str, reason: str
+    store: Store,
+    profile: Profile,
+    fingerprint_id: str,
+    reason: str,
+    fingerprint: Mapping[str, Any] | None = None,
 ) -> tuple[Verdict, str]:
     """Why a node got no job: its own fingerprint (profile-mismatch) or our references.
 
     A fingerprint with references, all spent, or a profile with no reference set at all,
     is the operator's problem (``unchecked``); a fingerprint unknown while the profile has
-    references under another one is the node's (``profile-mismatch``).
+    references under another one is the node's (``profile-mismatch``); its reason then
+    names the fingerprint fields that differ from the closest stored reference set.
     """
     build = f"build more with `netcheck reference build --profile {profile.name}`"
     if store.count_references(fingerprint_id) > 0:
         return Verdict.UNCHECKED, f"reference pool for this fingerprint used up: {build}"
     if store.count_references(profile=profile.name) == 0:
         return Verdict.UNCHECKED, f"no reference set for profile {profile.name}: {build}"
-    return Verdict.PROFILE_MISMATCH, reason
+    why = explain_mismatch(fingerprint or {}, store.reference_fingerprints(profile.name))
+    return Verdict.PROFILE_MISMATCH, f"{reason}: {why}" if why else reason
 
 
 #: Warn when fewer canaries than this many rounds' worth remain for a fingerprint.
@@ -51,3 +63,17 @@ def warn_low_pool(store: Store, profile: Profile, sessions: Sequence[NodeSession
                 "%d round(s) for %d node(s); build more with `netcheck reference build "
                 "--profile %s`", fp[:12], left, left // max(need, 1), n, profile.name,
             )  # fmt: skip
+
+
+def live_pool(
+    store: Store, profiles: Mapping[str, Profile], sessions: Mapping[str, NodeSession]
+) -> list[PoolEntry]:
+    """Pool entries for every stored (profile, fingerprint) and every connected one
+    (``sessions``: the coordinator's live session table, read once here).
+
+    Raises:
+        StorageError: the database failed.
+    """
+    live = list(sessions.values())  # one C-level copy: safe from a thread
+    connected = Counter((s.claim.profile, s.fingerprint_id) for s in live)
+    return pool_status(store.reference_pool(), profiles, connected)

@@ -32,6 +32,7 @@ from typing import Any
 from netcheck.analysis.verdicts import Observation, verify
 from netcheck.config import Profile
 from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.notices import send_in_background
 from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.pool import classify_skip, warn_low_pool
 from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
@@ -413,11 +414,15 @@ async def _run_locked(
             error=arrival.error if arrival else None,  # the node's own text, escaped
             budget=t.budget(first_release_ns),
         )
+    mismatch: dict[str, str] = {}  # node key -> the differing fingerprint fields
     for node_key, reason in plan.skipped:
+        s = by_key[node_key]
         verdict, why = await asyncio.to_thread(
-            classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
+            classify_skip, store, profile, s.fingerprint_id, reason, s.claim.fingerprint
         )
         outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
+        if verdict is Verdict.PROFILE_MISMATCH and "differs from reference set" in why:
+            mismatch[node_key] = why[why.index("differs from reference set") :]
         records[node_key] = NodeRecord(timing[node_key])
     t_verified = time.monotonic()
 
@@ -445,6 +450,10 @@ async def _run_locked(
         s.forget_round(round_id)
     for o in outcomes:
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
+    send_in_background(  # each loaded node's signed verdict (docs/protocol.md §5.11)
+        coord.identity, round_id, outcomes, by_key,
+        {k: t.deadline_s for k, t in timing.items()}, mismatch,
+    )  # fmt: skip
     flag_ids: list[int] = []
     for after in coord.round_hooks.after_round:
         flag_ids += await after(profile, plan, outcomes, records)

@@ -248,6 +248,10 @@ class Coordinator:
             del self.sessions[session.node_key]
         if not session.ws.closed:
             await session.ws.close(code=code, message=code.name.lower().encode())
+        try:  # "last seen" is when the session ended, not when it began
+            await asyncio.to_thread(self.store.touch_node, session.node_key, time.time())
+        except StorageError as exc:
+            log.warning("node %s: last-seen time not stored: %s", session.label, exc)
         log.info("node %s left (close code %d %s)", session.label, int(code), code.name)
 
     # -- lifecycle ----------------------------------------------------------------

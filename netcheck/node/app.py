@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from netcheck.config import NodeConfig, Profile, load_node_config, load_profile
+from netcheck import __version__
+from netcheck.config import NodeConfig, Profile, load_node_config
 from netcheck.engines import load_engine
-from netcheck.keys import load_private_key, parse_public_key
+from netcheck.engines.fingerprint import fingerprint_id
+from netcheck.keys import load_private_key, parse_public_key, public_key_text
 from netcheck.node.client import NodeClient
+from netcheck.node.verdicts import default_log_path
 from netcheck.node.workers import EngineWorker, Worker
 
 log = logging.getLogger("netcheck.node")
@@ -43,15 +47,32 @@ async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker
     cfg: NodeConfig = load_node_config(config_path)
     identity = load_private_key(cfg.identity_key)
     coordinator_key = parse_public_key(cfg.coordinator_key)
-    profile = load_profile(cfg.profile)
+    profile = cfg.node_profile()  # the config's device, when set, picks the card
+    label = cfg.name or config_path.stem
+    log.info(
+        "%s: starting netcheck %s node: key %s, profile %s, coordinator %s",
+        label, __version__, public_key_text(identity), profile.name, cfg.coordinator_url,
+    )  # fmt: skip
+    log.info(
+        "%s: loading engine %s %s (%s on %s); this can take a while",
+        label, profile.engine, profile.model, profile.dtype, profile.device,
+    )  # fmt: skip
+    t0 = time.monotonic()
     worker = await make_worker(profile)
+    fp = dict(worker.fingerprint)
+    log.info(
+        "%s: engine ready in %.1f s: fingerprint %s (%s)",
+        label, time.monotonic() - t0, fingerprint_id(fp)[:12],
+        ", ".join(f"{k}={v}" for k, v in sorted(fp.items())),
+    )  # fmt: skip
     client = NodeClient(
         cfg.coordinator_url,
         identity,
         coordinator_key,
         profile.name,
         worker,
-        label=cfg.name or config_path.stem,
+        label=label,
+        verdict_log=default_log_path(config_path),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

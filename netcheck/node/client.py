@@ -2,7 +2,10 @@
 
 One :class:`NodeClient` keeps one session at a time and reconnects with exponential
 backoff and jitter. Close codes that no retry can fix (unknown node key, wrong pinned
-coordinator key, unknown profile) stop the node with :class:`NodeFatalError` instead.
+coordinator key, unknown profile) stop the node with :class:`NodeFatalError` instead,
+and so does a URL that is not a node endpoint (an HTTP answer such as a page, a
+redirect or 404 instead of the websocket upgrade; e.g. ``coordinator_url`` without
+``/v1/ws``).
 
 Per round (docs/protocol.md §5): ``job`` → store it and ``ack`` (the prompts stay
 encrypted); ``release`` → decrypt with the job key, run the batch on the worker, reply
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from pathlib import Path
 from urllib.parse import urlparse
 
 import aiohttp
@@ -34,6 +38,7 @@ from netcheck.errors import (
     ProtocolError,
 )
 from netcheck.keys import public_key_text
+from netcheck.node.verdicts import append as append_verdict
 from netcheck.node.workers import Worker, run_probe
 from netcheck.protocol.codec import DEFAULT_LIMITS, Limits, decode_message
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, NodeHandshake
@@ -52,9 +57,11 @@ from netcheck.protocol.messages import (
     ProfileClaim,
     Release,
     Result,
+    VerdictNotice,
     Welcome,
 )
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES, Transport
+from netcheck.protocol.verdicts import verify_verdict
 from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.node")
@@ -72,6 +79,36 @@ IDLE_TIMEOUT_S = 75.0
 
 class NodeFatalError(NetcheckError):
     """The coordinator refused this node for a reason a retry cannot fix."""
+
+
+#: Path of the coordinator's node endpoint (docs/protocol.md; coordinator.server.WS_PATH).
+WS_PATH = "/v1/ws"
+
+#: HTTP statuses of a failed websocket upgrade that a retry may fix (the server or a
+#: proxy in front of it is overloaded, restarting or rate limiting).
+RETRYABLE_UPGRADE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def not_an_endpoint(status: int) -> bool:
+    """True if a websocket upgrade answered with HTTP ``status`` means the URL is not a
+    netcheck node endpoint (a page, a redirect, 404, ...): retrying cannot fix it."""
+    return status not in RETRYABLE_UPGRADE_STATUSES
+
+
+def wrong_endpoint_message(url: str, status: int) -> str:
+    """What to tell the node operator when ``url`` answered a websocket upgrade with an
+    HTTP ``status`` instead of switching protocols."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    hint = ""
+    if parts.path.rstrip("/") != WS_PATH:
+        fixed = parts._replace(path=WS_PATH, query="", fragment="").geturl()
+        hint = f'; the node endpoint\'s path is {WS_PATH}: set coordinator_url = "{fixed}"'
+    return (
+        f"coordinator_url {url} is not a netcheck node endpoint: the server answered "
+        f"the websocket upgrade with HTTP {status}{hint}. Not retrying."
+    )
 
 
 def refusal_message(
@@ -187,6 +224,8 @@ class NodeClient:
             decoded with ``job_payload_limits`` of the same shape.
         local_addr: local (host, port) to connect from (load tests spread many nodes
             over several 127.x.y.z source addresses); None = the system's choice.
+        verdict_log: JSON-lines file that receives every signed verdict notice
+            (:mod:`netcheck.node.verdicts`); None = log lines only.
     """
 
     def __init__(
@@ -201,6 +240,7 @@ class NodeClient:
         limits: Limits | None = None,
         label: str = "node",
         local_addr: tuple[str, int] | None = None,
+        verdict_log: Path | None = None,
     ) -> None:
         self.url = url
         self.local_addr = local_addr
@@ -217,6 +257,8 @@ class NodeClient:
         self.payload_limits = job_payload_limits(*shape) if shape else DEFAULT_LIMITS
         self.label = label
         self.rounds_served = 0
+        self.verdict_log = verdict_log
+        self.verdicts: list[VerdictNotice] = []  # the last 100 notices received
 
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
         """Keep a session open, reconnecting with backoff (0.5 s doubling to 30 s).
@@ -230,6 +272,10 @@ class NodeClient:
             try:
                 code = await self.run_session()
                 delay = 0.5 if code == CloseCode.NORMAL else delay
+            except aiohttp.WSServerHandshakeError as exc:
+                if not_an_endpoint(exc.status):
+                    raise NodeFatalError(wrong_endpoint_message(self.url, exc.status)) from exc
+                log.warning("%s: coordinator at %s: %s", self.label, self.url, exc)
             except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
                 log.warning("%s: cannot reach coordinator at %s: %s", self.label, self.url, exc)
             if stop.is_set():
@@ -317,8 +363,8 @@ class NodeClient:
         if msg.type == aiohttp.WSMsgType.BINARY:
             return bytes(msg.data)
         code = ws.close_code
-        if code is not None and code in CloseCode._value2member_map_:
-            cc = CloseCode(code)
+        cc = CloseCode.from_wire(code)
+        if cc is not None:
             log.error("%s: coordinator closed the handshake: %s (%d)", self.label, cc.name, code)
             if cc in FATAL_CODES:
                 raise NodeFatalError(self.refusal(cc))
@@ -350,14 +396,15 @@ class NodeClient:
             await ws.close(code=CloseCode.IDLE_TIMEOUT, message=b"idle timeout")
             return CloseCode.IDLE_TIMEOUT
         code = ws.close_code or CloseCode.NORMAL
-        name = CloseCode(code).name if code in CloseCode._value2member_map_ else str(code)
+        cc = CloseCode.from_wire(code)
+        name = cc.name if cc is not None else str(code)
         log.info("%s: session closed by coordinator: %s (%d) %s", self.label, name, code, reason)
-        if code in FATAL_CODES:
-            message = self.refusal(CloseCode(code))
+        if cc is not None and cc in FATAL_CODES:
+            message = self.refusal(cc)
             if reason and reason != name.lower():
                 message += f" (the coordinator said: {reason})"
             raise NodeFatalError(message)
-        return CloseCode(code) if code in CloseCode._value2member_map_ else CloseCode.NORMAL
+        return cc if cc is not None else CloseCode.NORMAL
 
     async def _handle(self, session: _Session, msg: Message) -> None:
         if isinstance(msg, Job):
@@ -383,12 +430,39 @@ class NodeClient:
             task = asyncio.get_running_loop().create_task(self._answer_probe(session, msg))
             session.tasks.add(task)
             task.add_done_callback(session.tasks.discard)
+        elif isinstance(msg, VerdictNotice):
+            self._note_verdict(session, msg)
         elif isinstance(msg, Bye):
             await session.ws.close()
         elif not isinstance(msg, EchoReply | ProbeReply):
             raise ProtocolError(
                 CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} from coordinator"
             )
+
+    def _note_verdict(self, session: _Session, notice: VerdictNotice) -> None:
+        """Check the coordinator's signature, log the verdict, append it to the log.
+
+        Raises:
+            ProtocolError: BAD_SIGNATURE if the notice is not signed by the pinned key.
+        """
+        sid = session.transport.session_id
+        node_key = self.identity.public_key().public_bytes_raw()
+        if not verify_verdict(self.coordinator_key, sid, node_key, notice):
+            raise ProtocolError(CloseCode.BAD_SIGNATURE, "verdict notice: bad signature")
+        self.verdicts.append(notice)
+        del self.verdicts[:-100]
+        secs = "-" if notice.elapsed_s is None else f"{notice.elapsed_s:.3f} s"
+        limit = "-" if notice.deadline_s is None else f"{notice.deadline_s:.3f} s"
+        level = logging.INFO if notice.verdict in ("pass", "unchecked") else logging.WARNING
+        log.log(
+            level, "%s: round %s verdict %s (elapsed %s, deadline %s): %s", self.label,
+            notice.round_id, notice.verdict, secs, limit, untrusted(notice.reason),
+        )  # fmt: skip
+        if self.verdict_log is not None:
+            try:
+                append_verdict(self.verdict_log, notice, sid, node_key)
+            except OSError as exc:
+                log.warning("%s: verdict log %s not written: %s", self.label, self.verdict_log, exc)
 
     async def _answer_probe(self, session: _Session, probe: Probe) -> None:
         """Run the compute probe on the worker's device and reply; a failed probe gets

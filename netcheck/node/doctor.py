@@ -11,6 +11,10 @@ Checks, in order (each later check needs the earlier ones):
    pinned coordinator key and admission. The doctor then closes without sending
    ``auth``, so it never registers as a session;
 5. the engine loads (prints its fingerprint id);
+5b. the coordinator accepts the profile and has unspent references for this engine
+   fingerprint: a signed HTTP query (``POST /v1/doctor``, docs/protocol.md §5.12) that
+   opens no session, so a running node is never replaced; a fingerprint without
+   references names the fields that differ from the profile's reference sets;
 6. a quick selftest passes (repeat determinism and batch-composition invariance at the
    profile's batch shape; :mod:`netcheck.engines.selftest`).
 """
@@ -21,18 +25,20 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import aiohttp
 
 from netcheck import __version__
 from netcheck.capacity import capacity_status
-from netcheck.config import NodeConfig, Profile, load_node_config, load_profile
+from netcheck.config import NodeConfig, Profile, load_node_config
 from netcheck.errors import CloseCode, HandshakeError, NetcheckError
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
 from netcheck.node.client import FATAL_CODES, presented_coordinator_key, refusal_message
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import ProfileClaim
+from netcheck.text import untrusted
 
 HANDSHAKE_TIMEOUT_S = 10.0
 
@@ -79,10 +85,10 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
             msg = await ws.receive(timeout=timeout_s)
             if msg.type != aiohttp.WSMsgType.BINARY:
                 code = ws.close_code
-                known = code is not None and code in CloseCode._value2member_map_
-                name = CloseCode(code).name if known and code is not None else str(code)
-                if known and code is not None and CloseCode(code) in FATAL_CODES:
-                    raise NetcheckError(refusal(CloseCode(code)))
+                cc = CloseCode.from_wire(code)
+                name = cc.name if cc is not None else str(code)
+                if cc is not None and cc in FATAL_CODES:
+                    raise NetcheckError(refusal(cc))
                 raise NetcheckError(f"coordinator closed the handshake: {name}")
             welcome = bytes(msg.data)
             hs.receive_welcome(welcome)  # verifies the pinned key's signature
@@ -95,6 +101,49 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
         reason = str(exc) or type(exc).__name__
         raise NetcheckError(f"cannot reach {cfg.coordinator_url}: {reason}") from None
     return public_key_text(pinned)
+
+
+async def ask_coordinator(
+    cfg: NodeConfig, profile: str, fingerprint: dict[str, str | int], timeout_s: float = 10.0
+) -> dict[str, Any]:
+    """The coordinator's answer to a signed doctor query (docs/protocol.md §5.12): is the
+    profile accepted, are there references for this fingerprint. Opens no session.
+
+    Raises:
+        NetcheckError: unreachable, refused (the coordinator's reason), or a bad reply.
+    """
+    import time as _time
+
+    from netcheck.protocol.doctor import PATH, sign_doctor
+
+    identity = load_private_key(cfg.identity_key)
+    at = _time.time()
+    body = {
+        "node_key": public_key_text(identity), "profile": profile, "fingerprint": fingerprint,
+        "time": at, "signature": sign_doctor(identity, profile, fingerprint, at).hex(),
+    }  # fmt: skip
+    url = urlparse(cfg.coordinator_url)
+    scheme = "https" if url.scheme == "wss" else "http"
+    target = f"{scheme}://{url.netloc}{PATH}"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http,
+            http.post(target, json=body) as resp,
+        ):
+            if resp.status == 404:
+                raise NetcheckError(
+                    f"{target}: the coordinator does not answer doctor queries (older version)"
+                )
+            if resp.status != 200:
+                raise NetcheckError(
+                    f"{target}: HTTP {resp.status}: {untrusted((await resp.text())[:300])}"
+                )
+            answer = await resp.json()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise NetcheckError(f"cannot reach {target}: {exc}") from exc
+    if not isinstance(answer, dict) or "profile_accepted" not in answer:
+        raise NetcheckError(f"{target}: unexpected reply")
+    return answer
 
 
 def capacity_check(profile: Profile) -> Check:
@@ -138,7 +187,7 @@ def run_checks(
     def profile() -> str:
         cfg = holder["cfg"]
         assert isinstance(cfg, NodeConfig)
-        prof = load_profile(cfg.profile)
+        prof = cfg.node_profile()
         holder["profile"] = prof
         return f"{prof.name}: {prof.engine}, {prof.model}, {prof.dtype}, B={prof.batch_size}"
 
@@ -146,12 +195,9 @@ def run_checks(
         cfg = holder["cfg"]
         assert isinstance(cfg, NodeConfig)
         key_text = asyncio.run(probe_coordinator(cfg))
-        # The profile travels in `auth`, which would open a real session (and replace a
-        # running node's): doctor stops at `welcome`, so it cannot check the profile.
-        return (
-            f"{cfg.coordinator_url} answered as {key_text[:20]}..., this node is admitted "
-            f"(profile {cfg.profile!r} is checked when the node joins)"
-        )
+        # Stops at `welcome` (auth would open a session and replace a running node's);
+        # profile and references are asked with a signed query after the engine loads.
+        return f"{cfg.coordinator_url} answered as {key_text[:20]}..., this node is admitted"
 
     def engine() -> str:
         from netcheck.engines import load_engine
@@ -161,6 +207,33 @@ def run_checks(
         eng = load_engine(prof)
         holder["engine"] = eng
         return f"fingerprint {eng.fingerprint_id[:12]} on {eng.fingerprint.get('device')}"
+
+    def acceptance() -> str:
+        cfg = holder["cfg"]
+        assert isinstance(cfg, NodeConfig)
+        eng = holder["engine"]
+        prof = holder["profile"]
+        assert isinstance(prof, Profile)
+        answer = asyncio.run(ask_coordinator(cfg, prof.name, dict(eng.fingerprint)))  # type: ignore[attr-defined]
+        if not answer["profile_accepted"]:
+            raise NetcheckError(
+                f"the coordinator does not accept profile {prof.name!r} (it accepts: "
+                f"{', '.join(answer['profiles'])}): set `profile` in {config_path}"
+            )
+        fp = answer["fingerprint_id"][:12]
+        if answer["references"] == 0:
+            why = answer.get("mismatch") or (
+                "the coordinator has no reference set for this profile yet"
+                if answer["profile_references"] == 0
+                else "no stored fingerprint to compare"
+            )
+            raise NetcheckError(f"no references for fingerprint {fp}: {why}")
+        if answer["unspent"] == 0:
+            raise NetcheckError(
+                f"fingerprint {fp} matches the references, but none is left: rounds will be "
+                "`unchecked` until the operator builds more (not this node's fault)"
+            )
+        return f"profile {prof.name} accepted; {answer['unspent']} unspent references for {fp}"
 
     def quick_selftest() -> str:
         from netcheck.engines.selftest import run_selftest
@@ -188,6 +261,7 @@ def run_checks(
         ("profile", profile),
         ("coordinator", coordinator),
         ("engine", engine),
+        ("coordinator accepts", acceptance),
     ):
         if not step(name, fn):
             return checks

@@ -360,6 +360,49 @@ class Error:
         _str(self.TYPE, "reason", self.reason, MAX_REASON_CHARS)
 
 
+VERDICT_NAME_RE = re.compile(r"[a-z][a-z-]{0,31}")
+MAX_ELAPSED_S = 1e6
+
+
+def _opt_seconds(t: str, f: str, v: object) -> None:
+    if v is None:
+        return
+    if type(v) is not float or not math.isfinite(v) or not 0.0 <= v <= MAX_ELAPSED_S:
+        raise _bad(t, f, f"expected null or a float in [0, {MAX_ELAPSED_S:g}]")
+
+
+@dataclass(frozen=True)
+class VerdictNotice:
+    """Coordinator -> node: the node's verdict in a finished round (§5.11).
+
+    ``verdict`` is a verdict name (``pass``, ``late``, ``wrong-answer``, ...);
+    ``reason`` a public explanation that never names canaries or positions;
+    ``elapsed_s``/``deadline_s`` seconds from release (null when not measured);
+    ``signature`` the coordinator's Ed25519 signature over
+    :func:`netcheck.protocol.verdicts.verdict_bytes`, so the node can keep it as proof.
+    """
+
+    round_id: str
+    verdict: str
+    reason: str
+    elapsed_s: float | None
+    deadline_s: float | None
+    signature: bytes
+
+    TYPE: ClassVar[str] = "verdict"
+
+    def __post_init__(self) -> None:
+        t = self.TYPE
+        _round_id(t, self.round_id)
+        _str(t, "verdict", self.verdict, 32, min_chars=1)
+        if not VERDICT_NAME_RE.fullmatch(self.verdict):
+            raise _bad(t, "verdict", "expected a lower-case verdict name")
+        _str(t, "reason", self.reason, MAX_REASON_CHARS)
+        _opt_seconds(t, "elapsed_s", self.elapsed_s)
+        _opt_seconds(t, "deadline_s", self.deadline_s)
+        _bytes(t, "signature", self.signature, exact=SIGNATURE_BYTES)
+
+
 @dataclass(frozen=True)
 class Bye:
     """Either side: orderly end of the session (§5.8)."""
@@ -385,6 +428,7 @@ Message = (
     | Probe
     | ProbeReply
     | Error
+    | VerdictNotice
     | Bye
 )
 
@@ -392,7 +436,7 @@ MESSAGE_TYPES: dict[str, type[Message]] = {
     cls.TYPE: cls
     for cls in (
         Hello, Welcome, Auth, Job, Ack, Release, Result, Echo, EchoReply, Probe, ProbeReply,
-        Error, Bye,
+        Error, VerdictNotice, Bye,
     )
 }  # fmt: skip
 HANDSHAKE_TYPES = frozenset({"hello", "welcome", "auth"})

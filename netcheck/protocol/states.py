@@ -53,6 +53,7 @@ SENDERS: dict[str, frozenset[Role]] = {
     "probe": frozenset({C}),
     "probe_reply": frozenset({N}),
     "error": frozenset({N}),
+    "verdict": frozenset({C}),
     "bye": frozenset({N, C}),
 }
 
@@ -77,6 +78,7 @@ def _conversation() -> dict[tuple[State, str], State]:
         edges[(state, "echo_reply")] = state
         edges[(state, "probe")] = state
         edges[(state, "probe_reply")] = state
+        edges[(state, "verdict")] = state  # a past round's verdict, any time (§5.11)
         edges[(state, "bye")] = State.CLOSED
     return edges
 

@@ -95,6 +95,7 @@ def build_references(
                 f"{getattr(profile, field)}"
             )
     fp_id = fingerprint_id(fp)
+    store.add_reference_set(profile.name, fp_id, fp)
     total = -(-count // b) * b
     workload = get_workload(profile)
     gen = workload.generator(os.urandom(16) if seed is None else seed)

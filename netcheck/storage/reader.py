@@ -38,6 +38,15 @@ from netcheck.storage.tables import nodes, reference_prompts, results, rounds, v
 
 #: Failing verdicts among a node's most recent ``STRIKE_WINDOW`` verdicts are its strikes.
 STRIKE_WINDOW = 10
+#: The verdict that is neither pass nor failure (analysis.verdicts.Verdict.UNCHECKED).
+UNCHECKED = "unchecked"
+
+
+def pass_rate(passed: int, checked: int) -> float | None:
+    """Passed / checked verdicts; None when nothing was checked (``unchecked`` verdicts,
+    given when the canary pool is empty, count neither way)."""
+    return passed / checked if checked else None
+
 
 #: Columns of each export, in order (cell types come from the tables: :meth:`Reader.column_types`).
 EXPORT_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -89,8 +98,10 @@ class Reader(GroupQueries):
         """Every known node with its verdict statistics, most recently seen first.
 
         Keys: the ``nodes`` columns plus ``rounds`` (verdicts recorded), ``passed``,
-        ``pass_rate`` (None without verdicts), ``strikes`` (failures among the last
-        :data:`STRIKE_WINDOW` verdicts), ``last_verdict`` and ``last_round``.
+        ``checked`` (verdicts other than ``unchecked``), ``pass_rate`` (passed / checked;
+        None when nothing was checked), ``strikes`` (failing verdicts among the last
+        :data:`STRIKE_WINDOW`; ``unchecked`` is not a failure), ``last_verdict`` and
+        ``last_round``.
         """
         v = verdicts.c
         totals = (
@@ -98,6 +109,7 @@ class Reader(GroupQueries):
                 v.node_key,
                 func.count().label("rounds"),
                 func.sum(case((v.passed, 1), else_=0)).label("passed"),
+                func.sum(case((v.verdict == UNCHECKED, 0), else_=1)).label("checked"),
             )
             .group_by(v.node_key)
             .subquery()
@@ -114,7 +126,9 @@ class Reader(GroupQueries):
         strikes = (
             select(
                 ranked.c.node_key,
-                func.sum(case((ranked.c.passed, 0), else_=1)).label("strikes"),
+                func.sum(
+                    case((ranked.c.passed, 0), (ranked.c.verdict == UNCHECKED, 0), else_=1)
+                ).label("strikes"),
             )
             .where(ranked.c.rn <= STRIKE_WINDOW)
             .group_by(ranked.c.node_key)
@@ -130,6 +144,7 @@ class Reader(GroupQueries):
                 nodes,
                 func.coalesce(totals.c.rounds, 0).label("rounds"),
                 func.coalesce(totals.c.passed, 0).label("passed"),
+                func.coalesce(totals.c.checked, 0).label("checked"),
                 func.coalesce(strikes.c.strikes, 0).label("strikes"),
                 last.c.verdict.label("last_verdict"),
                 last.c.round_id.label("last_round"),
@@ -146,8 +161,9 @@ class Reader(GroupQueries):
         for row in out:
             row["rounds"] = int(row["rounds"])
             row["passed"] = int(row["passed"])
+            row["checked"] = int(row["checked"])
             row["strikes"] = int(row["strikes"])
-            row["pass_rate"] = row["passed"] / row["rounds"] if row["rounds"] else None
+            row["pass_rate"] = pass_rate(row["passed"], row["checked"])
         return out
 
     def node(self, node_key: str) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, create_engine, event, func, insert, select, update
+from sqlalchemy import Connection, case, create_engine, event, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine, make_url
@@ -29,6 +29,7 @@ from netcheck.storage.tables import (
     metadata,
     nodes,
     reference_prompts,
+    reference_sets,
     results,
     rounds,
     verdicts,
@@ -189,6 +190,14 @@ class Store:
                     insert(nodes).values(node_key=node_key, first_seen_at=seen_at, **values)
                 )
 
+    def touch_node(self, node_key: str, seen_at: float) -> None:
+        """Set a known node's ``last_seen_at`` (when its session ends); unknown keys are
+        ignored."""
+        with self._write("update node last seen") as conn:
+            conn.execute(
+                update(nodes).where(nodes.c.node_key == node_key).values(last_seen_at=seen_at)
+            )
+
     def list_nodes(self) -> list[dict[str, Any]]:
         """All nodes ever seen, most recently seen first (one dict per row)."""
         with self._read("list nodes") as conn:
@@ -265,6 +274,51 @@ class Store:
             query = query.where(t.c.spent_round.is_(None))
         with self._read("count references") as conn:
             return int(conn.execute(query).scalar_one())
+
+    def add_reference_set(
+        self, profile: str, fingerprint_id: str, fingerprint: Mapping[str, str | int]
+    ) -> None:
+        """Remember the whole engine fingerprint of a reference set (kept if known), so
+        a node whose fingerprint differs can be told which field differs."""
+        values = {
+            "fingerprint_id": fingerprint_id,
+            "profile": profile,
+            "fingerprint": dict(fingerprint),
+            "created_at": time.time(),
+        }
+        with self._write("add reference set") as conn:
+            found = conn.execute(
+                select(reference_sets.c.fingerprint_id).where(
+                    reference_sets.c.fingerprint_id == fingerprint_id
+                )
+            ).first()
+            if found is None:
+                conn.execute(insert(reference_sets).values(**values))
+
+    def reference_fingerprints(self, profile: str) -> dict[str, dict[str, Any]]:
+        """Fingerprint id -> whole fingerprint of the reference sets of ``profile``."""
+        t = reference_sets
+        with self._read("read reference sets") as conn:
+            rows = conn.execute(
+                select(t.c.fingerprint_id, t.c.fingerprint).where(t.c.profile == profile)
+            )
+            return {fp: dict(f) for fp, f in rows}
+
+    def reference_pool(self) -> list[dict[str, Any]]:
+        """Reference counts per (profile, fingerprint): one dict per pair with keys
+        ``profile``, ``fingerprint_id``, ``total`` and ``unspent``, sorted by both names."""
+        t = reference_prompts
+        unspent = func.sum(case((t.c.spent_round.is_(None), 1), else_=0))
+        query = (
+            select(t.c.profile, t.c.fingerprint_id, func.count(), unspent)
+            .group_by(t.c.profile, t.c.fingerprint_id)
+            .order_by(t.c.profile, t.c.fingerprint_id)
+        )
+        with self._read("count the reference pool") as conn:
+            return [
+                {"profile": p, "fingerprint_id": fp, "total": int(n), "unspent": int(u or 0)}
+                for p, fp, n, u in conn.execute(query)
+            ]
 
     def canary_ids_used(self) -> list[str]:
         """ids of every spent reference, sorted."""

@@ -58,6 +58,15 @@ nodes = Table(
     Column("last_seen_at", Float, nullable=False),
 )
 
+reference_sets = Table(
+    "reference_sets",  # the whole engine fingerprint each reference set was built with
+    metadata,
+    Column("fingerprint_id", String(64), primary_key=True),
+    Column("profile", String(200), nullable=False),
+    Column("fingerprint", JSON, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
 reference_prompts = Table(
     "reference_prompts",
     metadata,

@@ -9,7 +9,10 @@ Two sources:
   ``netcheck_round_duration_seconds`` (plan to verified). They live in the module-level
   :data:`REGISTRY` (not prometheus-client's global one, which other libraries fill).
 - Live state, read from the coordinator at scrape time: ``netcheck_connected_nodes
-  {profile}`` and ``netcheck_handshake_failures_total``.
+  {profile}``, ``netcheck_handshake_failures_total``, and the canary pool:
+  ``netcheck_reference_unspent{profile,fingerprint}`` (unspent references) and
+  ``netcheck_reference_rounds_left{profile,fingerprint}`` (full rounds the pool still
+  covers for the nodes connected now; :mod:`netcheck.references.pool`).
 """
 
 from __future__ import annotations
@@ -90,6 +93,24 @@ class CoordinatorCollector(Collector):
         )
         failures.add_metric([], self.coord.handshake_failures)
         yield failures
+        yield from self._pool()
+
+    def _pool(self) -> Iterable[Metric]:
+        unspent = GaugeMetricFamily(
+            "netcheck_reference_unspent",
+            "Unspent canary references, by profile and fingerprint id.",
+            labels=["profile", "fingerprint"],
+        )
+        left = GaugeMetricFamily(
+            "netcheck_reference_rounds_left",
+            "Full rounds the canary pool still covers for the nodes connected now.",
+            labels=["profile", "fingerprint"],
+        )
+        for e in self.coord.reference_pool():
+            unspent.add_metric([e.profile, e.fingerprint_id], e.unspent)
+            left.add_metric([e.profile, e.fingerprint_id], e.rounds_left)
+        yield unspent
+        yield left
 
 
 def metrics_text(coord: CoordinatorView) -> bytes:

@@ -11,6 +11,7 @@ import asyncio
 import json
 import math
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -18,8 +19,10 @@ import numpy as np
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from netcheck.storage.reader import STRIKE_WINDOW, Reader
+from netcheck.storage.reader import STRIKE_WINDOW, UNCHECKED, Reader, pass_rate
+from netcheck.storage.reviews import ReviewStore
 from netcheck.web.access import COOKIE, AccessMixin, cross_origin, safe_next
+from netcheck.web.banner import POOL
 from netcheck.web.exports import KINDS, to_csv, to_json
 from netcheck.web.flagview import FlagView, flag_view
 from netcheck.web.inputs import MAX_OFFSET, query_int
@@ -101,15 +104,31 @@ class Dashboard(AccessMixin):
     Args:
         view: what the dashboard may see of the coordinator.
         allow_remote: serve non-loopback callers too (still token-protected).
+        capacity_warnings: lines shown at the top of every page (netcheck.capacity).
     """
 
-    def __init__(self, view: CoordinatorView, *, allow_remote: bool = False) -> None:
+    def __init__(
+        self,
+        view: CoordinatorView,
+        *,
+        allow_remote: bool = False,
+        capacity_warnings: Sequence[str] = (),
+    ) -> None:
         self.view = view
         self.allow_remote = allow_remote
         self.reader = Reader(view.store)
         self.env = make_env()
+        self.env.globals["capacity_warnings"] = list(capacity_warnings)
+        self._reviews: ReviewStore | None = None
+
+    def reviews(self) -> ReviewStore:
+        """Flag reviews (created on first use: creates its table if missing)."""
+        if self._reviews is None:
+            self._reviews = ReviewStore(self.view.store)
+        return self._reviews
 
     def page(self, name: str, status: int = 200, **context: Any) -> web.Response:
+        context.setdefault("pool", POOL.get() or [])  # the canary-pool banner (web.banner)
         html = self.env.get_template(name).render(**context)
         return web.Response(
             text=html,
@@ -186,11 +205,13 @@ class Dashboard(AccessMixin):
                 return None
             history = self.reader.node_history(key)
             passed = sum(1 for h in history if h["passed"])
+            checked = sum(1 for h in history if h["verdict"] != UNCHECKED)
             return {
                 "n": node,
                 "connected": connected,
                 "history": history,
-                "pass_rate": passed / len(history) if history else None,
+                "pass_rate": pass_rate(passed, checked),
+                "checked": checked,
                 "flags": [f for f in self.all_flags() if key in f.members],
                 "latency": latency_history_svg(history),
             }
@@ -250,6 +271,10 @@ class Dashboard(AccessMixin):
             names = self.reader.node_names(sorted({m for f in flags for m in f.members}))
             return {
                 "flags": flags,
+                "reviews": {
+                    str(k): v
+                    for k, v in self.reviews().current(int(f.flag_id) for f in flags).items()
+                },
                 "node": node,
                 "names": names,
                 "has_table": bool(self.reader.flag_columns()),
@@ -275,18 +300,27 @@ class Dashboard(AccessMixin):
             edge_cols: list[str] = []
             for e in f.edges:
                 edge_cols += [k for k in e if k not in edge_cols]
+            history = self.reviews().history(int(f.flag_id))
+            pair_plots = len(members) >= 2  # a 1x1 matrix or r = 1.00 says nothing
             return {
                 "f": f,
+                "reviews": history,
+                "review": history[-1] if history else {"state": "open"},
+                "pair_plots": pair_plots,
                 "matrix": matrix,
                 "edge_cols": edge_cols,
                 "names": names,
                 "loaded_plot": loaded_latency_svg(
                     members, matrix["loaded"], matrix["service_s"], lambda k: label(k, names.get(k))
                 ),
-                "coload_plot": heatmap_svg(
+                "coload_plot": ""
+                if not pair_plots
+                else heatmap_svg(
                     coload_matrix(members, matrix["loaded"]), labels, "co-loaded rounds"
                 ),
-                "corr_plot": heatmap_svg(
+                "corr_plot": ""
+                if not pair_plots
+                else heatmap_svg(
                     residual_correlation_matrix(members, everyone),
                     labels,
                     "residual correlation r",
@@ -351,5 +385,5 @@ class Dashboard(AccessMixin):
         )
 
     async def metrics(self, request: web.Request) -> web.Response:
-        body = metrics_text(self.view)
+        body = await asyncio.to_thread(metrics_text, self.view)  # reads the database
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from netcheck.storage.reader import Reader
+from netcheck.web.banner import pool_middleware
 from netcheck.web.pages import Dashboard
 
 if TYPE_CHECKING:
@@ -65,10 +66,10 @@ def add_web_routes(
     """
     if WEB_KEY in app:
         return
-    d = Dashboard(coord, allow_remote=allow_remote)
-    d.env.globals["capacity_warnings"] = list(capacity_warnings)
+    d = Dashboard(coord, allow_remote=allow_remote, capacity_warnings=capacity_warnings)
     app[WEB_KEY] = d.reader
     app.middlewares.append(d.dashboard_auth)
+    app.middlewares.append(pool_middleware(coord))  # inside the auth check
     r = app.router
     r.add_get("/", d.root)
     r.add_get("/dashboard", d.index)

@@ -33,6 +33,10 @@ code,.key{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:12px
 .v-pass{background:#009E73}.v-late{background:#E69F00}.v-wrong-answer{background:#D55E00}
 .v-malformed{background:#CC79A7}.v-missing{background:#56B4E9}.v-disconnected{background:#0072B2}
 .v-profile-mismatch{background:#999}
+.v-unchecked{background:#fff;color:#7a4d00;border:1px dashed #b8860b}
+.pool{background:#e8f1fb;border-bottom:1px solid #c6d8ee;padding:.35rem 1.2rem;display:flex;flex-wrap:wrap;gap:.3rem 1.2rem}
+.pool-warn{background:#fff4d6;border-bottom-color:#e6c36a}.pool-empty b,.pool-low b{color:#b42318}
+.pool-fix{flex-basis:100%}
 .plot{background:#fff;padding:.4rem;margin:.4rem 0 1rem;overflow-x:auto}
 .plot svg{max-width:100%;height:auto}
 .muted{color:#6b7280}.facts td:first-child{width:14rem;color:#4b5563}
@@ -44,6 +48,12 @@ a{color:#0b5cad}
 <a href="/dashboard/flags">Flags</a><a href="/dashboard/exports">Exports</a>
 <span style="flex:1"></span><form method="post" action="/dashboard/logout" class="logout">
 <button type="submit" id="logout">Log out</button></form>{% endblock %}</header>
+{% if pool %}<div id="pool-banner" class="pool{% if pool[0].state != 'ok' %} pool-warn{% endif %}">
+<strong>Canary pool</strong>{% for p in pool %}<span class="pool-entry pool-{{ p.state }}" data-fingerprint="{{ p.fingerprint_id }}">
+{{ p.profile }} / <code>{{ p.fingerprint_id[:12] }}</code>: <b class="rounds-left">{{ p.rounds_left }}</b> round{{ "" if p.rounds_left == 1 else "s" }} left
+({{ p.unspent }} unspent, {{ p.nodes }} node{{ "" if p.nodes == 1 else "s" }})</span>{% endfor %}
+{% if pool[0].state != 'ok' %}<span class="pool-fix">nodes of an empty pool are <b>unchecked</b>; build more:
+<code>{{ pool[0].build_command }}</code></span>{% endif %}</div>{% endif %}
 <main>{% for w in capacity_warnings|default([]) %}<p class="capacity-warning" style="color:#a40000">{{ w }}</p>{% endfor %}{% block body %}{% endblock %}</main></body></html>
 """
 
@@ -61,13 +71,13 @@ _LOGIN = """{% extends "base.html" %}{% block title %}Log in{% endblock %}
 _NODES = """{% extends "base.html" %}{% block title %}Nodes{% endblock %}
 {% block body %}<h1>Nodes <span class="muted">({{ nodes|length }} known, {{ connected }} connected)</span></h1>
 <table id="nodes"><thead><tr><th>node</th><th>profile</th><th>connected</th><th>last seen</th>
-<th class="num">rounds</th><th class="num">pass rate</th><th class="num" title="failures among the last {{ window }} verdicts">strikes</th>
+<th class="num">rounds</th><th class="num" title="passed / checked rounds">pass rate</th><th class="num" title="failing verdicts among the last {{ window }} (unchecked is not a failure)">recent failures</th>
 <th class="num">flags</th><th>last verdict</th></tr></thead><tbody>
 {% for n in nodes %}<tr data-node="{{ n.node_key }}">
 <td><a href="{{ n.node_key|node_url }}">{{ n.node_key|label(n.name) }}</a></td>
 <td>{{ n.profile }}</td><td>{% if n.connected %}<span class="on">yes</span>{% else %}no{% endif %}</td>
 <td>{{ n.last_seen_at|when }}</td><td class="num">{{ n.rounds }}</td>
-<td class="num pass-rate">{{ n.pass_rate|pct }}</td><td class="num strikes">{{ n.strikes }}</td>
+<td class="num pass-rate" title="passed / checked; {{ n.rounds - n.checked }} unchecked">{{ n.pass_rate|pct }}</td><td class="num strikes">{{ n.strikes }}</td>
 <td class="num">{% if n.flags %}<a href="/dashboard/flags?node={{ n.node_key|urlencode }}">{{ n.flags }}</a>{% else %}0{% endif %}</td>
 <td class="verdict">{% if n.last_verdict %}<span class="v v-{{ n.last_verdict }}">{{ n.last_verdict }}</span> <a class="muted" href="{{ n.last_round|round_url }}">{{ n.last_round }}</a>{% endif %}</td>
 </tr>{% else %}<tr><td colspan="9" class="muted">no node has joined yet</td></tr>{% endfor %}
@@ -127,7 +137,8 @@ _NODE = """{% extends "base.html" %}{% block title %}Node{% endblock %}
 <tr><td>fingerprint</td><td class="key">{{ n.fingerprint_id }}<br>{% for k, v in n.fingerprint.items() %}{{ k }}={{ v }}{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
 <tr><td>first / last seen</td><td>{{ n.first_seen_at|when }} / {{ n.last_seen_at|when }}</td></tr>
 <tr><td>connected</td><td>{% if connected %}<span class="on">yes</span>{% else %}no{% endif %}</td></tr>
-<tr><td>pass rate (last {{ history|length }})</td><td id="node-pass-rate">{{ pass_rate|pct }}</td></tr>
+<tr><td>pass rate (last {{ history|length }} rounds)</td><td id="node-pass-rate">{{ pass_rate|pct }}
+<span class="muted">of {{ checked }} checked{% if checked < history|length %}; {{ history|length - checked }} unchecked (empty canary pool){% endif %}</span></td></tr>
 <tr><td>flags</td><td>{% for f in flags %}<a href="{{ f.flag_id|flag_url }}">{{ f.detector }} #{{ f.flag_id }}</a> {% else %}none{% endfor %}</td></tr>
 </tbody></table>
 <h2>Latency history against the deadline</h2>
@@ -145,24 +156,28 @@ _NODE = """{% extends "base.html" %}{% block title %}Node{% endblock %}
 _FLAGS = """{% extends "base.html" %}{% block title %}Flags{% endblock %}
 {% block body %}<h1>Flags{% if node %} naming {{ node|label(names.get(node)) }}{% endif %} <span class="muted">({{ flags|length }})</span></h1>
 {% if not has_table %}<p class="muted" id="no-flags">No flags: screening has not stored any flag in this database yet.</p>{% endif %}
-<table id="flags"><thead><tr><th>flag</th><th>detector</th><th>raised</th><th>status</th><th>members</th>
+<table id="flags"><thead><tr><th>flag</th><th>kind</th><th>created</th><th>status</th><th>review</th><th>nodes</th>
 <th class="num">statistic</th><th class="num">threshold</th></tr></thead><tbody>
 {% for f in flags %}<tr data-flag="{{ f.flag_id }}"><td><a href="{{ f.flag_id|flag_url }}">#{{ f.flag_id }}</a></td><td>{{ f.detector }}</td>
 <td>{{ f.created_at|when }}</td><td>{{ f.status }}</td>
+<td class="review">{{ reviews[f.flag_id].state }}{% if reviews[f.flag_id].get('by') %} <span class="muted">({{ reviews[f.flag_id].by }})</span>{% endif %}</td>
 <td>{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td>
 <td class="num">{{ f.statistic|num }}</td><td class="num">{{ f.threshold|num }}</td></tr>
-{% else %}<tr><td colspan="7" class="muted">no flags</td></tr>{% endfor %}</tbody></table>
+{% else %}<tr><td colspan="8" class="muted">no flags</td></tr>{% endfor %}</tbody></table>
 {% endblock %}"""
 
 _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endblock %}
 {% block body %}<h1>Flag #{{ f.flag_id }}: {{ f.detector }}</h1>
 <table class="facts"><tbody>
 <tr><td>status</td><td id="flag-status">{{ f.status }}</td></tr>
+<tr><td>review</td><td id="flag-review">{{ review.state }}{% for r in reviews %}<br><span class="muted">{{ r.at|when }}</span> {{ r.state }} by {{ r.by }}{% if r.note %}: {{ r.note }}{% endif %}{% endfor %}
+<br><span class="muted">change with <code>netcheck flags ack|resolve|false-positive|reopen {{ f.flag_id }} --note …</code></span></td></tr>
 {% if f.rule %}<tr><td>rule</td><td>{{ f.rule }}</td></tr>{% endif %}
-<tr><td>members</td><td id="flag-members">{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
+<tr><td>nodes</td><td id="flag-members">{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
 <tr><td>statistic</td><td id="flag-statistic">{{ f.statistic|num }}</td></tr>
 <tr><td>threshold</td><td id="flag-threshold">{{ f.threshold|num }}</td></tr>
-<tr><td>rounds used</td><td>{{ matrix.round_ids|length }}{% if not f.round_ids %} (most recent with a member loaded){% endif %}</td></tr>
+<tr><td>evidence rounds</td><td id="evidence-rounds">{{ matrix.round_ids|length }}{% if not f.round_ids %} (most recent with a node loaded){% endif %}:
+{% for rid in matrix.round_ids %}<a href="{{ rid|round_url }}">{{ rid }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
 <tr><td>receipts</td><td><a id="receipts-link" href="{{ f.flag_id|flag_url }}/receipts.json">receipts.json</a>
 <span class="muted">(check each with <code>netcheck receipt verify</code>)</span></td></tr>
 </tbody></table>
@@ -171,10 +186,11 @@ _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endb
 </tbody></table>{% endif %}
 <h2>Service times with partners loaded vs idle</h2>
 <div class="plot" id="loaded-plot">{{ loaded_plot|safe }}</div>
-<h2>Co-loading matrix (rounds both were loaded)</h2>
+{% if pair_plots %}<h2>Co-loading matrix (rounds both were loaded)</h2>
 <div class="plot" id="coload-plot">{{ coload_plot|safe }}</div>
 <h2>Residual correlation (median-polished log service time)</h2>
-<div class="plot" id="corr-plot">{{ corr_plot|safe }}</div>
+<div class="plot" id="corr-plot">{{ corr_plot|safe }}</div>{% else %}
+<p class="muted" id="no-pair-plots">One node: no co-loading or correlation between nodes to show.</p>{% endif %}
 <h2>Stored row</h2>
 <table class="facts" id="flag-row"><tbody>{% for k, v in f.row.items() %}<tr><td>{{ k }}</td><td><code>{{ v|jsonish }}</code></td></tr>{% endfor %}</tbody></table>
 {% endblock %}"""

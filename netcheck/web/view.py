@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Protocol
 
+from netcheck.references.pool import PoolEntry
 from netcheck.storage.store import Store
 
 
@@ -37,4 +38,9 @@ class CoordinatorView(Protocol):
 
     def connected_per_profile(self) -> Mapping[str, int]:
         """Open sessions per claimed profile, every configured profile included (0)."""
+        ...
+
+    def reference_pool(self) -> list[PoolEntry]:
+        """The canary pool per (profile, fingerprint) with the connected nodes drawing
+        from it (:mod:`netcheck.references.pool`). Reads the database: blocking."""
         ...

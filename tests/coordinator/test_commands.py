@@ -10,7 +10,9 @@ def test_cli_groups_have_commands() -> None:
     from netcheck.coordinator.commands import flags, screen
 
     assert set(screen.commands) == {"run"}
-    assert set(flags.commands) == {"list", "show"}
+    assert set(flags.commands) == {
+        "list", "show", "ack", "resolve", "false-positive", "reopen",
+    }  # fmt: skip
     out = CliRunner().invoke(screen, ["run", "--help"]).output
     assert "--rounds" in out and "--profile" in out and "--json" in out
     assert "--json" in CliRunner().invoke(flags, ["show", "--help"]).output
@@ -25,12 +27,12 @@ def test_screen_run_asks_for_the_capacity_check_and_sends_the_override() -> None
 
     sent: list[dict[str, object]] = []
 
-    def fake_call(config: object, method: str, path: str, body: dict[str, object]) -> object:
-        sent.append(body)
-        return {"profile": "p", "rounds": [], "flags": []}
+    def fake_job(config: object, body: dict[str, object], held: dict[str, object]) -> object:
+        sent.append(body)  # screen run follows a coordinator job (run_job)
+        return {"state": "done", "report": {"profile": "p", "rounds": [], "flags": []}}
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(commands, "admin_call", fake_call)
+    mp.setattr(commands, "run_job", fake_job)
     try:
         runner = CliRunner()
         assert runner.invoke(commands.screen, ["run", "--json"]).exit_code == 0

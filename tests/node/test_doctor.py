@@ -7,9 +7,11 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import generate_key, load_private_key, public_key_text
 from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.node.doctor import run_checks
+from netcheck.storage import ReferenceRow, Store
 
 PROFILE = small_profile("cpu-tiny")  # same name as the repo profile the doctor loads
 
@@ -29,16 +31,33 @@ async def doctor(cfg: Path, selftest: bool = False) -> dict[str, tuple[bool, str
     return {c.name: (c.ok, c.detail) for c in checks}
 
 
+def engine_fingerprint() -> dict[str, str | int]:
+    """The fingerprint the doctor's engine (the repo's cpu-tiny profile) claims."""
+    from netcheck.config import load_profile
+    from netcheck.engines import load_engine
+
+    return dict(load_engine(load_profile("cpu-tiny")).fingerprint)
+
+
+def add_refs(store: Store, fingerprint: dict[str, str | int], n: int = 4) -> None:
+    fp = fingerprint_id(fingerprint)
+    rows = [ReferenceRow(f"d{i}", "cpu-tiny", fp, f"q{i}", (1,), 0.0) for i in range(n)]
+    store.add_references(rows)
+    store.add_reference_set("cpu-tiny", fp, fingerprint)
+
+
 async def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
     """Right key, reachable coordinator, engine and quick selftest: all ok, no session."""
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        add_refs(rc.coord.store, await asyncio.to_thread(engine_fingerprint))
         cfg = write_node_config(tmp_path, rc.url, public_key_text(rc.identity))
         got = await doctor(cfg, selftest=True)
         assert all(ok for ok, _ in got.values()), got
         assert list(got) == [
             "config", "identity key", "profile", "capacity", "coordinator", "engine",
-            "quick selftest",
+            "coordinator accepts", "quick selftest",
         ]  # fmt: skip
+        assert "4 unspent references" in got["coordinator accepts"][1]
         assert rc.coord.sessions == {}  # the doctor never joins
 
 
@@ -86,3 +105,26 @@ def test_capacity_check_states_an_unsafe_profile_plainly() -> None:
     assert check.name == "capacity" and check.ok
     assert check.detail.startswith("WARNING: ")
     assert "cannot tell two identities on one card apart" in check.detail
+
+
+async def test_refused_profile_and_foreign_fingerprint_fail(tmp_path: Path) -> None:
+    """A profile the coordinator does not accept, and a fingerprint whose references
+    were built with another cpu_threads, each fail naming the cause; no session opens."""
+    other = small_profile("other")
+    async with running_coordinator(tmp_path, [other]) as rc:
+        cfg = write_node_config(tmp_path, rc.url, public_key_text(rc.identity))
+        got = await doctor(cfg)
+        ok, detail = got["coordinator accepts"]
+        assert not ok and "does not accept profile 'cpu-tiny'" in detail and "other" in detail
+        assert rc.coord.sessions == {}
+    second = tmp_path / "second"
+    second.mkdir()
+    async with running_coordinator(second, [PROFILE]) as rc:
+        cfg = write_node_config(second, rc.url, public_key_text(rc.identity))
+        fp = await asyncio.to_thread(engine_fingerprint)
+        add_refs(rc.coord.store, {**fp, "cpu_threads": 7})
+        got = await doctor(cfg)
+        ok, detail = got["coordinator accepts"]
+        assert not ok and "no references for fingerprint" in detail
+        assert "cpu_threads: node" in detail and "references 7" in detail
+        assert rc.coord.sessions == {}

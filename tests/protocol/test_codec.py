@@ -30,7 +30,7 @@ from netcheck.protocol import (
     pack_value,
     unpack_value,
 )
-from netcheck.protocol.messages import MESSAGE_TYPES, Probe, ProbeReply
+from netcheck.protocol.messages import MESSAGE_TYPES, Probe, ProbeReply, VerdictNotice
 
 
 def b(n: int) -> st.SearchStrategy[bytes]:
@@ -94,6 +94,15 @@ MESSAGES = {
     "probe_reply": st.builds(ProbeReply, nonce=st.integers(0, 2**63 - 1), answer=b(32)),
     "error": st.builds(Error, round_id=round_ids, reason=reasons),
     "bye": st.builds(Bye, reason=reasons),
+    "verdict": st.builds(
+        VerdictNotice,
+        round_id=round_ids,
+        verdict=st.from_regex(r"[a-z][a-z-]{0,31}", fullmatch=True),
+        reason=reasons,
+        elapsed_s=st.none() | st.floats(0.0, 1e6),
+        deadline_s=st.none() | st.floats(0.0, 1e6),
+        signature=b(64),
+    ),
 }
 any_message = st.one_of(*MESSAGES.values())
 

@@ -1,0 +1,125 @@
+"""Screening runs as coordinator-side jobs that report progress and can be cancelled.
+
+``netcheck screen run`` starts one (``POST /admin/screening/jobs``), polls it
+(``GET /admin/screening/jobs/{job_id}``) to show rounds done and an ETA, and cancels it
+on Ctrl-C (``DELETE /admin/screening/jobs/{job_id}``): the round in flight finishes and
+is stored, no further round starts, analysis and confirmation are skipped. The
+blocking ``POST /admin/screening`` stays for scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from netcheck.errors import NetcheckError
+
+log = logging.getLogger("netcheck.admin")
+
+#: Finished jobs kept for polling, newest last.
+KEEP_FINISHED = 32
+
+#: Runs a screening: (profile, rounds, progress callback, cancel event) -> report.
+Runner = Callable[[str, int, Callable[[int, int], None], asyncio.Event], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class ScreeningJob:
+    """One screening run: ``state`` is ``running``, ``cancelling``, ``done``,
+    ``cancelled`` or ``failed``; times are Unix seconds (``eta_s`` seconds from now)."""
+
+    job_id: str
+    profile: str
+    rounds_total: int
+    started_at: float = field(default_factory=time.time)
+    rounds_done: int = 0
+    state: str = "running"
+    finished_at: float | None = None
+    error: str | None = None
+    report: dict[str, Any] | None = None
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    _round_times: list[float] = field(default_factory=list)
+
+    def progress(self, done: int, total: int) -> None:
+        self.rounds_done = done
+        self._round_times.append(time.time())
+
+    def eta_s(self) -> float | None:
+        """Seconds until the last round ends, from the mean round time so far (None
+        before the first round ends or once no round is left). Analysis and
+        confirmation rounds come after and are not included."""
+        if self.state != "running" or not self._round_times:
+            return None
+        left = self.rounds_total - self.rounds_done
+        if left <= 0:
+            return None
+        per_round = (self._round_times[-1] - self.started_at) / len(self._round_times)
+        return per_round * left
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id, "profile": self.profile, "state": self.state,
+            "rounds_done": self.rounds_done, "rounds_total": self.rounds_total,
+            "started_at": self.started_at, "finished_at": self.finished_at,
+            "eta_s": self.eta_s(), "error": self.error, "report": self.report,
+        }  # fmt: skip
+
+
+class ScreeningJobs:
+    """The coordinator's screening jobs (one event loop; no locking needed)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self._runner = runner
+        self.jobs: dict[str, ScreeningJob] = {}
+
+    def start(self, profile: str, rounds: int, runner: Runner | None = None) -> ScreeningJob:
+        """Start a job in the background (with ``runner``, default the registry's) and
+        return it at once."""
+        job = ScreeningJob("s" + secrets.token_hex(6), profile, rounds)
+        self.jobs[job.job_id] = job
+        job.task = asyncio.get_running_loop().create_task(self._run(job, runner or self._runner))
+        self._trim()
+        return job
+
+    async def _run(self, job: ScreeningJob, runner: Runner) -> None:
+        try:
+            job.report = await runner(job.profile, job.rounds_total, job.progress, job.cancel)
+            job.state = "cancelled" if job.report.get("cancelled") else "done"
+        except NetcheckError as exc:
+            job.state, job.error = "failed", str(exc)
+        except Exception as exc:  # a bug: keep the coordinator up, report it, log it
+            log.exception("screening job %s failed", job.job_id)
+            job.state, job.error = "failed", f"internal error: {type(exc).__name__}"
+        finally:
+            job.finished_at = time.time()
+        log.info("screening job %s %s after %d of %d rounds", job.job_id, job.state,
+                 job.rounds_done, job.rounds_total)  # fmt: skip
+
+    def cancel(self, job_id: str) -> ScreeningJob | None:
+        """Ask a job to stop after its current round; None for an unknown id."""
+        job = self.jobs.get(job_id)
+        if job is not None and job.state == "running":
+            job.cancel.set()
+            job.state = "cancelling"
+        return job
+
+    async def close(self) -> None:
+        """Cancel every running job's task (coordinator shutdown)."""
+        for job in self.jobs.values():
+            if job.task is not None and not job.task.done():
+                job.cancel.set()
+                job.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job.task
+
+    def _trim(self) -> None:
+        finished = [j for j in self.jobs.values() if j.finished_at is not None]
+        for job in finished[:-KEEP_FINISHED]:
+            del self.jobs[job.job_id]

@@ -1,0 +1,71 @@
+"""Exit statuses of the ``netcheck`` command line (docs/admin-api.md, "Exit codes").
+
+One number per kind of outcome, so scripts can tell "fix the config" from "the
+coordinator is down" from "a node failed":
+
+====  =====================  ==========================================================
+code  name                   meaning
+====  =====================  ==========================================================
+0     OK                     done; every check passed
+1     CHECK_FAILED           ``doctor`` found a failing check
+2     USAGE                  bad command line (click's own usage errors), other errors
+3     CONFIG                 a config, profile or key file is invalid or missing
+4     UNREACHABLE            the coordinator could not be reached
+5     AUTH                   the admin API refused the token or the address
+6     CONFLICT               the coordinator refused the request as it stands (unknown
+                             profile, no node connected, a run already going)
+7     NOT_FOUND              no such round, flag or node
+8     NOTHING_CHECKED        the round(s) ran but no node was checked: the canary pool
+                             is empty for every connected fingerprint
+9     NODES_FAILED           ``--fail-on-failing``: a node got a failing verdict
+130   INTERRUPTED            Ctrl-C
+====  =====================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Exit(IntEnum):
+    """The exit statuses above."""
+
+    OK = 0
+    CHECK_FAILED = 1
+    USAGE = 2
+    CONFIG = 3
+    UNREACHABLE = 4
+    AUTH = 5
+    CONFLICT = 6
+    NOT_FOUND = 7
+    NOTHING_CHECKED = 8
+    NODES_FAILED = 9
+    INTERRUPTED = 130
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit status for an error netcheck raised on purpose (2 for kinds not above)."""
+    from netcheck.admin_client import (
+        AdminAuthError,
+        AdminConflict,
+        AdminNotFound,
+        AdminUnreachable,
+        NodesFailed,
+        NothingChecked,
+    )
+    from netcheck.errors import ConfigError, KeyFileError
+
+    table: tuple[tuple[type[BaseException], Exit], ...] = (
+        (ConfigError, Exit.CONFIG),
+        (KeyFileError, Exit.CONFIG),
+        (AdminUnreachable, Exit.UNREACHABLE),
+        (AdminAuthError, Exit.AUTH),
+        (AdminConflict, Exit.CONFLICT),
+        (AdminNotFound, Exit.NOT_FOUND),
+        (NothingChecked, Exit.NOTHING_CHECKED),
+        (NodesFailed, Exit.NODES_FAILED),
+    )
+    for kind, code in table:
+        if isinstance(exc, kind):
+            return int(code)
+    return int(Exit.USAGE)

@@ -1,0 +1,116 @@
+"""``netcheck node status``: the verdicts this node was sent, from its verdict log.
+
+``netcheck node run --config node.toml`` appends every signed verdict notice to
+``<config folder>/<config stem>.verdicts.jsonl`` (:mod:`netcheck.node.verdicts`); this
+command prints the most recent ones with each signature re-checked against the pinned
+coordinator key.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+
+@click.command("status")
+@click.option(
+    "--config",
+    "config_path",
+    default="configs/node.toml",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Node config file (its verdict log lies next to it).",
+)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
+def node_status(config_path: Path, limit: int, as_json: bool) -> None:
+    """Show this node's recent verdicts (as the coordinator signed them)."""
+    from netcheck.config import load_node_config
+    from netcheck.keys import parse_public_key
+    from netcheck.node.verdicts import check_line, default_log_path, read
+    from netcheck.report import console, verdict_text
+
+    cfg = load_node_config(config_path)
+    coordinator_key = parse_public_key(cfg.coordinator_key)
+    path = default_log_path(config_path)
+    entries = read(path, limit)
+    for e in entries:
+        e["signature_ok"] = check_line(e, coordinator_key)
+    if as_json:
+        click.echo(json.dumps({"log": str(path), "verdicts": entries}, indent=2))
+        return
+    out = console()
+    if not entries:
+        out.print(Text(f"no verdicts yet in {path}: run `netcheck node run --config "
+                       f"{config_path}` and wait for a round"))  # fmt: skip
+        return
+    passed = sum(1 for e in entries if e.get("verdict") == "pass")
+    checked = sum(1 for e in entries if e.get("verdict") != "unchecked")
+    table = Table(title=f"last {len(entries)} verdicts ({passed} of {checked} checked passed)")
+    for col in (
+        "received (UTC)",
+        "round",
+        "verdict",
+        "elapsed s",
+        "deadline s",
+        "signed",
+        "reason",
+    ):
+        table.add_column(col)
+    for e in entries:
+        when = datetime.fromtimestamp(float(e.get("received_at", 0)), UTC)
+        el, dl = e.get("elapsed_s"), e.get("deadline_s")
+        table.add_row(
+            when.isoformat(timespec="seconds"), Text(str(e.get("round_id"))),
+            verdict_text(str(e.get("verdict"))),
+            "-" if el is None else f"{el:.3f}", "-" if dl is None else f"{dl:.3f}",
+            "[green]ok[/green]" if e["signature_ok"] else "[red]BAD[/red]",
+            Text(str(e.get("reason", ""))),
+        )  # fmt: skip
+    out.print(table)
+
+
+@click.command("setup")
+@click.option(
+    "--cards", type=click.IntRange(1, 64), required=True, help="Cards (GPUs) on this host."
+)
+@click.option("--host", default=None, help="Host name in node names (default: this machine's).")
+@click.option(
+    "--out", "out_dir", default="configs", show_default=True,
+    type=click.Path(file_okay=False, path_type=Path), help="Folder for the configs (keys in keys/).",
+)  # fmt: skip
+@click.option("--coordinator-url", required=True, help="ws(s)://host:port/v1/ws")
+@click.option(
+    "--coordinator-key", required=True, help="The coordinator's public key (ed25519:...)."
+)
+@click.option("--profile", "profile_name", required=True, help="Profile every card claims.")
+@click.option("--first-card", default=0, show_default=True, type=click.IntRange(0, 63))
+def node_setup(
+    cards: int, host: str | None, out_dir: Path, coordinator_url: str,
+    coordinator_key: str, profile_name: str, first_card: int,
+) -> None:  # fmt: skip
+    """Set up one node identity per card: a key and a config each (device cuda:N).
+
+    Prints the lines the coordinator's operator adds to coordinator.toml
+    (allowed_nodes and node_names). Start each with `netcheck node run --config FILE`.
+    """
+    import socket
+
+    from netcheck.config import load_node_config
+    from netcheck.node.setup import coordinator_snippet, setup_cards
+
+    nodes = setup_cards(
+        out_dir, host or socket.gethostname().split(".")[0], cards,
+        coordinator_url=coordinator_url, coordinator_key=coordinator_key,
+        profile=profile_name, first_card=first_card,
+    )  # fmt: skip
+    for n in nodes:
+        load_node_config(n.config_path)  # what was written must load
+        click.echo(f"{n.name}: {n.device}, {n.config_path}, key {n.public_key}")
+    click.echo("\n# for the coordinator operator (coordinator.toml):")
+    click.echo(coordinator_snippet(nodes))

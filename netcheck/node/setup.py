@@ -1,0 +1,82 @@
+"""One identity per card: keys and node configs for a host with several GPUs.
+
+``netcheck node setup --cards N`` writes, for i = 0..N-1, ``keys/<host>-gpu<i>.pem`` (a
+fresh Ed25519 key, mode 0600) and ``<host>-gpu<i>.toml`` (the node config with
+``device = "cuda:<i>"`` and ``name = "<host>-gpu<i>"``), and returns what the
+coordinator's operator needs: each public key with its name, for ``allowed_nodes`` and
+``node_names``. Existing files are never overwritten.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from netcheck.errors import ConfigError
+from netcheck.keys import generate_key, public_key_text
+
+HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+@dataclass(frozen=True)
+class CardNode:
+    """One written identity: its name, card, public key and files."""
+
+    name: str
+    device: str
+    public_key: str
+    key_path: Path
+    config_path: Path
+
+
+def setup_cards(
+    out_dir: Path,
+    host: str,
+    cards: int,
+    *,
+    coordinator_url: str,
+    coordinator_key: str,
+    profile: str,
+    first_card: int = 0,
+) -> list[CardNode]:
+    """Write a key and a node config per card (see the module docstring).
+
+    Raises:
+        ConfigError: a bad host name or card count, or a file that already exists
+            (nothing is written then).
+        KeyFileError: a key could not be written.
+    """
+    if not HOST_RE.fullmatch(host):
+        raise ConfigError(f"host name {host!r}: use letters, digits, '.', '_' or '-'")
+    if not 1 <= cards <= 64:
+        raise ConfigError(f"cards must be 1..64, got {cards}")
+    plan = []
+    for i in range(first_card, first_card + cards):
+        name = f"{host}-gpu{i}"
+        plan.append((name, f"cuda:{i}", out_dir / "keys" / f"{name}.pem", out_dir / f"{name}.toml"))
+    existing = [str(p) for _, _, k, c in plan for p in (k, c) if p.exists()]
+    if existing:
+        raise ConfigError(f"not overwriting existing files: {', '.join(existing)}")
+    out = []
+    for name, device, key_path, config_path in plan:
+        key = generate_key(key_path)
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        config_path.write_text(
+            f"# Node {name}: one identity per card (written by `netcheck node setup`).\n"
+            f'coordinator_url = "{coordinator_url}"\n'
+            f'coordinator_key = "{coordinator_key}"\n'
+            f'identity_key = "keys/{name}.pem"\n'
+            f'profile = "{profile}"\n'
+            f'device = "{device}"\n'
+            f'name = "{name}"\n'
+        )
+        out.append(CardNode(name, device, public_key_text(key), key_path, config_path))
+    return out
+
+
+def coordinator_snippet(nodes: list[CardNode]) -> str:
+    """TOML lines for the coordinator config: the keys to allow and their names."""
+    allowed = ",\n".join(f'  "{n.public_key}"' for n in nodes)
+    names = "\n".join(f'"{n.public_key}" = "{n.name}"' for n in nodes)
+    return f"allowed_nodes = [\n{allowed},\n]\n\n[node_names]\n{names}\n"

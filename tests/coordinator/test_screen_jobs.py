@@ -1,0 +1,76 @@
+"""``netcheck screen run`` as a coordinator job: progress, whole node names in the
+output, and Ctrl-C cancelling the run on the coordinator (real loopback websockets,
+made-up-token nodes, the CLI in a thread and as a real process)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+from test_pool_surfaces import write_config
+from test_screening_live import FP, PROFILE, T, _join, _store
+
+from netcheck.cli import main
+from netcheck.exitcodes import Exit
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import running_coordinator
+
+
+async def test_screen_run_shows_progress_and_whole_keys(tmp_path: Path) -> None:
+    """A 4-round run prints a progress line per round and every node key in full."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        keys = await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(3)})
+        cfg = write_config(tmp_path, rc).read_text().replace('"pool"', f'"{PROFILE.name}"')
+        (tmp_path / "coordinator.toml").write_text(cfg)
+        flag = rc.coord.screening.flags.add_flag(
+            "relay", "pending", PROFILE.name, sorted(keys.values()), 1.0, 0.5, {}
+        )
+        result = await asyncio.to_thread(
+            CliRunner().invoke, main,
+            ["screen", "run", "--config", str(tmp_path / "coordinator.toml"), "--rounds", "4",
+             "--override-capacity", "test: emulated nodes"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "screening: 4 of 4 rounds" in result.stderr
+        listed = await asyncio.to_thread(
+            CliRunner().invoke, main,
+            ["flags", "list", "--config", str(tmp_path / "coordinator.toml")],
+        )  # fmt: skip
+    for key in keys.values():
+        assert key in listed.output  # whole key, not swallowed as markup nor cut
+    assert f"{flag}" in listed.output
+
+
+async def test_ctrl_c_cancels_the_run_on_the_coordinator(tmp_path: Path) -> None:
+    """SIGINT to `netcheck screen run` stops the coordinator's job: exit 130, job
+    cancelled after a few of its 500 rounds, and no further round starts."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path, 2000)) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        cfg = write_config(tmp_path, rc).read_text().replace('"pool"', f'"{PROFILE.name}"')
+        (tmp_path / "coordinator.toml").write_text(cfg)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "netcheck", "screen", "run", "--config",
+            str(tmp_path / "coordinator.toml"), "--rounds", "500", "--override-capacity", "test",
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        jobs = rc.coord.screening  # the job registry lives in the admin app
+        async with asyncio.timeout(60):
+            while True:
+                stored = await asyncio.to_thread(rc.coord.store.list_rounds, 5)
+                if stored:
+                    break
+                await asyncio.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == Exit.INTERRUPTED, err.decode()
+        assert b"cancelled on the coordinator" in err
+        n_rounds = len(await asyncio.to_thread(rc.coord.store.list_rounds, 1000))
+        await asyncio.sleep(1.0)
+        assert len(await asyncio.to_thread(rc.coord.store.list_rounds, 1000)) == n_rounds
+        assert n_rounds < 500
+        assert not jobs.lock.locked()  # the screening lock is free again

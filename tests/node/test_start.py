@@ -1,0 +1,98 @@
+"""A node started against a URL that is not the node endpoint stops with a clear error,
+and a starting node says who it is and what it loads."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from netcheck.keys import generate_key, public_key_text
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import running_coordinator, small_profile
+from netcheck.node.app import run_node
+from netcheck.node.client import NodeClient, NodeFatalError, not_an_endpoint
+from netcheck.node.workers import Worker
+
+PROFILE = small_profile("start")
+FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "33" * 32}
+
+
+@pytest.mark.parametrize("path", ["/", "", "/v1", "/dashboard/nodes"])
+async def test_url_without_ws_path_is_fatal_and_names_the_fix(tmp_path: Path, path: str) -> None:
+    """The coordinator's own pages (redirects, 200, 404) stop the node at once with the
+    corrected URL, instead of retrying forever."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        url = f"ws://127.0.0.1:{rc.port}{path}"
+        client = NodeClient(
+            url, rc.identity, rc.identity.public_key(), PROFILE.name,
+            MadeUpWorker(FP, PROFILE.max_new_tokens),
+        )  # fmt: skip
+        with pytest.raises(NodeFatalError) as err:
+            await asyncio.wait_for(client.run_forever(), 10)
+    text = str(err.value)
+    assert "is not a netcheck node endpoint" in text
+    assert f'coordinator_url = "ws://127.0.0.1:{rc.port}/v1/ws"' in text
+
+
+async def test_overloaded_proxy_is_retried(tmp_path: Path) -> None:
+    """A 503 from a proxy in front of the coordinator is transient: the node keeps trying."""
+    assert not not_an_endpoint(503) and not not_an_endpoint(429)
+
+    async def busy(request: web.Request) -> web.Response:
+        return web.Response(status=503)
+
+    app = web.Application()
+    app.router.add_get("/v1/ws", busy)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    key = generate_key(tmp_path / "k.pem")
+    client = NodeClient(
+        f"ws://127.0.0.1:{port}/v1/ws", key, key.public_key(), PROFILE.name,
+        MadeUpWorker(FP, PROFILE.max_new_tokens),
+    )  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(client.run_forever(stop))
+    await asyncio.sleep(1.0)
+    assert not task.done()  # still retrying
+    stop.set()
+    await asyncio.wait_for(task, 10)
+    await runner.cleanup()
+
+
+async def test_start_banner_names_key_profile_and_fingerprint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before the engine loads the node logs its key and profile; after, the fingerprint."""
+    node_key = generate_key(tmp_path / "node.pem")
+    coord_key = generate_key(tmp_path / "coord.pem")
+    cfg = tmp_path / "node.toml"
+    cfg.write_text(
+        'coordinator_url = "ws://127.0.0.1:1/"\n'
+        f'coordinator_key = "{public_key_text(coord_key)}"\n'
+        'identity_key = "node.pem"\nprofile = "cpu-tiny"\nname = "n1"\n'
+    )
+
+    async def make_worker(profile: object) -> Worker:
+        return MadeUpWorker(FP, PROFILE.max_new_tokens)
+
+    caplog.set_level(logging.INFO, logger="netcheck")
+
+    async def run() -> None:
+        await run_node(cfg, make_worker)
+
+    task = asyncio.create_task(run())
+    await asyncio.sleep(1.0)  # port 1 refuses: the node retries in the background
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    text = caplog.text
+    assert f"key {public_key_text(node_key)}, profile cpu-tiny" in text
+    assert "loading engine torch" in text
+    assert "engine ready in" in text and "fingerprint " in text and "weight_hash=3333" in text

@@ -1,0 +1,44 @@
+"""The canary pool arithmetic (pure) and the store's per-fingerprint counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from netcheck.lab.testing import small_profile
+from netcheck.references.pool import LOW_POOL_ROUNDS, pool_status, shortest
+from netcheck.storage import ReferenceRow, Store
+
+PROFILE = small_profile("p", canaries_max=2, batch_size=4)
+
+
+def test_rounds_left_counts_every_connected_node() -> None:
+    """Rounds left = unspent // (canaries_max * connected nodes), floor division."""
+    counts = [{"profile": "p", "fingerprint_id": "fa", "total": 50, "unspent": 41}]
+    (e,) = pool_status(counts, {"p": PROFILE}, {("p", "fa"): 3})
+    assert (e.per_round, e.rounds_left, e.state) == (6, 6, "low")
+    (idle,) = pool_status(counts, {"p": PROFILE})  # nobody connected: one node's rounds
+    assert (idle.nodes, idle.rounds_left) == (0, 20)
+    assert idle.state == ("ok" if LOW_POOL_ROUNDS <= 20 else "low")
+
+
+def test_connected_fingerprint_without_references_is_empty() -> None:
+    """A fingerprint nodes claim but no reference was built for shows as an empty pool."""
+    counts = [{"profile": "p", "fingerprint_id": "fa", "total": 9, "unspent": 9}]
+    entries = pool_status(counts, {"p": PROFILE}, {("p", "fb"): 1})
+    by_fp = {e.fingerprint_id: e for e in entries}
+    assert by_fp["fb"].total == 0 and by_fp["fb"].state == "empty"
+    assert "netcheck reference build --profile p" in by_fp["fb"].build_command
+    assert shortest(entries) == by_fp["fb"]  # the pool a connected node draws from
+
+
+def test_store_counts_per_profile_and_fingerprint(tmp_path: Path) -> None:
+    """reference_pool() groups by (profile, fingerprint) and counts unspent rows."""
+    store = Store(f"sqlite:///{tmp_path / 'n.db'}")
+    rows = [ReferenceRow(f"a{i}", "p", "fa", f"q{i}", (1,), 0.0, None) for i in range(3)]
+    rows += [ReferenceRow("b0", "p", "fb", "q", (1,), 0.0, "r1")]
+    store.add_references(rows)
+    assert store.reference_pool() == [
+        {"profile": "p", "fingerprint_id": "fa", "total": 3, "unspent": 3},
+        {"profile": "p", "fingerprint_id": "fb", "total": 1, "unspent": 0},
+    ]
+    store.close()

@@ -1,0 +1,87 @@
+"""Profiles named in a config file resolve against that file's folder (or its
+``profiles_dir``), never silently against the install tree first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from netcheck.config import DEFAULT_PROFILES_DIR, load_coordinator_config, load_node_config
+from netcheck.errors import ConfigError
+
+KEY = "ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"  # a real key (seed 0x42 * 32)
+COORD = f"""
+identity_key = "keys/c.pem"
+allowed_nodes = ["{KEY}"]
+admin_token = "0123456789abcdef"
+profiles = ["cpu-tiny"]
+"""
+NODE = f"""
+coordinator_url = "ws://127.0.0.1:8470/v1/ws"
+coordinator_key = "{KEY}"
+identity_key = "keys/n.pem"
+profile = "cpu-tiny"
+"""
+
+
+def calibrated(folder: Path, t_ref_s: float) -> None:
+    """A copy of the shipped cpu-tiny profile with another deadline t_ref_s."""
+    text = (DEFAULT_PROFILES_DIR / "cpu-tiny.toml").read_text()
+    lines = [f"t_ref_s = {t_ref_s}" if ln.startswith("t_ref_s") else ln for ln in text.split("\n")]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cpu-tiny.toml").write_text("\n".join(lines))
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("body", [COORD, NODE])
+def test_profile_next_to_the_config_wins(tmp_path: Path, body: str) -> None:
+    """A calibrated profile in <config folder>/profiles is the one loaded."""
+    calibrated(tmp_path / "etc" / "profiles", 123.0)
+    path = write(tmp_path / "etc" / "x.toml", body)
+    cfg = load_coordinator_config(path) if body is COORD else load_node_config(path)
+    assert cfg.load_profile("cpu-tiny").deadline.t_ref_s == 123.0
+    assert cfg.profile_dirs[0] == (tmp_path / "etc" / "profiles").resolve()
+
+
+def test_shipped_profiles_are_the_fallback(tmp_path: Path) -> None:
+    """Without a local profiles/ folder the installed profile loads."""
+    cfg = load_node_config(write(tmp_path / "n.toml", NODE))
+    shipped = cfg.load_profile("cpu-tiny")
+    assert shipped.deadline.t_ref_s != 123.0
+    assert cfg.profile_dirs[-1] == DEFAULT_PROFILES_DIR
+
+
+def test_profiles_dir_setting_and_error_lists_folders(tmp_path: Path) -> None:
+    """profiles_dir (relative to the config) is the only folder; a missing name lists it."""
+    calibrated(tmp_path / "cal", 7.0)
+    cfg = load_node_config(write(tmp_path / "etc" / "n.toml", NODE + 'profiles_dir = "../cal"\n'))
+    assert cfg.profile_dirs == [tmp_path / "etc" / ".." / "cal"]
+    assert cfg.load_profile("cpu-tiny").deadline.t_ref_s == 7.0
+    with pytest.raises(ConfigError) as err:
+        cfg.load_profile("gpu-h200")
+    assert str(tmp_path / "etc" / ".." / "cal") in str(err.value)
+    assert "available profiles: cpu-tiny" in str(err.value)
+
+
+def test_missing_name_lists_every_folder_searched(tmp_path: Path) -> None:
+    """Without profiles_dir, both the local and the installed folder are named."""
+    cfg = load_coordinator_config(write(tmp_path / "c.toml", COORD))
+    with pytest.raises(ConfigError) as err:
+        cfg.load_profile("nope")
+    assert str((tmp_path / "profiles").resolve()) in str(err.value)
+    assert str(DEFAULT_PROFILES_DIR) in str(err.value)
+
+
+def test_profile_path_is_relative_to_the_config(tmp_path: Path) -> None:
+    """A profile given as a path in the config resolves against the config's folder."""
+    calibrated(tmp_path / "etc" / "mine", 9.0)
+    (tmp_path / "etc" / "mine" / "cpu-tiny.toml").rename(tmp_path / "etc" / "mine" / "p.toml")
+    text = NODE.replace('profile = "cpu-tiny"', 'profile = "mine/p.toml"')
+    cfg = load_node_config(write(tmp_path / "etc" / "n.toml", text))
+    assert cfg.load_profile(cfg.profile).deadline.t_ref_s == 9.0
