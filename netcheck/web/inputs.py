@@ -69,7 +69,7 @@ async def json_object(request: web.Request) -> dict[str, Any]:
             deep for the parser) or not an object.
     """
     body: Any = {}
-    if request.can_read_body:
+    if request.body_exists:  # not can_read_body: the body middleware has read it already
         try:
             body = await request.json()
         except (ValueError, LookupError, RecursionError):  # LookupError: unknown charset
