@@ -257,7 +257,7 @@ if __name__ == "__main__":
 #: 200 nodes answering at once (best of 3 rounds). They are loose because that test
 #: must pass on the shared 2-core development machine at load averages of 10-20, where
 #: the OS alone delays a runnable process by tens of ms; they still fail the old
-#: stamp-in-the-reader code (p50 ~100 ms there). The figures for a machine that is not
-#: oversubscribed come from ``scripts/bench_timing.py`` (docs/scaling.md).
+#: stamp-in-the-reader code (p50 330-370 ms measured there). ``scripts/bench_timing.py``
+#: measures what a given machine holds (docs/scaling.md, "Timing accuracy").
 STAMP_P50_BOUND_MS = 10.0
 STAMP_P99_BOUND_MS = 50.0
