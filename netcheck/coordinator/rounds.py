@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import random
 import secrets
@@ -188,13 +189,16 @@ async def _release(
     stamp, so its place in the order does not count against it).
 
     Frames are sealed ahead while holding every session's send lock, so the loop does
-    nothing but socket writes and clock reads (architecture.md, "Release").
+    nothing but socket writes and clock reads (architecture.md, "Release"); the garbage
+    collector is off for the loop, so a collection cannot stall one write.
     """
     ready = list(ready)
     secrets.SystemRandom().shuffle(ready)
     sessions = [s for s, _ in ready]
     for s in sessions:
         await s.send_lock.acquire()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a full collection mid-loop held one write 16-38 ms in the benchmark
     try:
         frames: list[bytes | None] = []
         for s, a in ready:
@@ -218,6 +222,8 @@ async def _release(
                 log.warning("round %s: node %s gone at release", round_id, s.label)
             t.release_end_ns = time.monotonic_ns()
     finally:
+        if gc_was_enabled:
+            gc.enable()
         for s in sessions:
             s.send_lock.release()
 

@@ -102,7 +102,9 @@ def _limit_cpu_threads(cpu_threads: int | None) -> int | None:
 
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     os.environ["OMP_NUM_THREADS"] = str(cpu_threads)
-    torch.set_num_threads(cpu_threads)
+    # torch._C's own function: an earlier vLLM engine in this process replaced
+    # torch.set_num_threads with a no-op after binding its threads.
+    torch._C.set_num_threads(cpu_threads)
     return cpu_threads
 
 
