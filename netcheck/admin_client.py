@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ import click
 
 from netcheck.config import CoordinatorConfig
 from netcheck.errors import NetcheckError
-from netcheck.report import NOT_CHECKED
 
 
 class AdminError(NetcheckError):
@@ -41,40 +39,6 @@ class NothingChecked(NetcheckError):
 
 class NodesFailed(NetcheckError):
     """``--fail-on-failing``: a node got a failing verdict (exit status 9)."""
-
-
-def check_round_outcome(
-    reports: Sequence[Mapping[str, Any]], *, fail_on_failing: bool = False
-) -> None:
-    """Raise when round reports checked nobody, or (if asked) when a node failed.
-
-    Args:
-        reports: admin API round reports (``RoundReport.as_dict()``), each with
-            ``verdicts`` (``verdict``, ...) or ``counts`` (verdict -> number, as the
-            screening report's rounds carry them) and ``profile``.
-        fail_on_failing: also raise :class:`NodesFailed` for a failing verdict.
-
-    Raises:
-        NothingChecked: at least one verdict and none checked (every node
-            ``unchecked``); the message names the command that builds references.
-        NodesFailed: ``fail_on_failing`` and some verdict other than pass/unchecked.
-    """
-    verdicts = [v for r in reports for v in r.get("verdicts", ())]
-    for r in reports:  # screening reports carry verdict counts per round instead
-        verdicts += [{"verdict": k} for k, n in r.get("counts", {}).items() for _ in range(n)]
-    if verdicts and all(v["verdict"] in NOT_CHECKED for v in verdicts):
-        profiles = sorted({str(r.get("profile", "")) for r in reports})
-        raise NothingChecked(
-            f"nothing was checked: all {len(verdicts)} verdicts in {len(reports)} round(s) "
-            "are 'unchecked' (no unspent canary for the nodes' fingerprints). "
-            "Build references with: "
-            + "; ".join(f"netcheck reference build --profile {p} --config <coordinator.toml>"
-                        for p in profiles)
-            + " (see `netcheck references status`)"
-        )  # fmt: skip
-    failing = [v for v in verdicts if v["verdict"] != "pass" and v["verdict"] not in NOT_CHECKED]
-    if fail_on_failing and failing:
-        raise NodesFailed(f"{len(failing)} failing verdict(s)")
 
 
 def _error_for(status: int) -> type[AdminError]:

@@ -335,8 +335,7 @@ def round_run(
 
     Exits 8 when no node was checked (the canary pool is empty for every fingerprint).
     """
-    from netcheck.admin_client import check_round_outcome
-    from netcheck.report import console, print_round
+    from netcheck.report import check_round_outcome, console, print_round
 
     with console().status("round running: dispatch, release, compute, verify"):
         report = admin_call(config_path, "POST", "/admin/rounds", {"profile": profile_name})

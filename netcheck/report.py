@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -76,6 +76,42 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
             "  phases: "
             + ", ".join(f"{k.removesuffix('_s')} {val * 1000:.1f} ms" for k, val in phases.items())
         )
+
+
+def check_round_outcome(
+    reports: Sequence[Mapping[str, Any]], *, fail_on_failing: bool = False
+) -> None:
+    """Raise when round reports checked nobody, or (if asked) when a node failed.
+
+    Args:
+        reports: admin API round reports (``RoundReport.as_dict()``), each with
+            ``verdicts`` (``verdict``, ...) or ``counts`` (verdict -> number, as the
+            screening report's rounds carry them) and ``profile``.
+        fail_on_failing: also raise :class:`NodesFailed` for a failing verdict.
+
+    Raises:
+        NothingChecked: at least one verdict and none checked (every node
+            ``unchecked``); the message names the command that builds references.
+        NodesFailed: ``fail_on_failing`` and some verdict other than pass/unchecked.
+    """
+    from netcheck.admin_client import NodesFailed, NothingChecked
+
+    verdicts = [v for r in reports for v in r.get("verdicts", ())]
+    for r in reports:  # screening reports carry verdict counts per round instead
+        verdicts += [{"verdict": k} for k, n in r.get("counts", {}).items() for _ in range(n)]
+    if verdicts and all(v["verdict"] in NOT_CHECKED for v in verdicts):
+        profiles = sorted({str(r.get("profile", "")) for r in reports})
+        raise NothingChecked(
+            f"nothing was checked: all {len(verdicts)} verdicts in {len(reports)} round(s) "
+            "are 'unchecked' (no unspent canary for the nodes' fingerprints). "
+            "Build references with: "
+            + "; ".join(f"netcheck reference build --profile {p} --config <coordinator.toml>"
+                        for p in profiles)
+            + " (see `netcheck references status`)"
+        )  # fmt: skip
+    failing = [v for v in verdicts if v["verdict"] != "pass" and v["verdict"] not in NOT_CHECKED]
+    if fail_on_failing and failing:
+        raise NodesFailed(f"{len(failing)} failing verdict(s)")
 
 
 def print_nodes(data: Mapping[str, Any]) -> None:

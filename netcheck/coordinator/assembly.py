@@ -17,12 +17,12 @@ from collections.abc import Collection, Mapping
 
 from aiohttp import web
 
-from netcheck.analysis.pool import PoolEntry
 from netcheck.capacity import unsafe_profiles
 from netcheck.coordinator.admin import ADMIN_PREFIX, admin_app
 from netcheck.coordinator.doctor_api import add_doctor_route
 from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.server import WS_PATH, Coordinator
+from netcheck.references.pool import PoolEntry
 from netcheck.storage.store import Store
 from netcheck.web import add_web_routes
 from netcheck.web.inputs import refuse_control_chars

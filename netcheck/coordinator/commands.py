@@ -29,11 +29,11 @@ from netcheck.admin_client import (
     AdminConflict,
     admin_call,
     admin_request,
-    check_round_outcome,
     coordinator_config_option,
 )
 from netcheck.config import CoordinatorConfig
 from netcheck.exitcodes import Exit
+from netcheck.report import check_round_outcome
 from netcheck.report import console as report_console
 
 STATUS_STYLE = {"confirmed": "red", "pending": "yellow", "cleared": "green"}

@@ -1,7 +1,7 @@
 """The reference pool as the coordinator sees it: who is to blame when a node gets no
 canary (:func:`classify_skip`), a warning when a fingerprint's pool runs low
 (:func:`warn_low_pool`), and the live pool for operators (:func:`live_pool`: stored
-counts joined with the connected nodes; :mod:`netcheck.analysis.pool` does the
+counts joined with the connected nodes; :mod:`netcheck.references.pool` does the
 arithmetic). All read storage; run them in a worker thread."""
 
 from __future__ import annotations
@@ -9,14 +9,17 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from netcheck.analysis.pool import PoolEntry, pool_status
 from netcheck.config import Profile
 from netcheck.coordinator.session import NodeSession
 from netcheck.records import Verdict
 from netcheck.references.mismatch import explain_mismatch
+from netcheck.references.pool import PoolEntry, pool_status
 from netcheck.storage import Store
+
+if TYPE_CHECKING:
+    from netcheck.coordinator.server import Coordinator
 
 log = logging.getLogger("netcheck.round")
 
@@ -65,20 +68,7 @@ def warn_low_pool(store: Store, profile: Profile, sessions: Sequence[NodeSession
             )  # fmt: skip
 
 
-class PoolHost(Protocol):
-    """What :func:`live_pool` reads of the coordinator (no import of the server)."""
-
-    @property
-    def sessions(self) -> Mapping[str, NodeSession]: ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def profiles(self) -> Mapping[str, Profile]: ...
-
-
-def live_pool(coord: PoolHost) -> list[PoolEntry]:
+def live_pool(coord: Coordinator) -> list[PoolEntry]:
     """Pool entries for every stored (profile, fingerprint) and every connected one.
 
     Raises:
@@ -86,5 +76,4 @@ def live_pool(coord: PoolHost) -> list[PoolEntry]:
     """
     sessions = list(coord.sessions.values())  # one C-level copy: safe from a thread
     connected = Counter((s.claim.profile, s.fingerprint_id) for s in sessions)
-    caps = {name: p.canaries_max for name, p in coord.profiles.items()}
-    return pool_status(coord.store.reference_pool(), caps, connected)
+    return pool_status(coord.store.reference_pool(), coord.profiles, connected)

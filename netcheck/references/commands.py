@@ -36,14 +36,14 @@ def pool_table(entries: Sequence[Mapping[str, Any]], title: str) -> Table:
 
 
 def _offline(config_path: Path) -> list[dict[str, Any]]:
-    from netcheck.analysis.pool import pool_status
     from netcheck.config import load_coordinator_config
+    from netcheck.references.pool import pool_status
     from netcheck.storage import Store
 
     cfg = load_coordinator_config(config_path)
-    caps = {p.name: p.canaries_max for p in map(cfg.load_profile, cfg.profiles)}
+    profiles = {p.name: p for p in map(cfg.load_profile, cfg.profiles)}
     with Store(cfg.database) as store:
-        return [e.as_dict() for e in pool_status(store.reference_pool(), caps)]
+        return [e.as_dict() for e in pool_status(store.reference_pool(), profiles)]
 
 
 @click.command("status")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from netcheck.analysis.pool import PoolEntry
+from netcheck.references.pool import PoolEntry
 
 if TYPE_CHECKING:
     from netcheck.web.view import CoordinatorView

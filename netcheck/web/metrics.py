@@ -12,7 +12,7 @@ Two sources:
   {profile}``, ``netcheck_handshake_failures_total``, and the canary pool:
   ``netcheck_reference_unspent{profile,fingerprint}`` (unspent references) and
   ``netcheck_reference_rounds_left{profile,fingerprint}`` (full rounds the pool still
-  covers for the nodes connected now; :mod:`netcheck.analysis.pool`).
+  covers for the nodes connected now; :mod:`netcheck.references.pool`).
 """
 
 from __future__ import annotations

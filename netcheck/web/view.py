@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Protocol
 
-from netcheck.analysis.pool import PoolEntry
+from netcheck.references.pool import PoolEntry
 from netcheck.storage.store import Store
 
 
@@ -42,5 +42,5 @@ class CoordinatorView(Protocol):
 
     def reference_pool(self) -> list[PoolEntry]:
         """The canary pool per (profile, fingerprint) with the connected nodes drawing
-        from it (:mod:`netcheck.analysis.pool`). Reads the database: blocking."""
+        from it (:mod:`netcheck.references.pool`). Reads the database: blocking."""
         ...

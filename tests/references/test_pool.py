@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netcheck.analysis.pool import LOW_POOL_ROUNDS, pool_status, shortest
 from netcheck.lab.testing import small_profile
+from netcheck.references.pool import LOW_POOL_ROUNDS, pool_status, shortest
 from netcheck.storage import ReferenceRow, Store
 
 PROFILE = small_profile("p", canaries_max=2, batch_size=4)
@@ -14,11 +14,9 @@ PROFILE = small_profile("p", canaries_max=2, batch_size=4)
 def test_rounds_left_counts_every_connected_node() -> None:
     """Rounds left = unspent // (canaries_max * connected nodes), floor division."""
     counts = [{"profile": "p", "fingerprint_id": "fa", "total": 50, "unspent": 41}]
-    (e,) = pool_status(counts, {"p": PROFILE.canaries_max}, {("p", "fa"): 3})
+    (e,) = pool_status(counts, {"p": PROFILE}, {("p", "fa"): 3})
     assert (e.per_round, e.rounds_left, e.state) == (6, 6, "low")
-    (idle,) = pool_status(
-        counts, {"p": PROFILE.canaries_max}
-    )  # nobody connected: one node's rounds
+    (idle,) = pool_status(counts, {"p": PROFILE})  # nobody connected: one node's rounds
     assert (idle.nodes, idle.rounds_left) == (0, 20)
     assert idle.state == ("ok" if LOW_POOL_ROUNDS <= 20 else "low")
 
@@ -26,7 +24,7 @@ def test_rounds_left_counts_every_connected_node() -> None:
 def test_connected_fingerprint_without_references_is_empty() -> None:
     """A fingerprint nodes claim but no reference was built for shows as an empty pool."""
     counts = [{"profile": "p", "fingerprint_id": "fa", "total": 9, "unspent": 9}]
-    entries = pool_status(counts, {"p": PROFILE.canaries_max}, {("p", "fb"): 1})
+    entries = pool_status(counts, {"p": PROFILE}, {("p", "fb"): 1})
     by_fp = {e.fingerprint_id: e for e in entries}
     assert by_fp["fb"].total == 0 and by_fp["fb"].state == "empty"
     assert "netcheck reference build --profile p" in by_fp["fb"].build_command

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from netcheck.config import Profile
+
 #: Below this many rounds left a pool is reported as ``low`` (the round runner warns too).
 LOW_POOL_ROUNDS = 10
 
@@ -52,7 +54,7 @@ class PoolEntry:
 
 def pool_status(
     counts: Iterable[Mapping[str, Any]],
-    canaries_max: Mapping[str, int],
+    profiles: Mapping[str, Profile],
     connected: Mapping[tuple[str, str], int] | None = None,
 ) -> list[PoolEntry]:
     """Pool entries for every stored (profile, fingerprint) and every connected one.
@@ -60,7 +62,7 @@ def pool_status(
     Args:
         counts: rows of :meth:`netcheck.storage.Store.reference_pool` (``profile``,
             ``fingerprint_id``, ``total``, ``unspent``).
-        canaries_max: profile name -> its ``canaries_max`` (a profile unknown here
+        profiles: profiles by name; gives ``canaries_max`` (a profile unknown here
             counts as 1 canary per node and round).
         connected: connected nodes per ``(profile, fingerprint_id)``. A pair with nodes
             and no stored reference appears with ``total = 0`` (state ``empty``).
@@ -78,7 +80,8 @@ def pool_status(
     out = []
     for (profile, fp), (total, unspent) in sorted(rows.items()):
         nodes = connected.get((profile, fp), 0)
-        per_round = canaries_max.get(profile, 1) * max(nodes, 1)
+        p = profiles.get(profile)
+        per_round = (p.canaries_max if p is not None else 1) * max(nodes, 1)
         left = unspent // per_round
         state = "empty" if left == 0 else "low" if left < LOW_POOL_ROUNDS else "ok"
         out.append(
