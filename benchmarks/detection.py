@@ -1,139 +1,278 @@
-"""Benchmark (issue 5): recall of proxy farms and false flags, on EMULATED populations.
+"""Benchmark (issue 13): proxy farms found and caught, false flags, on EMULATED populations
+run through the live coordinator's detection loop (:mod:`netcheck.lab.sim.live`).
 
-Population (netcheck.lab.sim.population defaults): 200 identities = 8 farms of 2, 6 of 3
-and 4 of 5 (54 farm identities) + 146 honest nodes, 10 honest pairs co-hosted with 3%
-benign coupling; per-node speed spread 5% (log-sd), per-node noise level log-normal
-around sigma_w (spread 0.3), per-round common effect 2%. Each seed draws a population
-and 128 screening rounds under a fresh secret schedule; 16/32/64/128 use prefixes of
-the same rounds. Suspect groups get sequential confirmation rounds (simulated on the
-same population).
+Every run replays the coordinator: every 4th screening round loads every node, verdicts
+at the profile deadline (calibrated on the honest nodes: ``p99`` of their alone times),
+capacity strikes (3 late/missing in a node's last 8 verdicts, confirmation rounds
+included), relay test, analysis + confirmation every 16 rounds over the last 128, flags
+persisting as in the database. Snapshots at 16/32/64/128 screening rounds.
 
-Columns: k=2/k=3/k=5 = farms found (a confirmed group holds 2+ confirmed members of
-the farm), mean over seeds, as a fraction; "scr" the same before confirmation;
-members = farm identities confirmed with a farm-mate; FF = confirmed false flags
-among honest nodes, total over seeds; HS = honest nodes in suspect groups (before
-confirmation), mean; conf = confirmation rounds spent, mean; cap = farms with an
-identity failing the emulated capacity deadline (1.25 T_ref, full-load rounds), mean.
+Population (unless a scenario says otherwise): 200 identities = 8 farms of 2, 6 of 3, 4
+of 5 (54 farm identities) + 146 honest, 10 honest co-hosted pairs with 20% benign
+coupling (the worst case asked for), sigma_w 0.05 (per-node spread 0.3), beta 0.5,
+speed spread 5%, round effect 2%. n = 100 / 1,000 scale the farm counts.
 
-Methods: "fs+B" = Detector A (forward selection, moderated t, group steps of 2-4
-partners, reverse tests of one-way selections) + Detector B (residual correlation),
-the default; "fs1+B" = ablation without group steps and reverse tests (close to the
-previous default: single-partner steps, mutual edges); "welch" = baseline: plain pairwise Welch t, mutual edges,
-same Bonferroni bound and effect floor, no selection, no Detector B.
+Columns per scenario x config x R x farm size k:
+``found`` = farms with a confirmed shared-backend flag holding 2+ of their identities
+(contention); ``caught`` = found, or any identity capacity- or relay-flagged (answer
+level never fires: the simulated farms compute their own batches); per scenario x
+config x R: ``FF`` = honest nodes inside confirmed shared-backend flags (sum over
+seeds), ``mixed`` = flags naming identities of 2+ farms (sum), ``HS`` = honest
+suspects per analysis (mean), ``capH`` = honest capacity flags (sum), ``conf`` =
+confirmation rounds spent (mean), ``an`` = analyses run (sum).
 
-Run: ``.venv/bin/python benchmarks/detection.py [--seeds 5] [--json PATH]``.
+Configs: ``new`` = current defaults; ``old`` = the behaviour before issue 13
+(:func:`netcheck.sim.live.legacy_config`), measured in the same run.
+
+Goals (printed and checked at the end): G1 plain and jitter farms of 2 found >= 0.95 by
+16 rounds in every scenario of the grid; G2 every farm on a backend of the claimed class
+caught by 32 rounds; G3 found and caught never fall as rounds grow; G4 zero confirmed
+false flags (FF) over >= 1,000 analyses with benign coupling up to 20%.
+
+Run: ``.venv/bin/python benchmarks/detection.py [--seeds 2] [--quick] [--old]
+[--json PATH]``. ``--quick``: base scenario and the false-flag scenario only, fewer
+seeds (for tests); ``--old``: also the ``old`` config.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from netcheck.analysis.detectors import DetectorConfig
-from netcheck.lab.sim.pipeline import PipelineConfig, run_screening, simulate_screening
-from netcheck.lab.sim.population import PopulationSpec, make_population
+from netcheck.lab.sim.live import LiveConfig, LiveSimulation, Snapshot, legacy_config
+from netcheck.lab.sim.population import Population, PopulationSpec, make_population
 
 ROUNDS = (16, 32, 64, 128)
 SIZES = (2, 3, 5)
-SCENARIOS: list[tuple[str, PopulationSpec]] = [
-    ("sigma_w=0.05 beta=0.5", PopulationSpec()),
-    ("sigma_w=0.15 beta=0.5", PopulationSpec(sigma_w=0.15)),
-    ("sigma_w=0.05 beta=0.25", PopulationSpec(beta=0.25)),
-    ("pad (matched backend)", PopulationSpec(adversary="pad")),
-    ("pad (fast backend)", PopulationSpec(adversary="pad", farm_backend="fast")),
-    ("jitter (log-sd 0.3)", PopulationSpec(adversary="jitter")),
-    ("selective", PopulationSpec(adversary="selective")),
-    ("no adversary, fast backend", PopulationSpec(farm_backend="fast")),
-]
-METHODS = {
-    "fs+B": DetectorConfig(),
-    "fs1+B": DetectorConfig(group_step=1, reverse_test=False),
-    "welch": DetectorConfig(forward_selection=False, use_correlation=False),
-}
+BASE = PopulationSpec(benign_coupling=0.2)
 
 
-def run(seeds: int, scenarios: list[tuple[str, PopulationSpec]]) -> list[dict[str, object]]:
-    """All scenarios x methods x round counts, aggregated over seeds."""
-    out = []
-    for name, spec in scenarios:
-        acc: dict[tuple[str, int], list[dict[str, float]]] = {}
-        for seed in range(seeds):
-            rng = np.random.default_rng(seed)
-            pop = make_population(spec, rng)
-            screening = simulate_screening(pop, max(ROUNDS), rng)
-            for method, det in METHODS.items():
-                cfg = replace(PipelineConfig(), detector=det)
-                for n_rounds in ROUNDS:
-                    crng = np.random.default_rng([seed, n_rounds, 7])
-                    m = run_screening(pop, n_rounds, cfg, crng, screening=screening).metrics
-                    row: dict[str, float] = {
-                        "members": m.member_recall,
-                        "false_flags": len(m.false_flags),
-                        "honest_suspects": m.honest_suspects,
-                        "confirm_rounds": m.confirmation_rounds,
-                        "capacity_farms": m.capacity_farms,
-                        "capacity_honest": m.capacity_honest,
-                    }
-                    for k in SIZES:
-                        hit, total = m.found_by_size.get(k, (0, 0))
-                        row[f"k{k}"] = hit / total if total else float("nan")
-                        hit, total = m.screened_by_size.get(k, (0, 0))
-                        row[f"scr{k}"] = hit / total if total else float("nan")
-                    acc.setdefault((method, n_rounds), []).append(row)
-        for (method, n_rounds), rows in acc.items():
-            agg: dict[str, object] = {"scenario": name, "method": method, "rounds": n_rounds}
-            for key in rows[0]:
-                vals = [r[key] for r in rows]
-                agg[key] = float(np.sum(vals)) if key == "false_flags" else float(np.mean(vals))
-            agg["seeds"] = seeds
-            out.append(agg)
+def farms_for(n: int) -> tuple[int, ...]:
+    """Farm sizes for ``n`` identities: the default 18 farms scaled by ``n / 200``."""
+    scale = max(n / 200.0, 0.5)
+    counts = {2: round(8 * scale), 3: round(6 * scale), 5: round(4 * scale)}
+    return tuple(k for k in (2, 3, 5) for _ in range(counts[k]))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One benchmark scenario: a population spec and its labels."""
+
+    name: str
+    spec: PopulationSpec
+    adversary: str  # plain / jitter / pad / selective / fast / combinations
+    claimed_class: bool  # backend of the claimed class (goal G2)
+    grid: bool = False  # plain/jitter grid cell (goal G1)
+
+
+def scenarios() -> list[Scenario]:
+    """The adversary library at the base population, then the grid for plain/jitter."""
+    fast2 = {"backend_speedup": 2.0}
+    out = [
+        Scenario("plain", BASE, "plain", True, True),
+        Scenario("jitter", replace(BASE, adversary="jitter"), "jitter", True, True),
+        Scenario("pad", replace(BASE, adversary="pad"), "pad", True),
+        Scenario("selective", replace(BASE, adversary="selective"), "selective", True),
+        Scenario("fast f=2", replace(BASE, **fast2), "fast", False),  # type: ignore[arg-type]
+        Scenario(
+            "pad+fast(all k)",
+            replace(BASE, adversary="pad", farm_backend="fast"),
+            "pad+fast",
+            False,
+        ),  # fmt: skip
+        Scenario(
+            "selective+jitter",
+            replace(BASE, adversary="selective+jitter"),
+            "selective+jitter",
+            True,
+        ),  # fmt: skip
+        Scenario("pad+jitter", replace(BASE, adversary="pad+jitter"), "pad+jitter", True),
+        Scenario(
+            "relay 30ms", replace(BASE, relay_leg_s=0.03, farm_backend="fast"), "relay+fast", False
+        ),  # fmt: skip
+    ]
+    for adv in ("plain", "jitter"):
+        for label, kw in (
+            ("n=100 s=0.03 b=1.0", {"n_nodes": 100, "sigma_w": 0.03, "beta": 1.0}),
+            ("n=200 s=0.15 b=0.5", {"sigma_w": 0.15}),
+            ("n=200 s=0.05 b=0.3", {"beta": 0.3}),
+            ("n=1000 s=0.05 b=0.5", {"n_nodes": 1000}),
+        ):
+            spec = replace(BASE, adversary="none" if adv == "plain" else adv, **kw)  # type: ignore[arg-type]
+            spec = replace(spec, farm_sizes=farms_for(spec.n_nodes))
+            out.append(Scenario(f"{adv} {label}", spec, adv, True, True))
     return out
 
 
-def table(results: list[dict[str, object]]) -> str:
-    """Format the results as a fixed-width text table."""
-    head = (
-        f"{'scenario':<27} {'method':<6} {'R':>4} | {'k=2':>5} {'k=3':>5} {'k=5':>5} | "
-        f"{'scr2':>5} {'scr3':>5} {'scr5':>5} | {'members':>7} {'FF':>3} {'HS':>5} "
-        f"{'conf':>6} {'cap':>5}"
-    )
+FALSE_FLAG = Scenario(
+    "honest only, 30 pairs at 20%",
+    PopulationSpec(n_nodes=100, farm_sizes=(), cohosted_pairs=30, benign_coupling=0.2),
+    "none", True,
+)  # fmt: skip
+
+
+def score(pop: Population, snap: Snapshot) -> dict[str, Any]:
+    """Metrics of one snapshot against the ground truth (module docstring)."""
+    farms = [set(f) for f in pop.farms]
+    honest = pop.honest
+    flagged = snap.capacity | snap.relay
+    found = [any(len(set(fl) & f) >= 2 for fl in snap.shared_flags) for f in farms]
+    caught = [fd or bool(f & flagged) for fd, f in zip(found, farms, strict=True)]
+    farm_of = {k: i for i, f in enumerate(farms) for k in f}
+    mixed = sum(1 for fl in snap.shared_flags if len({farm_of.get(k, -1) for k in fl}) > 1)
+    out: dict[str, Any] = {
+        "FF": len({k for fl in snap.shared_flags for k in fl} & honest),
+        "mixed": mixed,
+        "HS": float(np.mean([len(s & honest) for s in snap.suspects])) if snap.suspects else 0.0,
+        "capH": len(snap.capacity & honest),
+        "conf": snap.confirmation_rounds,
+        "an": snap.analyses,
+    }
+    for k in SIZES:
+        idx = [i for i, f in enumerate(farms) if len(f) == k]
+        out[f"found{k}"] = [found[i] for i in idx]
+        out[f"caught{k}"] = [caught[i] for i in idx]
+    return out
+
+
+def run_scenario(
+    sc: Scenario, config: str, seeds: int, first_seed: int = 0
+) -> list[dict[str, Any]]:
+    """``seeds`` runs of one scenario (seeds ``first_seed``...); one aggregated row per
+    round count."""
+    cfg = legacy_config() if config == "old" else LiveConfig()
+    per_r: dict[int, list[dict[str, Any]]] = {r: [] for r in ROUNDS}
+    for seed in range(first_seed, first_seed + seeds):
+        pop = make_population(sc.spec, np.random.default_rng([seed, 1]))
+        sim = LiveSimulation(pop, cfg, np.random.default_rng([seed, 2]), secret=bytes([seed]) * 32)
+        for snap in sim.run(ROUNDS):
+            per_r[snap.rounds].append(score(pop, snap))
+    rows = []
+    for r, runs in per_r.items():
+        row: dict[str, Any] = {"scenario": sc.name, "config": config, "rounds": r,
+                               "seeds": seeds}  # fmt: skip
+        for key in ("FF", "mixed", "capH", "an"):
+            row[key] = int(sum(x[key] for x in runs))
+        row["HS"] = float(np.mean([x["HS"] for x in runs]))
+        row["conf"] = float(np.mean([x["conf"] for x in runs]))
+        for k in SIZES:
+            for what in ("found", "caught"):
+                hits = [h for x in runs for h in x[f"{what}{k}"]]
+                row[f"{what}{k}"] = float(np.mean(hits)) if hits else float("nan")
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Fixed-width text table."""
+    head = (f"{'scenario':<28} {'cfg':<3} {'R':>4} | {'found k=2':>9} {'k=3':>5} {'k=5':>5} | "
+            f"{'caught k=2':>10} {'k=3':>5} {'k=5':>5} | {'FF':>3} {'mix':>3} {'HS':>5} "
+            f"{'capH':>4} {'conf':>6} {'an':>4}")  # fmt: skip
     lines = [head, "-" * len(head)]
     last = None
-    for r in results:
-        if last is not None and r["scenario"] != last:
+    for r in rows:
+        if last is not None and (r["scenario"], r["config"]) != last:
             lines.append("")
-        last = r["scenario"]
+        last = (r["scenario"], r["config"])
         lines.append(
-            f"{r['scenario']!s:<27} {r['method']!s:<6} {r['rounds']!s:>4} | "
-            f"{r['k2']:>5.2f} {r['k3']:>5.2f} {r['k5']:>5.2f} | "
-            f"{r['scr2']:>5.2f} {r['scr3']:>5.2f} {r['scr5']:>5.2f} | "
-            f"{r['members']:>7.2f} {r['false_flags']:>3.0f} {r['honest_suspects']:>5.1f} "
-            f"{r['confirm_rounds']:>6.0f} {r['capacity_farms']:>5.1f}"
+            f"{r['scenario']:<28} {r['config']:<3} {r['rounds']:>4} | "
+            f"{r['found2']:>9.2f} {r['found3']:>5.2f} {r['found5']:>5.2f} | "
+            f"{r['caught2']:>10.2f} {r['caught3']:>5.2f} {r['caught5']:>5.2f} | "
+            f"{r['FF']:>3} {r['mixed']:>3} {r['HS']:>5.1f} {r['capH']:>4} {r['conf']:>6.0f} "
+            f"{r['an']:>4}"
         )
     return "\n".join(lines)
 
 
-def main() -> None:
-    """Parse arguments, run, print the table (and write JSON if asked)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
-    parser.add_argument("--seeds", type=int, default=5)
+def goals(
+    rows: list[dict[str, Any]], scs: list[Scenario], config: str
+) -> list[tuple[str, bool, str]]:
+    """The four goals of the module docstring, for one config: (goal, met, detail)."""
+    by = {(r["scenario"], r["rounds"]): r for r in rows if r["config"] == config}
+    out = []
+    g1 = [(s.name, by[(s.name, 16)]["found2"]) for s in scs if s.grid and (s.name, 16) in by]
+    bad = [f"{n} {v:.2f}" for n, v in g1 if not v >= 0.95]
+    out.append(("G1 plain/jitter pairs found >= 0.95 by 16 rounds", not bad and bool(g1),
+                "; ".join(bad) or "all cells"))  # fmt: skip
+    g2 = [(s.name, k, by[(s.name, 32)][f"caught{k}"]) for s in scs if s.claimed_class
+          and s.spec.farm_sizes and (s.name, 32) in by for k in SIZES]  # fmt: skip
+    bad = [f"{n} k={k} {v:.2f}" for n, k, v in g2 if v == v and v < 1.0]
+    out.append(("G2 claimed-class farms caught by 32 rounds", not bad and bool(g2),
+                "; ".join(bad) or "all"))  # fmt: skip
+    bad = []
+    for s in scs:
+        for what in ("found", "caught"):
+            for k in SIZES:
+                seq = [by[(s.name, r)][f"{what}{k}"] for r in ROUNDS if (s.name, r) in by]
+                if any(b < a - 1e-12 for a, b in zip(seq, seq[1:], strict=False)):
+                    bad.append(f"{s.name} {what} k={k}")
+    out.append(("G3 recall never falls as rounds grow", not bad, "; ".join(bad) or "none falls"))
+    last = [r for r in rows if r["config"] == config and r["rounds"] == max(ROUNDS)]
+    ff = sum(r["FF"] for r in last)
+    an = sum(r["an"] for r in last)
+    out.append(("G4 zero confirmed false flags over >= 1,000 analyses", ff == 0 and an >= 1000,
+                f"{ff} false flags over {an} analyses"))  # fmt: skip
+    return out
+
+
+def main() -> int:
+    """Parse arguments, run, print the table and the goals; exit 1 if a goal is missed
+    (only with ``--check``)."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--ff-seeds", type=int, default=125, help="runs of the false-flag scenario")
+    parser.add_argument("--quick", action="store_true", help="base + false-flag scenario, 1 seed")
+    parser.add_argument("--old", action="store_true", help="also the pre-issue-13 config")
+    parser.add_argument("--old-only", action="store_true", help="only the pre-issue-13 config")
+    parser.add_argument("--library", action="store_true", help="adversary library only, no grid")
+    parser.add_argument("--only", default=None, help="scenarios whose name contains this")
+    parser.add_argument("--first-seed", type=int, default=0, help="of the false-flag runs")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
-    parser.add_argument("--quick", action="store_true", help="main scenario only")
     args = parser.parse_args()
     start = time.perf_counter()
-    scenarios = SCENARIOS[:1] if args.quick else SCENARIOS
-    results = run(args.seeds, scenarios)
-    print(f"EMULATION — netcheck detection benchmark, {args.seeds} seeds, 200 nodes")
-    print(table(results))
+    scs = scenarios()
+    seeds, ff_seeds = args.seeds, args.ff_seeds
+    if args.quick:
+        scs, seeds, ff_seeds = scs[:1], 1, 4
+    if args.library:
+        scs = [s for s in scs if not s.name.startswith(("plain ", "jitter "))]
+    if args.only:
+        scs = [s for s in scs if args.only in s.name]
+    configs = ("new", "old") if args.old else (("old",) if args.old_only else ("new",))
+    rows: list[dict[str, Any]] = []
+    for sc in scs:
+        for config in configs:
+            got = run_scenario(sc, config, seeds)
+            rows += got
+            print(f"  {sc.name} [{config}] done ({time.perf_counter() - start:.0f} s)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            print(json.dumps(got), file=sys.stderr, flush=True)  # partial results as they come
+    if ff_seeds:
+        for config in configs:
+            rows += run_scenario(FALSE_FLAG, config, ff_seeds, args.first_seed)
+        scs = [*scs, FALSE_FLAG]
+    print(f"EMULATION — netcheck detection benchmark (live round mix), {seeds} seeds, "
+          f"false-flag scenario {ff_seeds} runs")  # fmt: skip
+    print(table(rows))
+    missed = False
+    for config in configs:
+        print(f"\ngoals [{config}]:")
+        for name, ok, detail in goals(rows, scs, config):
+            print(f"  {'MET ' if ok else 'MISS'} {name}: {detail}")
+            missed |= config == "new" and not ok
     print(f"\n({time.perf_counter() - start:.0f} s)")
     if args.json_path:
         with open(args.json_path, "w") as fh:
-            json.dump(results, fh, indent=1)
+            json.dump(rows, fh, indent=1)
+    return 1 if (missed and args.check) else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -247,7 +247,11 @@ def node() -> None:
     "service time of this many seconds has passed. Never use on a real node.",
 )
 @click.option("--adversary", type=click.Choice(["wrong-dtype", "made-up", "proxy"]), hidden=True)
-@click.option("--backend", hidden=True, help="Shared backend URL for --adversary proxy.")
+@click.option(
+    "--backend",
+    hidden=True,
+    help="Shared backend URL for --adversary proxy (made-up copies its fingerprint).",
+)
 @_verbose_option
 def node_run(
     config_path: Path,

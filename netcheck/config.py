@@ -153,7 +153,8 @@ class Profile(_Model):
     engine: Literal["torch", "vllm", "factoring"]
     """``factoring`` goes with ``workload = "factoring"`` (netcheck.engines.factoring_engine)."""
     model: str = Field(min_length=1)
-    """``synth:<preset>`` (generated locally) or a local model directory."""
+    """``synth:<preset>`` (generated locally), ``package:<name>`` (shipped in an installed
+    package, :mod:`netcheck.engines.packaged`) or a local model directory."""
     dtype: Literal["float32", "bfloat16", "float16"]
     device: str = "cpu"
     """``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``."""
@@ -169,8 +170,10 @@ class Profile(_Model):
     dispatch_timeout_s: float = Field(default=10.0, gt=0)
     result_timeout_s: float = Field(default=120.0, gt=0)
     cpu_threads: int | None = Field(default=None, ge=1)
-    """torch intra-op threads on the CPU (recorded in the fingerprint; None = torch's
-    default). Fix it in CPU profiles: the thread count can change CPU matmul results."""
+    """CPU threads of the torch engine (intra-op) or the vLLM CPU backend (OpenMP, binding
+    off), recorded in the fingerprint; None = the engine's default. Fix it in CPU
+    profiles: the thread count can change CPU matmul results, and vLLM's default (one
+    spinning thread per core in every process) starves other processes on the machine."""
     workload: Literal["llm", "factoring"] = "llm"
     """What nodes compute: LLM prompts, or semiprimes to factor (netcheck.workloads)."""
     probe_ref_s: float = Field(default=0.005, ge=0)

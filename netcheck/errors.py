@@ -51,6 +51,12 @@ class CloseCode(IntEnum):
     SHUTDOWN = 4016
     PROFILE_MISMATCH = 4017
 
+    @classmethod
+    def from_wire(cls, code: int | None) -> CloseCode | None:
+        """The close code a peer sent as a :class:`CloseCode`; None when there was none or
+        it is not one netcheck defines (the one place an incoming code is mapped)."""
+        return cls(code) if code is not None and code in cls._value2member_map_ else None
+
 
 class NetcheckError(Exception):
     """Base class of every error netcheck raises on purpose."""

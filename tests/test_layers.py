@@ -89,6 +89,8 @@ def test_imports_point_down() -> None:
         src = _group(mod, layers)
         for target in sorted(targets):
             dst = _group(target, layers)
+            if not src or not dst:  # unplaced: test_every_module_has_a_layer reports it
+                continue
             if src != dst and layers[dst] >= layers[src]:
                 upward.append(f"{mod} (layer {layers[src]}) -> {target} (layer {layers[dst]})")
     assert upward == []

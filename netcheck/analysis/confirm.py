@@ -35,12 +35,19 @@ class ConfirmConfig:
       over the group's members.
     - ``min_rounds`` (3): minimum observations per condition per member.
     - ``min_members`` (2): confirmed members needed to confirm the group.
+    - ``floor_test`` (True): the floor is a hypothesis: a member passes when Welch's
+      one-sided test of ``H0: effect <= effect_floor`` rejects at the level (the
+      slowdown is *significantly above* the floor). False = the previous rule (effect
+      estimate above the floor and ``H0: effect <= 0`` rejected), under which a real
+      coupling just below the floor (honest co-hosted GPUs) passes about half the time
+      once the data make it significant.
     """
 
     effect_floor: float = math.log(1.25)
     alpha: float = 1e-3
     min_rounds: int = 3
     min_members: int = 2
+    floor_test: bool = True
 
     def __post_init__(self) -> None:
         if self.effect_floor < 0 or not 0 < self.alpha < 1:
@@ -122,11 +129,12 @@ def plan_confirmation(group: Sequence[str], n_rounds: int) -> list[set[str]]:
     return plan
 
 
-def _welch(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
-    """Welch (1947) t of mean(a) - mean(b), its df and one-sided p."""
+def _welch(a: np.ndarray, b: np.ndarray, shift: float = 0.0) -> tuple[float, float, float]:
+    """Welch (1947) t of ``mean(a) - mean(b) - shift``, its df and one-sided p
+    (``H0: difference <= shift``)."""
     va, vb = float(np.var(a, ddof=1)) / a.size, float(np.var(b, ddof=1)) / b.size
     se2 = va + vb
-    diff = float(np.mean(a) - np.mean(b))
+    diff = float(np.mean(a) - np.mean(b)) - shift
     if se2 <= 0:
         t = math.inf if diff > 0 else (-math.inf if diff < 0 else 0.0)
         return t, float(a.size + b.size - 2), 0.0 if diff > 0 else 1.0
@@ -145,7 +153,9 @@ def judge_confirmation(
     A round counts as *co-loaded* for member m when it loaded the whole group, as
     *alone* when m is the only group member loaded. Each member gets a one-sided Welch
     t-test (Welch 1947) of co-loaded minus alone mean log service time at level
-    ``alpha / g`` (Bonferroni over the members) plus the effect floor; the group is
+    ``alpha / g`` (Bonferroni over the members): with ``floor_test`` of ``H0: effect <=
+    effect_floor``, else of ``H0: effect <= 0`` plus the estimate above the floor
+    (``t``/``p`` in :class:`MemberTest` are those of the test used); the group is
     ``shared-backend`` if at least ``min_members`` members are confirmed.
     """
     cfg = cfg or ConfirmConfig()
@@ -170,8 +180,8 @@ def judge_confirmation(
                                     math.nan, math.nan, math.nan, False))  # fmt: skip
             continue
         a, b = np.asarray(co), np.asarray(alone)
-        t, df, p = _welch(a, b)
         effect = float(a.mean() - b.mean())
+        t, df, p = _welch(a, b, cfg.effect_floor if cfg.floor_test else 0.0)
         ok = p < level and effect > cfg.effect_floor
         tests.append(MemberTest(m, a.size, b.size, effect, math.exp(effect), t, df, p, ok))
     confirmed = tuple(mt.node_key for mt in tests if mt.confirmed)

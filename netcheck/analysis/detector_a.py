@@ -308,6 +308,8 @@ def forward_selection(e: FloatArray, loaded: BoolArray, cfg: DetectorConfig) -> 
             room = cfg.max_partners - (x.shape[1] - 1)
             if dof >= 2 and room >= 2 and cfg.group_step > 1:
                 idx = np.flatnonzero(usable)
+                if idx.size > cfg.group_pool:  # the strongest single partners only
+                    idx = idx[np.argsort(-t_all[idx], kind="stable")[: cfg.group_pool]]
                 guard = t_crit(cfg.group_guard_p, dof - 1 + cfg.prior_df)
                 found = _group_search(rc[:, idx].T @ rc[:, idx], cy[idx], yy, dof, s0_sq, cfg,
                                       guard, min(cfg.group_step, room))  # fmt: skip

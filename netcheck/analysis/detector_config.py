@@ -16,8 +16,12 @@ from statistics import NormalDist
 class DetectorConfig:
     """Thresholds of the screening detectors, with their documented defaults.
 
-    - ``alpha`` (0.01): family-wise error rate of each detector over all ordered pairs
-      (Bonferroni).
+    - ``alpha`` (0.5): family-wise error rate of each detector over all ordered pairs
+      (Bonferroni): the chance that one analysis nominates any honest node as a suspect.
+      Screening only nominates; no flag is raised without the confirmation rounds,
+      whose own level bounds false flags (:mod:`netcheck.analysis.confirm_run`), so
+      this level prices confirmation rounds, not false flags. At 0.01 (the earlier
+      default) a 16-round screening of 200 nodes found half as many pairs.
     - ``effect_floor`` (log 1.25): minimum slowdown, in log units, that one partner's
       load must add to a node's service time (Detector A) — a 25% slowdown. Honest
       co-hosted GPUs couple by a few percent; a shared GPU with batching efficiency beta
@@ -43,6 +47,10 @@ class DetectorConfig:
       then this many best sets of each size are extended by one partner (the
       Bonferroni count covers every possible set, so a partial search costs power,
       never error control).
+    - ``group_pool`` (48): group steps draw their members from the partners with the
+      largest single-partner t at that step (a shared partner's own t is raised by its
+      share of the slowdown); the search cost no longer grows with ``n^2`` per node.
+      Power only: the Bonferroni count still covers every possible set.
     - ``group_guard_p`` (0.01): in a group step each partner must also slow the node on
       its own: partial coefficient (given the count of the others) above
       ``effect_floor / 2`` and one-sided partial t at this level (not multiplicity
@@ -52,9 +60,16 @@ class DetectorConfig:
       loaded nodes among i and the partners i selected together with j, at level
       ``alpha / 2 / m`` (Bonferroni over the ``m`` one-way selections tested; see
       :func:`reverse_tests`). The selection steps then share the other ``alpha / 2``.
+    - ``grouping`` (``"cliques"``): suspect groups are the maximal cliques of the edge
+      graph, so a group never holds two nodes without an edge between them (a chain
+      a-b, b-c gives the groups {a, b} and {b, c}); ``"components"`` = the previous
+      connected components, under which a few stray edges merge unrelated farms.
+    - ``drop_full_rounds`` (True): rounds in which every node was loaded are left out
+      (they are no random design: every farm is slowed at once, so residuals of
+      unrelated identities move together and link them).
     """
 
-    alpha: float = 0.01
+    alpha: float = 0.5
     effect_floor: float = math.log(1.25)
     min_rounds: int = 2
     min_coloaded_rounds: int = 8
@@ -65,8 +80,11 @@ class DetectorConfig:
     prior_df: float = 10.0
     group_step: int = 4
     group_candidates: int = 24
+    group_pool: int = 48
     group_guard_p: float = 0.01
     reverse_test: bool = True
+    grouping: str = "cliques"
+    drop_full_rounds: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -79,8 +97,12 @@ class DetectorConfig:
             raise ValueError("prior_df must be >= 0")
         if self.group_step < 1 or self.group_candidates < 2:
             raise ValueError("need group_step >= 1 and group_candidates >= 2")
+        if self.group_pool < 2:
+            raise ValueError("need group_pool >= 2")
         if not 0.0 < self.group_guard_p < 1.0:
             raise ValueError("group_guard_p must be in (0, 1)")
+        if self.grouping not in ("cliques", "components"):
+            raise ValueError("grouping must be 'cliques' or 'components'")
 
     def p_crit(self, n_nodes: int) -> float:
         """Per-test one-sided level ``alpha / (n (n - 1))`` (Bonferroni)."""

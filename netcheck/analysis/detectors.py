@@ -59,6 +59,7 @@ __all__ = [
     "SuspectGroup",
     "connected_components",
     "detect",
+    "maximal_cliques",
     "residual_correlation",
 ]
 
@@ -139,6 +140,38 @@ def connected_components(n: int, pairs: list[tuple[int, int]]) -> list[list[int]
     return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[0])
 
 
+def maximal_cliques(nodes: list[int], pairs: list[tuple[int, int]]) -> list[tuple[int, ...]]:
+    """Maximal cliques (2+ members) of the graph ``(nodes, pairs)``, each sorted, ordered
+    by their members.
+
+    Source: Bron & Kerbosch, "Algorithm 457: finding all cliques of an undirected
+    graph", *CACM* 16 (1973), with Tomita's pivot (Tomita, Tanaka & Takahashi,
+    *Theor. Comput. Sci.* 363 (2006) 28-42). Only nodes with an edge are expanded.
+    """
+    adj: dict[int, set[int]] = {}
+    for a, b in pairs:
+        if a != b:
+            adj.setdefault(a, set()).add(b)
+            adj.setdefault(b, set()).add(a)
+    keep = set(nodes)
+    adj = {v: nb & keep for v, nb in adj.items() if v in keep}
+    out: list[tuple[int, ...]] = []
+
+    def expand(r: list[int], p: set[int], x: set[int]) -> None:
+        if not p and not x:
+            if len(r) >= 2:
+                out.append(tuple(sorted(r)))
+            return
+        pivot = max(p | x, key=lambda v: len(adj[v] & p))
+        for v in sorted(p - adj[pivot]):
+            expand([*r, v], p & adj[v], x & adj[v])
+            p = p - {v}
+            x = x | {v}
+
+    expand([], set(adj), set())
+    return sorted(out)
+
+
 def detect(
     e: FloatArray,
     loaded: BoolArray,
@@ -158,14 +191,20 @@ def detect(
             them: imputed cells carry no noise, so two nodes censored in the same rounds
             would correlate through the round effects alone.
     Returns:
-        :class:`Detection`: mutual Detector A edges, Detector B edges, and the connected
-        components of their union as suspect groups.
+        :class:`Detection`: mutual Detector A edges, Detector B edges, and the suspect
+        groups of their union (``cfg.grouping``: maximal cliques, or connected
+        components). With ``cfg.drop_full_rounds`` the rounds in which every node was
+        loaded are left out first.
     Raises:
         ValueError: on mismatched shapes.
     """
     n = e.shape[0]
     if loaded.shape != e.shape or len(node_keys) != n:
         raise ValueError("e, loaded and node_keys must agree in shape")
+    if cfg.drop_full_rounds and n > 1:
+        keep = ~loaded.all(axis=0)
+        e, loaded = e[:, keep], loaded[:, keep]
+        censored = None if censored is None else censored[:, keep]
     p_crit = cfg.p_crit(n)
     edges: dict[tuple[int, int], Edge] = {}
     if cfg.forward_selection:
@@ -215,10 +254,13 @@ def detect(
                     float(ct.p[i, j]), p_crit, float(ct.r[i, j]), cfg.r_floor,
                     int(ct.n[i, j]),
                 )  # fmt: skip
-    comps = connected_components(n, sorted(edges))
+    if cfg.grouping == "cliques":
+        comps = [list(c) for c in maximal_cliques(list(range(n)), sorted(edges))]
+    else:
+        comps = connected_components(n, sorted(edges))
     groups = []
     for comp in comps:
         members = set(comp)
-        g_edges = tuple(ed for (i, j), ed in sorted(edges.items()) if i in members)
+        g_edges = tuple(ed for (i, j), ed in sorted(edges.items()) if i in members and j in members)
         groups.append(SuspectGroup(tuple(node_keys[k] for k in comp), g_edges))
     return Detection(tuple(edges[k] for k in sorted(edges)), tuple(groups), cfg.z_crit(n), p_crit)

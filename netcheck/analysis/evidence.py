@@ -14,16 +14,15 @@ Input rows are raw ``results`` rows (dicts with ``round_id``, ``node_key``,
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from netcheck.analysis.answers import SharingFinding
 from netcheck.analysis.confirm import (
-    ConfirmationObservation,
-    ConfirmationResult,
-    ConfirmConfig,
     RelayResult,
 )
+from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.screening import (
     RELAY_FLOOR_S,
@@ -93,29 +92,39 @@ def detection_summary(analysis: Analysis) -> dict[str, Any]:
 
 def shared_backend_evidence(
     group: SuspectGroup, stored: StoredRounds, analysis: Analysis, detector: DetectorConfig,
-    observations: Sequence[ConfirmationObservation], schedules: Mapping[str, dict[str, bool]],
-    conf_rows: Sequence[Mapping[str, Any]], result: ConfirmationResult, looks: int,
-    judge_cfg: ConfirmConfig,
+    run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
+    conf_rows: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:  # fmt: skip
-    """Evidence of a ``shared-backend`` (or ``cleared``) flag: the screening window that
-    raised the group and the confirmation rounds that judged it."""
+    """Evidence of the ``shared-backend`` flags (or the ``cleared`` record) of one
+    confirmation (:class:`ConfirmationRun`): the screening window that raised the group
+    and the confirmation rounds of both phases. The caller adds ``confirmed_members``
+    (the flag's members)."""
     members = list(group.members)
+    observations = run.observations
     conf_ids = [o.round_id for o in observations]
     lat_s, rec_s = member_evidence(members, stored.round_ids, stored.results)
     lat_c, rec_c = member_evidence(members, conf_ids, conf_rows)
     bits = {m: [int(stored.schedules[r].get(m, False)) for r in stored.round_ids]
             for m in members}  # fmt: skip
+    group_res = run.group_result
+    assert group_res is not None
     return {
         "rule": (
-            "shared-backend when >= min_members members each show co-loaded minus alone "
-            "mean log service time > effect_floor with one-sided Welch p < p_threshold; "
-            "statistic = the largest p among confirmed members (smallest p if cleared)"
+            "group phase: each member's co-loaded (whole group) minus alone mean log "
+            "service time tested one-sided (Welch) against H0: effect <= effect_floor at "
+            "p_threshold; split phase (unless the group is a pair): each pair of passing "
+            "members loaded alone together vs each alone, both members must pass; a flag "
+            "= a maximal clique of passing pairs; statistic = the largest p of the tests "
+            "inside the flag (smallest p if cleared)"
         ),
         "group": members,
-        "confirmed_members": list(result.confirmed_members),
+        "flags": [list(f) for f in run.flags],
+        "attempt": run.attempt,
+        "alpha_attempt": run.alpha,
         "screening": {
             "rounds": list(stored.round_ids),
             "kinds": [stored.kinds[r] for r in stored.round_ids],
+            "analysed_rounds": list(analysis.matrix.round_ids),
             "schedule_rule": SCHEDULE_RULE_TEXT,
             "schedule_bits": bits,
             "edges": [dataclasses.asdict(e) for e in group.edges],
@@ -135,16 +144,35 @@ def shared_backend_evidence(
                 }
                 for o in observations
             ],  # fmt: skip
-            "members": [dataclasses.asdict(t) for t in result.members],
-            "p_threshold": result.p_threshold,
-            "effect_floor": result.effect_floor,
-            "beta_estimate": result.beta_estimate,
-            "looks": looks,
-            "confirm_config": dataclasses.asdict(judge_cfg),
+            "members": [dataclasses.asdict(t) for t in group_res.members],
+            "p_threshold": group_res.p_threshold,
+            "effect_floor": group_res.effect_floor,
+            "beta_estimate": group_res.beta_estimate,
+            "pairs": [
+                {
+                    "pair": list(pair),
+                    "members": [dataclasses.asdict(t) for t in r.members],
+                    "p_threshold": r.p_threshold,
+                }
+                for pair, r in run.pair_results.items()
+            ],  # fmt: skip
+            "looks": run.looks,
+            "confirm_config": dataclasses.asdict(run.judge_config()),
             "latencies": lat_c,
         },
         "receipts": rec_s + rec_c,
     }
+
+
+def flag_statistic(run: ConfirmationRun, flag: Sequence[str]) -> tuple[float, float]:
+    """Largest member p inside ``flag`` (its pair tests, or the group test of a pair)
+    and the per-member level it was held to."""
+    results = [r for pair, r in run.pair_results.items() if set(pair) <= set(flag)]
+    if not results and run.group_result is not None:
+        results = [run.group_result]
+    ps = [t.p for r in results for t in r.members if t.node_key in flag]
+    level = min((r.p_threshold for r in results), default=math.nan)
+    return max(ps, default=math.nan), level
 
 
 def result_sharing_evidence(

@@ -100,10 +100,16 @@ def analyse(stored: StoredRounds, deadline_s: float, cfg: DetectorConfig) -> Ana
     """Stored rows -> ``y`` matrix -> median polish -> detectors (pure).
 
     Nodes are every node in any stored schedule (sorted); a missing result is censored
-    at ``deadline_s`` (the profile's deadline without the RTT terms).
+    at ``deadline_s`` (the profile's deadline without the RTT terms). With
+    ``cfg.drop_full_rounds`` only ``screening`` rounds (random designs) enter: in a full
+    round every farm is slowed at once, which links unrelated identities.
     """
     keys = sorted({k for sched in stored.schedules.values() for k in sched})
-    mat = log_service_matrix(timing_rows(stored), keys, stored.round_ids, deadline_s)
+    round_ids = [
+        r for r in stored.round_ids
+        if not cfg.drop_full_rounds or stored.kinds.get(r, RoundKind.SCREENING) == RoundKind.SCREENING
+    ]  # fmt: skip
+    mat = log_service_matrix(timing_rows(stored), keys, round_ids, deadline_s)
     polish = median_polish(mat.y)
     detection = detect(polish.residuals, mat.loaded, tuple(keys), cfg, mat.censored)
     return Analysis(mat, detection, deadline_s)

@@ -52,7 +52,14 @@ from netcheck.errors import NetcheckError
 from netcheck.storage.flags import FLAG_STATUSES, jsonable
 from netcheck.storage.reader import Reader
 from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
-from netcheck.web.inputs import MAX_OFFSET, json_object, optional_name, parse_int, query_int
+from netcheck.web.inputs import (
+    MAX_OFFSET,
+    bearer_token,
+    json_object,
+    optional_name,
+    parse_int,
+    query_int,
+)
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
@@ -92,9 +99,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         if not _is_loopback(request.remote):
             log.warning("admin request from non-loopback address %s refused", request.remote)
             raise web.HTTPForbidden(text="admin API is loopback-only")
-        header = request.headers.get("Authorization", "")
-        token = header.removeprefix("Bearer ").strip()
-        if not header.startswith("Bearer ") or not hmac.compare_digest(
+        token = bearer_token(request.headers.get("Authorization", ""))
+        if token is None or not hmac.compare_digest(
             token.encode(), coord.config.admin_token.encode()
         ):
             raise web.HTTPUnauthorized(text="missing or wrong admin token")
@@ -104,7 +110,10 @@ def admin_app(coord: Coordinator) -> web.Application:
         per_profile: dict[str, int] = {}
         for s in coord.sessions.values():
             per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
-        pool = [e.as_dict() for e in await asyncio.to_thread(live_pool, coord)]
+        pool = [
+            e.as_dict()
+            for e in await asyncio.to_thread(live_pool, coord.store, coord.profiles, coord.sessions)
+        ]
         return web.json_response(
             {"connected": len(coord.sessions), "per_profile": per_profile,
              "profiles": sorted(coord.profiles), "handshake_failures": coord.handshake_failures,
@@ -112,7 +121,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         )  # fmt: skip
 
     async def references(request: web.Request) -> web.Response:
-        pool = await asyncio.to_thread(live_pool, coord)
+        pool = await asyncio.to_thread(live_pool, coord.store, coord.profiles, coord.sessions)
         return web.json_response({"references": [e.as_dict() for e in pool]})
 
     async def nodes(request: web.Request) -> web.Response:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
+import itertools
 import logging
 import math
 from collections import Counter
@@ -39,12 +39,9 @@ from netcheck.analysis import evidence as ev
 from netcheck.analysis.confirm import (
     CLEARED,
     SHARED_BACKEND,
-    ConfirmationObservation,
-    ConfirmationResult,
     ConfirmConfig,
-    judge_confirmation,
-    plan_confirmation,
 )
+from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
 from netcheck.analysis.screening import (
@@ -248,9 +245,9 @@ class Screening:
         """
         profile = self._profile(profile_name)
         deadline_s = profile.deadline_s(0.0)
+        kinds = (RoundKind.SCREENING,) if self.detector.drop_full_rounds else SCREEN_KINDS
         stored = await asyncio.to_thread(
-            self.flags.recent_rounds, profile.name, SCREEN_KINDS,
-            self.config.screening_window_rounds,
+            self.flags.recent_rounds, profile.name, kinds, self.config.screening_window_rounds,
         )  # fmt: skip
         flag_ids: list[int] = []
         confirmations: list[dict[str, Any]] = []
@@ -269,92 +266,93 @@ class Screening:
                 confirmations.append({"group": list(group.members), "verdict": "already-flagged"})
                 continue
             try:
-                result, flag_id = await self.confirm_group(profile, group, stored, analysis)
+                run, ids = await self.confirm_group(profile, group, stored, analysis)
             except RoundError as exc:  # e.g. the group's nodes left
                 log.warning("confirmation of %s not run: %s", group.members, exc)
                 confirmations.append({"group": list(group.members), "verdict": "not-run",
                                       "reason": str(exc)})  # fmt: skip
                 continue
-            flag_ids.append(flag_id)
-            confirmations.append({"group": list(group.members), "verdict": result.verdict,
-                                  "confirmed_members": list(result.confirmed_members),
-                                  "flag_id": flag_id})  # fmt: skip
+            flag_ids.extend(ids)
+            confirmations.append({"group": list(group.members), "verdict": run.verdict,
+                                  "flags": [list(f) for f in run.flags], "attempt": run.attempt,
+                                  "flag_ids": ids})  # fmt: skip
         return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
                 "flag_ids": flag_ids}  # fmt: skip
 
-    def _already_flagged(self, profile: str, members: Sequence[str]) -> bool:
-        want = set(members)
-        return any(
-            set(f["node_keys"]) == want
-            for f in self.flags.list_flags(
-                kind=SHARED_BACKEND, status=FlagStatus.CONFIRMED, limit=10_000
-            )
+    def _shared_flags(self, profile: str, status: FlagStatus | None) -> list[list[str]]:
+        return [
+            list(f["node_keys"])
+            for f in self.flags.list_flags(kind=SHARED_BACKEND, status=status, limit=10_000)
             if f["profile"] == profile
+        ]
+
+    def _already_flagged(self, profile: str, members: Sequence[str]) -> bool:
+        """Every pair of ``members`` is already inside one confirmed flag."""
+        flagged = [set(f) for f in self._shared_flags(profile, FlagStatus.CONFIRMED)]
+        return all(
+            any({a, b} <= f for f in flagged)
+            for a, b in itertools.combinations(sorted(set(members)), 2)
         )
 
     async def confirm_group(
         self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis
-    ) -> tuple[ConfirmationResult, int]:
-        """Confirmation rounds for one suspect group; stores and returns its flag
-        (``shared-backend`` confirmed, or a ``cleared`` record)."""
+    ) -> tuple[ConfirmationRun, list[int]]:
+        """Confirmation rounds for one suspect group (:class:`ConfirmationRun`, the same
+        driver the simulator uses); stores one ``shared-backend`` flag per confirmed
+        clique, or one ``cleared`` record; returns the run and the flag ids."""
         members = list(group.members)
-        cycles, max_cycles = self.config.confirm_cycles, self.config.confirm_max_cycles
-        looks = max(1, -(-max_cycles // cycles))
-        judge_cfg = dataclasses.replace(self.confirm, alpha=self.confirm.alpha / looks)
-        observations: list[ConfirmationObservation] = []
+        earlier = await asyncio.to_thread(self._shared_flags, profile.name, None)
+        run = ConfirmationRun(
+            tuple(members), self.config.confirm_cycles, self.config.confirm_max_cycles,
+            self.confirm, attempt=prior_attempts(members, earlier) + 1,
+        )  # fmt: skip
         schedules: dict[str, dict[str, bool]] = {}
-        result: ConfirmationResult | None = None
-        for look in range(looks):
-            for load in plan_confirmation(members, cycles):
+        look = 0
+        while not run.done:
+            block = []
+            for load in run.next_block():
                 report = await run_round(
-                    self.coord, profile.name, load=load, kind=RoundKind.CONFIRMATION, rule="explicit",
-                    context={"group": members, "look": look},
+                    self.coord, profile.name, load=load, kind=RoundKind.CONFIRMATION,
+                    rule="explicit", context={"group": members, "phase": run.phase, "look": look},
                 )  # fmt: skip
                 rows = await asyncio.to_thread(self.flags.round_results, [report.round_id])
                 schedules[report.round_id] = report.schedule
-                observations.append(
+                block.append(
                     confirmation_observation(
                         report.round_id, report.schedule, rows, analysis.deadline_s
                     )  # fmt: skip
                 )
-            result = judge_confirmation(members, observations, judge_cfg)
-            if result.verdict == SHARED_BACKEND:
-                break
-        assert result is not None
-        flag_id = await asyncio.to_thread(
-            self._store_group_flag, profile, group, stored, analysis, observations, schedules,
-            result, looks, judge_cfg,
-        )  # fmt: skip
-        log.warning(
-            "suspect group %s: %s (flag %d)", [m[:20] for m in members], result.verdict, flag_id
+            run.add(block)
+            look += 1
+        ids = await asyncio.to_thread(
+            self._store_group_flags, profile, group, stored, analysis, run, schedules
         )
-        return result, flag_id
+        log.warning("suspect group %s: %s %s (flags %s)", [m[:20] for m in members],
+                    run.verdict, [[m[:12] for m in f] for f in run.flags], ids)  # fmt: skip
+        return run, ids
 
-    def _store_group_flag(
+    def _store_group_flags(
         self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
-        observations: Sequence[ConfirmationObservation], schedules: Mapping[str, dict[str, bool]],
-        result: ConfirmationResult, looks: int, judge_cfg: ConfirmConfig,
-    ) -> int:  # fmt: skip
-        members = list(group.members)
-        conf_rows = self.flags.round_results([o.round_id for o in observations])
-        confirmed = result.verdict == SHARED_BACKEND
-        tests = {t.node_key: t for t in result.members}
-        weakest = max((tests[m].p for m in result.confirmed_members), default=math.nan)
-        if not confirmed:
-            weakest = min((t.p for t in result.members if math.isfinite(t.p)), default=math.nan)
+        run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
+    ) -> list[int]:  # fmt: skip
+        conf_rows = self.flags.round_results([o.round_id for o in run.observations])
         evidence = ev.shared_backend_evidence(
-            group, stored, analysis, self.detector, observations, schedules, conf_rows, result,
-            looks, judge_cfg,
-        )  # fmt: skip
-        return self.flags.add_flag(
-            SHARED_BACKEND,
-            FlagStatus.CONFIRMED if confirmed else CLEARED,
-            profile.name,
-            result.confirmed_members if confirmed else members,
-            weakest,
-            result.p_threshold,
-            evidence,
+            group, stored, analysis, self.detector, run, schedules, conf_rows
         )
+        group_res = run.group_result
+        assert group_res is not None
+        if not run.flags:
+            p_min = min((t.p for t in group_res.members if math.isfinite(t.p)), default=math.nan)
+            evidence["confirmed_members"] = list(group_res.confirmed_members)
+            return [self.flags.add_flag(SHARED_BACKEND, CLEARED, profile.name, list(group.members),
+                                        p_min, group_res.p_threshold, evidence)]  # fmt: skip
+        ids = []
+        for flag in run.flags:
+            stat, level = ev.flag_statistic(run, flag)
+            ids.append(self.flags.add_flag(SHARED_BACKEND, FlagStatus.CONFIRMED, profile.name,
+                                           flag, stat, level,
+                                           {**evidence, "confirmed_members": list(flag)}))  # fmt: skip
+        return ids
 
     # -- per-round checks ------------------------------------------------------------------
 

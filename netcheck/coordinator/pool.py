@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from netcheck.config import Profile
 from netcheck.coordinator.session import NodeSession
@@ -17,9 +17,6 @@ from netcheck.records import Verdict
 from netcheck.references.mismatch import explain_mismatch
 from netcheck.references.pool import PoolEntry, pool_status
 from netcheck.storage import Store
-
-if TYPE_CHECKING:
-    from netcheck.coordinator.server import Coordinator
 
 log = logging.getLogger("netcheck.round")
 
@@ -68,12 +65,15 @@ def warn_low_pool(store: Store, profile: Profile, sessions: Sequence[NodeSession
             )  # fmt: skip
 
 
-def live_pool(coord: Coordinator) -> list[PoolEntry]:
-    """Pool entries for every stored (profile, fingerprint) and every connected one.
+def live_pool(
+    store: Store, profiles: Mapping[str, Profile], sessions: Mapping[str, NodeSession]
+) -> list[PoolEntry]:
+    """Pool entries for every stored (profile, fingerprint) and every connected one
+    (``sessions``: the coordinator's live session table, read once here).
 
     Raises:
         StorageError: the database failed.
     """
-    sessions = list(coord.sessions.values())  # one C-level copy: safe from a thread
-    connected = Counter((s.claim.profile, s.fingerprint_id) for s in sessions)
-    return pool_status(coord.store.reference_pool(), coord.profiles, connected)
+    live = list(sessions.values())  # one C-level copy: safe from a thread
+    connected = Counter((s.claim.profile, s.fingerprint_id) for s in live)
+    return pool_status(store.reference_pool(), profiles, connected)

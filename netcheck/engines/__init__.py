@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from netcheck.engines.base import Engine, model_identity
 from netcheck.engines.fingerprint import Fingerprint, fingerprint_id
+from netcheck.engines.packaged import PACKAGE_PREFIX, ensure_packaged_model
 from netcheck.engines.synth import ensure_synth_model, model_cache_dir, synth_model, weight_hash
 from netcheck.errors import EngineError
 
@@ -34,13 +35,18 @@ SYNTH_PREFIX = "synth:"
 
 
 def resolve_model_dir(model: str) -> Path:
-    """Directory of a profile's ``model``: ``synth:<preset>`` (generated if missing) or a path.
+    """Directory of a profile's ``model``: ``synth:<preset>`` (generated if missing),
+    ``package:<name>`` (a package-shipped model, converted once into the model cache:
+    :mod:`netcheck.engines.packaged`) or a path.
 
     Raises:
-        EngineError: unknown preset, or a path that is not a directory.
+        EngineError: unknown preset or packaged model, a package missing or not as
+            pinned, or a path that is not a directory.
     """
     if model.startswith(SYNTH_PREFIX):
         return ensure_synth_model(model[len(SYNTH_PREFIX) :])
+    if model.startswith(PACKAGE_PREFIX):
+        return ensure_packaged_model(model[len(PACKAGE_PREFIX) :])
     path = Path(model).expanduser()
     if not path.is_dir():
         raise EngineError(f"model directory {path} does not exist")
@@ -90,13 +96,11 @@ def load_engine(
         model_id = model_identity(directory)
     else:
         directory = resolve_model_dir(profile.model)
-        model_id = profile.model if profile.model.startswith(SYNTH_PREFIX) else None
-    extra: dict[str, Any] = {}
-    if profile.engine == "torch":
-        extra["cpu_threads"] = profile.cpu_threads
+        named = profile.model.startswith((SYNTH_PREFIX, PACKAGE_PREFIX))
+        model_id = profile.model if named else None
     engine: Engine = engine_cls(
         directory,
-        **extra,
+        cpu_threads=profile.cpu_threads,
         dtype=dtype or profile.dtype,
         device=profile.device,
         batch_size=profile.batch_size,

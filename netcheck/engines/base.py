@@ -148,13 +148,16 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[str], prompt_len: int) -> l
 
 
 def model_identity(model_dir: Path) -> str:
-    """``"synth:<preset>"`` for a synthetic model directory, else the directory name."""
-    info = Path(model_dir) / "netcheck-synth.json"
-    if info.is_file():
-        try:
-            return "synth:" + str(json.loads(info.read_text(encoding="utf-8"))["preset"])
-        except (OSError, ValueError, KeyError):
-            pass
+    """``"synth:<preset>"`` for a synthetic model directory, ``"package:<name>"`` for a
+    converted package-shipped model, else the directory name."""
+    for marker, key in (("netcheck-synth.json", "preset"), ("netcheck-package.json", "model")):
+        info = Path(model_dir) / marker
+        if info.is_file():
+            try:
+                value = str(json.loads(info.read_text(encoding="utf-8"))[key])
+            except (OSError, ValueError, KeyError):
+                continue
+            return "synth:" + value if key == "preset" else value
     return Path(model_dir).resolve().name
 
 

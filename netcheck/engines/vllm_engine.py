@@ -9,7 +9,18 @@ large enough to prefill the whole batch in one scheduler step, so every batch is
 scheduled the same way.
 
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` is set before vLLM is imported (the engine core
-then runs in this process). The KV cache size is given explicitly
+then runs in this process).
+
+CPU threads (``cpu_threads``, the profile's field of that name): on the CPU backend vLLM
+otherwise binds one OpenMP thread per core in *every* engine process. Several engine
+processes on one machine (the demo, tests, a node beside a reference builder) then
+oversubscribe the cores, and OpenMP threads that spin-wait at barriers starve each
+other: a synth:tiny batch took 7 CPU-seconds with the default and 0.65 with one thread
+(docs/calibration). With ``cpu_threads`` set, vLLM's thread binding is switched off
+(``VLLM_CPU_OMP_THREADS_BIND=nobind``), ``OMP_NUM_THREADS`` is set for OpenMP runtimes
+not yet started and ``torch.set_num_threads`` is called before vLLM loads; the count
+in effect afterwards is recorded in the fingerprint as ``cpu_threads`` (it can change
+the reduction order, as for the torch engine). The KV cache size is given explicitly
 (``kv_cache_memory_bytes``, computed from the model config) so that on the CPU
 backend nothing depends on how much host memory is free, and the memory-probing
 warm-up is skipped.
@@ -82,6 +93,21 @@ def _torch_device(device: str) -> str:
     return device if device.startswith("cuda:") else "cuda:0"
 
 
+def _limit_cpu_threads(cpu_threads: int | None) -> int | None:
+    """Before vLLM loads on the CPU: one OpenMP team of ``cpu_threads``, no binding (see
+    the module doc). Returns ``cpu_threads``."""
+    if cpu_threads is None:
+        return None
+    import torch
+
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    os.environ["OMP_NUM_THREADS"] = str(cpu_threads)
+    # torch._C's own function: an earlier vLLM engine in this process replaced
+    # torch.set_num_threads with a no-op after binding its threads.
+    torch._C.set_num_threads(cpu_threads)
+    return cpu_threads
+
+
 class VllmEngine(Engine):
     """An in-process ``vllm.LLM`` running greedy fixed-size batches.
 
@@ -91,9 +117,12 @@ class VllmEngine(Engine):
         device: "cpu", "cuda", "cuda:N" or "auto" (must match the installed vLLM build).
         batch_size, prompt_len, max_new_tokens: the fixed batch shape.
         model_id: fingerprint model id; default from :func:`base.model_identity`.
+        cpu_threads: OpenMP/torch threads on the CPU backend (see the module doc);
+            None keeps vLLM's own binding. Ignored on an accelerator.
 
     Raises:
-        EngineError: vLLM missing, bad arguments, or the model failed to load.
+        EngineError: vLLM missing, bad arguments, the model failed to load, or the
+            thread count in effect after loading differs from ``cpu_threads``.
     """
 
     name = "vllm"
@@ -108,6 +137,7 @@ class VllmEngine(Engine):
         prompt_len: int,
         max_new_tokens: int,
         model_id: str | None = None,
+        cpu_threads: int | None = None,
     ) -> None:
         super().__init__(
             batch_size=batch_size, prompt_len=prompt_len, max_new_tokens=max_new_tokens
@@ -123,6 +153,7 @@ class VllmEngine(Engine):
             raise EngineError(f"vllm engine needs vllm: {exc}") from exc
         device_name = _device_name(device)
         self._probe_device = "cpu" if device_name == "cpu" else _torch_device(device)
+        threads = _limit_cpu_threads(cpu_threads) if device_name == "cpu" else None
         self._dtype = dtype
         max_model_len = prompt_len + max_new_tokens
         try:
@@ -143,6 +174,14 @@ class VllmEngine(Engine):
             raise
         except Exception as exc:  # vLLM raises many types while loading
             raise EngineError(f"vLLM could not load {model_dir}: {exc}") from exc
+        if threads is not None:
+            import torch
+
+            if torch.get_num_threads() != threads:
+                raise EngineError(
+                    f"vLLM runs {torch.get_num_threads()} CPU threads, the profile asks for "
+                    f"{threads}; start the process with OMP_NUM_THREADS={threads}"
+                )
         self._tokenizer = self._llm.get_tokenizer()
         self._params = SamplingParams(
             temperature=0.0,
@@ -162,6 +201,7 @@ class VllmEngine(Engine):
             batch_size=batch_size,
             prompt_len=prompt_len,
             max_new_tokens=max_new_tokens,
+            cpu_threads=threads,
         )
 
     def generate(self, prompts: Sequence[str]) -> list[list[int]]:

@@ -211,6 +211,24 @@ async def wait_connected(
     raise RuntimeError(f"only {connected}/{n} nodes connected after {timeout_s:.0f} s")
 
 
+def report_overruns(procs: Processes) -> int:
+    """Print how many batches overran the emulated GPU (``EMULATION OVERRUN`` lines in the
+    node logs, :class:`netcheck.lab.emulation.EmulatedWorker`); returns that count."""
+    counts = {
+        name: (procs.logs / f"{name}.log").read_text(errors="replace").count("EMULATION OVERRUN")
+        for name in procs.procs
+    }
+    total = sum(counts.values())
+    if total:
+        where = ", ".join(f"{n} {c}" for n, c in sorted(counts.items()) if c)
+        console.print(
+            f"[yellow]EMULATION OVERRUN[/yellow] in {total} batches ({where}): real compute "
+            "on this machine outlasted the emulated GPU, so those timings show the host CPU "
+            "(too slow or too busy), not the emulated GPU"
+        )
+    return total
+
+
 def summarize(reports: list[dict[str, Any]], names: dict[str, str]) -> bool:
     """Print the per-node summary; True when honest nodes passed and cheaters failed."""
     by_name = {n.name: n for n in NODES}
@@ -276,12 +294,15 @@ async def _run(
     await asyncio.sleep(0.5)
     for n in nodes:
         args = ["node", "run", "--config", str(workdir / f"{n.name}.toml")]
+        backend_url = f"http://127.0.0.1:{backend_port}"
         if n.adversary == "proxy":
-            args += ["--adversary", "proxy", "--backend", f"http://127.0.0.1:{backend_port}"]
+            args += ["--adversary", "proxy", "--backend", backend_url]
         else:
             args += ["--emulate-batch-time", str(batch_time)]
             if n.adversary:
                 args += ["--adversary", n.adversary]
+            if n.adversary == "made-up":  # copies the backend's fingerprint: no engine load
+                args += ["--backend", backend_url]
         procs.start(n.name, *args)
     with console.status(f"waiting for {len(nodes)} nodes to join (they load their engines)"):
         await wait_connected(cfg, procs, len(nodes), timeout_s=300)
@@ -294,6 +315,7 @@ async def _run(
         print_round(report, names)
         reports.append(report)
     ok = summarize(reports, names)
+    report_overruns(procs)
     if serve:
         await _serve_until_interrupted(cfg)
     return ok

@@ -18,10 +18,13 @@ the emulated GPU when it runs alone. When n batches share one GPU they are serve
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 
 from netcheck.node.workers import Worker, run_probe
+
+log = logging.getLogger("netcheck.emulation")
 
 
 class EmulatedGPU:
@@ -70,18 +73,38 @@ class EmulatedWorker:
 
     The result is returned when both the real computation and the emulated service
     (:meth:`EmulatedGPU.serve`) are done, i.e. at ``max(real, emulated)`` after release.
+    When the real computation takes longer (the host CPU is too slow or oversubscribed
+    for the emulated GPU), the node's timing shows the host, not the emulated GPU: each
+    such batch is logged as an ``EMULATION OVERRUN`` warning and counted in
+    :attr:`overruns`.
     """
 
     def __init__(self, inner: Worker, gpu: EmulatedGPU) -> None:
         self.inner = inner
         self.gpu = gpu
+        self.overruns = 0
+        """Batches whose real computation outlasted the emulated service time."""
 
     @property
     def fingerprint(self) -> dict[str, str | int]:
         return self.inner.fingerprint
 
     async def run(self, prompts: Sequence[str]) -> list[list[int]]:
-        outputs, _ = await asyncio.gather(self.inner.run(prompts), self.gpu.serve())
+        start = time.monotonic()
+
+        async def real() -> tuple[list[list[int]], float]:
+            outputs = await self.inner.run(prompts)
+            return outputs, time.monotonic() - start
+
+        (outputs, real_s), emulated_s = await asyncio.gather(real(), self.gpu.serve())
+        if real_s > emulated_s:
+            self.overruns += 1
+            log.warning(
+                "EMULATION OVERRUN: real compute took %.2f s, the emulated GPU %.2f s; this "
+                "batch's timing shows the host CPU, not the emulated GPU",
+                real_s,
+                emulated_s,
+            )
         return outputs
 
     async def probe(self, challenge: bytes) -> bytes:

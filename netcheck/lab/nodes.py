@@ -38,6 +38,8 @@ async def build_worker(
 
     Raises:
         ConfigError: ``--adversary proxy`` without ``--backend``, or an unknown adversary.
+            ``made-up`` with ``backend`` copies the fingerprint the backend serves instead of
+            loading an engine (one engine process fewer on a crowded CPU).
         EngineError: the engine failed to load.
     """
     worker: Worker
@@ -46,8 +48,13 @@ async def build_worker(
     elif adversary == "wrong-dtype":
         worker = await asyncio.to_thread(adv.wrong_dtype_worker, profile)
     elif adversary == "made-up":
-        engine = await asyncio.to_thread(load_engine, profile)
-        worker = adv.MadeUpWorker(engine.fingerprint, profile.max_new_tokens)
+        if backend:  # copy the honest fingerprint from the farm's backend: no engine here
+            fingerprint = (await adv.ProxyWorker.connect(backend)).fingerprint
+        else:
+            engine = await asyncio.to_thread(load_engine, profile)
+            fingerprint = engine.fingerprint
+            engine.close()
+        worker = adv.MadeUpWorker(fingerprint, profile.max_new_tokens)
     elif adversary == "proxy":
         if not backend:
             raise ConfigError("--adversary proxy needs --backend URL")

@@ -363,8 +363,8 @@ class NodeClient:
         if msg.type == aiohttp.WSMsgType.BINARY:
             return bytes(msg.data)
         code = ws.close_code
-        if code is not None and code in CloseCode._value2member_map_:
-            cc = CloseCode(code)
+        cc = CloseCode.from_wire(code)
+        if cc is not None:
             log.error("%s: coordinator closed the handshake: %s (%d)", self.label, cc.name, code)
             if cc in FATAL_CODES:
                 raise NodeFatalError(self.refusal(cc))
@@ -396,14 +396,15 @@ class NodeClient:
             await ws.close(code=CloseCode.IDLE_TIMEOUT, message=b"idle timeout")
             return CloseCode.IDLE_TIMEOUT
         code = ws.close_code or CloseCode.NORMAL
-        name = CloseCode(code).name if code in CloseCode._value2member_map_ else str(code)
+        cc = CloseCode.from_wire(code)
+        name = cc.name if cc is not None else str(code)
         log.info("%s: session closed by coordinator: %s (%d) %s", self.label, name, code, reason)
-        if code in FATAL_CODES:
-            message = self.refusal(CloseCode(code))
+        if cc is not None and cc in FATAL_CODES:
+            message = self.refusal(cc)
             if reason and reason != name.lower():
                 message += f" (the coordinator said: {reason})"
             raise NodeFatalError(message)
-        return CloseCode(code) if code in CloseCode._value2member_map_ else CloseCode.NORMAL
+        return cc if cc is not None else CloseCode.NORMAL
 
     async def _handle(self, session: _Session, msg: Message) -> None:
         if isinstance(msg, Job):

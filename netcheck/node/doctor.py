@@ -85,10 +85,10 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
             msg = await ws.receive(timeout=timeout_s)
             if msg.type != aiohttp.WSMsgType.BINARY:
                 code = ws.close_code
-                known = code is not None and code in CloseCode._value2member_map_
-                name = CloseCode(code).name if known and code is not None else str(code)
-                if known and code is not None and CloseCode(code) in FATAL_CODES:
-                    raise NetcheckError(refusal(CloseCode(code)))
+                cc = CloseCode.from_wire(code)
+                name = cc.name if cc is not None else str(code)
+                if cc is not None and cc in FATAL_CODES:
+                    raise NetcheckError(refusal(cc))
                 raise NetcheckError(f"coordinator closed the handshake: {name}")
             welcome = bytes(msg.data)
             hs.receive_welcome(welcome)  # verifies the pinned key's signature

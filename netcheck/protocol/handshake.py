@@ -39,7 +39,7 @@ from netcheck.errors import (
 from netcheck.keys import load_public_bytes, public_key_bytes
 from netcheck.protocol.codec import DEFAULT_LIMITS, Limits, decode_message, encode_message
 from netcheck.protocol.messages import Auth, Hello, Message, ProfileClaim, Welcome
-from netcheck.protocol.states import Role
+from netcheck.protocol.states import Role, State, next_state
 from netcheck.protocol.transport import (
     DEFAULT_MAX_COUNTER,
     DEFAULT_REKEY_AFTER_S,
@@ -135,24 +135,47 @@ def _verify(key: Ed25519PublicKey, signature: bytes, data: bytes) -> None:
 
 
 class _Machine:
-    """Shared life cycle: expected step, and death after the first failure."""
+    """Shared life cycle, walked along the session table of :mod:`netcheck.protocol.states`
+    (docs/protocol.md §6): each step handles handshake messages in order (sent or
+    received), and the state after it is :func:`next_state` of the role's table. A step
+    called in a state where the table has no such message is a local error (the caller
+    used the object out of order); after the first failure the handshake is dead
+    (``CLOSED``)."""
 
-    def __init__(self, step: str) -> None:
-        self._step = step
+    def __init__(self, role: Role) -> None:
+        self._role = role
+        self._state = State.AWAIT_HELLO
+        self._busy = False
 
-    def _begin(self, step: str) -> None:
-        if self._step != step:
-            raise LocalProtocolError(f"handshake: {step} called in step {self._step}")
-        self._step = "busy"
+    @property
+    def state(self) -> State:
+        """The handshake's state in the session table (``OPEN`` once complete)."""
+        return self._state
 
-    def _run(self, step: str, next_step: str, fn: Callable[[], object]) -> object:
-        self._begin(step)
+    def _run(self, messages: tuple[str, ...], fn: Callable[[], object]) -> object:
+        """Run ``fn``, the step that handles ``messages`` (in order), then move to the
+        state the table gives after them.
+
+        Raises:
+            LocalProtocolError: the table allows no such step now, or one is running.
+        """
+        target = self._state
+        try:
+            if self._busy:
+                raise MessageError(CloseCode.UNEXPECTED_MESSAGE, "a step is running")
+            for msg_type in messages:
+                target = next_state(self._role, target, msg_type)
+        except MessageError as exc:
+            raise LocalProtocolError(f"handshake ({self._role}): {exc}") from None
+        self._busy = True
         try:
             out = fn()
         except BaseException:
-            self._step = "failed"
+            self._state = State.CLOSED
             raise
-        self._step = next_step
+        finally:
+            self._busy = False
+        self._state = target
         return out
 
 
@@ -187,7 +210,7 @@ class NodeHandshake(_Machine):
         rekey_after_s: float = DEFAULT_REKEY_AFTER_S,
         clock: Clock = time.monotonic,
     ) -> None:
-        super().__init__("start")
+        super().__init__(Role.NODE)
         if len(encode_message(Auth(bytes(64), claim))) > MAX_HANDSHAKE_BYTES:
             raise LocalProtocolError("profile claim too large for a 2 KiB auth message")
         self._identity = identity
@@ -205,7 +228,11 @@ class NodeHandshake(_Machine):
 
     def start(self) -> bytes:
         """Return the ``hello`` bytes to send (§2.2)."""
-        self._begin("start")
+        out = self._run(("hello",), self._start)
+        assert isinstance(out, bytes)
+        return out
+
+    def _start(self) -> bytes:
         self._ephemeral = X25519PrivateKey.from_private_bytes(self._random(32))
         self._hello = Hello(
             versions=SUPPORTED_VERSIONS,
@@ -217,7 +244,6 @@ class NodeHandshake(_Machine):
         )
         data = encode_message(self._hello)
         self._transcript.mix(data)
-        self._step = "await_welcome"
         return data
 
     def receive_welcome(self, data: bytes) -> bytes:
@@ -228,7 +254,7 @@ class NodeHandshake(_Machine):
                 VERSION_MISMATCH (version/suite not offered), WRONG_COORDINATOR_KEY
                 (not the pinned key), BAD_SIGNATURE, BAD_HANDSHAKE (low-order point).
         """
-        out = self._run("await_welcome", "done", lambda: self._welcome(data))
+        out = self._run(("welcome", "auth"), lambda: self._welcome(data))
         assert isinstance(out, bytes)
         return out
 
@@ -268,7 +294,7 @@ class NodeHandshake(_Machine):
         Raises:
             LocalProtocolError: if the handshake has not completed.
         """
-        if self._transport is None:
+        if self._state is not State.OPEN or self._transport is None:
             raise LocalProtocolError("handshake not complete")
         return self._transport
 
@@ -309,7 +335,7 @@ class CoordinatorHandshake(_Machine):
         rekey_after_s: float = DEFAULT_REKEY_AFTER_S,
         clock: Clock = time.monotonic,
     ) -> None:
-        super().__init__("await_hello")
+        super().__init__(Role.COORDINATOR)
         self._identity = identity
         self._own_raw = public_key_bytes(identity)
         self._admit = admit
@@ -331,7 +357,7 @@ class CoordinatorHandshake(_Machine):
                 UNKNOWN_NODE_KEY (``admit`` said no), BAD_HANDSHAKE (bad key or
                 low-order ephemeral).
         """
-        out = self._run("await_hello", "await_auth", lambda: self._on_hello(data))
+        out = self._run(("hello", "welcome"), lambda: self._on_hello(data))
         assert isinstance(out, bytes)
         return out
 
@@ -384,7 +410,7 @@ class CoordinatorHandshake(_Machine):
             HandshakeError: MESSAGE_TOO_LARGE, MALFORMED_MESSAGE, UNEXPECTED_MESSAGE,
                 BAD_SIGNATURE (not signed by the node key over this transcript).
         """
-        out = self._run("await_auth", "done", lambda: self._on_auth(data))
+        out = self._run(("auth",), lambda: self._on_auth(data))
         assert isinstance(out, Accepted)
         return out
 

@@ -11,6 +11,7 @@ import asyncio
 import json
 import math
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -103,13 +104,21 @@ class Dashboard(AccessMixin):
     Args:
         view: what the dashboard may see of the coordinator.
         allow_remote: serve non-loopback callers too (still token-protected).
+        capacity_warnings: lines shown at the top of every page (netcheck.capacity).
     """
 
-    def __init__(self, view: CoordinatorView, *, allow_remote: bool = False) -> None:
+    def __init__(
+        self,
+        view: CoordinatorView,
+        *,
+        allow_remote: bool = False,
+        capacity_warnings: Sequence[str] = (),
+    ) -> None:
         self.view = view
         self.allow_remote = allow_remote
         self.reader = Reader(view.store)
         self.env = make_env()
+        self.env.globals["capacity_warnings"] = list(capacity_warnings)
         self._reviews: ReviewStore | None = None
 
     def reviews(self) -> ReviewStore:

@@ -66,8 +66,7 @@ def add_web_routes(
     """
     if WEB_KEY in app:
         return
-    d = Dashboard(coord, allow_remote=allow_remote)
-    d.env.globals["capacity_warnings"] = list(capacity_warnings)
+    d = Dashboard(coord, allow_remote=allow_remote, capacity_warnings=capacity_warnings)
     app[WEB_KEY] = d.reader
     app.middlewares.append(d.dashboard_auth)
     app.middlewares.append(pool_middleware(coord))  # inside the auth check

@@ -67,7 +67,7 @@ def test_t_isf_inverts_t_sf() -> None:
 
 def test_z_crit_is_about_five_for_200_nodes() -> None:
     """The Bonferroni bound for n = 200 and alpha = 0.01 is about 5.0."""
-    assert 4.9 < DetectorConfig().z_crit(200) < 5.1
+    assert 4.9 < DetectorConfig(alpha=0.01).z_crit(200) < 5.1
 
 
 def test_detector_a_finds_planted_pair() -> None:

@@ -43,3 +43,11 @@ def _make_profile(engine: str, **overrides: object) -> Profile:
 def make_profile() -> Callable[..., Profile]:
     """Factory for small test profiles: ``make_profile(engine, **field_overrides)``."""
     return _make_profile
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """package:smollm2-135m converted once per test session into a private cache."""
+    from netcheck.engines.packaged import ensure_packaged_model
+
+    return ensure_packaged_model("smollm2-135m", cache_dir=tmp_path_factory.mktemp("packaged"))

@@ -105,6 +105,20 @@ def test_other_dtype_and_model(
         assert alt.generate(prompts[:B]) != reference
 
 
+def test_cpu_threads_after_a_default_engine(
+    engine: Engine, prompts: list[str], make_profile: Callable[..., Profile]
+) -> None:
+    """A profile's cpu_threads holds even after a default engine in this process bound its
+    own threads (and replaced torch.set_num_threads); the count is in the fingerprint."""
+    import torch
+
+    with load_engine(make_profile("vllm", cpu_threads=1)) as one:
+        assert one.fingerprint["cpu_threads"] == 1
+        assert torch.get_num_threads() == 1
+        assert one.fingerprint_id != engine.fingerprint_id
+        assert [len(r) for r in one.generate(prompts[:B])] == [NEW] * B
+
+
 def test_kv_cache_bytes(model_cache: Path) -> None:
     """The KV-cache budget covers B full sequences and is at least 64 MiB."""
     tiny = model_cache / "tiny"

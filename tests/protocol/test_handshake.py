@@ -251,3 +251,23 @@ def test_identity_key_forgery_refused(node_id, coord_id):
     coord = CoordinatorHandshake(coord_id, lambda k: True)
     with pytest.raises(HandshakeError):
         coord.receive_hello(hello)
+
+
+def test_handshake_walks_the_session_table(node_id, coord_id):
+    """Both sides' states are the session table's (protocol.states): AWAIT_HELLO ->
+    AWAIT_WELCOME / AWAIT_AUTH -> OPEN, and CLOSED after a failure."""
+    from netcheck.protocol.states import State
+
+    node = NodeHandshake(node_id, coord_id.public_key(), CLAIM)
+    coord = CoordinatorHandshake(coord_id, lambda k: True)
+    assert node.state is coord.state is State.AWAIT_HELLO
+    hello = node.start()
+    assert node.state is State.AWAIT_WELCOME
+    welcome = coord.receive_hello(hello)
+    assert coord.state is State.AWAIT_AUTH
+    coord.receive_auth(node.receive_welcome(welcome))
+    assert node.state is coord.state is State.OPEN
+    broken = CoordinatorHandshake(coord_id, lambda k: False)
+    with pytest.raises(HandshakeError):
+        broken.receive_hello(NodeHandshake(node_id, coord_id.public_key(), CLAIM).start())
+    assert broken.state is State.CLOSED

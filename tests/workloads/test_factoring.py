@@ -140,6 +140,10 @@ def test_references_use_generated_answers() -> None:
     class _Store:
         def __init__(self) -> None:
             self.rows: list[ReferenceRow] = []
+            self.sets: list[tuple[str, str]] = []
+
+        def add_reference_set(self, profile: str, fingerprint_id: str, fingerprint: object) -> None:
+            self.sets.append((profile, fingerprint_id))
 
         def add_references(self, rows: list[ReferenceRow]) -> int:
             self.rows += rows
@@ -156,3 +160,4 @@ def test_references_use_generated_answers() -> None:
     for row in store.rows:
         p, q = row.answer
         assert p * q == int(row.prompt) and row.fingerprint_id == engine.fingerprint_id
+    assert store.sets == [("cpu-factoring", engine.fingerprint_id)]

@@ -21,18 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from netcheck.analysis.confirm import (
-    SHARED_BACKEND,
-    ConfirmationObservation,
-    ConfirmationResult,
-    ConfirmConfig,
-    judge_confirmation,
-    plan_confirmation,
-)
+from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
+from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import Detection, DetectorConfig, detect
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.timing import TimingRow, log_service_matrix, median_polish
@@ -41,10 +35,9 @@ from netcheck.lab.sim.population import Population
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """Pipeline settings. Confirmation is sequential: blocks of ``confirm_cycles`` (4)
-    cycles of (group, each member alone), judged after each block on all data so far,
-    until confirmed or ``confirm_max_cycles`` (16) cycles; each look uses
-    ``confirm.alpha / looks`` (Bonferroni over the looks). ``deadline_factor`` (3.0): a missing result is censored at
+    """Pipeline settings. Confirmation: :class:`ConfirmationRun` (the coordinator's
+    driver) with ``confirm_cycles`` (4) and ``confirm_max_cycles`` (16).
+    ``deadline_factor`` (3.0): a missing result is censored at
     ``deadline_factor * T_ref``; ``capacity_a`` (1.25) and ``full_load_rounds`` (5): a
     node fails the emulated capacity test when it exceeds ``capacity_a * T_ref`` in
     more than half of the full-load rounds."""
@@ -100,7 +93,7 @@ class DetectionReport:
 
     n_rounds: int
     detection: Detection
-    confirmations: tuple[ConfirmationResult, ...]
+    confirmations: tuple[ConfirmationRun, ...]
     capacity_failed: tuple[str, ...]
     metrics: Metrics
 
@@ -121,27 +114,25 @@ def simulate_screening(
 def _confirm(
     population: Population, members: Sequence[str], cfg: PipelineConfig,
     rng: np.random.Generator, deadline_s: float,
-) -> tuple[ConfirmationResult, int]:  # fmt: skip
+) -> tuple[ConfirmationRun, int]:  # fmt: skip
+    """Confirmation as the coordinator runs it (:class:`ConfirmationRun`)."""
     index = {k: i for i, k in enumerate(population.node_keys)}
-    looks = max(1, -(-cfg.confirm_max_cycles // cfg.confirm_cycles))
-    judge_cfg = replace(cfg.confirm, alpha=cfg.confirm.alpha / looks)
-    observations: list[ConfirmationObservation] = []
-    result: ConfirmationResult | None = None
-    for _look in range(looks):
-        for load in plan_confirmation(members, cfg.confirm_cycles):
+    run = ConfirmationRun(tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm)
+    spent = 0
+    while not run.done:
+        block = []
+        for load in run.next_block():
             bits = np.zeros(len(population.node_keys), dtype=bool)
             bits[[index[k] for k in load]] = True
-            rid = f"confirm-{len(observations):04d}"
+            rid = f"confirm-{spent:04d}"
+            spent += 1
             rows = [row for row in population.simulate_round(rid, bits, rng) if row.loaded]
             keys = [row.node_key for row in rows]
             mat = log_service_matrix(rows, keys, [rid], deadline_s)
             values = dict(zip(keys, mat.y[:, 0].tolist(), strict=True))
-            observations.append(ConfirmationObservation(rid, frozenset(load), values))
-        result = judge_confirmation(members, observations, judge_cfg)
-        if result.verdict == SHARED_BACKEND:
-            break
-    assert result is not None
-    return result, len(observations)
+            block.append(ConfirmationObservation(rid, frozenset(load), values))
+        run.add(block)
+    return run, spent
 
 
 def _capacity(
@@ -200,7 +191,7 @@ def run_screening(
 def score(
     population: Population,
     detection: Detection,
-    confirmations: Sequence[ConfirmationResult],
+    confirmations: Sequence[ConfirmationRun],
     capacity_failed: Sequence[str] = (),
     confirmation_rounds: int = 0,
 ) -> Metrics:
@@ -210,11 +201,9 @@ def score(
     found = [False] * len(population.farms)
     recalled: set[str] = set()
     false_flags: set[str] = set()
-    for res in confirmations:
-        if res.verdict != SHARED_BACKEND:
-            continue
+    for flag in (f for run in confirmations for f in run.flags):
         per_farm: dict[int, list[str]] = {}
-        for key in res.confirmed_members:
+        for key in flag:
             if key in honest:
                 false_flags.add(key)
             elif key in farm_index:

@@ -19,10 +19,18 @@ Service-time model (detection.md §1–2; the same processor-sharing model as
   an honest node's); ``"fast"``: ``1 + beta * (k - 1)`` times faster, so a fully loaded
   farm meets the reference time and passes a capacity deadline.
 
-Evading adversaries (farm identities only): ``pad`` reports every result as if all k
-identities were loaded (``F = 1 + beta * (k - 1)`` always — it holds fast answers
-back); ``jitter`` adds a random delay, ``exp(jitter_log_sd * |z'|)``; ``selective``
-drops its result whenever another identity of its farm is loaded too.
+Adversary library (farm identities only; ``adversary`` is one behaviour or several
+joined by ``+``, e.g. ``"pad+jitter"``): ``plain`` (alias ``none``) computes honestly
+on the shared backend; ``pad`` reports every result as if all k identities were loaded
+(``F = 1 + beta * (k - 1)`` always — it holds fast answers back to the farm's worst
+case); ``jitter`` adds a random delay, ``exp(jitter_log_sd * |z'|)``; ``selective``:
+one identity per farm (the *surplus* identity, drawn at random) drops its result
+whenever another identity of its farm is loaded too, the others answer. The backend:
+``backend_speedup`` ``f`` (1 = the claimed class; ``f > 1``: a backend ``f`` times
+faster than the class); ``farm_backend = "fast"`` sets ``f = 1 + beta * (k - 1)``
+(a backend with the capacity of all k identities). ``relay_leg_s`` (0): the extra
+network leg between a farm identity's endpoint and the backend, seen by the compute
+probe (0 = the endpoint runs on the backend's host).
 
 Rows: the release loop writes one node every ``release_gap_ns``; the result arrives
 ``s + rtt_i + e`` later, ``e ~ Exp(rtt_jitter_s)`` (``rtt_i`` is the measured min echo).
@@ -39,7 +47,7 @@ import numpy.typing as npt
 
 from netcheck.analysis.timing import TimingRow
 
-ADVERSARIES = ("none", "pad", "jitter", "selective")
+ADVERSARIES = ("none", "plain", "pad", "jitter", "selective")
 FARM_BACKENDS = ("matched", "fast")
 DEFAULT_FARMS = (2,) * 8 + (3,) * 6 + (5,) * 4  # 54 farm identities
 
@@ -70,13 +78,24 @@ class PopulationSpec:
     adversary: str = "none"
     jitter_log_sd: float = 0.3
     farm_backend: str = "matched"
+    backend_speedup: float = 1.0
+    relay_leg_s: float = 0.0
+
+    @property
+    def behaviours(self) -> frozenset[str]:
+        """The adversary's behaviours (``"plain"`` for none)."""
+        parts = {p.strip() for p in self.adversary.split("+")}
+        return frozenset({"plain" if p == "none" else p for p in parts})
 
     def __post_init__(self) -> None:
         n_farm = sum(self.farm_sizes)
         if any(k < 2 for k in self.farm_sizes) or n_farm + 2 * self.cohosted_pairs > self.n_nodes:
             raise ValueError("farms need k >= 2 and must fit in n_nodes with the co-hosted pairs")
-        if self.adversary not in ADVERSARIES or self.farm_backend not in FARM_BACKENDS:
-            raise ValueError(f"adversary in {ADVERSARIES}, farm_backend in {FARM_BACKENDS}")
+        if not self.behaviours <= set(ADVERSARIES) or self.farm_backend not in FARM_BACKENDS:
+            raise ValueError(f"adversary: one of {ADVERSARIES} or several joined by '+'; "
+                             f"farm_backend in {FARM_BACKENDS}")  # fmt: skip
+        if self.backend_speedup <= 0 or self.relay_leg_s < 0:
+            raise ValueError("need backend_speedup > 0 and relay_leg_s >= 0")
         if not 0.0 <= self.beta <= 1.0 or self.sigma_w < 0 or self.t_ref_s <= 0:
             raise ValueError("need 0 <= beta <= 1, sigma_w >= 0, t_ref_s > 0")
 
@@ -100,6 +119,7 @@ class Population:
     rtt_s: npt.NDArray[np.float64]
     sigma: npt.NDArray[np.float64]
     farm_size: npt.NDArray[np.int64] = field(repr=False)
+    surplus: npt.NDArray[np.bool_] = field(repr=False, default_factory=lambda: np.zeros(0, bool))
 
     @property
     def honest(self) -> frozenset[str]:
@@ -124,7 +144,8 @@ class Population:
         n_farms = len(self.farms)
         k_loaded = np.bincount(self.farm_of[is_farm & loaded], minlength=max(n_farms, 1))
         k_node = np.where(is_farm, k_loaded[np.maximum(self.farm_of, 0)], 0)
-        if spec.adversary == "pad":
+        acts = spec.behaviours
+        if "pad" in acts:
             factor[is_farm] = 1.0 + spec.beta * (self.farm_size[is_farm] - 1)
         else:
             factor[is_farm] = 1.0 + spec.beta * np.maximum(k_node[is_farm] - 1, 0)
@@ -133,11 +154,13 @@ class Population:
         partner_loaded[has_host] = loaded[self.cohost_of[has_host]]
         factor[partner_loaded] *= 1.0 + spec.benign_coupling
         noise = self.sigma * rng.standard_normal(n)
-        if spec.adversary == "jitter":
+        if "jitter" in acts:
             noise[is_farm] += spec.jitter_log_sd * np.abs(rng.standard_normal(int(is_farm.sum())))
         g = spec.round_sd * rng.standard_normal()
         s = spec.t_ref_s * self.speed * math.exp(g) * factor * np.exp(noise)
-        dropped = is_farm & (k_node >= 2) if spec.adversary == "selective" else np.zeros(n, bool)
+        dropped = np.zeros(n, dtype=bool)
+        if "selective" in acts:
+            dropped = self.surplus & (k_node >= 2)
         return np.where(loaded & ~dropped, s, np.nan)
 
     def simulate_round(
@@ -198,7 +221,11 @@ def make_population(spec: PopulationSpec, rng: np.random.Generator) -> Populatio
         s = backend_speed[f]
         if spec.farm_backend == "fast":
             s /= 1.0 + spec.beta * (k - 1)
-        speed[farm_of == f] = s
+        speed[farm_of == f] = s / spec.backend_speedup
     rtt = rng.uniform(spec.rtt_min_s, spec.rtt_max_s, n)
     sigma = spec.sigma_w * np.exp(spec.sigma_spread * rng.standard_normal(n))
-    return Population(spec, keys, farm_of, tuple(farms), cohost_of, speed, rtt, sigma, farm_size)
+    surplus = np.zeros(n, dtype=bool)
+    for f in range(len(spec.farm_sizes)):
+        surplus[int(rng.choice(np.flatnonzero(farm_of == f)))] = True
+    return Population(spec, keys, farm_of, tuple(farms), cohost_of, speed, rtt, sigma, farm_size,
+                      surplus)  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -41,8 +43,26 @@ def test_rows_have_coordinator_shape() -> None:
 
 
 def test_selective_adversary_drops_when_coloaded() -> None:
-    """The selective farm returns nothing when two identities are loaded."""
-    spec = PopulationSpec(n_nodes=20, farm_sizes=(2,), cohosted_pairs=0, adversary="selective")
+    """Only the farm's surplus identity returns nothing when two identities are loaded."""
+    spec = PopulationSpec(n_nodes=20, farm_sizes=(3,), cohosted_pairs=0, adversary="selective")
     pop = make_population(spec, np.random.default_rng(5))
     s = pop.service_times(np.ones(20, dtype=bool), np.random.default_rng(6))
-    assert np.isnan(s[pop.farm_of >= 0]).all() and np.isfinite(s[pop.farm_of < 0]).all()
+    assert pop.surplus.sum() == 1 and pop.farm_of[pop.surplus][0] == 0
+    assert np.isnan(s[pop.surplus]).all() and np.isfinite(s[~pop.surplus]).all()
+    alone = pop.surplus.copy()
+    assert np.isfinite(pop.service_times(alone, np.random.default_rng(7))[pop.surplus]).all()
+
+
+def test_adversary_combinations_and_fast_backend() -> None:
+    """'pad+jitter' pads to the farm's worst case and jitters; a backend f times faster
+    serves the padded farm f times faster; unknown behaviours are refused."""
+    spec = replace(SPEC, adversary="pad+jitter", jitter_log_sd=0.0, backend_speedup=2.0)
+    pop = make_population(spec, np.random.default_rng(8))
+    alone = np.zeros(20, dtype=bool)
+    i = int(np.flatnonzero(pop.farm_of == 1)[0])
+    alone[i] = True
+    s = pop.service_times(alone, np.random.default_rng(9))
+    assert s[i] == pytest.approx(2.0 * (1 + 0.5 * 2) / 2.0)
+    assert spec.behaviours == {"pad", "jitter"}
+    with pytest.raises(ValueError, match="adversary"):
+        PopulationSpec(adversary="pad+teleport")

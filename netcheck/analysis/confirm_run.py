@@ -1,0 +1,214 @@
+"""Confirmation of one suspect group, as a sans-I/O state machine (pure).
+
+The live coordinator (:mod:`netcheck.coordinator.detection`) and the simulation
+harness (:mod:`netcheck.lab.sim.live`) both drive :class:`ConfirmationRun`: ask it for the
+next block of load sets, run those rounds (live sessions or simulated rows), hand back
+one :class:`~netcheck.analysis.confirm.ConfirmationObservation` per round, repeat until
+:attr:`ConfirmationRun.done`. So the simulator confirms exactly as the coordinator does.
+
+Design (docs/detection.md "Confirmation"):
+
+1. **Group phase**: blocks of ``cycles`` cycles of (whole group, each member alone)
+   (:func:`~netcheck.analysis.confirm.plan_confirmation`), judged after each block on all
+   data so far (:func:`~netcheck.analysis.confirm.judge_confirmation`), up to
+   ``max_cycles`` cycles; each look at ``alpha_attempt / looks`` (Bonferroni over looks).
+   It finds the members that slow down when the group is loaded; it does not stop at
+   the first look where 2 members pass, but when all members pass, when the passing
+   set (2+) is the same at two looks in a row, or after the last look (stopping early
+   never raises the error: the level is already split over every look).
+2. **Split phase** (unless the group is exactly a pair that passed): the members that
+   passed are tested *pair by pair*: blocks of cycles of (each pair alone together,
+   each member alone); a pair is confirmed when both of its members slow down with the
+   other alone loaded. The phase ends when every member is in a confirmed pair and the
+   confirmed pairs form disjoint cliques, or after its last look. Flags are the maximal
+   cliques of the confirmed-pair graph, so a
+   flag never claims one backend for identities that were not each shown to slow each
+   other (two farms in one suspect group give two flags; an honest member gives none).
+3. **Effect floor as a hypothesis**: a member passes when its slowdown is
+   *significantly above* the floor (one-sided Welch test of ``effect - floor``;
+   ``ConfirmConfig.floor_test``), not when its point estimate is.
+4. **Error spending across analyses**: the ``attempt``-th confirmation of a group whose
+   pairs were tested before gets ``alpha * 6 / (pi^2 attempt^2)`` (a convergent series
+   summing to ``alpha``): a cleared group cannot get fresh chances forever.
+
+``legacy=True`` reproduces the previous behaviour for baselines (stop at the first look
+with 2+ passing members, the whole passing set as one flag, no split, no spending).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from netcheck.analysis.confirm import (
+    SHARED_BACKEND,
+    ConfirmationObservation,
+    ConfirmationResult,
+    ConfirmConfig,
+    judge_confirmation,
+    plan_confirmation,
+)
+from netcheck.analysis.detectors import maximal_cliques
+
+
+def spending_weight(attempt: int) -> float:
+    """Share of ``alpha`` for the ``attempt``-th (1-based) confirmation of a group:
+    ``6 / (pi^2 attempt^2)``; the shares of all attempts sum to 1.
+
+    Raises:
+        ValueError: ``attempt < 1``.
+    """
+    if attempt < 1:
+        raise ValueError("attempt must be >= 1")
+    return 6.0 / (math.pi**2 * attempt * attempt)
+
+
+def prior_attempts(members: Sequence[str], tested: Sequence[Sequence[str]]) -> int:
+    """How many earlier confirmations (each a member list in ``tested``) tested a pair
+    of ``members``: the number of them sharing 2+ members with this group."""
+    want = set(members)
+    return sum(1 for group in tested if len(want & set(group)) >= 2)
+
+
+def key_cliques(nodes: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[tuple[str, ...]]:
+    """:func:`~netcheck.analysis.detectors.maximal_cliques` on node keys."""
+    index = {k: i for i, k in enumerate(nodes)}
+    edges = [(index[a], index[b]) for a, b in pairs]
+    return [tuple(nodes[i] for i in c) for c in maximal_cliques(list(range(len(nodes))), edges)]
+
+
+@dataclass
+class ConfirmationRun:
+    """One group's confirmation (module docstring). Drive it with :meth:`next_block`
+    and :meth:`add` until :attr:`done`; then read :attr:`flags`.
+
+    Args:
+        members: the suspect group (2+ distinct keys).
+        cycles: cycles per block (the coordinator's ``confirm_cycles``).
+        max_cycles: cycles per phase at most (``confirm_max_cycles``).
+        cfg: thresholds; ``cfg.alpha`` is the level of one attempt before spending.
+        attempt: 1-based count of confirmations of this group's pairs, this one included.
+        legacy: the previous behaviour (module docstring), for baselines.
+
+    Raises:
+        ValueError: fewer than 2 members, ``cycles < 1`` or ``max_cycles < cycles``.
+    """
+
+    members: tuple[str, ...]
+    cycles: int = 4
+    max_cycles: int = 16
+    cfg: ConfirmConfig = field(default_factory=ConfirmConfig)
+    attempt: int = 1
+    legacy: bool = False
+    observations: list[ConfirmationObservation] = field(default_factory=list)
+    group_result: ConfirmationResult | None = None
+    pair_results: dict[tuple[str, str], ConfirmationResult] = field(default_factory=dict)
+    flags: list[tuple[str, ...]] = field(default_factory=list)
+    done: bool = False
+    phase: str = "group"
+    _looks_done: int = 0
+    _split_obs: list[ConfirmationObservation] = field(default_factory=list)
+    _last_passed: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.members = tuple(dict.fromkeys(self.members))
+        if len(self.members) < 2 or self.cycles < 1 or self.max_cycles < self.cycles:
+            raise ValueError("need 2+ members, cycles >= 1 and max_cycles >= cycles")
+
+    @property
+    def looks(self) -> int:
+        """Looks per phase: ``ceil(max_cycles / cycles)``."""
+        return max(1, -(-self.max_cycles // self.cycles))
+
+    @property
+    def alpha(self) -> float:
+        """This attempt's level (before the split over looks and phases)."""
+        if self.legacy:
+            return self.cfg.alpha
+        return self.cfg.alpha * spending_weight(self.attempt)
+
+    def judge_config(self) -> ConfirmConfig:
+        """Thresholds of one look of the current phase (``alpha / looks``)."""
+        if self.legacy:
+            return replace(self.cfg, alpha=self.alpha / self.looks, floor_test=False)
+        return replace(self.cfg, alpha=self.alpha / 2.0 / self.looks)
+
+    @property
+    def verdict(self) -> str:
+        """``shared-backend`` if any flag was raised, else ``cleared``."""
+        return SHARED_BACKEND if self.flags else "cleared"
+
+    def next_block(self) -> list[set[str]]:
+        """The load sets of the next block of rounds (empty when :attr:`done`)."""
+        if self.done:
+            return []
+        if self.phase == "group":
+            return plan_confirmation(self.members, self.cycles)
+        split = self._split_members()
+        plan: list[set[str]] = []
+        for _ in range(self.cycles):
+            plan.extend({a, b} for a, b in itertools.combinations(split, 2))
+            plan.extend({m} for m in split)
+        return plan
+
+    def _split_members(self) -> tuple[str, ...]:
+        assert self.group_result is not None
+        return self.group_result.confirmed_members
+
+    def add(self, block: Sequence[ConfirmationObservation]) -> None:
+        """Add the observations of the block just run (one per round) and judge."""
+        if self.done:
+            raise ValueError("confirmation already done")
+        self._looks_done += 1
+        if self.phase == "group":
+            self.observations.extend(block)
+            self._judge_group()
+        else:
+            self.observations.extend(block)
+            self._split_obs.extend(block)
+            self._judge_split()
+
+    def _judge_group(self) -> None:
+        res = judge_confirmation(self.members, self.observations, self.judge_config())
+        self.group_result = res
+        last = self._looks_done >= self.looks
+        if self.legacy:
+            if res.verdict == SHARED_BACKEND:
+                self.flags = [res.confirmed_members]
+            self.done = res.verdict == SHARED_BACKEND or last
+            return
+        all_passed = len(res.confirmed_members) == len(self.members)
+        settled = res.confirmed_members == self._last_passed and len(self._last_passed) >= 2
+        self._last_passed = res.confirmed_members
+        if not (all_passed or settled or last):
+            return
+        passed = res.confirmed_members
+        if len(passed) < 2:
+            self.done = True
+        elif len(self.members) == 2:  # the group test was the pair test
+            self.flags = [passed]
+            self.done = True
+        else:
+            self.phase = "split"
+            self._looks_done = 0
+
+    def _judge_split(self) -> None:
+        split = self._split_members()
+        pairs = list(itertools.combinations(split, 2))
+        cfg = replace(self.judge_config(), alpha=self.judge_config().alpha / max(len(pairs), 1))
+        confirmed: list[tuple[str, str]] = []
+        for a, b in pairs:
+            allowed = ({a, b}, {a}, {b})
+            obs = [o for o in self._split_obs if set(o.loaded) in allowed]
+            res = judge_confirmation((a, b), obs, cfg)
+            self.pair_results[(a, b)] = res
+            if len(res.confirmed_members) == 2:
+                confirmed.append((a, b))
+        cliques = key_cliques(split, confirmed)
+        covered = {m for c in cliques for m in c}
+        disjoint = sum(len(c) for c in cliques) == len(covered)
+        if (covered == set(split) and disjoint) or self._looks_done >= self.looks:
+            self.flags = cliques
+            self.done = True

@@ -1,0 +1,328 @@
+"""EMULATION: the live coordinator's detection loop on a simulated population.
+
+This replays what :class:`netcheck.coordinator.screening.Screening` does, round by
+round, through the same code paths; only the nodes are simulated
+(:mod:`netcheck.lab.sim.population`):
+
+- the round mix: the ``index``-th screening round is ``full`` (every node loaded) or
+  ``screening`` (secret HMAC schedule) by :func:`~netcheck.coordinator.screening.round_kind`
+  and :func:`~netcheck.analysis.schedule.screening_plan`, every ``screening_full_every``
+  (4) rounds;
+- verdicts at the real deadline: a loaded node's result is ``late`` when it arrives
+  after :meth:`netcheck.config.Profile.deadline_s` of its RTT, ``missing`` when it never
+  arrives; :func:`~netcheck.coordinator.screening.capacity_check` after every round
+  (screening, full and confirmation) over the node's last ``capacity_window`` (8)
+  verdicts raises a ``capacity`` flag at ``capacity_strikes`` (3), one per set of
+  uncovered strike rounds, as live;
+- the analysis every ``screening_analyze_every`` (16) rounds over the
+  ``screening_window_rounds`` (128) most recent rounds: stored rows (the ``results``
+  columns) -> :func:`~netcheck.coordinator.screening.analyse` (the live function: y
+  matrix, median polish, detectors, missing results censored at the deadline);
+- confirmation of every suspect group not already covered by a flag, driven by
+  :class:`~netcheck.analysis.confirm_run.ConfirmationRun` (the live driver), each round
+  turned into an observation by
+  :func:`~netcheck.coordinator.screening.confirmation_observation`, with the attempt
+  count of earlier confirmations (error spending);
+- the relay test after every round for nodes whose probe exceeded the floor
+  (:func:`~netcheck.coordinator.screening.relay_check`).
+
+Answer-level proof (:func:`~netcheck.analysis.answers.find_result_sharing`) needs two
+identities to return one computation; the simulated adversaries all compute their own
+batches, so it never fires here (a farm that reuses outputs is caught by it at once).
+Defaults come from :class:`netcheck.config.CoordinatorConfig`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from netcheck.analysis.confirm import ConfirmConfig
+from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
+from netcheck.analysis.detectors import DetectorConfig
+from netcheck.analysis.schedule import screening_plan
+from netcheck.analysis.screening import (
+    ProbePairs,
+    analyse,
+    capacity_check,
+    confirmation_observation,
+    relay_check,
+    round_kind,
+)
+from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
+from netcheck.lab.sim.population import Population
+from netcheck.records import StoredRounds
+
+_DEFAULTS = CoordinatorConfig.model_fields
+
+
+def _default(name: str) -> int:
+    value = _DEFAULTS[name].default
+    assert isinstance(value, int)
+    return value
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """The coordinator settings the loop uses (defaults: :class:`CoordinatorConfig`'s).
+
+    ``checkpoints``: round counts at which :class:`Snapshot` s are taken (they must be
+    analysis rounds). ``legacy_confirm``: the previous confirmation behaviour
+    (:class:`ConfirmationRun` ``legacy``), for the before/after baseline.
+    ``probe_ref_s``: the profile's reference probe time.
+    """
+
+    full_every: int = field(default_factory=lambda: _default("screening_full_every"))
+    analyze_every: int = field(default_factory=lambda: _default("screening_analyze_every"))
+    window_rounds: int = field(default_factory=lambda: _default("screening_window_rounds"))
+    confirm_cycles: int = field(default_factory=lambda: _default("confirm_cycles"))
+    confirm_max_cycles: int = field(default_factory=lambda: _default("confirm_max_cycles"))
+    capacity_window: int = field(default_factory=lambda: _default("capacity_window"))
+    capacity_strikes: int = field(default_factory=lambda: _default("capacity_strikes"))
+    detector: DetectorConfig = field(default_factory=DetectorConfig)
+    confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
+    legacy_confirm: bool = False
+    probe_ref_s: float = 0.005
+
+
+def legacy_config() -> LiveConfig:
+    """The detection behaviour before issue 13 (full rounds analysed, connected
+    components, point-estimate floor, stop at the first passing look, no spending)."""
+    return LiveConfig(
+        detector=DetectorConfig(alpha=0.01, grouping="components", drop_full_rounds=False),
+        confirm=ConfirmConfig(floor_test=False),
+        legacy_confirm=True,
+    )
+
+
+def sim_profile(population: Population, rng: np.random.Generator, **deadline: float) -> Profile:
+    """EMULATION: a profile whose deadline is calibrated on the population's honest
+    nodes, as ``benchmarks/calibrate_profile.py`` does on hardware: ``t_ref_s`` = the
+    spec's reference time, ``p99_s`` = the 99th percentile of honest alone service
+    times over 32 simulated rounds; ``a``, ``b``, ``slack_s``, ``max_rtt_s``: the
+    :class:`DeadlineParams` defaults unless given in ``deadline``."""
+    honest = population.farm_of < 0
+    samples = [population.service_times(honest, rng)[honest] for _ in range(32)]
+    p99 = float(np.nanpercentile(np.concatenate(samples), 99)) if honest.any() else 0.0
+    params = DeadlineParams(t_ref_s=population.spec.t_ref_s, p99_s=p99, **deadline)
+    return Profile(name="sim", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
+                   prompt_len=16, max_new_tokens=4, deadline=params)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """State after ``rounds`` screening rounds (and their confirmations).
+
+    ``shared_flags``: confirmed ``shared-backend`` flags so far (member keys);
+    ``cleared``: cleared records so far; ``capacity``/``relay``: nodes flagged so far;
+    ``suspects``: members of suspect groups at each analysis so far;
+    ``confirmation_rounds``: spent so far; ``analyses``: analyses so far.
+    """
+
+    rounds: int
+    shared_flags: tuple[tuple[str, ...], ...]
+    cleared: int
+    capacity: frozenset[str]
+    relay: frozenset[str]
+    suspects: tuple[frozenset[str], ...]
+    confirmation_rounds: int
+    analyses: int
+
+
+@dataclass
+class _State:
+    """Mutable loop state (the coordinator's database, in memory)."""
+
+    round_ids: list[str] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)
+    schedules: dict[str, dict[str, bool]] = field(default_factory=dict)
+    results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    verdicts: dict[str, deque[dict[str, str]]] = field(default_factory=dict)
+    probes: dict[str, deque[tuple[str, float, float]]] = field(default_factory=dict)
+    capacity: dict[str, set[str]] = field(default_factory=dict)
+    relay: set[str] = field(default_factory=set)
+    shared: list[tuple[str, ...]] = field(default_factory=list)
+    tested: list[tuple[str, ...]] = field(default_factory=list)
+    cleared: int = 0
+    suspects: list[frozenset[str]] = field(default_factory=list)
+    confirmation_rounds: int = 0
+    analyses: int = 0
+    clock_ns: int = 0
+
+
+class LiveSimulation:
+    """EMULATION: the coordinator's detection loop on ``population`` (module docstring).
+
+    Args:
+        population: the simulated nodes.
+        cfg: settings (:class:`LiveConfig`).
+        rng: randomness of the service times.
+        secret: the schedule secret (32 random bytes from ``rng`` if None).
+        profile: the profile (deadline); :func:`sim_profile` if None.
+    """
+
+    def __init__(
+        self, population: Population, cfg: LiveConfig, rng: np.random.Generator,
+        secret: bytes | None = None, profile: Profile | None = None,
+    ) -> None:  # fmt: skip
+        self.pop = population
+        self.cfg = cfg
+        self.rng = rng
+        self.secret = secret if secret is not None else rng.bytes(32)
+        self.profile = profile or sim_profile(population, rng)
+        self.keys = population.node_keys
+        self.deadline = np.array([self.profile.deadline_s(float(r)) for r in population.rtt_s])
+        self.censor_s = self.profile.deadline_s(0.0)
+        self.state = _State()
+        self.index = 0
+
+    # -- rounds ----------------------------------------------------------------------
+
+    def _round(self, round_id: str, kind: str, bits: np.ndarray) -> list[dict[str, Any]]:
+        """Simulate one round: stored rows, verdicts, capacity and relay checks."""
+        st, pop = self.state, self.pop
+        service = pop.service_times(bits, self.rng)
+        transit = pop.rtt_s + self.rng.exponential(pop.spec.rtt_jitter_s, len(self.keys))
+        order = self.rng.permutation(np.flatnonzero(bits))
+        rows: list[dict[str, Any]] = []
+        strikes: list[str] = []
+        for slot, i in enumerate(order):
+            key = self.keys[i]
+            released = st.clock_ns + slot * pop.spec.release_gap_ns
+            ok = not math.isnan(service[i])
+            elapsed = service[i] + transit[i] if ok else math.nan
+            arrived = released + round(elapsed * 1e9) if ok else None
+            rows.append({"round_id": round_id, "node_key": key, "released_ns": released,
+                         "arrived_ns": arrived, "rtt_s": float(pop.rtt_s[i]),
+                         "commitment": "sim" if ok else None})  # fmt: skip
+            verdict = "missing" if not ok else ("late" if elapsed > self.deadline[i] else "pass")
+            hist = st.verdicts.setdefault(key, deque(maxlen=self.cfg.capacity_window))
+            hist.appendleft({"round_id": round_id, "verdict": verdict})
+            if verdict != "pass":
+                strikes.append(key)
+            if pop.spec.relay_leg_s > 0:
+                self._probe(round_id, i)
+        st.clock_ns += 10**11
+        st.schedules[round_id] = {k: bool(b) for k, b in zip(self.keys, bits, strict=True)}
+        st.kinds[round_id] = kind
+        st.results[round_id] = rows
+        for key in strikes:  # Screening._capacity
+            recent = list(st.verdicts[key])
+            hits, failed = capacity_check(recent, self.cfg.capacity_window,
+                                          self.cfg.capacity_strikes)  # fmt: skip
+            covered = st.capacity.setdefault(key, set())
+            if failed and not covered & {v["round_id"] for v in recent}:
+                covered.update(v["round_id"] for v in hits)
+        return rows
+
+    def _probe(self, round_id: str, i: int) -> None:
+        """Relay test inputs: the round's fastest probe RTT and echo RTT of node i."""
+        pop, st = self.pop, self.state
+        key = self.keys[i]
+        leg = pop.spec.relay_leg_s if pop.farm_of[i] >= 0 else 0.0
+        echo = float(pop.rtt_s[i])
+        probe = echo + self.cfg.probe_ref_s + leg + float(self.rng.exponential(0.001))
+        hist = st.probes.setdefault(key, deque(maxlen=16))
+        hist.append((round_id, probe, echo))
+        if probe - echo - self.cfg.probe_ref_s > 0.015 and key not in st.relay:
+            pairs = ProbePairs(tuple(h[0] for h in hist), tuple(h[1] for h in hist),
+                               tuple(h[2] for h in hist), ())  # fmt: skip
+            res = relay_check(pairs, self.cfg.probe_ref_s)
+            if res is not None and res.flagged:
+                st.relay.add(key)
+
+    def screening_round(self) -> str:
+        """Run the next screening (or full) round; returns its kind."""
+        kind = round_kind(self.index, self.cfg.full_every)
+        rid = f"screen-{self.index:05d}"
+        self.index += 1
+        if kind == "full":
+            bits = np.ones(len(self.keys), dtype=bool)
+        else:
+            plan = screening_plan(self.secret, rid, self.keys)
+            bits = np.array([plan[k] for k in self.keys])
+        self.state.round_ids.append(rid)
+        self._round(rid, kind, bits)
+        return kind
+
+    # -- analysis and confirmation ---------------------------------------------------
+
+    def stored(self) -> StoredRounds:
+        """The window the live analysis reads (``recent_rounds`` of its kinds)."""
+        st = self.state
+        kinds = ("screening",) if self.cfg.detector.drop_full_rounds else ("screening", "full")
+        ids = [r for r in st.round_ids if st.kinds[r] in kinds][-self.cfg.window_rounds :]
+        results = tuple(row for r in ids for row in st.results[r])
+        return StoredRounds(tuple(ids), {r: st.kinds[r] for r in ids},
+                            {r: st.schedules[r] for r in ids}, results)  # fmt: skip
+
+    def analyse_and_confirm(self) -> None:
+        """Analysis of the window, then confirmation of each new suspect group."""
+        st = self.state
+        stored = self.stored()
+        if len(stored.round_ids) < 2:
+            return
+        analysis = analyse(stored, self.censor_s, self.cfg.detector)
+        st.analyses += 1
+        st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
+        for group in analysis.detection.groups:
+            if self._covered(group.members):
+                continue
+            self._confirm(group.members)
+
+    def _covered(self, members: Sequence[str]) -> bool:
+        flagged = [set(f) for f in self.state.shared]
+        return all(any({a, b} <= f for f in flagged)
+                   for a, b in itertools.combinations(sorted(set(members)), 2))  # fmt: skip
+
+    def _confirm(self, members: Sequence[str]) -> None:
+        st, cfg = self.state, self.cfg
+        run = ConfirmationRun(
+            tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm,
+            attempt=prior_attempts(members, st.tested) + 1, legacy=cfg.legacy_confirm,
+        )  # fmt: skip
+        index = {k: i for i, k in enumerate(self.keys)}
+        while not run.done:
+            block = []
+            for load in run.next_block():
+                rid = f"confirm-{st.confirmation_rounds:06d}"
+                st.confirmation_rounds += 1
+                bits = np.zeros(len(self.keys), dtype=bool)
+                bits[[index[k] for k in load]] = True
+                rows = self._round(rid, "confirmation", bits)
+                block.append(confirmation_observation(rid, st.schedules[rid], rows,
+                                                      self.censor_s))  # fmt: skip
+                del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
+            run.add(block)
+        st.tested.append(tuple(members))
+        st.shared.extend(run.flags)
+        st.cleared += not run.flags
+
+    def snapshot(self) -> Snapshot:
+        """The flags and counters so far."""
+        st = self.state
+        return Snapshot(
+            self.index, tuple(st.shared), st.cleared,
+            frozenset(k for k, rounds in st.capacity.items() if rounds), frozenset(st.relay),
+            tuple(st.suspects), st.confirmation_rounds, st.analyses,
+        )  # fmt: skip
+
+    def run(self, checkpoints: Sequence[int]) -> list[Snapshot]:
+        """Run screening rounds up to ``max(checkpoints)``, analysing and confirming
+        every ``analyze_every`` rounds; a :class:`Snapshot` at each checkpoint (taken
+        after that round's analysis)."""
+        want = sorted(set(checkpoints))
+        out = []
+        while self.index < want[-1]:
+            self.screening_round()
+            if self.index % self.cfg.analyze_every == 0:
+                self.analyse_and_confirm()
+            if self.index in want:
+                out.append(self.snapshot())
+        return out

@@ -1,0 +1,38 @@
+"""Tests for netcheck.lab.sim.live: the coordinator's detection loop on simulated nodes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from netcheck.analysis.screening import round_kind
+from netcheck.lab.sim.live import LiveConfig, LiveSimulation, legacy_config
+from netcheck.lab.sim.population import PopulationSpec, make_population
+
+SPEC = PopulationSpec(n_nodes=30, farm_sizes=(5,), cohosted_pairs=2, beta=1.0)
+
+
+def test_round_mix_and_window_follow_the_coordinator() -> None:
+    """Every 4th round loads every node; the analysis window holds screening rounds only
+    (both kinds under the legacy config)."""
+    pop = make_population(SPEC, np.random.default_rng(1))
+    sim = LiveSimulation(pop, LiveConfig(), np.random.default_rng(2))
+    kinds = [sim.screening_round() for _ in range(8)]
+    assert kinds == [round_kind(i, 4) for i in range(8)]
+    full = [r for r in sim.state.round_ids if sim.state.kinds[r] == "full"]
+    assert all(all(sim.state.schedules[r].values()) for r in full)
+    assert set(sim.stored().kinds.values()) == {"screening"}
+    old = LiveSimulation(pop, legacy_config(), np.random.default_rng(2))
+    for _ in range(8):
+        old.screening_round()
+    assert set(old.stored().kinds.values()) == {"screening", "full"}
+
+
+def test_capacity_strikes_at_the_real_deadline() -> None:
+    """A farm of 5 on one GPU of the claimed class (beta = 1) misses the deadline when
+    co-loaded: capacity flags within 16 rounds; no honest node is flagged."""
+    pop = make_population(SPEC, np.random.default_rng(3))
+    sim = LiveSimulation(pop, LiveConfig(analyze_every=10**6), np.random.default_rng(4))
+    snap = sim.run([16])[-1]
+    farm = set(pop.farms[0])
+    assert snap.capacity & farm and not snap.capacity & pop.honest
+    assert snap.analyses == 0 and snap.rounds == 16

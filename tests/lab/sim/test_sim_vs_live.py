@@ -1,0 +1,91 @@
+"""The same small scenario through a live coordinator and through the simulator gives
+the same flags.
+
+Live: a real in-process coordinator on loopback, real signed/encrypted websocket
+sessions, the real screening, analysis and confirmation (``Screening.run``); the nodes'
+GPU service time is EMULATED (:class:`~netcheck.lab.emulation.EmulatedGPU`): four
+honest nodes with a 0.3 s GPU each, two identities sharing ONE 0.2 s GPU (beta = 1), so
+each identity meets the 0.65 s deadline even when both are loaded: only the contention
+test can find them. Simulator: :class:`~netcheck.lab.sim.live.LiveSimulation` on the same
+scenario (same profile, the same service-time model).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from netcheck.config import DeadlineParams, Profile
+from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
+from netcheck.lab.sim.live import LiveConfig, LiveSimulation
+from netcheck.lab.sim.population import PopulationSpec, make_population
+from netcheck.lab.testing import canary_store, running_coordinator
+
+pytestmark = pytest.mark.slow
+
+T = 4
+PROFILE = Profile(
+    name="simlive", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
+    prompt_len=16, max_new_tokens=T, canaries_min=1, canaries_max=1,
+    deadline=DeadlineParams(t_ref_s=0.3, a=1.5, slack_s=0.2), dispatch_timeout_s=10.0,
+    result_timeout_s=10.0,
+)  # fmt: skip
+FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+ROUNDS = 16
+
+
+class Answering:
+    """Answers canaries correctly and other prompts with its own random tokens."""
+
+    fingerprint = FP
+
+    def __init__(self) -> None:
+        self.rng = random.Random()
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        return [[1] * T if p.startswith("canary") else
+                [self.rng.randrange(258) for _ in range(T)] for p in prompts]  # fmt: skip
+
+
+def _roles(flags: list[tuple[str, str, frozenset[str]]], role: dict[str, str]) -> set[tuple[str, str, frozenset[str]]]:  # fmt: skip
+    return {(kind, status, frozenset(role[k] for k in keys)) for kind, status, keys in flags}
+
+
+async def test_live_and_simulated_screening_raise_the_same_flags(tmp_path: Path) -> None:
+    """16 screening rounds + analysis + confirmation: live and simulated flags agree
+    (one shared-backend flag on the pair, nothing on honest nodes, no capacity flag)."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        shared = EmulatedGPU(0.2, beta=1.0)
+        workers = {f"honest-{i}": EmulatedWorker(Answering(), EmulatedGPU(0.3)) for i in range(4)}
+        workers |= {"proxy-a": EmulatedWorker(Answering(), shared),
+                    "proxy-b": EmulatedWorker(Answering(), shared)}  # fmt: skip
+        names = rc.start_named(workers, PROFILE.name)
+        await rc.wait_connected(len(workers))
+        await rc.coord.screening.run(PROFILE.name, ROUNDS)
+        stored = rc.coord.screening.flags.list_flags(limit=100)
+    role = {key: name.split("-")[0] for name, key in names.items()}
+    live = _roles([(f["kind"], f["status"], frozenset(f["node_keys"])) for f in stored
+                   if f["status"] != "cleared"], role)  # fmt: skip
+
+    spec = PopulationSpec(
+        n_nodes=6, farm_sizes=(2,), cohosted_pairs=0, sigma_w=0.02, sigma_spread=0.0,
+        beta=1.0, t_ref_s=0.3, speed_sd=0.0, round_sd=0.01, rtt_min_s=0.0005,
+        rtt_max_s=0.002, backend_speedup=1.5,
+    )  # fmt: skip
+    pop = make_population(spec, np.random.default_rng(1))
+    sim = LiveSimulation(pop, LiveConfig(), np.random.default_rng(2), profile=PROFILE)
+    snap = sim.run([ROUNDS])[-1]
+    sim_role = {k: ("honest" if k in pop.honest else "proxy") for k in pop.node_keys}
+    simulated = _roles(
+        [("shared-backend", "confirmed", frozenset(f)) for f in snap.shared_flags]
+        + [("capacity", "confirmed", frozenset({k})) for k in snap.capacity],
+        sim_role,
+    )
+    want = {("shared-backend", "confirmed", frozenset({"proxy"}))}
+    assert live == want
+    assert simulated == want
