@@ -73,6 +73,9 @@ class Verdict(StrEnum):
     UNCHECKED = "unchecked"
     """The coordinator had no canary for the node's (known) fingerprint: its reference
     pool is missing or used up. Not the node's fault; the operator must build more."""
+    COORDINATOR_ERROR = "coordinator-error"
+    """The coordinator itself failed to serve the node (e.g. could not seal or write its
+    job or release for a local reason). Not the node's fault: never a capacity strike."""
 
 
 @dataclass(frozen=True)

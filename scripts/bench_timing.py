@@ -63,7 +63,7 @@ SHAPES: dict[str, dict[str, Any]] = {
     "h200": {"overrides": {"batch_size": 240, "max_new_tokens": 32}, "vocab": 128256},
 }
 RELEASE_FRAME_BYTES = 110  # a release frame: header, tag, round id, 32-byte job key
-NODES_PER_HOST = 1250
+NODES_PER_HOST = 500
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -90,7 +90,7 @@ async def wait_files(paths: list[Path], timeout_s: float) -> None:
 
 
 def service_s(args: argparse.Namespace, n: int) -> float:
-    return float(args.service) if args.service is not None else 1.0 + 0.01 * n
+    return float(args.service) if args.service is not None else 1.0 + 0.02 * n
 
 
 def start_timed_hosts(run: LoadRun, n: int, vocab: int, args: argparse.Namespace) -> list[Path]:
@@ -282,7 +282,7 @@ async def main(args: argparse.Namespace) -> None:
                     f"# {code} {shape} {n}: {time.monotonic() - t0:.0f} s, {row}", file=sys.stderr
                 )
     print(
-        f"mode={args.mode} service={args.service or '1 s + 10 ms/node'} spread={args.spread}s "
+        f"mode={args.mode} service={args.service or '1 s + 20 ms/node'} spread={args.spread}s "
         f"rounds={args.rounds}\n"
         "| code | shape | nodes | frame KB | stamp error ms p50 / p99 / max (min) "
         "| release skew ms | send floor ms | skew/floor | plan s | node lag p99 ms | partial writes "
@@ -311,7 +311,7 @@ if __name__ == "__main__":
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
         "--service", type=float,
-        help="EMULATED service time (s); default 1 s + 10 ms per node, so every emulated "
+        help="EMULATED service time (s); default 1 s + 20 ms per node, so every emulated "
         "node has its result sealed before the common send instant on 2 busy cores",
     )  # fmt: skip
     ap.add_argument("--spread", type=float, default=0.0)

@@ -52,7 +52,14 @@ from netcheck.errors import NetcheckError
 from netcheck.storage.flags import FLAG_STATUSES, jsonable
 from netcheck.storage.reader import Reader
 from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
-from netcheck.web.inputs import MAX_OFFSET, json_object, optional_name, parse_int, query_int
+from netcheck.web.inputs import (
+    MAX_OFFSET,
+    bearer_token,
+    json_object,
+    optional_name,
+    parse_int,
+    query_int,
+)
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
@@ -92,9 +99,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         if not _is_loopback(request.remote):
             log.warning("admin request from non-loopback address %s refused", request.remote)
             raise web.HTTPForbidden(text="admin API is loopback-only")
-        header = request.headers.get("Authorization", "")
-        token = header.removeprefix("Bearer ").strip()
-        if not header.startswith("Bearer ") or not hmac.compare_digest(
+        token = bearer_token(request.headers.get("Authorization", ""))
+        if token is None or not hmac.compare_digest(
             token.encode(), coord.config.admin_token.encode()
         ):
             raise web.HTTPUnauthorized(text="missing or wrong admin token")

@@ -8,7 +8,9 @@
   :class:`~netcheck.web.view.CoordinatorView` (:class:`LiveView`).
 - the detection timer (:meth:`Screening.attach`) and the shutdown that closes sessions.
 
-Every request first passes :func:`netcheck.web.inputs.refuse_control_chars`.
+Every request first passes :func:`netcheck.web.inputs.refuse_control_chars`, then
+:func:`netcheck.web.bodies.bound_request_bodies` (the whole body within
+``request_header_timeout_s``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.references.pool import PoolEntry
 from netcheck.storage.store import Store
 from netcheck.web import add_web_routes
+from netcheck.web.bodies import bound_request_bodies
 from netcheck.web.inputs import refuse_control_chars
 
 #: Largest request body (admin JSON bodies, dashboard forms), bytes.
@@ -65,7 +68,11 @@ class LiveView:
 
 def make_app(coord: Coordinator) -> web.Application:
     """The aiohttp application of ``coord``: websocket endpoint, admin API, dashboard."""
-    app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=[refuse_control_chars])
+    # The body deadline reuses request_header_timeout_s: the whole request is bounded.
+    bodies = bound_request_bodies(coord.config.request_header_timeout_s)
+    app = web.Application(
+        client_max_size=CLIENT_MAX_SIZE, middlewares=[refuse_control_chars, bodies]
+    )
     app.router.add_get(WS_PATH, coord.handle_ws)
     app.add_subapp(ADMIN_PREFIX, admin_app(coord))
     coord.screening.attach(app)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import random
 import secrets
@@ -35,9 +36,9 @@ from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.notices import send_in_background
 from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.pool import classify_skip, warn_low_pool
-from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
+from netcheck.coordinator.session import WRITE_TIMEOUT_S, Arrival, NodeDisconnected, NodeSession
 from netcheck.engines import probe as probe_mod
-from netcheck.errors import RoundError
+from netcheck.errors import LocalProtocolError, RoundError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
 from netcheck.records import (
@@ -129,8 +130,14 @@ async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeT
 
 
 async def _dispatch(
-    plan: RoundPlan, profile: Profile, by_key: dict[str, NodeSession], timing: dict[str, NodeTiming]
+    plan: RoundPlan,
+    profile: Profile,
+    by_key: dict[str, NodeSession],
+    timing: dict[str, NodeTiming],
+    local_failures: dict[str, str],
 ) -> dict[str, asyncio.Future[int]]:
+    """Send every job (bounded per node); returns the ack futures. A node the
+    coordinator itself failed to serve is put in ``local_failures`` (key -> reason)."""
     acks: dict[str, asyncio.Future[int]] = {}
 
     async def one(a: Assignment) -> None:
@@ -150,13 +157,20 @@ async def _dispatch(
             # Bounded: a node that stops reading fills its socket buffers, and the write
             # then waits for it to drain; without the bound one such node would hold up the
             # dispatch (hence the release) of every node until its heartbeat timed out.
-            # The frame is queued whole before the wait, so a node that resumes in time
-            # still gets the job and can ack it.
-            await asyncio.wait_for(s.send(job), profile.dispatch_timeout_s)
-        except TimeoutError:
-            log.warning("round %s: node %s not reading (job send blocked)", plan.round_id, s.label)
+            # The bound aborts that node's connection (it is then `disconnected`); it
+            # never cancels the write, which would poison the session (style.md rule 16).
+            await s.send(job, write_timeout_s=profile.dispatch_timeout_s)
         except ConnectionError:
-            log.warning("round %s: node %s gone during dispatch", plan.round_id, s.label)
+            if s.abort_reason:
+                log.warning(
+                    "round %s: node %s not reading (job send blocked): %s",
+                    plan.round_id, s.label, s.abort_reason,
+                )  # fmt: skip
+            else:
+                log.warning("round %s: node %s gone during dispatch", plan.round_id, s.label)
+        except LocalProtocolError as exc:  # our own failure (e.g. counter exhausted)
+            local_failures[a.node_key] = f"coordinator could not send the job: {exc}"
+            log.error("round %s: node %s: %s", plan.round_id, s.label, exc)
 
     await asyncio.gather(*(one(a) for a in plan.assignments))
     return acks
@@ -166,6 +180,8 @@ async def _release(
     round_id: str,
     ready: Sequence[tuple[NodeSession, Assignment]],
     timing: dict[str, NodeTiming],
+    write_timeout_s: float = WRITE_TIMEOUT_S,
+    local_failures: dict[str, str] | None = None,
 ) -> None:
     """Write every ready node's ``release`` frame in one tight loop, in a fresh random
     order each round (so no node is always first or last), stamping each node's own
@@ -173,25 +189,41 @@ async def _release(
     stamp, so its place in the order does not count against it).
 
     Frames are sealed ahead while holding every session's send lock, so the loop does
-    nothing but socket writes and clock reads (architecture.md, "Release").
+    nothing but socket writes and clock reads (architecture.md, "Release"); the garbage
+    collector is off for the loop, so a collection cannot stall one write.
     """
     ready = list(ready)
     secrets.SystemRandom().shuffle(ready)
     sessions = [s for s, _ in ready]
     for s in sessions:
         await s.send_lock.acquire()
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a full collection mid-loop held one write 16-38 ms in the benchmark
     try:
-        frames = [s.transport.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready]
+        frames: list[bytes | None] = []
+        for s, a in ready:
+            try:
+                frames.append(s.transport.seal(Release(round_id=round_id, job_key=a.job_key)))
+            except LocalProtocolError as exc:  # our failure (counter exhausted), not the node's
+                if local_failures is not None:
+                    local_failures[s.node_key] = f"coordinator could not send the release: {exc}"
+                log.error("round %s: node %s: %s", round_id, s.label, exc)
+                frames.append(None)
         for i, ((s, _), frame) in enumerate(zip(ready, frames, strict=True)):
+            if frame is None:
+                continue
             t = timing[s.node_key]
             t.release_index = i
             t.release_start_ns = time.monotonic_ns()
             try:
-                await s.ws.send_bytes(frame)
+                # Bounded like dispatch: a node that stops reading is aborted, not waited for.
+                await s.write_bounded(frame, write_timeout_s, "release")
             except ConnectionError:
                 log.warning("round %s: node %s gone at release", round_id, s.label)
             t.release_end_ns = time.monotonic_ns()
     finally:
+        if gc_was_enabled:
+            gc.enable()
         for s in sessions:
             s.send_lock.release()
 
@@ -349,7 +381,8 @@ async def _run_locked(
     )  # fmt: skip
 
     # Dispatch and wait for acknowledgements.
-    acks = await _dispatch(plan, profile, by_key, timing)
+    local_failures: dict[str, str] = {}  # the coordinator's own failures: blame no node
+    acks = await _dispatch(plan, profile, by_key, timing, local_failures)
     if acks:
         await asyncio.wait(acks.values(), timeout=profile.dispatch_timeout_s)
     ready: list[tuple[NodeSession, Assignment]] = []
@@ -362,7 +395,7 @@ async def _run_locked(
 
     # Release, then collect.
     results = {s.node_key: s.expect_result(round_id) for s, _ in ready}
-    await _release(round_id, ready, timing)
+    await _release(round_id, ready, timing, profile.dispatch_timeout_s, local_failures)
     t_released = time.monotonic()
     first_release_ns = min(
         (t.release_start_ns for t in timing.values() if t.release_start_ns is not None),
@@ -384,13 +417,24 @@ async def _run_locked(
     for a in plan.assignments:
         s, t = by_key[a.node_key], timing[a.node_key]
         fut = results.get(a.node_key)
+        if a.node_key in local_failures:
+            why = local_failures[a.node_key]
+            outcomes.append(
+                NodeOutcome(a.node_key, Verdict.COORDINATOR_ERROR, why, None, len(a.canary_ids), 0)
+            )
+            records[a.node_key] = NodeRecord(t, budget=t.budget(first_release_ns))
+            continue
         if fut is None:
             gone = s.closed.is_set()
+            if gone:
+                why = s.abort_reason or "session closed before release"
+            else:
+                why = "no ack before dispatch deadline"
             outcomes.append(
                 NodeOutcome(
                     a.node_key,
                     Verdict.DISCONNECTED if gone else Verdict.MISSING,
-                    "session closed before release" if gone else "no ack before dispatch deadline",
+                    why,
                     None,
                     len(a.canary_ids),
                     0,

@@ -154,6 +154,7 @@ class Coordinator:
             session = await asyncio.wait_for(
                 self._handshake(ws, peer), self.config.handshake_timeout_s
             )
+            session.tcp = request.transport
         except TimeoutError:
             self.handshake_failures += 1
             log.warning("handshake from %s timed out", peer)
@@ -222,7 +223,7 @@ class Coordinator:
             )
         except StorageError as exc:
             log.error("node %s refused for now: %s", session.label, exc)
-            await session.ws.close(code=CloseCode.TRY_AGAIN_LATER, message=b"try again later")
+            await session.close_bounded(CloseCode.TRY_AGAIN_LATER, b"try again later")
             return
         # Supersede after the await, right before registering, so two sessions with the
         # same key that finish their handshakes together cannot both stay open.
@@ -231,7 +232,7 @@ class Coordinator:
         if old is not None:
             log.info("node %s reconnected; closing its previous session", session.label)
             old.fail_waiters()
-            await old.ws.close(code=CloseCode.SUPERSEDED, message=b"superseded")
+            await old.close_bounded(CloseCode.SUPERSEDED, b"superseded")
         log.info(
             "node %s joined from %s: profile=%s fingerprint=%s",
             session.label,
@@ -247,7 +248,7 @@ class Coordinator:
         if self.sessions.get(session.node_key) is session:
             del self.sessions[session.node_key]
         if not session.ws.closed:
-            await session.ws.close(code=code, message=code.name.lower().encode())
+            await session.close_bounded(code, code.name.lower().encode())
         try:  # "last seen" is when the session ended, not when it began
             await asyncio.to_thread(self.store.touch_node, session.node_key, time.time())
         except StorageError as exc:
@@ -259,8 +260,10 @@ class Coordinator:
     async def on_shutdown(self, app: web.Application) -> None:
         """Close every session with SHUTDOWN; a round in flight ends as aborted."""
         self.stopping = True  # a round in flight ends as aborted, blaming no node
-        for session in list(self.sessions.values()):
-            await session.ws.close(code=CloseCode.SHUTDOWN, message=b"shutdown")
+        # All at once, each bounded: a node that stopped reading cannot hold up the rest.
+        await asyncio.gather(
+            *(s.close_bounded(CloseCode.SHUTDOWN, b"shutdown") for s in self.sessions.values())
+        )
 
     async def on_cleanup(self, app: web.Application) -> None:
         """Stop the frame opener's worker threads."""

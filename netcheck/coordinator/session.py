@@ -41,6 +41,14 @@ from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.coordinator")
 
+#: A write to a node (echo, probe, ...) that has not reached the socket after this long
+#: means the node stopped reading: the connection is aborted (never a cancelled write,
+#: style.md rule 16). Dispatch and release use the profile's ``dispatch_timeout_s``.
+WRITE_TIMEOUT_S = 10.0
+#: A close handshake (superseded, shutdown, idle) that has not finished after this long
+#: is cut by aborting the transport.
+CLOSE_TIMEOUT_S = 2.0
+
 
 def receive_limits(profile: Profile, cap: Limits = DEFAULT_LIMITS) -> Limits:
     """Decoder limits for what a node of ``profile`` may send (docs/protocol.md §4.2).
@@ -120,6 +128,8 @@ class NodeSession:
         ws: the aiohttp websocket.
         transport: the sans-I/O encrypted transport.
         peer: remote address, for logs.
+        tcp: the connection's transport; :meth:`abort` cuts it (None in unit tests).
+        abort_reason: why the coordinator aborted the connection, if it did.
     """
 
     node_key: str
@@ -137,6 +147,9 @@ class NodeSession:
     _echoes: dict[int, asyncio.Future[int]] = field(default_factory=dict)
     _probes: dict[int, asyncio.Future[tuple[int, bytes]]] = field(default_factory=dict)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
+    tcp: asyncio.Transport | None = None
+    abort_reason: str | None = None
+    _writes: set[asyncio.Task[int]] = field(default_factory=set)
     stamps: ArrivalStamps = field(default_factory=ArrivalStamps)
     opener: FrameOpener = field(default_factory=lambda: FrameOpener(workers=0))
 
@@ -150,10 +163,109 @@ class NodeSession:
         """Short name for logs: the node's configured name, else its key prefix."""
         return f"{self.node_key[:20]}"
 
-    async def send(self, msg: Message) -> None:
-        """Seal and write one message; the lock keeps counters in write order."""
-        async with self.send_lock:
-            await self.ws.send_bytes(self.transport.seal(msg))
+    async def send(self, msg: Message, write_timeout_s: float = WRITE_TIMEOUT_S) -> None:
+        """Seal and write one message; the lock keeps counters in write order.
+
+        Safe to cancel or to bound with a timeout: the write itself runs in its own task
+        (:meth:`start_send`) that no caller can cancel, because a cancelled write would
+        cancel the drain future every writer of this connection shares (aiohttp), which
+        poisons the session. A write still blocked after ``write_timeout_s`` aborts the
+        connection instead (:meth:`abort`).
+
+        Raises:
+            ConnectionError: the connection is gone or was aborted.
+        """
+        await asyncio.shield(self.start_send(msg, write_timeout_s))
+
+    def start_send(
+        self, msg: Message, write_timeout_s: float = WRITE_TIMEOUT_S
+    ) -> asyncio.Task[int]:
+        """Start writing ``msg`` in a session-owned task; its result is
+        ``time.monotonic_ns()`` just before the bytes went to the socket.
+
+        The task raises ConnectionError if the connection is gone or was aborted."""
+        task = asyncio.get_running_loop().create_task(self._write(msg, write_timeout_s))
+        self._writes.add(task)
+        task.add_done_callback(self._write_done)
+        return task
+
+    def _write_done(self, task: asyncio.Task[int]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a failed write is logged by the abort, not here
+
+    async def _write(self, msg: Message, write_timeout_s: float) -> int:
+        # The bound covers the wait for the lock too: a message that has not reached the
+        # socket after write_timeout_s, whoever holds the lock, means the node is not
+        # reading.
+        watchdog = self._watchdog(write_timeout_s, msg.TYPE)
+        try:
+            async with self.send_lock:
+                if self.abort_reason is not None or self.ws.closed:
+                    raise ConnectionError(f"session of {self.label} is closed")
+                frame = self.transport.seal(msg)
+                sent_ns = time.monotonic_ns()
+                await self._send_frame(frame, msg.TYPE)
+                return sent_ns
+        finally:
+            watchdog.cancel()
+
+    def _watchdog(self, timeout_s: float, what: str) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(
+            timeout_s, self.abort, f"stopped reading: {what} write blocked for {timeout_s:g} s"
+        )
+
+    async def write_bounded(self, frame: bytes, timeout_s: float, what: str = "frame") -> None:
+        """Write ``frame`` (the caller holds ``send_lock``); if the write is still blocked
+        on a node that stopped reading after ``timeout_s``, abort the connection, which
+        makes the write fail with ConnectionError. Never cancels the write.
+
+        Raises:
+            ConnectionError: the connection is gone or was aborted.
+        """
+        watchdog = self._watchdog(timeout_s, what)
+        try:
+            await self._send_frame(frame, what)
+        finally:
+            watchdog.cancel()
+
+    async def _send_frame(self, frame: bytes, what: str) -> None:
+        try:
+            await self.ws.send_bytes(frame)
+            if self.abort_reason is not None:  # aborted while blocked: drain returned
+                raise ConnectionError(self.abort_reason)
+        except asyncio.CancelledError:
+            # Only reachable when the task itself is cancelled (shutdown): the shared
+            # drain future may be cancelled with it, so the connection cannot be reused.
+            self.abort(f"{what} write interrupted")
+            raise
+
+    def abort(self, reason: str) -> None:
+        """Cut the connection now (no close handshake) and fail every waiter. Pending
+        writes then fail with ConnectionError and the reader task ends, which
+        unregisters the session. Idempotent; the first reason is kept."""
+        if self.abort_reason is not None:
+            return
+        self.abort_reason = reason
+        log.warning("node %s: aborting connection: %s", self.label, reason)
+        self.fail_waiters()
+        if self.tcp is not None:
+            self.tcp.abort()
+
+    async def close_bounded(
+        self, code: CloseCode, message: bytes, timeout_s: float = CLOSE_TIMEOUT_S
+    ) -> None:
+        """Close with ``code``; a close handshake not done within ``timeout_s`` (a node
+        that stopped reading) is cut by :meth:`abort`."""
+        watchdog = asyncio.get_running_loop().call_later(
+            timeout_s, self.abort, f"close ({code.name}) not completed in {timeout_s:g} s"
+        )
+        try:
+            await self.ws.close(code=code, message=message)
+        except ConnectionError:
+            pass
+        finally:
+            watchdog.cancel()
 
     def expect_ack(self, round_id: str) -> asyncio.Future[int]:
         """Future resolved with the arrival time (ns) of the node's ``ack`` for a round."""
@@ -186,14 +298,14 @@ class NodeSession:
         """
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._echoes[nonce] = fut
-        t0 = time.monotonic_ns()
+        write = self.start_send(Echo(nonce=nonce))  # bounded by abort, never cancelled
 
-        async def echo() -> int:
-            await self.send(Echo(nonce=nonce))  # may wait for a node that stops reading
-            return await fut
+        async def echo() -> tuple[int, int]:
+            t0 = await asyncio.shield(write)
+            return t0, await fut
 
         try:
-            t1 = await asyncio.wait_for(echo(), timeout_s)
+            t0, t1 = await asyncio.wait_for(echo(), timeout_s)
         except (TimeoutError, NodeDisconnected, ConnectionError):
             return None
         finally:
@@ -231,14 +343,14 @@ class NodeSession:
         msg = Probe(nonce=nonce, challenge=challenge)
         fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._probes[nonce] = fut
-        t0 = time.monotonic_ns()
+        write = self.start_send(msg)  # bounded by abort, never cancelled
 
-        async def probe() -> tuple[int, bytes]:
-            await self.send(msg)
-            return await fut
+        async def probe() -> tuple[int, int, bytes]:
+            t0 = await asyncio.shield(write)
+            return (t0, *await fut)
 
         try:
-            t1, answer = await asyncio.wait_for(probe(), timeout_s)
+            t0, t1, answer = await asyncio.wait_for(probe(), timeout_s)
         except (TimeoutError, NodeDisconnected, ConnectionError):
             return None
         finally:
@@ -326,7 +438,7 @@ class NodeSession:
             misses = 0 if rtt is not None else misses + 1
             if misses >= misses_allowed:
                 log.warning("node %s: %d echoes unanswered, closing", self.label, misses)
-                await self.ws.close(code=CloseCode.IDLE_TIMEOUT, message=b"idle timeout")
+                await self.close_bounded(CloseCode.IDLE_TIMEOUT, b"idle timeout")
                 return
 
     def fail_waiters(self) -> None:

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from netcheck.web.inputs import has_control_chars
+from netcheck.web.inputs import bearer_token, has_control_chars
 
 if TYPE_CHECKING:
     from netcheck.web.view import CoordinatorView
@@ -91,8 +91,8 @@ class AccessMixin:
         return hmac.compare_digest(candidate.encode(), self.view.admin_token.encode())
 
     def authorized(self, request: web.Request) -> bool:
-        header = request.headers.get("Authorization", "")
-        if header.startswith("Bearer ") and self.token_ok(header.removeprefix("Bearer ").strip()):
+        token = bearer_token(request.headers.get("Authorization", ""))
+        if token is not None and self.token_ok(token):
             return True
         cookie = request.cookies.get(COOKIE, "")
         expected = session_cookie_value(self.view.admin_token)

@@ -69,7 +69,7 @@ async def json_object(request: web.Request) -> dict[str, Any]:
             deep for the parser) or not an object.
     """
     body: Any = {}
-    if request.can_read_body:
+    if request.body_exists:  # not can_read_body: the body middleware has read it already
         try:
             body = await request.json()
         except (ValueError, LookupError, RecursionError):  # LookupError: unknown charset
@@ -116,3 +116,13 @@ async def refuse_control_chars(
     ):
         raise web.HTTPBadRequest(text="control characters in the URL")
     return await handler(request)
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None. The scheme
+    name matches case-insensitively (RFC 7235 §2.1, RFC 6750 §2.1): ``bearer x`` and
+    ``BEARER x`` work like ``Bearer x``."""
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None

@@ -161,9 +161,11 @@ async def test_admin_api_refuses_missing_wrong_and_non_bearer_tokens(tmp_path: P
         base = f"http://127.0.0.1:{rc.port}"
         token = rc.coord.config.admin_token
         async with aiohttp.ClientSession() as http:
+            # `bearer <token>` is accepted since #12 (RFC 6750: the scheme is
+            # case-insensitive); tests/web/test_bearer_scheme.py covers it.
             for headers in ({}, {"Authorization": "Bearer " + "x" * 32},
                             {"Authorization": f"Basic {token}"},
-                            {"Authorization": f"bearer {token}"}):  # fmt: skip
+                            {"Authorization": f"bearer {'x' * 32}"}):  # fmt: skip
                 async with http.get(base + "/admin/status", headers=headers) as r:
                     assert r.status == 401
             auth = {"Authorization": f"Bearer {token}"}

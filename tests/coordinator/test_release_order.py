@@ -22,12 +22,14 @@ def _ready(n: int, log: list[str]) -> list[tuple[Any, Any]]:
     out = []
     for i in range(n):
         key = f"node-{i:02d}"
+        ws = _WS(log, key)
         session = SimpleNamespace(
             node_key=key,
             label=key,
             send_lock=asyncio.Lock(),
             transport=SimpleNamespace(seal=lambda msg: b"frame"),
-            ws=_WS(log, key),
+            ws=ws,
+            write_bounded=lambda frame, timeout_s, what, ws=ws: ws.send_bytes(frame),
         )
         out.append((session, SimpleNamespace(job_key=bytes(32))))
     return out
