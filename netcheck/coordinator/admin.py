@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
 from netcheck.storage.flags import jsonable
 from netcheck.web.inputs import json_object, optional_name, parse_int, query_int
@@ -92,7 +91,13 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
              "software": s.claim.software, "connected_at": s.connected_at}
             for s in coord.sessions.values()
         ]  # fmt: skip
-        return web.json_response({"connected": connected, "known": coord.store.list_nodes()})
+        body: dict[str, Any] = {"connected": connected, "known": coord.store.list_nodes()}
+        held = await coord.held_by()
+        if held is not None:  # several gateways: which gateway holds each node
+            for c in connected:
+                c["gateway"] = held.get(str(c["node_key"]), {}).get("gateway_id")
+            body["cluster"] = list(held.values())
+        return web.json_response(jsonable(body))
 
     def default_profile() -> str:
         return next(iter(coord.profiles), coord.config.profiles[0])
@@ -101,7 +106,7 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
         body = await json_object(request)
         profile = optional_name(body, "profile") or default_profile()
         try:
-            report = await run_round(coord, profile)
+            report = await coord.start_round(profile)
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         body = report.as_dict()

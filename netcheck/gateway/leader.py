@@ -1,0 +1,277 @@
+"""The round leader's side of a cluster round (docs/gateways.md): prepare, plan and
+persist, announce the release instant, close the round and run detection over every
+node. Only the gateway holding the leader lock runs it; :func:`take_over` closes what a
+lost leader left open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from netcheck.analysis.verdicts import NodeOutcome, Verdict
+from netcheck.coordinator.planner import PlanNode, plan_round
+from netcheck.coordinator.rounds import (
+    ROUND_KINDS,
+    LoadSpec,
+    RoundReport,
+    _classify_skip,
+    new_round_id,
+)
+from netcheck.errors import RoundError, StorageError
+from netcheck.web.metrics import observe_round
+
+if TYPE_CHECKING:
+    from netcheck.gateway.service import Gateway
+
+log = logging.getLogger("netcheck.gateway")
+
+
+async def _all_answered(
+    gw: Gateway, round_id: str, statuses: set[str], among: set[str] | None
+) -> list[dict[str, Any]] | None:
+    """The round's gateway rows once every live gateway (of ``among``, when given) has a
+    row in one of ``statuses`` (or an excluded row); None while some are pending."""
+    rows = await asyncio.to_thread(gw.cluster.round_gateway_rows, round_id)
+    live = set(await asyncio.to_thread(gw.cluster.live_gateways))
+    waiting_for = live if among is None else live & among
+    done = {r["gateway_id"] for r in rows if r["status"] in statuses | {"excluded"}}
+    return rows if waiting_for <= done else None
+
+
+async def run_cluster_round(
+    gw: Gateway,
+    profile_name: str,
+    *,
+    load: LoadSpec | None = None,
+    kind: str = "full",
+    rule: str | None = None,
+    context: Mapping[str, Any] | None = None,
+    rng: random.Random | None = None,
+) -> RoundReport:
+    """Run one round over the nodes of every live gateway (this gateway must lead).
+
+    Arguments as :func:`netcheck.coordinator.rounds.run_round`.
+
+    Raises:
+        RoundError: not the leader, unknown profile or kind, no node joined, or
+            leadership lost during the round (the new leader closes it).
+        StorageError: the plan could not be persisted.
+    """
+    profile = gw.profiles.get(profile_name)
+    if profile is None:
+        raise RoundError(f"unknown profile {profile_name!r}")
+    if kind not in ROUND_KINDS:
+        raise RoundError(f"unknown round kind {kind!r}; expected one of {ROUND_KINDS}")
+    if not gw.control.is_leader:
+        raise RoundError(f"gateway {gw.gateway_id} is not the round leader")
+    rule = rule or ("all" if load is None else "explicit")
+    rng = rng or random.SystemRandom()
+    cfg = gw.gconfig
+    cluster, store = gw.cluster, gw.store
+    async with gw.round_lock:
+        t0 = time.monotonic()
+        est = await gw.measure_clock()
+        round_id = new_round_id()
+        await asyncio.to_thread(
+            cluster.create_round, round_id, gw.gateway_id, profile.name, est.offset_s,
+            est.uncertainty_s,
+        )  # fmt: skip
+        gw_rows = await gw.wait_for(
+            lambda: _all_answered(gw, round_id, {"joined"}, None), cfg.join_timeout_s
+        )
+        if gw_rows is None:  # some live gateway did not answer: go with those that did
+            gw_rows = await asyncio.to_thread(cluster.round_gateway_rows, round_id)
+        joined = {r["gateway_id"] for r in gw_rows if r["status"] == "joined"}
+        for r in gw_rows:
+            if r["status"] == "excluded":
+                log.warning("round %s: gateway %s sits out: %s", round_id, r["gateway_id"],
+                            r["reason"])  # fmt: skip
+        members = [
+            m for m in await asyncio.to_thread(cluster.round_member_rows, round_id)
+            if m["gateway_id"] in joined
+        ]  # fmt: skip
+        if not members:
+            await asyncio.to_thread(
+                cluster.set_round_state, round_id, "aborted", reason="no node joined"
+            )
+            raise RoundError(f"no node connected with profile {profile.name!r} on any gateway")
+        keys = sorted(m["node_key"] for m in members)
+        if load is None:
+            chosen = set(keys)
+        elif callable(load):
+            chosen = set(load(round_id, keys))
+        else:
+            chosen = set(load)
+        schedule = {k: k in chosen for k in keys}
+        loaded = [m for m in members if schedule[m["node_key"]]]
+        gateway_of = {m["node_key"]: m["gateway_id"] for m in members}
+        fp_of = {m["node_key"]: m["fingerprint_id"] for m in members}
+
+        # Plan (pure) and persist; canaries are spent in the same transaction.
+        pool = {
+            fp: await asyncio.to_thread(
+                store.unspent_canaries, fp, profile.canaries_max * len(loaded) * 4
+            )
+            for fp in {m["fingerprint_id"] for m in loaded}
+        }
+        plan = plan_round(
+            round_id, [PlanNode(m["node_key"], m["fingerprint_id"]) for m in loaded],
+            pool, profile, rng,
+        )  # fmt: skip
+        await asyncio.to_thread(store.record_plan, plan, time.time())
+        await asyncio.to_thread(
+            gw.screening.flags.record_schedule, round_id, profile.name, kind, rule, schedule,
+            {**(context or {}), "gateways": sorted(joined)},
+        )  # fmt: skip
+        await asyncio.to_thread(cluster.set_round_state, round_id, "planned", expect=["preparing"])
+        t_planned = time.monotonic()
+        log.info("round %s (%s) planned over %d gateway(s): %d of %d nodes loaded",
+                 round_id, kind, len(joined), len(plan.assignments), len(keys))  # fmt: skip
+
+        # Wait for every gateway with a job to dispatch, then announce the instant.
+        serving = {gateway_of[a.node_key] for a in plan.assignments}
+        await gw.wait_for(
+            lambda: _all_answered(gw, round_id, {"ready", "reported"}, serving),
+            profile.dispatch_timeout_s + 10.0,
+        )
+        t_ready = time.monotonic()
+        release_at_ns = await asyncio.to_thread(cluster.db_now_ns) + int(cfg.release_margin_s * 1e9)
+        if not gw.control.is_leader:
+            raise RoundError(f"round {round_id}: leadership lost before release")
+        await asyncio.to_thread(
+            cluster.set_round_state, round_id, "released", expect=["planned"],
+            release_at_ns=release_at_ns,
+        )  # fmt: skip
+
+        # Wait for the reports; a gateway that died or never reports leaves its members
+        # `disconnected` (nobody else is blamed).
+        rows = await gw.wait_for(
+            lambda: _all_answered(gw, round_id, {"reported"}, serving),
+            cfg.release_margin_s + profile.result_timeout_s + cfg.close_grace_s + 30.0,
+        )
+        t_reported = time.monotonic()
+        if not gw.control.is_leader:
+            raise RoundError(f"round {round_id}: leadership lost before close")
+        if rows is None:
+            rows = await asyncio.to_thread(cluster.round_gateway_rows, round_id)
+        return await _close(
+            gw, profile.name, plan, schedule, kind, gateway_of, fp_of, rows,
+            {"plan_s": t_planned - t0, "dispatch_s": t_ready - t_planned,
+             "collect_s": t_reported - t_ready},
+        )  # fmt: skip
+
+
+async def _close(
+    gw: Gateway,
+    profile_name: str,
+    plan: Any,
+    schedule: dict[str, bool],
+    kind: str,
+    gateway_of: dict[str, str],
+    fp_of: dict[str, str],
+    gw_rows: list[dict[str, Any]],
+    timings: dict[str, float],
+) -> RoundReport:
+    cluster, store = gw.cluster, gw.store
+    profile = gw.profiles[profile_name]
+    round_id = plan.round_id
+    t0 = time.monotonic()
+    reported = {r["gateway_id"] for r in gw_rows if r["status"] == "reported"}
+    live = set(await asyncio.to_thread(cluster.live_gateways))
+    recorded = {r["node_key"] for r in await asyncio.to_thread(store.round_verdicts, round_id)}
+    extra: list[NodeOutcome] = []
+    for a in plan.assignments:
+        g = gateway_of[a.node_key]
+        if a.node_key in recorded:
+            continue
+        why = (f"gateway {g} lost mid-round" if g not in live
+               else f"gateway {g} did not report in time")  # fmt: skip
+        extra.append(NodeOutcome(a.node_key, Verdict.DISCONNECTED, why, None,
+                                 len(a.canary_ids), 0))  # fmt: skip
+    for node_key, reason in plan.skipped:
+        verdict, why = await asyncio.to_thread(
+            _classify_skip, store, profile, fp_of[node_key], reason
+        )
+        extra.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
+    if extra:
+        await gw.retry_write(
+            f"record outcome {round_id}",
+            lambda: store.record_outcome(
+                round_id, extra, {o.node_key: {"gateway": gateway_of[o.node_key]} for o in extra}
+            ),
+        )
+    lost = sorted({gateway_of[o.node_key] for o in extra if o.verdict == Verdict.DISCONNECTED})
+    firsts = [r["release_first_ns"] for r in gw_rows if r["release_first_ns"] is not None]
+    lasts = [r["release_last_ns"] for r in gw_rows if r["release_last_ns"] is not None]
+    wf = [r["release_first_wall_ns"] for r in gw_rows if r["release_first_wall_ns"] is not None]
+    wl = [r["release_last_wall_ns"] for r in gw_rows if r["release_last_wall_ns"] is not None]
+    verdict_rows = await asyncio.to_thread(store.round_verdicts, round_id)
+    outcomes = [
+        NodeOutcome(v["node_key"], Verdict(v["verdict"]), v["reason"], v["elapsed_s"],
+                    v["canaries_checked"], v["canaries_matched"])
+        for v in verdict_rows
+    ]  # fmt: skip
+    elapsed = sorted(o.elapsed_s for o in outcomes if o.elapsed_s is not None)
+    phases: dict[str, Any] = {
+        **timings,
+        "release_skew_s": (max(lasts) - min(firsts)) / 1e9 if firsts else 0.0,
+        "release_skew_wall_s": (max(wl) - min(wf)) / 1e9 if wf else 0.0,
+        "compute_median_s": elapsed[len(elapsed) // 2] if elapsed else 0.0,
+        "gateways": len(gw_rows),
+        "gateways_reported": len(reported),
+        "gateways_lost": lost,
+        "verify_s": time.monotonic() - t0,
+    }
+    phases["total_s"] = sum(
+        v for k, v in phases.items() if k in ("plan_s", "dispatch_s", "collect_s", "verify_s")
+    )
+    await gw.retry_write(
+        f"finish round {round_id}", lambda: store.finish_round(round_id, "complete", phases)
+    )
+    await asyncio.to_thread(cluster.set_round_state, round_id, "closed", expect=["released"])
+    results = await asyncio.to_thread(cluster.round_results, round_id)
+    records = {
+        k: {"outputs": r["outputs"], "commitment": r["commitment"],
+            "session_id": r["session_id"], "signature": r["signature"],
+            "released_ns": r["released_ns"], "arrived_ns": r["arrived_ns"], "rtt_s": r["rtt_s"],
+            **(r["extra"] or {})}
+        for k, r in results.items()
+    }  # fmt: skip
+    flag_ids = await gw.screening.after_round(profile, plan, outcomes, records)
+    report = RoundReport(
+        round_id, profile_name, "complete", outcomes, phases, kind, schedule, flag_ids
+    )
+    observe_round(report)
+    return report
+
+
+async def take_over(gw: Gateway) -> None:
+    """On winning leadership: close every round a lost leader left open, honestly.
+
+    A round whose leader is gone cannot be released or closed by it; it is marked
+    ``aborted`` (reason ``leader lost``). Verdicts gateways already recorded stay; no
+    verdict is added (unique per round and node), and spent canaries stay spent.
+    """
+    try:
+        for r in await asyncio.to_thread(gw.cluster.open_rounds):
+            if r["leader_id"] == gw.gateway_id and gw.round_lock.locked():
+                continue  # our own round in flight
+            ok = await asyncio.to_thread(
+                gw.cluster.set_round_state, r["round_id"], "aborted",
+                expect=["preparing", "planned", "released"], reason="leader lost",
+            )  # fmt: skip
+            if ok and await asyncio.to_thread(gw.cluster.round_row, r["round_id"]) is not None:
+                await asyncio.to_thread(
+                    gw.store.finish_round, r["round_id"], "aborted",
+                    {"reason": f"leader {r['leader_id']} lost", "taken_over_by": gw.gateway_id},
+                )  # fmt: skip
+            if ok:
+                log.warning("round %s aborted: its leader %s was lost", r["round_id"],
+                            r["leader_id"])  # fmt: skip
+    except StorageError as exc:
+        log.error("gateway %s: cannot close rounds of the lost leader: %s", gw.gateway_id, exc)
