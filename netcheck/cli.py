@@ -353,12 +353,14 @@ def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
 def _register_subcommands() -> None:
     from netcheck.coordinator.commands import flags, screen
     from netcheck.engines.commands import engine
+    from netcheck.gateway.commands import gateway
     from netcheck.receipts import receipt
 
     main.add_command(engine)
     main.add_command(receipt)
     main.add_command(screen)
     main.add_command(flags)
+    main.add_command(gateway)
 
 
 _register_subcommands()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from aiohttp import WSMsgType
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from gw_support import FAST, PROFILE, leader_of, until
 
 from netcheck.gateway.testing import running_gateway
 from netcheck.keys import public_key_text
@@ -17,7 +18,6 @@ from netcheck.protocol.messages import ProfileClaim
 from netcheck.storage import Store
 from netcheck.storage.cluster import ClusterStore
 from netcheck.testing import raw_session
-from tests.gateway.gw_support import FAST, PROFILE, leader_of, until
 
 
 async def test_round_spans_two_gateways(tmp_path: Path, pg_url: str) -> None:
