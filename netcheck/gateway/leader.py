@@ -7,6 +7,7 @@ lost leader left open.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from netcheck.analysis.verdicts import NodeOutcome, Verdict
+from netcheck.config import Profile
 from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.rounds import (
     ROUND_KINDS,
@@ -71,8 +73,7 @@ async def run_cluster_round(
         raise RoundError(f"gateway {gw.gateway_id} is not the round leader")
     rule = rule or ("all" if load is None else "explicit")
     rng = rng or random.SystemRandom()
-    cfg = gw.gconfig
-    cluster, store = gw.cluster, gw.store
+    cluster = gw.cluster
     async with gw.round_lock:
         t0 = time.monotonic()
         est = await gw.measure_clock()
@@ -81,89 +82,115 @@ async def run_cluster_round(
             cluster.create_round, round_id, gw.gateway_id, profile.name, est.offset_s,
             est.uncertainty_s,
         )  # fmt: skip
-        gw_rows = await gw.wait_for(
-            lambda: _all_answered(gw, round_id, {"joined"}, None), cfg.join_timeout_s
-        )
-        if gw_rows is None:  # some live gateway did not answer: go with those that did
-            gw_rows = await asyncio.to_thread(cluster.round_gateway_rows, round_id)
-        joined = {r["gateway_id"] for r in gw_rows if r["status"] == "joined"}
-        for r in gw_rows:
-            if r["status"] == "excluded":
-                log.warning("round %s: gateway %s sits out: %s", round_id, r["gateway_id"],
-                            r["reason"])  # fmt: skip
-        members = [
-            m for m in await asyncio.to_thread(cluster.round_member_rows, round_id)
-            if m["gateway_id"] in joined
-        ]  # fmt: skip
-        if not members:
-            await asyncio.to_thread(
-                cluster.set_round_state, round_id, "aborted", reason="no node joined"
-            )
-            raise RoundError(f"no node connected with profile {profile.name!r} on any gateway")
-        keys = sorted(m["node_key"] for m in members)
-        if load is None:
-            chosen = set(keys)
-        elif callable(load):
-            chosen = set(load(round_id, keys))
-        else:
-            chosen = set(load)
-        schedule = {k: k in chosen for k in keys}
-        loaded = [m for m in members if schedule[m["node_key"]]]
-        gateway_of = {m["node_key"]: m["gateway_id"] for m in members}
-        fp_of = {m["node_key"]: m["fingerprint_id"] for m in members}
+        try:
+            return await _lead(gw, profile, round_id, t0, load, kind, rule, context, rng)
+        except BaseException as exc:  # leave no round open for the others to wait on
+            with contextlib.suppress(StorageError):
+                await asyncio.to_thread(
+                    cluster.abort_round, round_id, f"leader error: {exc}"[:500],
+                    {"reason": str(exc)[:500]},
+                )  # fmt: skip
+            raise
 
-        # Plan (pure) and persist; canaries are spent in the same transaction.
-        pool = {
-            fp: await asyncio.to_thread(
-                store.unspent_canaries, fp, profile.canaries_max * len(loaded) * 4
-            )
-            for fp in {m["fingerprint_id"] for m in loaded}
-        }
-        plan = plan_round(
-            round_id, [PlanNode(m["node_key"], m["fingerprint_id"]) for m in loaded],
-            pool, profile, rng,
-        )  # fmt: skip
-        await asyncio.to_thread(store.record_plan, plan, time.time())
-        await asyncio.to_thread(
-            gw.screening.flags.record_schedule, round_id, profile.name, kind, rule, schedule,
-            {**(context or {}), "gateways": sorted(joined)},
-        )  # fmt: skip
-        await asyncio.to_thread(cluster.set_round_state, round_id, "planned", expect=["preparing"])
-        t_planned = time.monotonic()
-        log.info("round %s (%s) planned over %d gateway(s): %d of %d nodes loaded",
-                 round_id, kind, len(joined), len(plan.assignments), len(keys))  # fmt: skip
 
-        # Wait for every gateway with a job to dispatch, then announce the instant.
-        serving = {gateway_of[a.node_key] for a in plan.assignments}
-        await gw.wait_for(
-            lambda: _all_answered(gw, round_id, {"ready", "reported"}, serving),
-            profile.dispatch_timeout_s + 10.0,
-        )
-        t_ready = time.monotonic()
-        release_at_ns = await asyncio.to_thread(cluster.db_now_ns) + int(cfg.release_margin_s * 1e9)
-        if not gw.control.is_leader:
-            raise RoundError(f"round {round_id}: leadership lost before release")
-        await asyncio.to_thread(
-            cluster.set_round_state, round_id, "released", expect=["planned"],
-            release_at_ns=release_at_ns,
-        )  # fmt: skip
+async def _lead(
+    gw: Gateway,
+    profile: Profile,
+    round_id: str,
+    t0: float,
+    load: LoadSpec | None,
+    kind: str,
+    rule: str,
+    context: Mapping[str, Any] | None,
+    rng: random.Random,
+) -> RoundReport:
+    cfg = gw.gconfig
+    cluster, store = gw.cluster, gw.store
+    gw_rows = await gw.wait_for(
+        lambda: _all_answered(gw, round_id, {"joined"}, None), cfg.join_timeout_s
+    )
+    if gw_rows is None:  # some live gateway did not answer: go with those that did
+        gw_rows = await asyncio.to_thread(cluster.round_gateway_rows, round_id)
+    joined = {r["gateway_id"] for r in gw_rows if r["status"] == "joined"}
+    for r in gw_rows:
+        if r["status"] == "excluded":
+            log.warning("round %s: gateway %s sits out: %s", round_id, r["gateway_id"],
+                        r["reason"])  # fmt: skip
+    members = [
+        m for m in await asyncio.to_thread(cluster.round_member_rows, round_id)
+        if m["gateway_id"] in joined
+    ]  # fmt: skip
+    if not members:
+        raise RoundError(f"no node connected with profile {profile.name!r} on any gateway")
+    keys = sorted(m["node_key"] for m in members)
+    if load is None:
+        chosen = set(keys)
+    elif callable(load):
+        chosen = set(load(round_id, keys))
+    else:
+        chosen = set(load)
+    schedule = {k: k in chosen for k in keys}
+    loaded = [m for m in members if schedule[m["node_key"]]]
+    gateway_of = {m["node_key"]: m["gateway_id"] for m in members}
+    fp_of = {m["node_key"]: m["fingerprint_id"] for m in members}
 
-        # Wait for the reports; a gateway that died or never reports leaves its members
-        # `disconnected` (nobody else is blamed).
-        rows = await gw.wait_for(
-            lambda: _all_answered(gw, round_id, {"reported"}, serving),
-            cfg.release_margin_s + profile.result_timeout_s + cfg.close_grace_s + 30.0,
+    # Plan (pure) and persist; canaries are spent in the same transaction.
+    pool = {
+        fp: await asyncio.to_thread(
+            store.unspent_canaries, fp, profile.canaries_max * len(loaded) * 4
         )
-        t_reported = time.monotonic()
-        if not gw.control.is_leader:
-            raise RoundError(f"round {round_id}: leadership lost before close")
-        if rows is None:
-            rows = await asyncio.to_thread(cluster.round_gateway_rows, round_id)
-        return await _close(
-            gw, profile.name, plan, schedule, kind, gateway_of, fp_of, rows,
-            {"plan_s": t_planned - t0, "dispatch_s": t_ready - t_planned,
-             "collect_s": t_reported - t_ready},
-        )  # fmt: skip
+        for fp in {m["fingerprint_id"] for m in loaded}
+    }
+    plan = plan_round(
+        round_id, [PlanNode(m["node_key"], m["fingerprint_id"]) for m in loaded],
+        pool, profile, rng,
+    )  # fmt: skip
+    await asyncio.to_thread(store.record_plan, plan, time.time())
+    await asyncio.to_thread(
+        gw.screening.flags.record_schedule, round_id, profile.name, kind, rule, schedule,
+        {**(context or {}), "gateways": sorted(joined)},
+    )  # fmt: skip
+    if not await asyncio.to_thread(
+        cluster.set_round_state, round_id, "planned", expect=["preparing"]
+    ):
+        raise RoundError(f"round {round_id} was aborted by another leader before planning")
+    t_planned = time.monotonic()
+    log.info("round %s (%s) planned over %d gateway(s): %d of %d nodes loaded",
+             round_id, kind, len(joined), len(plan.assignments), len(keys))  # fmt: skip
+
+    # Wait for every gateway with a job to dispatch, then announce the instant.
+    serving = {gateway_of[a.node_key] for a in plan.assignments}
+    await gw.wait_for(
+        lambda: _all_answered(gw, round_id, {"ready", "reported"}, serving),
+        profile.dispatch_timeout_s + 10.0,
+    )
+    t_ready = time.monotonic()
+    release_at_ns = await asyncio.to_thread(cluster.db_now_ns) + int(cfg.release_margin_s * 1e9)
+    if not gw.control.is_leader:
+        raise RoundError(f"round {round_id}: leadership lost before release")
+    released = await asyncio.to_thread(
+        cluster.set_round_state, round_id, "released", expect=["planned"],
+        release_at_ns=release_at_ns,
+    )  # fmt: skip
+    if not released:
+        raise RoundError(f"round {round_id} was aborted by another leader before release")
+
+    # Wait for the reports; a gateway that died or never reports leaves its members
+    # `disconnected` (nobody else is blamed).
+    rows = await gw.wait_for(
+        lambda: _all_answered(gw, round_id, {"reported"}, serving),
+        cfg.release_margin_s + profile.result_timeout_s + cfg.close_grace_s + 30.0,
+    )
+    t_reported = time.monotonic()
+    if not gw.control.is_leader:
+        raise RoundError(f"round {round_id}: leadership lost before close")
+    if rows is None:
+        rows = await asyncio.to_thread(cluster.round_gateway_rows, round_id)
+    return await _close(
+        gw, profile.name, plan, schedule, kind, gateway_of, fp_of, rows,
+        {"plan_s": t_planned - t0, "dispatch_s": t_ready - t_planned,
+         "collect_s": t_reported - t_ready},
+    )  # fmt: skip
 
 
 async def _close(
@@ -230,10 +257,11 @@ async def _close(
     phases["total_s"] = sum(
         v for k, v in phases.items() if k in ("plan_s", "dispatch_s", "collect_s", "verify_s")
     )
-    await gw.retry_write(
-        f"finish round {round_id}", lambda: store.finish_round(round_id, "complete", phases)
+    closed = await gw.retry_write(
+        f"close round {round_id}", lambda: cluster.close_round(round_id, phases)
     )
-    await asyncio.to_thread(cluster.set_round_state, round_id, "closed", expect=["released"])
+    if not closed:
+        raise RoundError(f"round {round_id} was aborted by another leader; not closed here")
     results = await asyncio.to_thread(cluster.round_results, round_id)
     records = {
         k: {"outputs": r["outputs"], "commitment": r["commitment"],
@@ -262,14 +290,9 @@ async def take_over(gw: Gateway) -> None:
             if r["leader_id"] == gw.gateway_id and gw.round_lock.locked():
                 continue  # our own round in flight
             ok = await asyncio.to_thread(
-                gw.cluster.set_round_state, r["round_id"], "aborted",
-                expect=["preparing", "planned", "released"], reason="leader lost",
+                gw.cluster.abort_round, r["round_id"], "leader lost",
+                {"reason": f"leader {r['leader_id']} lost", "taken_over_by": gw.gateway_id},
             )  # fmt: skip
-            if ok and await asyncio.to_thread(gw.cluster.round_row, r["round_id"]) is not None:
-                await asyncio.to_thread(
-                    gw.store.finish_round, r["round_id"], "aborted",
-                    {"reason": f"leader {r['leader_id']} lost", "taken_over_by": gw.gateway_id},
-                )  # fmt: skip
             if ok:
                 log.warning("round %s aborted: its leader %s was lost", r["round_id"],
                             r["leader_id"])  # fmt: skip

@@ -35,7 +35,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 
 from netcheck.errors import ConfigError
-from netcheck.storage.store import Store
+from netcheck.storage.store import Store, _jsonable
 from netcheck.storage.tables import reference_prompts, results, rounds
 
 cluster_metadata = MetaData()
@@ -361,6 +361,50 @@ class ClusterStore:
             if conn.execute(q.values(**values)).rowcount != 1:
                 return False
             self._notify(conn, {"e": state, "round": round_id})
+        return True
+
+    def abort_round(self, round_id: str, reason: str, summary: Mapping[str, Any]) -> bool:
+        """Abort an open round in one transaction: ``cluster_rounds`` state ``aborted``
+        with ``reason``, and the netcheck ``rounds`` row (if planned and unfinished)
+        status ``aborted`` with ``summary``; notifies ``aborted``. Returns False if the
+        round was already closed or aborted."""
+        c = cluster_rounds.c
+        with self.store._write(f"abort round {round_id}") as conn:
+            n = conn.execute(
+                update(cluster_rounds)
+                .where(c.round_id == round_id, c.state.not_in(["closed", "aborted"]))
+                .values(state="aborted", reason=reason)
+            ).rowcount
+            if n != 1:
+                return False
+            conn.execute(
+                update(rounds)
+                .where(rounds.c.round_id == round_id, rounds.c.finished_at.is_(None))
+                .values(status="aborted", summary=dict(summary), finished_at=time.time())
+            )
+            self._notify(conn, {"e": "aborted", "round": round_id})
+        return True
+
+    def close_round(self, round_id: str, summary: Mapping[str, Any]) -> bool:
+        """Close a released round in one transaction: ``cluster_rounds`` state
+        ``closed`` and the netcheck ``rounds`` row ``complete`` with ``summary``;
+        notifies ``closed``. Returns False (and changes nothing) if the round is no
+        longer ``released`` (e.g. a new leader aborted it)."""
+        c = cluster_rounds.c
+        with self.store._write(f"close round {round_id}") as conn:
+            n = conn.execute(
+                update(cluster_rounds)
+                .where(c.round_id == round_id, c.state == "released")
+                .values(state="closed")
+            ).rowcount
+            if n != 1:
+                return False
+            conn.execute(
+                update(rounds)
+                .where(rounds.c.round_id == round_id)
+                .values(status="complete", summary=_jsonable(summary), finished_at=time.time())
+            )
+            self._notify(conn, {"e": "closed", "round": round_id})
         return True
 
     def get_round(self, round_id: str) -> dict[str, Any] | None:
