@@ -45,6 +45,17 @@ async def _all_answered(
     return rows if waiting_for <= done else None
 
 
+async def _still_leader(gw: Gateway) -> bool:
+    """True if this gateway leads, or wins the lock back within ``join_timeout_s`` (its
+    control connection broke, e.g. the database restarted, and reconnected). If another
+    gateway won it instead, that one aborts the round (:func:`take_over`)."""
+
+    async def check() -> bool | None:
+        return True if gw.control.is_leader else None
+
+    return bool(await gw.wait_for(check, gw.gconfig.join_timeout_s))
+
+
 async def run_cluster_round(
     gw: Gateway,
     profile_name: str,
@@ -78,7 +89,7 @@ async def run_cluster_round(
         t0 = time.monotonic()
         est = await gw.measure_clock()
         round_id = new_round_id()
-        await asyncio.to_thread(
+        await gw.db(
             cluster.create_round, round_id, gw.gateway_id, profile.name, est.offset_s,
             est.uncertainty_s,
         )  # fmt: skip
@@ -86,7 +97,7 @@ async def run_cluster_round(
             return await _lead(gw, profile, round_id, t0, load, kind, rule, context, rng)
         except BaseException as exc:  # leave no round open for the others to wait on
             with contextlib.suppress(StorageError):
-                await asyncio.to_thread(
+                await gw.db(
                     cluster.abort_round, round_id, f"leader error: {exc}"[:500],
                     {"reason": str(exc)[:500]},
                 )  # fmt: skip
@@ -110,14 +121,14 @@ async def _lead(
         lambda: _all_answered(gw, round_id, {"joined"}, None), cfg.join_timeout_s
     )
     if gw_rows is None:  # some live gateway did not answer: go with those that did
-        gw_rows = await asyncio.to_thread(cluster.round_gateway_rows, round_id)
+        gw_rows = await gw.db(cluster.round_gateway_rows, round_id)
     joined = {r["gateway_id"] for r in gw_rows if r["status"] == "joined"}
     for r in gw_rows:
         if r["status"] == "excluded":
             log.warning("round %s: gateway %s sits out: %s", round_id, r["gateway_id"],
                         r["reason"])  # fmt: skip
     members = [
-        m for m in await asyncio.to_thread(cluster.round_member_rows, round_id)
+        m for m in await gw.db(cluster.round_member_rows, round_id)
         if m["gateway_id"] in joined
     ]  # fmt: skip
     if not members:
@@ -136,23 +147,19 @@ async def _lead(
 
     # Plan (pure) and persist; canaries are spent in the same transaction.
     pool = {
-        fp: await asyncio.to_thread(
-            store.unspent_canaries, fp, profile.canaries_max * len(loaded) * 4
-        )
+        fp: await gw.db(store.unspent_canaries, fp, profile.canaries_max * len(loaded) * 4)
         for fp in {m["fingerprint_id"] for m in loaded}
     }
     plan = plan_round(
         round_id, [PlanNode(m["node_key"], m["fingerprint_id"]) for m in loaded],
         pool, profile, rng,
     )  # fmt: skip
-    await asyncio.to_thread(store.record_plan, plan, time.time())
-    await asyncio.to_thread(
+    await gw.db(store.record_plan, plan, time.time())
+    await gw.db(
         gw.screening.flags.record_schedule, round_id, profile.name, kind, rule, schedule,
         {**(context or {}), "gateways": sorted(joined)},
     )  # fmt: skip
-    if not await asyncio.to_thread(
-        cluster.set_round_state, round_id, "planned", expect=["preparing"]
-    ):
+    if not await gw.db(cluster.set_round_state, round_id, "planned", expect=["preparing"]):
         raise RoundError(f"round {round_id} was aborted by another leader before planning")
     t_planned = time.monotonic()
     log.info("round %s (%s) planned over %d gateway(s): %d of %d nodes loaded",
@@ -165,10 +172,10 @@ async def _lead(
         profile.dispatch_timeout_s + 10.0,
     )
     t_ready = time.monotonic()
-    release_at_ns = await asyncio.to_thread(cluster.db_now_ns) + int(cfg.release_margin_s * 1e9)
-    if not gw.control.is_leader:
+    release_at_ns = await gw.db(cluster.db_now_ns) + int(cfg.release_margin_s * 1e9)
+    if not await _still_leader(gw):
         raise RoundError(f"round {round_id}: leadership lost before release")
-    released = await asyncio.to_thread(
+    released = await gw.db(
         cluster.set_round_state, round_id, "released", expect=["planned"],
         release_at_ns=release_at_ns,
     )  # fmt: skip
@@ -182,10 +189,10 @@ async def _lead(
         cfg.release_margin_s + profile.result_timeout_s + cfg.close_grace_s + 30.0,
     )
     t_reported = time.monotonic()
-    if not gw.control.is_leader:
+    if not await _still_leader(gw):
         raise RoundError(f"round {round_id}: leadership lost before close")
     if rows is None:
-        rows = await asyncio.to_thread(cluster.round_gateway_rows, round_id)
+        rows = await gw.db(cluster.round_gateway_rows, round_id)
     return await _close(
         gw, profile.name, plan, schedule, kind, gateway_of, fp_of, rows,
         {"plan_s": t_planned - t0, "dispatch_s": t_ready - t_planned,
@@ -209,8 +216,8 @@ async def _close(
     round_id = plan.round_id
     t0 = time.monotonic()
     reported = {r["gateway_id"] for r in gw_rows if r["status"] == "reported"}
-    live = set(await asyncio.to_thread(cluster.live_gateways))
-    recorded = {r["node_key"] for r in await asyncio.to_thread(store.round_verdicts, round_id)}
+    live = set(await gw.db(cluster.live_gateways))
+    recorded = {r["node_key"] for r in await gw.db(store.round_verdicts, round_id)}
     extra: list[NodeOutcome] = []
     for a in plan.assignments:
         g = gateway_of[a.node_key]
@@ -221,9 +228,7 @@ async def _close(
         extra.append(NodeOutcome(a.node_key, Verdict.DISCONNECTED, why, None,
                                  len(a.canary_ids), 0))  # fmt: skip
     for node_key, reason in plan.skipped:
-        verdict, why = await asyncio.to_thread(
-            _classify_skip, store, profile, fp_of[node_key], reason
-        )
+        verdict, why = await gw.db(_classify_skip, store, profile, fp_of[node_key], reason)
         extra.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
     if extra:
         await gw.retry_write(
@@ -237,7 +242,7 @@ async def _close(
     lasts = [r["release_last_ns"] for r in gw_rows if r["release_last_ns"] is not None]
     wf = [r["release_first_wall_ns"] for r in gw_rows if r["release_first_wall_ns"] is not None]
     wl = [r["release_last_wall_ns"] for r in gw_rows if r["release_last_wall_ns"] is not None]
-    verdict_rows = await asyncio.to_thread(store.round_verdicts, round_id)
+    verdict_rows = await gw.db(store.round_verdicts, round_id)
     outcomes = [
         NodeOutcome(v["node_key"], Verdict(v["verdict"]), v["reason"], v["elapsed_s"],
                     v["canaries_checked"], v["canaries_matched"])
@@ -262,7 +267,7 @@ async def _close(
     )
     if not closed:
         raise RoundError(f"round {round_id} was aborted by another leader; not closed here")
-    results = await asyncio.to_thread(cluster.round_results, round_id)
+    results = await gw.db(cluster.round_results, round_id)
     records = {
         k: {"outputs": r["outputs"], "commitment": r["commitment"],
             "session_id": r["session_id"], "signature": r["signature"],
@@ -286,10 +291,10 @@ async def take_over(gw: Gateway) -> None:
     verdict is added (unique per round and node), and spent canaries stay spent.
     """
     try:
-        for r in await asyncio.to_thread(gw.cluster.open_rounds):
+        for r in await gw.db(gw.cluster.open_rounds):
             if r["leader_id"] == gw.gateway_id and gw.round_lock.locked():
                 continue  # our own round in flight
-            ok = await asyncio.to_thread(
+            ok = await gw.db(
                 gw.cluster.abort_round, r["round_id"], "leader lost",
                 {"reason": f"leader {r['leader_id']} lost", "taken_over_by": gw.gateway_id},
             )  # fmt: skip

@@ -157,7 +157,7 @@ async def participate(gw: Gateway, round_id: str) -> None:
 
 
 async def _participate(gw: Gateway, round_id: str) -> None:
-    row = await asyncio.to_thread(gw.cluster.get_round, round_id)
+    row = await gw.db(gw.cluster.get_round, round_id)
     if row is None or row["state"] != "preparing":
         return
     profile = gw.profiles.get(row["profile"])
@@ -177,7 +177,7 @@ async def _participate(gw: Gateway, round_id: str) -> None:
         reason = f"profile {row['profile']!r} not configured on this gateway"
     if reason is not None:
         log.warning("gateway %s sits out round %s: %s", gw.gateway_id, round_id, reason)
-        await asyncio.to_thread(
+        await gw.db(
             gw.cluster.join_round, round_id, gw.gateway_id, [],
             {**values, "status": "excluded", "reason": reason},
         )  # fmt: skip
@@ -197,7 +197,7 @@ async def _participate(gw: Gateway, round_id: str) -> None:
          "fingerprint_id": s.fingerprint_id, "rtt_s": s.rtt_s}
         for s in sessions if not s.closed.is_set()
     ]  # fmt: skip
-    landed = await asyncio.to_thread(
+    landed = await gw.db(
         gw.cluster.join_round, round_id, gw.gateway_id, members, {**values, "status": "joined"}
     )
     by_key = {s.node_key: s for s in sessions if s.node_key in landed}
@@ -212,7 +212,7 @@ async def _participate(gw: Gateway, round_id: str) -> None:
                     gw.gateway_id, round_id, "timeout" if st is None else st["state"])  # fmt: skip
         return
     t_planned = time.monotonic()
-    plan = await asyncio.to_thread(_my_plan, gw, round_id, set(by_key))
+    plan = await gw.db(_my_plan, gw, round_id, set(by_key))
     acks = await _dispatch(plan, profile, by_key, timing)
     if acks:
         await asyncio.wait(acks.values(), timeout=profile.dispatch_timeout_s)

@@ -37,6 +37,8 @@ T = TypeVar("T")
 POLL_S = 1.0
 #: Retry delays (seconds) of a write that failed because the database is unreachable.
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
+#: How long a database call in a round keeps retrying (seconds).
+DB_RETRY_S = 60.0
 
 
 class Gateway(Coordinator):
@@ -286,3 +288,23 @@ class Gateway(Coordinator):
     async def held_by(self) -> dict[str, dict[str, Any]]:
         rows = await asyncio.to_thread(self.cluster.connected_nodes)
         return {r["node_key"]: r for r in rows}
+
+    async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a database call of the round path in a thread, retrying for up to about
+        ``DB_RETRY_S`` while the database is unreachable (e.g. restarting).
+
+        Raises:
+            StorageError: an integrity error at once, else the last failure.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DB_RETRY_S
+        delay = RETRY_DELAYS_S[0]
+        while True:
+            try:
+                return await asyncio.to_thread(fn, *args, **kwargs)
+            except StorageError as exc:
+                if "integrity" in str(exc) or loop.time() + delay > deadline:
+                    raise
+                log.warning("gateway %s: %s; retrying in %.1f s", self.gateway_id, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_DELAYS_S[-1])
