@@ -1,6 +1,6 @@
 """Benchmark (issue 5): recall of proxy farms and false flags, on EMULATED populations.
 
-Population (netcheck.sim.population defaults): 200 identities = 8 farms of 2, 6 of 3
+Population (netcheck.lab.sim.population defaults): 200 identities = 8 farms of 2, 6 of 3
 and 4 of 5 (54 farm identities) + 146 honest nodes, 10 honest pairs co-hosted with 3%
 benign coupling; per-node speed spread 5% (log-sd), per-node noise level log-normal
 around sigma_w (spread 0.3), per-round common effect 2%. Each seed draws a population
@@ -34,8 +34,8 @@ from dataclasses import replace
 import numpy as np
 
 from netcheck.analysis.detectors import DetectorConfig
-from netcheck.sim.pipeline import PipelineConfig, run_screening, simulate_screening
-from netcheck.sim.population import PopulationSpec, make_population
+from netcheck.lab.sim.pipeline import PipelineConfig, run_screening, simulate_screening
+from netcheck.lab.sim.population import PopulationSpec, make_population
 
 ROUNDS = (16, 32, 64, 128)
 SIZES = (2, 3, 5)

@@ -223,11 +223,18 @@ def node_run(
     verbose: bool,
 ) -> None:
     """Join the coordinator named in the config and answer validation rounds."""
-    from netcheck.node.app import run_node
+    from netcheck.node.app import WorkerFactory, engine_worker, run_node
 
     cfg_label = config_path.stem
     setup_logging(verbose, cfg_label)
-    asyncio.run(run_node(config_path, emulate_batch_time, adversary, backend))
+    make_worker: WorkerFactory = engine_worker
+    if emulate_batch_time is not None or adversary is not None:
+        # Lab code (labelled emulation, demo adversaries) is wired in here, at the top
+        # layer, and only when asked for: the node itself never imports netcheck.lab.
+        from netcheck.lab.nodes import worker_factory
+
+        make_worker = worker_factory(emulate_batch_time, adversary, backend)
+    asyncio.run(run_node(config_path, make_worker))
 
 
 @main.command()
@@ -262,7 +269,7 @@ def doctor(config_path: Path, no_selftest: bool) -> None:
 @click.option("--beta", type=float, default=1.0, show_default=True)
 def node_backend(profile_name: str, port: int, emulate_batch_time: float, beta: float) -> None:
     """DEMO ADVERSARY: shared inference backend behind several proxy identities."""
-    from netcheck.node.app import run_backend
+    from netcheck.lab.nodes import run_backend
 
     setup_logging(False, "backend")
     asyncio.run(run_backend(profile_name, port, emulate_batch_time, beta))
@@ -341,7 +348,7 @@ def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
     GPU service time is EMULATED (all nodes share this machine's CPU). Exits 0 when
     every honest node passes every round and every cheater fails every round.
     """
-    from netcheck.demo import run_demo
+    from netcheck.lab.demo import run_demo
 
     setup_logging(False, "demo")
     sys.exit(run_demo(workdir, rounds, profile_name, serve))

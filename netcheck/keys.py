@@ -1,4 +1,5 @@
-"""Ed25519 identity keys: generate, save, load, and the public-key text form.
+"""Ed25519 identity keys: generate, save, load, and the public-key text form; and the
+coordinator's other secret file, the screening schedule secret (:func:`load_or_create_secret`).
 
 Private keys are PEM PKCS#8 files, unencrypted, mode 0600, never overwritten. Public
 keys travel in configs as ``"ed25519:<base64url of the raw 32 bytes, no padding>"``
@@ -8,8 +9,10 @@ keys travel in configs as ``"ed25519:<base64url of the raw 32 bytes, no padding>
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import re
+import secrets
 import stat
 from pathlib import Path
 
@@ -17,7 +20,9 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from netcheck.errors import KeyFileError
+from netcheck.errors import ConfigError, KeyFileError
+
+log = logging.getLogger("netcheck.keys")
 
 TEXT_PREFIX = "ed25519:"
 _TEXT_BODY = re.compile(r"[A-Za-z0-9_-]{43}")
@@ -126,3 +131,32 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
     if public_key_text(key) != text:
         raise KeyFileError(f"non-canonical public key text: {text[:80]!r}")
     return key
+
+
+def load_or_create_secret(path: Path, what: str, min_bytes: int, nbytes: int = 32) -> bytes:
+    """Read the random secret at ``path``; create it (``nbytes`` random bytes, mode 0600,
+    parent directories as needed) if it does not exist. ``what`` names it in messages.
+
+    Raises:
+        ConfigError: unreadable, or shorter than ``min_bytes``.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = secrets.token_bytes(nbytes)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # created concurrently: use that one
+            return load_or_create_secret(path, what, min_bytes, nbytes)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        log.info("created %s %s (mode 0600)", what, path)
+        return data
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) < min_bytes:
+        raise ConfigError(f"{path}: {what} must be at least {min_bytes} bytes")
+    if os.name == "posix" and path.stat().st_mode & 0o077:
+        log.warning("%s %s is readable by group/others; chmod 600 it", what, path)
+    return data

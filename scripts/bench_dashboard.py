@@ -2,7 +2,7 @@
 """Time the dashboard pages over a database of synthetic rounds; optionally screenshot them.
 
 Fills a fresh SQLite database with ``--rounds`` synthetic rounds through the Store API
-(:func:`netcheck.web.sample.fill_synthetic`: honest nodes, a proxy pair, a made-up node,
+(:func:`netcheck.lab.sample.fill_synthetic`: honest nodes, a proxy pair, a made-up node,
 a flaky node, screening schedules and two flags), serves it with a coordinator on
 loopback, and fetches every page ``--repeat`` times with the admin token:
 
@@ -38,9 +38,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import CoordinatorConfig, load_profile
 from netcheck.coordinator.server import Coordinator
+from netcheck.lab.sample import fill_synthetic
 from netcheck.storage import Store
 from netcheck.web import add_web_routes, plots
-from netcheck.web.sample import fill_synthetic
 
 CHROME_FLAGS = (
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from netcheck.admin_client import admin_request  # noqa: E402
 from netcheck.config import load_coordinator_config, load_profile  # noqa: E402
-from netcheck.demo import Processes, build_demo_references, write_configs  # noqa: E402
-from netcheck.demo import wait_connected as wait_nodes  # noqa: E402
+from netcheck.lab.demo import Processes, build_demo_references, write_configs  # noqa: E402
+from netcheck.lab.demo import wait_connected as wait_nodes  # noqa: E402
 
 PHASES = ("plan_s", "dispatch_s", "release_skew_s", "compute_median_s", "verify_s", "total_s")
 

@@ -342,3 +342,22 @@ def test_every_coordinator_field_is_named_in_the_example_config() -> None:
         if name not in deprecated and not re.search(rf"^#?\s*{name}\s*=", text, re.M)
     ]
     assert not missing
+
+
+def _detection_config(tmp_path: Path, **kw: object) -> CoordinatorConfig:
+    return CoordinatorConfig(
+        identity_key=tmp_path / "keys" / "c.pem", open_enrollment=True,
+        admin_token="x" * 16, profiles=["p"], **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_config_detection_fields(tmp_path: Path) -> None:
+    """The secret path defaults next to the identity key; bad strike settings are refused."""
+    cfg = _detection_config(tmp_path)
+    assert cfg.schedule_secret_path == tmp_path / "keys" / "schedule.secret"
+    assert cfg.screening_interval_s == 0.0
+    assert _detection_config(
+        tmp_path, schedule_secret_file=tmp_path / "x"
+    ).schedule_secret_path == (tmp_path / "x")
+    with pytest.raises(ValueError):
+        _detection_config(tmp_path, capacity_window=2, capacity_strikes=3)

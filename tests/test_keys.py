@@ -1,19 +1,21 @@
-"""Identity key files and the public-key text form (netcheck/keys.py)."""
+"""Identity key files, the public-key text form and the schedule secret file (netcheck/keys.py)."""
 
 from __future__ import annotations
 
 import base64
 import os
 import stat
+from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from netcheck.errors import KeyFileError
+from netcheck.errors import ConfigError, KeyFileError
 from netcheck.keys import (
     generate_key,
+    load_or_create_secret,
     load_private_key,
     parse_public_key,
     public_key_bytes,
@@ -172,3 +174,20 @@ def test_parse_rejects_non_string():
     """Non-string input is KeyFileError."""
     with pytest.raises(KeyFileError):
         parse_public_key(b"ed25519:AAAA")
+
+
+def test_secret_created_0600_then_reused(tmp_path: Path) -> None:
+    """The schedule secret is created once with mode 0600 and read back afterwards."""
+    path = tmp_path / "sub" / "schedule.secret"
+    first = load_or_create_secret(path, "schedule secret", 16)
+    assert len(first) == 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_or_create_secret(path, "schedule secret", 16) == first
+
+
+def test_short_secret_refused(tmp_path: Path) -> None:
+    """A secret shorter than 16 bytes is a configuration error."""
+    path = tmp_path / "s"
+    path.write_bytes(b"short")
+    with pytest.raises(ConfigError):
+        load_or_create_secret(path, "schedule secret", 16)

@@ -9,11 +9,10 @@ import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from netcheck.analysis.verdicts import NodeOutcome, Verdict
-from netcheck.coordinator.planner import RoundPlan
 from netcheck.keys import public_key_text
 from netcheck.protocol.jobs import commitment, sign_receipt
 from netcheck.receipts import receipt, verify_stored_receipt
+from netcheck.records import NodeOutcome, RoundPlan, Verdict
 from netcheck.storage import Store
 
 OUTPUTS = [[1, 2, 3], [4, 5, 6]]

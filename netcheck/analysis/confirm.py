@@ -18,10 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from netcheck.analysis.detectors import t_sf
+from netcheck.records import FlagKind, FlagStatus
 
-SHARED_BACKEND = "shared-backend"
-CLEARED = "cleared"
-RELAY = "relay"
+SHARED_BACKEND = FlagKind.SHARED_BACKEND
+CLEARED = FlagStatus.CLEARED
+RELAY = FlagKind.RELAY
 
 
 @dataclass(frozen=True)

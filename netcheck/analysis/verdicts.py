@@ -9,26 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # stdlib only at run time (docs/design.md, module map)
-    from netcheck.coordinator.planner import Assignment
+from netcheck.records import Assignment, NodeOutcome, Verdict
 
-
-class Verdict(StrEnum):
-    """Outcome of one node in one round."""
-
-    PASS = "pass"
-    WRONG_ANSWER = "wrong-answer"
-    LATE = "late"
-    MALFORMED = "malformed"
-    MISSING = "missing"
-    PROFILE_MISMATCH = "profile-mismatch"
-    DISCONNECTED = "disconnected"
-    UNCHECKED = "unchecked"
-    """The coordinator had no canary for the node's (known) fingerprint: its reference
-    pool is missing or used up. Not the node's fault; the operator must build more."""
+__all__ = ["NodeOutcome", "Observation", "Verdict", "profile_mismatch", "verify"]
 
 
 @dataclass(frozen=True)
@@ -51,22 +35,6 @@ class Observation:
     disconnected: bool
     error: str | None
     commitment_ok: bool
-
-
-@dataclass(frozen=True)
-class NodeOutcome:
-    """A node's verdict in one round, with a human-readable reason.
-
-    ``elapsed_s``: arrival minus release on the coordinator clock, seconds (``None`` if
-    unknown). ``canaries_checked``/``canaries_matched``: canary outputs compared/equal.
-    """
-
-    node_key: str
-    verdict: Verdict
-    reason: str
-    elapsed_s: float | None
-    canaries_checked: int
-    canaries_matched: int
 
 
 def profile_mismatch(node_key: str, reason: str) -> NodeOutcome:

@@ -34,8 +34,8 @@ from aiohttp import web
 
 from netcheck.errors import NetcheckError
 from netcheck.storage.flags import jsonable
+from netcheck.storage.reader import Reader
 from netcheck.web.inputs import json_object, optional_name, parse_int, query_int
-from netcheck.web.queries import Reader
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator

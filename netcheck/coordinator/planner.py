@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from netcheck.config import Profile
 from netcheck.errors import RoundError
+from netcheck.records import Assignment, RoundPlan
 from netcheck.storage.tables import ReferenceRow
 from netcheck.workloads import Workload, get_workload
 
@@ -32,38 +33,6 @@ class PlanNode:
 
     node_key: str
     fingerprint_id: str
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """One node's mixed batch.
-
-    ``prompts`` has exactly B entries; canary ``canary_ids[i]`` sits at
-    ``prompts[canary_positions[i]]`` (positions ascending) and its reference answer is
-    ``canary_answers[i]`` (``max_new_tokens`` token ids). ``job_key`` is 32 bytes,
-    ``job_nonce`` 12 bytes.
-    """
-
-    node_key: str
-    prompts: tuple[str, ...]
-    canary_positions: tuple[int, ...]
-    canary_ids: tuple[str, ...]
-    canary_answers: tuple[tuple[int, ...], ...]
-    job_key: bytes
-    job_nonce: bytes
-
-
-@dataclass(frozen=True)
-class RoundPlan:
-    """A planned round: one assignment per served node; ``skipped`` = (node_key, reason)
-    for nodes that get no job (verdict ``profile-mismatch``)."""
-
-    round_id: str
-    profile: str
-    batch_size: int
-    max_new_tokens: int
-    assignments: tuple[Assignment, ...]
-    skipped: tuple[tuple[str, str], ...]
 
 
 def _decoys(rng: random.Random, n: int, taken: set[str], workload: Workload) -> list[str]:

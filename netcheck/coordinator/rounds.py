@@ -23,16 +23,25 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from netcheck.analysis.verdicts import NodeOutcome, Observation, Verdict, verify
+from netcheck.analysis.verdicts import Observation, verify
 from netcheck.config import Profile
-from netcheck.coordinator.planner import Assignment, PlanNode, RoundPlan, plan_round
+from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
 from netcheck.errors import RoundError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
+from netcheck.records import (
+    Assignment,
+    NodeOutcome,
+    NodeRecord,
+    NodeTiming,
+    RoundKind,
+    RoundPlan,
+    RoundReport,
+    Verdict,
+)
 from netcheck.storage import Store
 from netcheck.web.metrics import observe_round
 
@@ -95,65 +104,6 @@ def _warn_low_pool(store: Store, profile: Profile, sessions: Sequence[NodeSessio
 def new_round_id() -> str:
     """A unique, sortable round id such as ``r20261130T031500-a1b2c3``."""
     return time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-
-
-@dataclass
-class NodeTiming:
-    """Raw timestamps for one node in one round (``time.monotonic_ns`` values)."""
-
-    rtt_s: float | None = None
-    deadline_s: float | None = None
-    job_sent_ns: int | None = None
-    acked_ns: int | None = None
-    release_start_ns: int | None = None
-    release_end_ns: int | None = None
-    arrived_ns: int | None = None
-    # Relay test evidence (docs/detection.md "Relay test"), raw: every echo and every
-    # correct probe round trip (seconds), the fastest probe, unanswered and wrong probes.
-    echo_samples_s: list[float] = field(default_factory=list)
-    probe_samples_s: list[float] = field(default_factory=list)
-    probe_rtt_s: float | None = None
-    probe_missed: int = 0
-    probe_wrong: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
-
-
-@dataclass
-class RoundReport:
-    """What a round produced: verdicts per node and the phase timings (seconds)."""
-
-    round_id: str
-    profile: str
-    status: str
-    outcomes: list[NodeOutcome] = field(default_factory=list)
-    phases: dict[str, float] = field(default_factory=dict)
-    kind: str = "full"
-    schedule: dict[str, bool] = field(default_factory=dict)
-    flags: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "round_id": self.round_id,
-            "profile": self.profile,
-            "status": self.status,
-            "kind": self.kind,
-            "schedule": self.schedule,
-            "flags": self.flags,
-            "phases": self.phases,
-            "verdicts": [
-                {
-                    "node_key": o.node_key,
-                    "verdict": str(o.verdict),
-                    "reason": o.reason,
-                    "elapsed_s": o.elapsed_s,
-                    "canaries_checked": o.canaries_checked,
-                    "canaries_matched": o.canaries_matched,
-                }
-                for o in self.outcomes
-            ],
-        }
 
 
 async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]) -> None:
@@ -291,7 +241,7 @@ def _observe(
     )
 
 
-ROUND_KINDS = ("full", "screening", "confirmation")
+ROUND_KINDS = tuple(k.value for k in RoundKind)
 
 
 async def run_round(
@@ -418,7 +368,7 @@ async def _run_locked(
 
     # Verify (pure) and record.
     outcomes: list[NodeOutcome] = []
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, NodeRecord] = {}
     for a in plan.assignments:
         s, t = by_key[a.node_key], timing[a.node_key]
         fut = results.get(a.node_key)
@@ -434,7 +384,7 @@ async def _run_locked(
                     0,
                 )  # fmt: skip
             )
-            records[a.node_key] = {"timing": t.as_dict()}
+            records[a.node_key] = NodeRecord(t)
             continue
         obs = _observe(s, a, round_id, t, fut)
         outcome = verify(
@@ -443,20 +393,20 @@ async def _run_locked(
         outcomes.append(outcome)
         arrival = fut.result() if fut.done() and fut.exception() is None else None
         res = arrival.result if arrival else None
-        records[a.node_key] = {
-            "timing": t.as_dict(),
-            "session_id": s.session_id.hex(),
-            "outputs": [list(o) for o in res.outputs] if res else None,
-            "commitment": res.commitment.hex() if res else None,
-            "signature": res.signature.hex() if res else None,
-            "error": arrival.error if arrival else None,  # the node's own text, escaped
-        }
+        records[a.node_key] = NodeRecord(
+            timing=t,
+            session_id=s.session_id,
+            outputs=[list(o) for o in res.outputs] if res else None,
+            commitment=res.commitment if res else None,
+            signature=res.signature if res else None,
+            error=arrival.error if arrival else None,  # the node's own text, escaped
+        )
     for node_key, reason in plan.skipped:
         verdict, why = await asyncio.to_thread(
             _classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
         )
         outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
-        records[node_key] = {"timing": timing[node_key].as_dict()}
+        records[node_key] = NodeRecord(timing[node_key])
     t_verified = time.monotonic()
 
     starts = [t.release_start_ns for t in timing.values() if t.release_start_ns is not None]

@@ -2,11 +2,10 @@
 
 - :class:`EngineWorker` — the real thing: runs the local inference engine. This is what
   ``netcheck node run`` uses unless told otherwise.
-- :class:`EmulatedWorker` — **EMULATION, for demos and tests on one machine only**: runs
-  the real engine, then holds the result until an emulated GPU's service time has passed
-  (see :mod:`netcheck.node.emulation`). Never the default for a real node.
 
-Demo adversaries live in :mod:`netcheck.node.adversary`.
+Emulated GPU service time and demo adversaries are lab code (:mod:`netcheck.lab.emulation`,
+:mod:`netcheck.lab.adversary`); they reach a node only through the worker factory that
+:func:`netcheck.node.app.run_node` takes.
 
 A worker may also answer the known-answer compute probe (docs/protocol.md §5.9) with an
 ``async probe(challenge) -> bytes`` method (:class:`ProbingWorker`); :func:`run_probe`
@@ -23,7 +22,6 @@ from typing import Protocol, runtime_checkable
 from netcheck.engines import probe as probe_mod
 from netcheck.engines.base import Engine
 from netcheck.errors import EngineError
-from netcheck.node.emulation import EmulatedGPU
 
 
 class Worker(Protocol):
@@ -91,28 +89,3 @@ class EngineWorker:
         """The probe on the engine's device, in a thread. It does not wait for a running
         batch (no lock): it is tiny, and its round trip must not include batch time."""
         return await asyncio.to_thread(self.engine.probe, challenge)
-
-
-class EmulatedWorker:
-    """EMULATION: real inference, then the emulated GPU's service time.
-
-    The result is returned when both the real computation and the emulated service
-    (:meth:`EmulatedGPU.serve`) are done, i.e. at ``max(real, emulated)`` after release.
-    """
-
-    def __init__(self, inner: Worker, gpu: EmulatedGPU) -> None:
-        self.inner = inner
-        self.gpu = gpu
-
-    @property
-    def fingerprint(self) -> dict[str, str | int]:
-        return self.inner.fingerprint
-
-    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
-        outputs, _ = await asyncio.gather(self.inner.run(prompts), self.gpu.serve())
-        return outputs
-
-    async def probe(self, challenge: bytes) -> bytes:
-        """Passed through to the inner worker, with no emulated service time (the probe
-        is tiny; the emulation models batches)."""
-        return await run_probe(self.inner, challenge)

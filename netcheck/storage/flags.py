@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -40,11 +39,12 @@ from sqlalchemy import (
     update,
 )
 
+from netcheck.records import FlagStatus, RoundKind, StoredRounds
 from netcheck.storage.store import Store
 from netcheck.storage.tables import metadata, results, rounds, verdicts
 
-ROUND_KINDS = ("full", "screening", "confirmation")
-FLAG_STATUSES = ("confirmed", "cleared", "pending")
+ROUND_KINDS = tuple(k.value for k in RoundKind)
+FLAG_STATUSES = tuple(s.value for s in FlagStatus)
 
 round_schedules = Table(
     "round_schedules",
@@ -104,22 +104,6 @@ def jsonable(value: object) -> object:
 
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
-
-
-@dataclass(frozen=True)
-class StoredRounds:
-    """Rounds read back for analysis, oldest first.
-
-    ``round_ids``: the rounds; ``kinds``/``schedules``: per round; ``results``: the raw
-    ``results`` rows of those rounds (dicts with ``round_id``, ``node_key``,
-    ``released_ns``, ``arrived_ns``, ``rtt_s``, ``session_id``, ``commitment``,
-    ``signature``, ``error``).
-    """
-
-    round_ids: tuple[str, ...]
-    kinds: dict[str, str]
-    schedules: dict[str, dict[str, bool]]
-    results: tuple[dict[str, Any], ...]
 
 
 class FlagStore:
@@ -302,3 +286,27 @@ class FlagStore:
         with self.store._read("read flag") as conn:
             row = conn.execute(select(flags).where(flags.c.flag_id == flag_id)).first()
         return None if row is None else dict(row._mapping)
+
+    def node_flag_evidence(self, kind: str, node_key: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The evidence documents of the ``limit`` newest flags of ``kind`` that name
+        ``node_key`` (newest first), in two queries whatever their number (ids first,
+        filtered here since JSON membership is not portable SQL; then their evidence).
+
+        Raises:
+            StorageError: the database failed.
+        """
+        with self.store._read("read flag evidence") as conn:
+            picked = [
+                r.flag_id
+                for r in conn.execute(
+                    select(flags.c.flag_id, flags.c.node_keys)
+                    .where(flags.c.kind == kind)
+                    .order_by(flags.c.flag_id.desc())
+                )
+                if node_key in r.node_keys
+            ][:limit]
+            if not picked:
+                return []
+            query = select(flags.c.flag_id, flags.c.evidence).where(flags.c.flag_id.in_(picked))
+            by_id = {r.flag_id: r.evidence for r in conn.execute(query)}
+        return [by_id[i] for i in picked if i in by_id]

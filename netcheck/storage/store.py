@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection, create_engine, event, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from netcheck.errors import StorageError
+from netcheck.records import NodeOutcome, NodeRecord, RoundPlan
 from netcheck.storage.tables import (
     ReferenceRow,
     assignments,
@@ -32,10 +33,6 @@ from netcheck.storage.tables import (
     rounds,
     verdicts,
 )
-
-if TYPE_CHECKING:
-    from netcheck.analysis.verdicts import NodeOutcome
-    from netcheck.coordinator.planner import RoundPlan
 
 BUSY_TIMEOUT_MS = 5000
 _CHUNK = 500  # ids per IN (...) clause; far below every backend's parameter limit
@@ -342,7 +339,9 @@ class Store:
     ) -> int:
         """Store results and verdicts of a round in one transaction; returns rows added.
 
-        ``timings`` maps a node key to a dict of that node's evidence, any of
+        ``timings`` maps a node key to its :class:`~netcheck.records.NodeRecord` (what the
+        round runner passes: ``released_ns`` is the timing's ``release_start_ns``; the
+        other timing fields go to ``extra``), or to a dict of that node's evidence, any of
         ``released_ns`` (else ``release_start_ns``), ``arrived_ns`` (coordinator monotonic
         ns), ``rtt_s``, ``error``, ``session_id``, ``commitment``, ``signature`` (bytes are
         stored hex), ``outputs`` (list of token-id lists); a nested ``"timing"`` dict is
@@ -354,8 +353,10 @@ class Store:
 
         Raises StorageError if the round is unknown or the database failed.
         """
-        per_node = {k: v for k, v in timings.items() if isinstance(v, Mapping)}
-        round_level = {k: _jsonable(v) for k, v in timings.items() if not isinstance(v, Mapping)}
+        per_node = {k: v for k, v in timings.items() if isinstance(v, Mapping | NodeRecord)}
+        round_level = {
+            k: _jsonable(v) for k, v in timings.items() if not isinstance(v, Mapping | NodeRecord)
+        }
         now = time.time()
         with self._write(f"record outcome {round_id}") as conn:
             row = conn.execute(select(rounds.c.timing).where(rounds.c.round_id == round_id)).first()
@@ -401,7 +402,10 @@ class Store:
         return len(fresh)
 
     @staticmethod
-    def _result_values(round_id: str, node_key: str, ev: Mapping[str, Any]) -> dict[str, Any]:
+    def _result_values(
+        round_id: str, node_key: str, record: NodeRecord | Mapping[str, Any]
+    ) -> dict[str, Any]:
+        ev = record.evidence() if isinstance(record, NodeRecord) else record
         nested = ev.get("timing")
         if isinstance(nested, Mapping):  # {"timing": {...}, ...}: flatten, top level wins
             ev = {**nested, **{k: v for k, v in ev.items() if k != "timing"}}

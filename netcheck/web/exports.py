@@ -82,7 +82,7 @@ def parse_csv(text: str, types: Mapping[str, str]) -> tuple[list[str], list[dict
     """Read an export's CSV back: ``(columns, rows)`` with database-typed values.
 
     ``types`` maps column -> ``int``/``float``/``bool``/``json``/``text`` (the ``types`` of
-    the JSON export, or :meth:`netcheck.web.queries.Reader.column_types`); columns it does
+    the JSON export, or :meth:`netcheck.storage.reader.Reader.column_types`); columns it does
     not name stay text.
     """
     reader = csv.reader(io.StringIO(text))

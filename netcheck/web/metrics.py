@@ -22,8 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from netcheck.coordinator.rounds import RoundReport
     from netcheck.coordinator.server import Coordinator
+    from netcheck.records import RoundReport
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

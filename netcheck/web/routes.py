@@ -45,6 +45,7 @@ import numpy as np
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from netcheck.storage.reader import STRIKE_WINDOW, Reader
 from netcheck.web.exports import KINDS, to_csv, to_json
 from netcheck.web.flagview import FlagView, flag_view
 from netcheck.web.inputs import MAX_OFFSET, has_control_chars, query_int
@@ -55,7 +56,6 @@ from netcheck.web.plots import (
     loaded_latency_svg,
     round_timeline_svg,
 )
-from netcheck.web.queries import STRIKE_WINDOW, Reader
 from netcheck.web.templates import label, make_env
 
 if TYPE_CHECKING:

@@ -10,11 +10,11 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import Profile
+from netcheck.lab.testing import RunningCoordinator, canary_store, small_profile
+from netcheck.lab.testing import raw_session as hand_session
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
 from netcheck.protocol.transport import Transport
 from netcheck.storage import Store
-from netcheck.testing import RunningCoordinator, canary_store, small_profile
-from netcheck.testing import raw_session as hand_session
 
 
 def profile(**overrides: object) -> Profile:

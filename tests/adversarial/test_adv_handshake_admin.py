@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.errors import CloseCode
+from netcheck.lab.testing import running_coordinator
 from netcheck.protocol.codec import encode_message
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import ProfileClaim
-from netcheck.testing import running_coordinator
 
 PROFILE = profile()
 

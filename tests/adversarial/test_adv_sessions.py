@@ -27,10 +27,10 @@ from netcheck.coordinator import server
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import CloseCode
 from netcheck.keys import public_key_text
-from netcheck.node.adversary import MadeUpWorker
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import running_coordinator
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import Ack, ProfileClaim, Result
-from netcheck.testing import running_coordinator
 
 PROFILE = profile()
 

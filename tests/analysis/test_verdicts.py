@@ -13,7 +13,7 @@ from netcheck.analysis.verdicts import (
     profile_mismatch,
     verify,
 )
-from netcheck.coordinator.planner import Assignment
+from netcheck.records import Assignment
 
 T = 3  # max_new_tokens
 B = 5

@@ -13,9 +13,9 @@ import pytest
 
 from netcheck.coordinator.admin import DEFAULT_SCREENING_ROUNDS
 from netcheck.coordinator.rounds import run_round
-from netcheck.load import HashWorker, add_hash_references
+from netcheck.lab.load import HashWorker, add_hash_references
+from netcheck.lab.testing import RunningCoordinator, running_coordinator, small_profile
 from netcheck.storage import Store
-from netcheck.testing import RunningCoordinator, running_coordinator, small_profile
 
 PROFILE = small_profile("adm", dispatch_timeout_s=2.0, result_timeout_s=3.0)
 

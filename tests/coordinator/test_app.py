@@ -11,9 +11,9 @@ from netcheck.coordinator.app import serve
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import ConfigError
 from netcheck.keys import generate_key
-from netcheck.load import HashWorker, add_hash_references
+from netcheck.lab.load import HashWorker, add_hash_references
+from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.storage import Store
-from netcheck.testing import running_coordinator, small_profile
 
 PROFILE = small_profile("app", deadline={"t_ref_s": 5.0}, result_timeout_s=20.0)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import aiohttp
 
-from netcheck.load import HashWorker
-from netcheck.testing import running_coordinator, small_profile
+from netcheck.lab.load import HashWorker
+from netcheck.lab.testing import running_coordinator, small_profile
 
 PROFILE = small_profile("hdr")
 

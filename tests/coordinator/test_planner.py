@@ -7,8 +7,9 @@ import random
 import pytest
 
 from netcheck.config import Profile, load_profile
-from netcheck.coordinator.planner import PlanNode, RoundPlan, plan_round
+from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.errors import RoundError
+from netcheck.records import RoundPlan
 from netcheck.storage import ReferenceRow
 
 FP_A = "a" * 64

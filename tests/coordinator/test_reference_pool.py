@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from netcheck.coordinator.rounds import run_round
-from netcheck.node.adversary import MadeUpWorker
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import canary_store, running_coordinator, small_profile
 from netcheck.storage import Store
-from netcheck.testing import canary_store, running_coordinator, small_profile
 
 PROFILE = small_profile("pool", dispatch_timeout_s=2.0, result_timeout_s=3.0)
 NODE_FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "11" * 32}

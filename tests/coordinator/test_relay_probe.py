@@ -16,19 +16,19 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from netcheck.analysis.screening import RELAY_MIN_ROUNDS
 from netcheck.config import DeadlineParams, Profile
 from netcheck.coordinator import rounds
 from netcheck.coordinator.rounds import run_round
-from netcheck.coordinator.screening import RELAY_MIN_ROUNDS
 from netcheck.engines import probe
 from netcheck.keys import parse_public_key, public_key_bytes
-from netcheck.node.adversary import MadeUpWorker, ProxyWorker
-from netcheck.node.backend import make_backend_app
+from netcheck.lab.adversary import MadeUpWorker, ProxyWorker
+from netcheck.lab.backend import make_backend_app
+from netcheck.lab.testing import RunningCoordinator, canary_store, running_coordinator
 from netcheck.node.client import NodeClient
 from netcheck.protocol.jobs import verify_receipt
 from netcheck.protocol.messages import Message, Probe
 from netcheck.storage import Store
-from netcheck.testing import RunningCoordinator, canary_store, running_coordinator
 
 T = 4
 HOP_S = 0.03  # the relay's extra leg
@@ -69,7 +69,7 @@ def _store(tmp_path: Path, n: int = 400) -> Store:
 
 @contextlib.asynccontextmanager
 async def _backend(delay_s: float) -> AsyncIterator[str]:
-    """A shared backend (netcheck.node.backend) on loopback, ``delay_s`` per request."""
+    """A shared backend (netcheck.lab.backend) on loopback, ``delay_s`` per request."""
     runner = web.AppRunner(make_backend_app(MadeUpWorker(FP, T), delay_s=delay_s))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -1,6 +1,6 @@
 """Rounds over real loopback sessions on both storage backends (SQLite, PostgreSQL).
 
-Nodes are emulated (:class:`netcheck.load.HashWorker`, deterministic outputs); the
+Nodes are emulated (:class:`netcheck.lab.load.HashWorker`, deterministic outputs); the
 sessions, frames, receipts, planner, verifier and storage are the real ones.
 """
 
@@ -11,10 +11,10 @@ from pathlib import Path
 from netcheck.config import DeadlineParams, Profile
 from netcheck.coordinator.rounds import run_round
 from netcheck.keys import public_key_text
-from netcheck.load import FAKE_FINGERPRINT, HashWorker, add_hash_references
-from netcheck.node.adversary import MadeUpWorker
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.load import FAKE_FINGERPRINT, HashWorker, add_hash_references
+from netcheck.lab.testing import running_coordinator
 from netcheck.storage import Store
-from netcheck.testing import running_coordinator
 
 PROFILE = Profile(
     name="load-test",

@@ -17,14 +17,14 @@ from netcheck.coordinator.rounds import run_round
 from netcheck.engines import load_engine
 from netcheck.engines.base import Engine
 from netcheck.keys import public_key_text
-from netcheck.node.adversary import ClaimingWorker, MadeUpWorker
+from netcheck.lab.adversary import ClaimingWorker, MadeUpWorker
+from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
+from netcheck.lab.testing import running_coordinator
 from netcheck.node.client import NodeClient, _Session
-from netcheck.node.emulation import EmulatedGPU
-from netcheck.node.workers import EmulatedWorker, EngineWorker
+from netcheck.node.workers import EngineWorker
 from netcheck.protocol.messages import Job, Message
 from netcheck.references.build import build_references
 from netcheck.storage import Store
-from netcheck.testing import running_coordinator
 
 pytestmark = pytest.mark.slow
 

@@ -26,8 +26,8 @@ from click.testing import CliRunner
 from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, load_coordinator_config, load_profile
 from netcheck.coordinator.commands import flags as flags_cli
-from netcheck.demo import free_port
 from netcheck.keys import generate_key, parse_public_key, public_key_bytes, public_key_text
+from netcheck.lab.demo import free_port
 from netcheck.protocol.jobs import verify_receipt
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ import pytest
 from netcheck.config import DeadlineParams, Profile
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import EngineError
-from netcheck.node.adversary import MadeUpWorker
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import RunningCoordinator, canary_store, running_coordinator
 from netcheck.storage import Store
-from netcheck.testing import RunningCoordinator, canary_store, running_coordinator
 
 T = 8
 PROFILE = Profile(

@@ -10,11 +10,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.errors import CloseCode
-from netcheck.node.adversary import MadeUpWorker
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import RunningCoordinator, running_coordinator, small_profile
+from netcheck.lab.testing import raw_session as hand_session
 from netcheck.node.client import NodeFatalError
 from netcheck.protocol.messages import EchoReply, ProfileClaim
-from netcheck.testing import RunningCoordinator, running_coordinator, small_profile
-from netcheck.testing import raw_session as hand_session
 
 PROFILE = small_profile()
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}

@@ -16,13 +16,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from netcheck.coordinator import rounds, server
 from netcheck.coordinator.rounds import run_round
 from netcheck.keys import public_key_text
-from netcheck.node.adversary import MadeUpWorker
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import (
+    RunningCoordinator,
+    canary_store,
+    running_coordinator,
+    small_profile,
+)
+from netcheck.lab.testing import raw_session as hand_session
 from netcheck.protocol.jobs import commitment, sign_receipt
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
 from netcheck.protocol.transport import Transport
 from netcheck.storage import Store
-from netcheck.testing import RunningCoordinator, canary_store, running_coordinator, small_profile
-from netcheck.testing import raw_session as hand_session
 
 PROFILE = small_profile(dispatch_timeout_s=1.0, result_timeout_s=3.0)
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}

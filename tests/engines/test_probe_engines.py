@@ -14,9 +14,9 @@ from netcheck.config import Profile
 from netcheck.engines import load_engine, probe
 from netcheck.engines.factoring_engine import FactoringEngine
 from netcheck.errors import EngineError
-from netcheck.node.adversary import MadeUpWorker
-from netcheck.node.emulation import EmulatedGPU
-from netcheck.node.workers import EmulatedWorker, EngineWorker, run_probe
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
+from netcheck.node.workers import EngineWorker, run_probe
 
 CHALLENGES = [bytes([i]) * 32 for i in range(3)] + [os.urandom(32) for _ in range(5)]
 

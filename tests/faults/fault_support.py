@@ -13,11 +13,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import DeadlineParams, Profile
 from netcheck.keys import generate_key, load_private_key, public_key_text
-from netcheck.load import FAKE_FINGERPRINT, hash_answer
+from netcheck.lab.load import FAKE_FINGERPRINT, hash_answer
+from netcheck.lab.testing import RunningCoordinator, raw_session, small_profile
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
 from netcheck.protocol.transport import Transport
-from netcheck.testing import RunningCoordinator, raw_session, small_profile
 
 
 def light_profile(**overrides: Any) -> Profile:
@@ -118,11 +118,11 @@ def node_process(
     delay_s: float,
     log: Path,
 ) -> subprocess.Popen[bytes]:
-    """An emulated node as its own OS process (``python -m netcheck.load nodes``)."""
+    """An emulated node as its own OS process (``python -m netcheck.lab.load nodes``)."""
     if not key_file.exists():
         generate_key(key_file)
     args = [
-        sys.executable, "-m", "netcheck.load", "nodes", "--url", rc.url,
+        sys.executable, "-m", "netcheck.lab.load", "nodes", "--url", rc.url,
         "--coordinator-key", public_key_text(rc.identity), "--profile", profile.name,
         "--max-new-tokens", str(profile.max_new_tokens), "--count", "1",
         "--delay", str(delay_s), "--key-file", str(key_file), "--log-level", "INFO",

@@ -1,7 +1,7 @@
 """The coordinator process is SIGKILLed during a round's collect phase and restarted.
 
 Real processes: ``netcheck coordinator serve`` and a client host of emulated nodes
-(``python -m netcheck.load nodes``). After the restart the interrupted round is closed
+(``python -m netcheck.lab.load nodes``). After the restart the interrupted round is closed
 as ``aborted``; nothing of it is recorded as a result; its canaries stay spent and are
 never drawn again; every other canary stays unspent; the nodes reconnect and the next
 round records each node exactly once.
@@ -16,7 +16,7 @@ import pytest
 from fault_support import wait_for
 
 from netcheck.admin_client import AdminError
-from netcheck.loadrun import LoadRun
+from netcheck.lab.loadrun import LoadRun
 
 pytestmark = pytest.mark.slow
 

@@ -20,9 +20,9 @@ from fault_support import RawNode, key_of, light_profile, node_process, wait_for
 from netcheck.coordinator import rounds
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import CloseCode
-from netcheck.load import HashWorker, add_hash_references
+from netcheck.lab.load import HashWorker, add_hash_references
+from netcheck.lab.testing import RunningCoordinator, running_coordinator
 from netcheck.storage import Store
-from netcheck.testing import RunningCoordinator, running_coordinator
 
 PROFILE = light_profile()
 

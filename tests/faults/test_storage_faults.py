@@ -20,9 +20,9 @@ from sqlalchemy import create_engine, text
 
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import StorageError
-from netcheck.load import HashWorker, add_hash_references
+from netcheck.lab.load import HashWorker, add_hash_references
+from netcheck.lab.testing import running_coordinator
 from netcheck.storage import Store
-from netcheck.testing import running_coordinator
 
 PROFILE = light_profile()
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.keys import generate_key, load_private_key, public_key_text
+from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.node.doctor import run_checks
-from netcheck.testing import running_coordinator, small_profile
 
 PROFILE = small_profile("cpu-tiny")  # same name as the repo profile the doctor loads
 

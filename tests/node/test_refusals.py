@@ -12,12 +12,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode
 from netcheck.keys import public_key_text
-from netcheck.node.adversary import MadeUpWorker
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.node.client import NodeClient, NodeFatalError, refusal_message
 from netcheck.protocol.codec import encode_message
 from netcheck.protocol.handshake import SUITE, VERSION
 from netcheck.protocol.messages import Welcome
-from netcheck.testing import running_coordinator, small_profile
 
 PROFILE = small_profile()
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}

@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from netcheck.analysis.verdicts import NodeOutcome, Verdict
-from netcheck.coordinator.planner import Assignment, RoundPlan
 from netcheck.errors import StorageError
+from netcheck.records import Assignment, NodeOutcome, RoundPlan, Verdict
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore, jsonable
 
@@ -116,3 +115,30 @@ def test_recent_verdicts_newest_first(flags: FlagStore) -> None:
     got = flags.recent_verdicts("n1", 2)
     assert [v["round_id"] for v in got] == ["r2", "r1"]
     assert got[0]["verdict"] == "pass"
+
+
+def test_node_flag_evidence_in_constant_queries(flags: FlagStore) -> None:
+    """A node's flag evidence of one kind, newest first and limited, in two queries
+    however many flags there are (no query per flag)."""
+    from sqlalchemy import event
+
+    for i in range(12):
+        flags.add_flag("relay", "confirmed", "p", ["a"] if i % 3 else ["a", "b"], 1.0, 0.5,
+                       {"rounds": [f"r{i}"]})  # fmt: skip
+    flags.add_flag("capacity", "confirmed", "p", ["a"], 3.0, 2.0, {"strike_rounds": ["x"]})
+    statements: list[str] = []
+    engine = flags.store._engine
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        got = flags.node_flag_evidence("relay", "a", limit=5)
+        only_b = flags.node_flag_evidence("relay", "b", limit=50)
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert [e["rounds"] for e in got] == [["r11"], ["r10"], ["r9"], ["r8"], ["r7"]]
+    assert [e["rounds"] for e in only_b] == [["r9"], ["r6"], ["r3"], ["r0"]]
+    assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) == 4
+    assert flags.node_flag_evidence("relay", "nobody") == []

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from netcheck.analysis.verdicts import NodeOutcome, Verdict
-from netcheck.coordinator.planner import Assignment, RoundPlan
 from netcheck.errors import StorageError
+from netcheck.records import Assignment, NodeOutcome, RoundPlan, Verdict
 from netcheck.storage import ReferenceRow, Store
 
 FP = "f" * 64

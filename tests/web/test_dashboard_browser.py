@@ -20,9 +20,9 @@ from web_support import FakeEngine, web_coordinator
 from netcheck.config import DeadlineParams, Profile, load_profile
 from netcheck.coordinator.rounds import run_round
 from netcheck.keys import public_key_text
-from netcheck.node.adversary import MadeUpWorker
-from netcheck.node.emulation import EmulatedGPU
-from netcheck.node.workers import EmulatedWorker, EngineWorker
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
+from netcheck.node.workers import EngineWorker
 from netcheck.references.build import build_references
 from netcheck.storage.flags import FlagStore
 

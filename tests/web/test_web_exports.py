@@ -11,17 +11,17 @@ from sqlalchemy import select
 from web_support import web_coordinator
 
 from netcheck.config import Profile, load_profile
+from netcheck.lab.sample import fill_synthetic
 from netcheck.storage import tables
 from netcheck.storage.flags import flags as flags_table
+from netcheck.storage.reader import EXPORT_COLUMNS
 from netcheck.web.exports import KINDS, parse_csv
-from netcheck.web.queries import EXPORT_COLUMNS
-from netcheck.web.sample import fill_synthetic
 
 TABLES = {"rounds": tables.rounds, "verdicts": tables.verdicts, "timings": tables.results}
 
 
 def db_rows(store: Any, kind: str) -> list[dict[str, Any]]:
-    """Rows read straight from the table, independently of netcheck.web.queries."""
+    """Rows read straight from the table, independently of netcheck.storage.reader."""
     if kind == "flags":
         query = select(flags_table).order_by(flags_table.c.flag_id.desc())
     else:

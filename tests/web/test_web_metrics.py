@@ -8,9 +8,8 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from web_support import web_coordinator
 
-from netcheck.analysis.verdicts import NodeOutcome, Verdict
 from netcheck.config import load_profile
-from netcheck.coordinator.rounds import RoundReport
+from netcheck.records import NodeOutcome, RoundReport, Verdict
 from netcheck.web import observe_round
 from netcheck.web.metrics import REGISTRY
 

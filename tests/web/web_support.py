@@ -14,7 +14,7 @@ from unittest import mock
 from netcheck.config import Profile
 from netcheck.coordinator.server import Coordinator
 from netcheck.engines.fingerprint import Fingerprint
-from netcheck.testing import RunningCoordinator, running_coordinator
+from netcheck.lab.testing import RunningCoordinator, running_coordinator
 from netcheck.web import add_web_routes
 
 CHROMIUM = "/usr/bin/chromium"

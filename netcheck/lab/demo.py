@@ -10,7 +10,7 @@ What runs (each a separate OS process, talking over real signed websocket sessio
   backend process (one emulated GPU).
 
 Every node process shares this machine's CPU, so GPU service time is **EMULATED**
-(:mod:`netcheck.node.emulation`): real inference, then each result is held until the
+(:mod:`netcheck.lab.emulation`): real inference, then each result is held until the
 profile's ``t_ref_s`` has passed on the node's own emulated GPU. The shared backend has
 one emulated GPU for both proxies (processor sharing, beta = 1), so the pair needs
 ``2 * t_ref_s`` and misses the deadline ``a * t_ref_s + 2 rtt + slack``.
@@ -112,7 +112,7 @@ def write_configs(
     port = free_port()
     coord_cfg = workdir / "coordinator.toml"
     coord_cfg.write_text(
-        "# Written by netcheck.demo.write_configs.\n"
+        "# Written by netcheck.lab.demo.write_configs.\n"
         + _toml(
             {
                 "host": "127.0.0.1",
@@ -128,7 +128,7 @@ def write_configs(
     )
     for name in node_names:
         (workdir / f"{name}.toml").write_text(
-            "# Written by netcheck.demo.write_configs.\n"
+            "# Written by netcheck.lab.demo.write_configs.\n"
             + _toml(
                 {
                     "coordinator_url": f"ws://127.0.0.1:{port}/v1/ws",

@@ -5,6 +5,6 @@ GPU. It is never used for a real node. It produces the same timing rows the
 coordinator stores, so the real detectors (:mod:`netcheck.analysis`) run on them.
 """
 
-from netcheck.sim.population import ADVERSARIES, Population, PopulationSpec, make_population
+from netcheck.lab.sim.population import ADVERSARIES, Population, PopulationSpec, make_population
 
 __all__ = ["ADVERSARIES", "Population", "PopulationSpec", "make_population"]

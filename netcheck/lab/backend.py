@@ -1,9 +1,9 @@
 """DEMO ADVERSARY: a shared inference backend behind several node identities.
 
 A "GPU farm" cheater runs one GPU and many node identities that forward their work to
-it (:class:`~netcheck.node.adversary.ProxyWorker`). This module is that one GPU: an
+it (:class:`~netcheck.lab.adversary.ProxyWorker`). This module is that one GPU: an
 HTTP service on loopback running the real engine, with an **emulated** GPU service time
-(:class:`~netcheck.node.emulation.EmulatedGPU`) shared by every batch it serves, so that
+(:class:`~netcheck.lab.emulation.EmulatedGPU`) shared by every batch it serves, so that
 k identities loaded together take ``T * (1 + beta * (k - 1))``.
 
 Routes: ``GET /fingerprint`` (the engine fingerprint), ``POST /generate``

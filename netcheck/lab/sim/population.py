@@ -1,7 +1,7 @@
 """EMULATION: a population of simulated nodes, honest and proxied, and their timing rows.
 
 Service-time model (detection.md §1–2; the same processor-sharing model as
-:mod:`netcheck.node.emulation`). Node i loaded in round r takes::
+:mod:`netcheck.lab.emulation`). Node i loaded in round r takes::
 
     s[i, r] = T_ref * speed_i * exp(g_r) * F[i, r] * exp(sigma_w * z[i, r])
 

@@ -17,8 +17,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from netcheck.analysis.verdicts import NodeOutcome, Verdict
-from netcheck.coordinator.planner import Assignment, RoundPlan
+from netcheck.records import Assignment, NodeOutcome, RoundPlan, Verdict
 from netcheck.storage import Store
 
 

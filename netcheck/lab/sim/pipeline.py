@@ -36,7 +36,7 @@ from netcheck.analysis.confirm import (
 from netcheck.analysis.detectors import Detection, DetectorConfig, detect
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.timing import TimingRow, log_service_matrix, median_polish
-from netcheck.sim.population import Population
+from netcheck.lab.sim.population import Population
 
 
 @dataclass(frozen=True)

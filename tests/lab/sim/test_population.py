@@ -1,4 +1,4 @@
-"""Tests for netcheck.sim.population: the emulated service-time model."""
+"""Tests for netcheck.lab.sim.population: the emulated service-time model."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from netcheck.analysis.timing import log_service_matrix
-from netcheck.sim.population import PopulationSpec, make_population
+from netcheck.lab.sim.population import PopulationSpec, make_population
 
 SPEC = PopulationSpec(n_nodes=20, farm_sizes=(2, 3), cohosted_pairs=2, sigma_w=0.0,
                       sigma_spread=0.0, speed_sd=0.0, round_sd=0.0)  # fmt: skip

@@ -1,9 +1,9 @@
 """A coordinator process plus client-host processes of emulated nodes, for load runs.
 
 :class:`LoadRun` writes a coordinator config (open enrollment, the given database URL,
-a profile file), stores hash references (:func:`netcheck.load.add_hash_references`),
+a profile file), stores hash references (:func:`netcheck.lab.load.add_hash_references`),
 starts ``netcheck coordinator serve`` as a real subprocess and then client hosts
-(``python -m netcheck.load nodes``), drives rounds through the admin API and counts
+(``python -m netcheck.lab.load nodes``), drives rounds through the admin API and counts
 rows in the database. Used by ``scripts/loadgen``, ``scripts/bench`` and tests/faults.
 """
 
@@ -20,15 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-
 from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
-from netcheck.demo import free_port
 from netcheck.keys import generate_key, public_key_text
-from netcheck.load import add_hash_references
+from netcheck.lab.demo import free_port
+from netcheck.lab.load import add_hash_references
 from netcheck.storage import Store
-from netcheck.storage.tables import reference_prompts, results, rounds, verdicts
+from netcheck.storage.reader import Reader
 
 
 def write_profile(path: Path, name: str, **overrides: Any) -> Profile:
@@ -141,7 +139,7 @@ class LoadRun:
             report = self.workdir / f"{tag}-{i}-{time.monotonic_ns()}.json"
             reports.append(report)
             args = [
-                "-m", "netcheck.load", "nodes", "--url", self.url,
+                "-m", "netcheck.lab.load", "nodes", "--url", self.url,
                 "--coordinator-key", self.coordinator_key, "--profile", self.profile.name,
                 "--max-new-tokens", str(self.profile.max_new_tokens), "--count", str(n),
                 "--delay", str(delay_s), "--first-index", str(first + i * 10_000),
@@ -227,27 +225,5 @@ class LoadRun:
     def counts(self) -> dict[str, int]:
         """Row counts: rounds, results, verdicts, distinct (round, node) pairs of each,
         spent canaries and canary checks recorded in verdicts."""
-        with self.store() as store, store._engine.connect() as conn:
-
-            def one(q: Any) -> int:
-                return int(conn.execute(q).scalar_one())
-
-            def distinct(t: Any) -> int:
-                sub = select(t.c.round_id, t.c.node_key).distinct().subquery()
-                return one(select(func.count()).select_from(sub))
-
-            return {
-                "rounds": one(select(func.count()).select_from(rounds)),
-                "results": one(select(func.count()).select_from(results)),
-                "results_distinct": distinct(results),
-                "verdicts": one(select(func.count()).select_from(verdicts)),
-                "verdicts_distinct": distinct(verdicts),
-                "canaries_spent": one(
-                    select(func.count())
-                    .select_from(reference_prompts)
-                    .where(reference_prompts.c.spent_round.is_not(None))
-                ),
-                "canaries_checked": one(
-                    select(func.coalesce(func.sum(verdicts.c.canaries_checked), 0))
-                ),
-            }
+        with self.store() as store:
+            return Reader(store).integrity_counts()

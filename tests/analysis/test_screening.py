@@ -1,41 +1,29 @@
-"""Pure parts of netcheck.coordinator.screening: planning, rows, analysis, strikes, relay."""
+"""netcheck.analysis.screening (pure): planning, rows, analysis, strikes, relay."""
 
 from __future__ import annotations
 
 import math
-import stat
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from netcheck.analysis.detectors import DetectorConfig
 from netcheck.analysis.schedule import screening_plan
-from netcheck.config import CoordinatorConfig
-from netcheck.coordinator.screening import (
+from netcheck.analysis.screening import (
     analyse,
     capacity_check,
     confirmation_observation,
     hmac_load_rule,
-    load_or_create_secret,
     probe_pairs,
     relay_check,
     round_kind,
     timing_rows,
 )
-from netcheck.errors import ConfigError
-from netcheck.sim.pipeline import simulate_screening
-from netcheck.sim.population import PopulationSpec, make_population
-from netcheck.storage.flags import StoredRounds
+from netcheck.lab.sim.pipeline import simulate_screening
+from netcheck.lab.sim.population import PopulationSpec, make_population
+from netcheck.records import StoredRounds
 
 SECRET = bytes(range(32))
-
-
-def _config(tmp_path: Path, **kw: object) -> CoordinatorConfig:
-    return CoordinatorConfig(
-        identity_key=tmp_path / "keys" / "c.pem", open_enrollment=True,
-        admin_token="x" * 16, profiles=["p"], **kw,  # type: ignore[arg-type]
-    )  # fmt: skip
 
 
 def _row(rid: str, node: str, released: int | None, arrived: int | None, commit: bool = True):  # type: ignore[no-untyped-def]
@@ -61,35 +49,6 @@ def test_hmac_load_rule_is_the_secret_schedule() -> None:
     assert got == want
     assert 16 < len(got) < 48  # about half
     assert hmac_load_rule(SECRET)("r2", keys) != got
-
-
-def test_secret_created_0600_then_reused(tmp_path: Path) -> None:
-    """The schedule secret is created once with mode 0600 and read back afterwards."""
-    path = tmp_path / "sub" / "schedule.secret"
-    first = load_or_create_secret(path)
-    assert len(first) == 32
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert load_or_create_secret(path) == first
-
-
-def test_short_secret_refused(tmp_path: Path) -> None:
-    """A secret shorter than 16 bytes is a configuration error."""
-    path = tmp_path / "s"
-    path.write_bytes(b"short")
-    with pytest.raises(ConfigError):
-        load_or_create_secret(path)
-
-
-def test_config_detection_fields(tmp_path: Path) -> None:
-    """The secret path defaults next to the identity key; bad strike settings are refused."""
-    cfg = _config(tmp_path)
-    assert cfg.schedule_secret_path == tmp_path / "keys" / "schedule.secret"
-    assert cfg.screening_interval_s == 0.0
-    assert _config(tmp_path, schedule_secret_file=tmp_path / "x").schedule_secret_path == (
-        tmp_path / "x"
-    )
-    with pytest.raises(ValueError):
-        _config(tmp_path, capacity_window=2, capacity_strikes=3)
 
 
 def test_timing_rows_use_effective_load_and_raw_times() -> None:
@@ -176,16 +135,3 @@ def test_probe_pairs_skips_rows_without_echo_and_lists_unanswered() -> None:
     pairs = probe_pairs(rows)
     assert pairs.round_ids == ("a",) and pairs.probe_rtts_s == (0.02,)
     assert pairs.echo_rtts_s == (0.01,) and pairs.unanswered == ("c",)
-
-
-def test_cli_groups_have_commands() -> None:
-    """``screen run``, ``flags list`` and ``flags show`` exist with their options."""
-    from click.testing import CliRunner
-
-    from netcheck.coordinator.commands import flags, screen
-
-    assert set(screen.commands) == {"run"}
-    assert set(flags.commands) == {"list", "show"}
-    out = CliRunner().invoke(screen, ["run", "--help"]).output
-    assert "--rounds" in out and "--profile" in out and "--json" in out
-    assert "--json" in CliRunner().invoke(flags, ["show", "--help"]).output

@@ -10,7 +10,7 @@ emulated, so thousands of nodes fit on one CPU:
   function, so a HashWorker node passes its canary checks exactly as an honest node.
 - :class:`LoadClient` — a :class:`~netcheck.node.client.NodeClient` that stamps when its
   handshake completed (for handshake-rate benchmarks).
-- ``python -m netcheck.load nodes ...`` — a *client host* process that runs many such
+- ``python -m netcheck.lab.load nodes ...`` — a *client host* process that runs many such
   nodes (see :func:`main`); the load generator starts a few of them.
 """
 
@@ -38,7 +38,7 @@ from netcheck.keys import load_private_key, parse_public_key
 from netcheck.node.client import NodeClient, _Session
 from netcheck.storage import ReferenceRow, Store
 
-log = logging.getLogger("netcheck.load")
+log = logging.getLogger("netcheck.lab.load")
 
 #: The engine fingerprint every emulated node claims (no real engine has it).
 FAKE_FINGERPRINT: dict[str, str | int] = {
@@ -193,8 +193,8 @@ async def run_nodes(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m netcheck.load nodes ...``: a client host running many emulated nodes."""
-    ap = argparse.ArgumentParser(prog="python -m netcheck.load", description=__doc__)
+    """``python -m netcheck.lab.load nodes ...``: a client host running many emulated nodes."""
+    ap = argparse.ArgumentParser(prog="python -m netcheck.lab.load", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("nodes", help="run COUNT emulated nodes until SIGTERM/SIGINT")
     p.add_argument("--url", required=True)

@@ -1,11 +1,11 @@
-"""Tests for netcheck.sim.pipeline: screening end to end on a small population."""
+"""Tests for netcheck.lab.sim.pipeline: screening end to end on a small population."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from netcheck.sim.pipeline import PipelineConfig, run_screening
-from netcheck.sim.population import PopulationSpec, make_population
+from netcheck.lab.sim.pipeline import PipelineConfig, run_screening
+from netcheck.lab.sim.population import PopulationSpec, make_population
 
 
 def test_small_population_farms_found_and_honest_cleared() -> None:

@@ -1,5 +1,8 @@
 """EMULATION of a GPU's service time, for running many "nodes" on one CPU machine.
 
+:class:`EmulatedGPU` is the service-time model; :class:`EmulatedWorker` wraps a real
+worker so that its results come back no earlier than the emulated service time.
+
 This module exists for the demo, tests and the simulation harness. It is never used by
 ``netcheck node run`` unless ``--emulate-batch-time`` is given, and every log line of an
 emulated node says so.
@@ -16,6 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
+
+from netcheck.node.workers import Worker, run_probe
 
 
 class EmulatedGPU:
@@ -57,3 +63,28 @@ class EmulatedGPU:
         finally:
             self.active -= 1
         return time.monotonic() - start
+
+
+class EmulatedWorker:
+    """EMULATION: real inference, then the emulated GPU's service time.
+
+    The result is returned when both the real computation and the emulated service
+    (:meth:`EmulatedGPU.serve`) are done, i.e. at ``max(real, emulated)`` after release.
+    """
+
+    def __init__(self, inner: Worker, gpu: EmulatedGPU) -> None:
+        self.inner = inner
+        self.gpu = gpu
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return self.inner.fingerprint
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        outputs, _ = await asyncio.gather(self.inner.run(prompts), self.gpu.serve())
+        return outputs
+
+    async def probe(self, challenge: bytes) -> bytes:
+        """Passed through to the inner worker, with no emulated service time (the probe
+        is tiny; the emulation models batches)."""
+        return await run_probe(self.inner, challenge)

@@ -5,16 +5,13 @@ coordinator's :class:`~netcheck.storage.Store` (``Store`` owns the connection po
 the SQLite pragmas; this module only issues ``SELECT``). SQLAlchemy errors become
 :class:`~netcheck.errors.StorageError` as in the store.
 
-Flags belong to the screening work (``netcheck/storage/flags.py``). This module does not
-depend on that code's Python API: it reads a table named ``flags`` if the database has
-one (the ``Table`` object from ``netcheck.storage.flags`` if importable, else by
-reflection) and returns its rows as plain dicts; :mod:`netcheck.web.flagview` maps those
-to what the pages show. Without the table, there are simply no flags.
+Flags are read from the ``flags`` table of :mod:`netcheck.storage.flags` if the database
+has one, as plain dicts; :mod:`netcheck.web.flagview` maps those to what the pages show.
+Without the table (a database no coordinator has opened yet), there are simply no flags.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +23,6 @@ from sqlalchemy import (
     Connection,
     Float,
     Integer,
-    MetaData,
     Numeric,
     Table,
     and_,
@@ -39,8 +35,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from netcheck.errors import StorageError
-from netcheck.storage import Store
-from netcheck.storage.tables import assignments, nodes, results, rounds, verdicts
+from netcheck.storage.flags import flags as flags_table
+from netcheck.storage.store import Store
+from netcheck.storage.tables import assignments, nodes, reference_prompts, results, rounds, verdicts
 
 #: Failing verdicts among a node's most recent ``STRIKE_WINDOW`` verdicts are its strikes.
 STRIKE_WINDOW = 10
@@ -280,24 +277,54 @@ class Reader:
         with self._conn("round nodes") as conn:
             return [_with_deadline(dict(row._mapping)) for row in conn.execute(query)]
 
+    # ------------------------------------------------------------------ integrity
+
+    def integrity_counts(self) -> dict[str, int]:
+        """Row counts for load runs (nothing lost, nothing twice): ``rounds``,
+        ``results``, ``verdicts``, distinct (round, node) pairs of results and verdicts
+        (``results_distinct``, ``verdicts_distinct``), ``canaries_spent`` and
+        ``canaries_checked`` (the sum over verdicts).
+
+        Raises:
+            StorageError: the database failed.
+        """
+        with self._conn("integrity counts") as conn:
+
+            def one(q: Any) -> int:
+                return int(conn.execute(q).scalar_one())
+
+            def distinct(t: Table) -> int:
+                sub = select(t.c.round_id, t.c.node_key).distinct().subquery()
+                return one(select(func.count()).select_from(sub))
+
+            return {
+                "rounds": one(select(func.count()).select_from(rounds)),
+                "results": one(select(func.count()).select_from(results)),
+                "results_distinct": distinct(results),
+                "verdicts": one(select(func.count()).select_from(verdicts)),
+                "verdicts_distinct": distinct(verdicts),
+                "canaries_spent": one(
+                    select(func.count())
+                    .select_from(reference_prompts)
+                    .where(reference_prompts.c.spent_round.is_not(None))
+                ),
+                "canaries_checked": one(
+                    select(func.coalesce(func.sum(verdicts.c.canaries_checked), 0))
+                ),
+            }
+
     # ------------------------------------------------------------------ flags
 
     def _flags_table(self) -> Table | None:
         if self._flags is not None:
             return self._flags
-        try:  # the screening work's table definition, if that module exists
-            table = getattr(importlib.import_module("netcheck.storage.flags"), "flags", None)
-        except ImportError:
-            table = None
         try:
             if not inspect(self._engine).has_table("flags"):
                 return None
-            if not isinstance(table, Table):
-                table = Table("flags", MetaData(), autoload_with=self._engine)
         except SQLAlchemyError as exc:
             raise StorageError(f"dashboard: read flags table: {exc}") from exc
-        self._flags = table
-        return table
+        self._flags = flags_table
+        return flags_table
 
     def flags(self) -> list[dict[str, Any]]:
         """Every row of the ``flags`` table (newest first when it has a time column)."""

@@ -1,10 +1,10 @@
-"""netcheck.demo: the work folder is reused only when the demo made it."""
+"""netcheck.lab.demo: the work folder is reused only when the demo made it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from netcheck.demo import DEMO_MARKER, prepare_workdir, run_demo
+from netcheck.lab.demo import DEMO_MARKER, prepare_workdir, run_demo
 
 
 def test_foreign_non_empty_folder_is_kept(tmp_path: Path) -> None:

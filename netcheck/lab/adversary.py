@@ -7,7 +7,7 @@ fingerprint of its profile but does something cheaper:
   (e.g. bfloat16 instead of float32) and lies about it in its fingerprint.
 - ``made-up`` (:class:`MadeUpWorker`): returns random tokens of the right shape.
 - ``proxy`` (:class:`ProxyWorker`): forwards every batch, and every compute probe, to
-  a shared backend (:mod:`netcheck.node.backend`) that also serves other identities.
+  a shared backend (:mod:`netcheck.lab.backend`) that also serves other identities.
 
 They are reachable only through the hidden ``--adversary`` option of ``netcheck node
 run``; they exist so that the demo and the tests can show cheaters being caught.

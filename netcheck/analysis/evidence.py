@@ -1,0 +1,233 @@
+"""Evidence documents of flags (pure: no I/O, no clock).
+
+Every flag stores an ``evidence`` JSON document from which an analyst can re-check it
+without trusting netcheck (docs/detection.md "Flags and evidence"): the rule, the rounds,
+the raw latencies and the nodes' signed receipts. This module builds those documents
+from stored rows and the analysis results; :mod:`netcheck.coordinator.detection`
+stores them.
+
+Input rows are raw ``results`` rows (dicts with ``round_id``, ``node_key``,
+``released_ns``, ``arrived_ns``, ``rtt_s``, ``session_id``, ``commitment``,
+``signature`` and, for the relay test, ``extra``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from netcheck.analysis.answers import SharingFinding
+from netcheck.analysis.confirm import (
+    ConfirmationObservation,
+    ConfirmationResult,
+    ConfirmConfig,
+    RelayResult,
+)
+from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
+from netcheck.analysis.screening import (
+    RELAY_FLOOR_S,
+    RELAY_MAD_K,
+    RELAY_MIN_ROUNDS,
+    RELAY_WINDOW_ROUNDS,
+    SCHEDULE_RULE_TEXT,
+    Analysis,
+    ProbePairs,
+    result_arrival,
+)
+from netcheck.records import NodeRecord, StoredRounds
+
+RECEIPT_FIELDS = ("session_id", "commitment", "signature")
+RELAY_SAMPLE_KEYS = ("echo_samples_s", "probe_samples_s", "probe_rtt_s", "probe_missed",
+                     "probe_wrong")  # fmt: skip
+
+
+def _hex(value: bytes | None) -> str | None:
+    return None if value is None else value.hex()
+
+
+def receipt(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The signed-receipt fields of a result row (docs/protocol.md receipts)."""
+    return {k: row.get(k) for k in ("round_id", "node_key", *RECEIPT_FIELDS)}
+
+
+def latency(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Raw release/arrival stamps (ns), echo RTT (s), whether a result came back, and the
+    service time ``(arrived - released) / 1e9 - rtt`` in seconds (None without both
+    stamps)."""
+    released, arrived, rtt = row.get("released_ns"), result_arrival(row), row.get("rtt_s")
+    service = None
+    if released is not None and arrived is not None:
+        service = (arrived - released) / 1e9 - (rtt or 0.0)
+    return {"released_ns": released, "arrived_ns": row.get("arrived_ns"), "rtt_s": rtt,
+            "result": bool(row.get("commitment")), "service_s": service}  # fmt: skip
+
+
+def member_evidence(
+    members: Sequence[str], round_ids: Sequence[str], result_rows: Sequence[Mapping[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Latencies ``{round_id: {node: ...}}`` and receipts of ``members`` in ``round_ids``."""
+    want, rids = set(members), set(round_ids)
+    latencies: dict[str, dict[str, Any]] = {}
+    receipts = []
+    for row in sorted(result_rows, key=lambda r: (r["round_id"], r["node_key"])):
+        if row["node_key"] in want and row["round_id"] in rids:
+            latencies.setdefault(row["round_id"], {})[row["node_key"]] = latency(row)
+            if row.get("signature"):
+                receipts.append(receipt(row))
+    return latencies, receipts
+
+
+def detection_summary(analysis: Analysis) -> dict[str, Any]:
+    """Sizes, critical values, edges and suspect groups of one analysis (JSON-ready)."""
+    det = analysis.detection
+    return {
+        "n_nodes": len(analysis.matrix.node_keys),
+        "n_rounds": len(analysis.matrix.round_ids),
+        "z_crit": det.z_crit,
+        "p_crit": det.p_crit,
+        "edges": [dataclasses.asdict(e) for e in det.edges],
+        "groups": [list(g.members) for g in det.groups],
+    }
+
+
+def shared_backend_evidence(
+    group: SuspectGroup, stored: StoredRounds, analysis: Analysis, detector: DetectorConfig,
+    observations: Sequence[ConfirmationObservation], schedules: Mapping[str, dict[str, bool]],
+    conf_rows: Sequence[Mapping[str, Any]], result: ConfirmationResult, looks: int,
+    judge_cfg: ConfirmConfig,
+) -> dict[str, Any]:  # fmt: skip
+    """Evidence of a ``shared-backend`` (or ``cleared``) flag: the screening window that
+    raised the group and the confirmation rounds that judged it."""
+    members = list(group.members)
+    conf_ids = [o.round_id for o in observations]
+    lat_s, rec_s = member_evidence(members, stored.round_ids, stored.results)
+    lat_c, rec_c = member_evidence(members, conf_ids, conf_rows)
+    bits = {m: [int(stored.schedules[r].get(m, False)) for r in stored.round_ids]
+            for m in members}  # fmt: skip
+    return {
+        "rule": (
+            "shared-backend when >= min_members members each show co-loaded minus alone "
+            "mean log service time > effect_floor with one-sided Welch p < p_threshold; "
+            "statistic = the largest p among confirmed members (smallest p if cleared)"
+        ),
+        "group": members,
+        "confirmed_members": list(result.confirmed_members),
+        "screening": {
+            "rounds": list(stored.round_ids),
+            "kinds": [stored.kinds[r] for r in stored.round_ids],
+            "schedule_rule": SCHEDULE_RULE_TEXT,
+            "schedule_bits": bits,
+            "edges": [dataclasses.asdict(e) for e in group.edges],
+            "z_crit": analysis.detection.z_crit,
+            "p_crit": analysis.detection.p_crit,
+            "detector_config": dataclasses.asdict(detector),
+            "censor_deadline_s": analysis.deadline_s,
+            "latencies": lat_s,
+        },
+        "confirmation": {
+            "rounds": [
+                {
+                    "round_id": o.round_id,
+                    "loaded": sorted(o.loaded),
+                    "schedule": schedules[o.round_id],
+                    "log_service": dict(o.log_service),
+                }
+                for o in observations
+            ],  # fmt: skip
+            "members": [dataclasses.asdict(t) for t in result.members],
+            "p_threshold": result.p_threshold,
+            "effect_floor": result.effect_floor,
+            "beta_estimate": result.beta_estimate,
+            "looks": looks,
+            "confirm_config": dataclasses.asdict(judge_cfg),
+            "latencies": lat_c,
+        },
+        "receipts": rec_s + rec_c,
+    }
+
+
+def result_sharing_evidence(
+    round_id: str, finding: SharingFinding, prompts: Mapping[str, Sequence[str]],
+    records: Mapping[str, NodeRecord],
+) -> dict[str, Any]:  # fmt: skip
+    """Evidence of a ``result-sharing`` flag: the two nodes' prompts, outputs and receipts
+    in the round where their answers matched."""
+    pair = (finding.a, finding.b)
+    receipts = [
+        {
+            "round_id": round_id,
+            "node_key": k,
+            "session_id": _hex(records[k].session_id),
+            "commitment": _hex(records[k].commitment),
+            "signature": _hex(records[k].signature),
+        }
+        for k in pair
+    ]
+    return {
+        "rule": "distinct batches never give equal commitments or equal output rows "
+        "for different prompts; statistic = matching rows (or 1 for a commitment)",
+        "round_id": round_id,
+        "rounds": [round_id],
+        "evidence": finding.evidence,
+        "commitment": finding.commitment_hex,
+        "positions": [list(p) for p in finding.positions],
+        "prompts": {k: list(prompts.get(k, ())) for k in pair},
+        "outputs": {k: records[k].outputs for k in pair},
+        "receipts": receipts,
+    }
+
+
+def capacity_evidence(
+    recent: Sequence[Mapping[str, Any]], hits: Sequence[Mapping[str, Any]], window: int,
+    deadline_params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
+    """Evidence of a ``capacity`` flag: the node's recent verdicts (newest first), the
+    strikes among them, and the latencies and receipts of those rounds."""
+    return {
+        "rule": "capacity when late/missing verdicts among the node's last "
+        "capacity_window verdicts >= capacity_strikes (statistic = strikes)",
+        "rounds": [v["round_id"] for v in recent],
+        "strike_rounds": [v["round_id"] for v in hits],
+        "verdicts": [dict(v) for v in recent],
+        "window": window,
+        "deadline_params": dict(deadline_params),
+        "latencies": {r["round_id"]: latency(r) for r in rows},
+        "receipts": [receipt(r) for r in rows if r.get("signature")],
+    }
+
+
+def relay_evidence(
+    probe_ref_s: float, rows: Sequence[Mapping[str, Any]], pairs: ProbePairs,
+    res: RelayResult | None,
+) -> dict[str, Any]:  # fmt: skip
+    """Evidence of a ``relay`` flag: per round the echo and probe samples, the pairs the
+    test ran on, and its parameters."""
+    return {
+        "rule": (
+            "relay when, over the node's rounds with a probe RTT (>= min_rounds), "
+            "median(probe_rtt - echo_rtt - probe_ref_s) > floor_s + mad_k * MAD "
+            "(statistic = median excess, s); pending when echoes were answered but "
+            "no probe correctly in >= min_rounds rounds (statistic = such rounds)"
+        ),
+        "rounds": [r["round_id"] for r in rows],
+        "probe_rounds": list(pairs.round_ids),
+        "probe_rtts_s": list(pairs.probe_rtts_s),
+        "echo_rtts_s": list(pairs.echo_rtts_s),
+        "unanswered_rounds": list(pairs.unanswered),
+        "probe_ref_s": probe_ref_s,
+        "floor_s": RELAY_FLOOR_S,
+        "mad_k": RELAY_MAD_K,
+        "min_rounds": RELAY_MIN_ROUNDS,
+        "window_rounds": RELAY_WINDOW_ROUNDS,
+        "relay": None if res is None else dataclasses.asdict(res),
+        "samples": {
+            r["round_id"]: {
+                "rtt_s": r.get("rtt_s"),
+                **{k: (r.get("extra") or {}).get(k) for k in RELAY_SAMPLE_KEYS},
+            }
+            for r in rows
+        },  # fmt: skip
+        "probe_definition": "netcheck.engines.probe (docs/protocol.md §5.9)",
+        "receipts": [receipt(r) for r in rows if r.get("signature")],
+    }

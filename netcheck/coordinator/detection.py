@@ -1,0 +1,459 @@
+"""Detection in the running coordinator: screening rounds, analysis, confirmation, flags.
+
+docs/detection.md describes the method; the statistics are the pure functions of
+:mod:`netcheck.analysis` (:mod:`~netcheck.analysis.screening` for the analysis,
+:mod:`~netcheck.analysis.evidence` for the flags' evidence documents). This module wires
+them to live rounds and to storage:
+
+1. **Screening rounds** (:meth:`Screening.screening_round`): each node connected with
+   the profile is loaded with probability 1/2 from the secret schedule
+   (:func:`netcheck.analysis.schedule.screening_plan`, keyed by the coordinator's
+   ``schedule_secret_file`` and the round id); every ``screening_full_every``-th round
+   loads every node (a full-load capacity round). A background timer can run them
+   (``screening_interval_s``).
+2. **Analysis** (:func:`~netcheck.analysis.screening.analyse`) of the stored raw rows of
+   the most recent ``screening_window_rounds`` screening and full rounds -> suspect
+   groups.
+3. **Confirmation** (:meth:`Screening.confirm_group`): rounds loading only the group
+   interleaved with rounds loading each member alone (:func:`plan_confirmation`),
+   judged by :func:`judge_confirmation` after every ``confirm_cycles`` cycles until
+   confirmed or ``confirm_max_cycles``; a confirmed group becomes a ``shared-backend``
+   flag, an unconfirmed one a ``cleared`` record (it stays in screening).
+4. **After every round** (:meth:`Screening.after_round`): answer-level proof
+   (:func:`find_result_sharing` -> ``result-sharing`` flag at once), capacity strikes
+   (``capacity_strikes`` ``late``/``missing`` verdicts among a node's last
+   ``capacity_window`` -> ``capacity`` flag) and the relay test
+   (:func:`~netcheck.analysis.screening.relay_check` -> ``relay`` flag, ``confirmed``
+   or ``pending``).
+
+A flag is not raised twice for the same rounds: the evidence of a node's earlier flags
+of that kind is read in one query (:meth:`FlagStore.node_flag_evidence`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from netcheck.analysis import evidence as ev
+from netcheck.analysis.answers import NodeResult, find_result_sharing
+from netcheck.analysis.confirm import (
+    CLEARED,
+    RELAY,
+    SHARED_BACKEND,
+    ConfirmationObservation,
+    ConfirmationResult,
+    ConfirmConfig,
+    judge_confirmation,
+    plan_confirmation,
+)
+from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
+from netcheck.analysis.schedule import MIN_SECRET_BYTES
+from netcheck.analysis.screening import (
+    CAPACITY,
+    HMAC_RULE,
+    RELAY_MIN_ROUNDS,
+    RELAY_WINDOW_ROUNDS,
+    RESULT_SHARING,
+    SCREEN_KINDS,
+    STRIKE_VERDICTS,
+    Analysis,
+    analyse,
+    capacity_check,
+    confirmation_observation,
+    hmac_load_rule,
+    probe_pairs,
+    relay_check,
+    relay_suspect,
+    round_kind,
+)
+from netcheck.config import Profile
+from netcheck.errors import NetcheckError, RoundError
+from netcheck.keys import load_or_create_secret
+from netcheck.records import (
+    FlagStatus,
+    NodeOutcome,
+    NodeRecord,
+    RoundKind,
+    RoundPlan,
+    RoundReport,
+    StoredRounds,
+)
+from netcheck.storage.flags import FlagStore, jsonable
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from netcheck.coordinator.server import Coordinator
+
+log = logging.getLogger("netcheck.screening")
+
+
+class Screening:
+    """Detection state of one coordinator: secret, flag store, timer (module docstring).
+
+    Created by :class:`~netcheck.coordinator.server.Coordinator`; the schedule secret is
+    read, or created on first start.
+
+    Raises:
+        ConfigError: the secret file is unusable.
+        StorageError: the detection tables cannot be created.
+    """
+
+    def __init__(self, coord: Coordinator) -> None:
+        self.coord = coord
+        self.config = coord.config
+        self.flags = FlagStore(coord.store)
+        self.secret = load_or_create_secret(
+            coord.config.schedule_secret_path, "screening schedule secret", MIN_SECRET_BYTES
+        )
+        self.detector = DetectorConfig()
+        self.confirm = ConfirmConfig()
+        self.lock = asyncio.Lock()
+        self._index: dict[str, int] = {}
+        self._timer: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def attach(self, app: web.Application) -> None:
+        """Start the screening timer with ``app`` (if configured) and stop it on shutdown."""
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+
+    async def _on_startup(self, app: web.Application) -> None:
+        if self.config.screening_interval_s > 0:
+            self.start_timer()
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        await self.stop_timer()
+
+    def start_timer(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """Run :meth:`tick` every ``screening_interval_s`` in the background."""
+        if self._timer is None or self._timer.done():
+            self._timer = asyncio.get_running_loop().create_task(self._timer_loop(sleep))
+
+    async def stop_timer(self) -> None:
+        """Cancel the timer task, if any, and wait for it."""
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+            self._timer = None
+
+    async def _timer_loop(self, sleep: Callable[[float], Awaitable[None]]) -> None:
+        log.info("screening timer: one round per profile every %.1f s",
+                 self.config.screening_interval_s)  # fmt: skip
+        while True:
+            await sleep(self.config.screening_interval_s)
+            await self.tick()
+
+    async def tick(self) -> None:
+        """One timer step: a screening round per profile with connected nodes, and the
+        analysis + confirmation every ``screening_analyze_every`` rounds. Errors are
+        logged, never raised (the timer keeps going)."""
+        for name in sorted(self.coord.profiles):
+            if not self.coord.connected(name):
+                continue
+            try:
+                async with self.lock:
+                    await self.screening_round(name)
+                    if self._index[name] % self.config.screening_analyze_every == 0:
+                        await self.analyse_and_confirm(name)
+            except NetcheckError as exc:
+                log.warning("screening timer, profile %s: %s", name, exc)
+
+    # -- rounds ------------------------------------------------------------------------
+
+    def _profile(self, name: str) -> Profile:
+        profile = self.coord.profiles.get(name)
+        if profile is None:
+            raise RoundError(f"unknown profile {name!r}")
+        return profile
+
+    async def screening_round(self, profile_name: str) -> RoundReport:
+        """Run the next screening round of ``profile_name`` (every
+        ``screening_full_every``-th is a full-load round)."""
+        from netcheck.coordinator.rounds import run_round
+
+        index = self._index.get(profile_name, 0)
+        kind = round_kind(index, self.config.screening_full_every)
+        self._index[profile_name] = index + 1
+        if kind == RoundKind.FULL:
+            return await run_round(self.coord, profile_name, kind=RoundKind.FULL, rule="all")
+        return await run_round(
+            self.coord, profile_name, load=hmac_load_rule(self.secret), kind=RoundKind.SCREENING,
+            rule=HMAC_RULE,
+        )  # fmt: skip
+
+    async def run(self, profile_name: str, n_rounds: int) -> dict[str, Any]:
+        """``n_rounds`` screening rounds, then analysis and confirmation (the admin
+        ``POST /admin/screening``). Returns a JSON-ready report with the flags raised.
+
+        Raises:
+            RoundError: unknown profile, ``n_rounds < 0``, or no node connected.
+        """
+        self._profile(profile_name)
+        if n_rounds < 0:
+            raise RoundError("rounds must be >= 0")
+        async with self.lock:
+            reports = [await self.screening_round(profile_name) for _ in range(n_rounds)]
+            outcome = await self.analyse_and_confirm(profile_name)
+        round_flags = [f for r in reports for f in r.flags]
+        outcome["rounds"] = [{"round_id": r.round_id, "kind": r.kind,
+                              "loaded": sorted(k for k, b in r.schedule.items() if b)}
+                             for r in reports]  # fmt: skip
+        outcome["flags"] = [
+            self._brief(i) for i in sorted(set(round_flags) | set(outcome["flag_ids"]))
+        ]
+        return jsonable(outcome)  # type: ignore[return-value]
+
+    def _brief(self, flag_id: int) -> dict[str, Any]:
+        flag = self.flags.get_flag(flag_id) or {"flag_id": flag_id}
+        flag.pop("evidence", None)
+        return flag
+
+    # -- analysis and confirmation -------------------------------------------------------
+
+    async def analyse_and_confirm(self, profile_name: str) -> dict[str, Any]:
+        """Analyse the stored window of ``profile_name``, confirm every suspect group.
+
+        Returns ``{"profile", "analysis", "confirmations", "flag_ids"}``.
+        """
+        profile = self._profile(profile_name)
+        deadline_s = profile.deadline_s(0.0)
+        stored = await asyncio.to_thread(
+            self.flags.recent_rounds, profile.name, SCREEN_KINDS,
+            self.config.screening_window_rounds,
+        )  # fmt: skip
+        flag_ids: list[int] = []
+        confirmations: list[dict[str, Any]] = []
+        if len(stored.round_ids) < 2:
+            return {"profile": profile.name, "analysis": None, "confirmations": [],
+                    "flag_ids": []}  # fmt: skip
+        analysis = await asyncio.to_thread(analyse, stored, deadline_s, self.detector)
+        summary = ev.detection_summary(analysis)
+        log.info(
+            "screening analysis %s: %d nodes x %d rounds, %d edges, %d suspect groups",
+            profile.name, summary["n_nodes"], summary["n_rounds"], len(summary["edges"]),
+            len(summary["groups"]),
+        )  # fmt: skip
+        for group in analysis.detection.groups:
+            if await asyncio.to_thread(self._already_flagged, profile.name, group.members):
+                confirmations.append({"group": list(group.members), "verdict": "already-flagged"})
+                continue
+            try:
+                result, flag_id = await self.confirm_group(profile, group, stored, analysis)
+            except RoundError as exc:  # e.g. the group's nodes left
+                log.warning("confirmation of %s not run: %s", group.members, exc)
+                confirmations.append({"group": list(group.members), "verdict": "not-run",
+                                      "reason": str(exc)})  # fmt: skip
+                continue
+            flag_ids.append(flag_id)
+            confirmations.append({"group": list(group.members), "verdict": result.verdict,
+                                  "confirmed_members": list(result.confirmed_members),
+                                  "flag_id": flag_id})  # fmt: skip
+        return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
+                "flag_ids": flag_ids}  # fmt: skip
+
+    def _already_flagged(self, profile: str, members: Sequence[str]) -> bool:
+        want = set(members)
+        return any(
+            set(f["node_keys"]) == want
+            for f in self.flags.list_flags(
+                kind=SHARED_BACKEND, status=FlagStatus.CONFIRMED, limit=10_000
+            )
+            if f["profile"] == profile
+        )
+
+    async def confirm_group(
+        self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis
+    ) -> tuple[ConfirmationResult, int]:
+        """Confirmation rounds for one suspect group; stores and returns its flag
+        (``shared-backend`` confirmed, or a ``cleared`` record)."""
+        from netcheck.coordinator.rounds import run_round
+
+        members = list(group.members)
+        cycles, max_cycles = self.config.confirm_cycles, self.config.confirm_max_cycles
+        looks = max(1, -(-max_cycles // cycles))
+        judge_cfg = dataclasses.replace(self.confirm, alpha=self.confirm.alpha / looks)
+        observations: list[ConfirmationObservation] = []
+        schedules: dict[str, dict[str, bool]] = {}
+        result: ConfirmationResult | None = None
+        for look in range(looks):
+            for load in plan_confirmation(members, cycles):
+                report = await run_round(
+                    self.coord, profile.name, load=load, kind=RoundKind.CONFIRMATION, rule="explicit",
+                    context={"group": members, "look": look},
+                )  # fmt: skip
+                rows = await asyncio.to_thread(self.flags.round_results, [report.round_id])
+                schedules[report.round_id] = report.schedule
+                observations.append(
+                    confirmation_observation(
+                        report.round_id, report.schedule, rows, analysis.deadline_s
+                    )  # fmt: skip
+                )
+            result = judge_confirmation(members, observations, judge_cfg)
+            if result.verdict == SHARED_BACKEND:
+                break
+        assert result is not None
+        flag_id = await asyncio.to_thread(
+            self._store_group_flag, profile, group, stored, analysis, observations, schedules,
+            result, looks, judge_cfg,
+        )  # fmt: skip
+        log.warning(
+            "suspect group %s: %s (flag %d)", [m[:20] for m in members], result.verdict, flag_id
+        )
+        return result, flag_id
+
+    def _store_group_flag(
+        self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
+        observations: Sequence[ConfirmationObservation], schedules: Mapping[str, dict[str, bool]],
+        result: ConfirmationResult, looks: int, judge_cfg: ConfirmConfig,
+    ) -> int:  # fmt: skip
+        members = list(group.members)
+        conf_rows = self.flags.round_results([o.round_id for o in observations])
+        confirmed = result.verdict == SHARED_BACKEND
+        tests = {t.node_key: t for t in result.members}
+        weakest = max((tests[m].p for m in result.confirmed_members), default=math.nan)
+        if not confirmed:
+            weakest = min((t.p for t in result.members if math.isfinite(t.p)), default=math.nan)
+        evidence = ev.shared_backend_evidence(
+            group, stored, analysis, self.detector, observations, schedules, conf_rows, result,
+            looks, judge_cfg,
+        )  # fmt: skip
+        return self.flags.add_flag(
+            SHARED_BACKEND,
+            FlagStatus.CONFIRMED if confirmed else CLEARED,
+            profile.name,
+            result.confirmed_members if confirmed else members,
+            weakest,
+            result.p_threshold,
+            evidence,
+        )
+
+    # -- per-round checks ------------------------------------------------------------------
+
+    async def after_round(
+        self,
+        profile: Profile,
+        plan: RoundPlan,
+        outcomes: Sequence[NodeOutcome],
+        records: Mapping[str, NodeRecord],
+    ) -> list[int]:
+        """Answer-level proof and capacity strikes after a recorded round; returns the
+        ids of new flags. Storage errors are logged, not raised (the round stands)."""
+        try:
+            ids = await asyncio.to_thread(self._result_sharing, profile, plan, records)
+            ids += await asyncio.to_thread(self._capacity, profile, plan.round_id, outcomes)
+            ids += await asyncio.to_thread(self._relay, profile, records)
+        except NetcheckError as exc:
+            log.error("round %s: detection checks failed: %s", plan.round_id, exc)
+            return []
+        return ids
+
+    def _result_sharing(
+        self, profile: Profile, plan: RoundPlan, records: Mapping[str, NodeRecord]
+    ) -> list[int]:
+        results = {
+            key: NodeResult(rec.commitment, rec.outputs)
+            for key, rec in records.items()
+            if rec.outputs is not None
+        }
+        prompts = {a.node_key: a.prompts for a in plan.assignments}
+        ids = []
+        for f in find_result_sharing(plan.round_id, results, prompts):
+            evidence = ev.result_sharing_evidence(plan.round_id, f, prompts, records)
+            stat = float(len(f.positions) or 1)
+            ids.append(self.flags.add_flag(RESULT_SHARING, FlagStatus.CONFIRMED, profile.name,
+                                           [f.a, f.b], stat, 1.0, evidence))  # fmt: skip
+            log.warning("round %s: result sharing between %s and %s (%s)",
+                        plan.round_id, f.a[:20], f.b[:20], f.evidence)  # fmt: skip
+        return ids
+
+    def _capacity(
+        self, profile: Profile, round_id: str, outcomes: Sequence[NodeOutcome]
+    ) -> list[int]:
+        window, need = self.config.capacity_window, self.config.capacity_strikes
+        ids = []
+        for o in outcomes:
+            if str(o.verdict) not in STRIKE_VERDICTS:
+                continue
+            recent = self.flags.recent_verdicts(o.node_key, window)
+            hits, failed = capacity_check(recent, window, need)
+            round_ids = [v["round_id"] for v in recent]
+            if not failed or self._capacity_flagged(o.node_key, round_ids):
+                continue
+            rows = [r for r in self.flags.round_results(round_ids) if r["node_key"] == o.node_key]
+            evidence = ev.capacity_evidence(
+                recent, hits, window, profile.deadline.model_dump(), rows
+            )
+            ids.append(self.flags.add_flag(CAPACITY, FlagStatus.CONFIRMED, profile.name, [o.node_key],
+                                           float(len(hits)), float(need), evidence))  # fmt: skip
+            log.warning("node %s: capacity flag (%d strikes in %d verdicts)",
+                        o.node_key[:20], len(hits), len(recent))  # fmt: skip
+        return ids
+
+    def _relay(self, profile: Profile, records: Mapping[str, NodeRecord]) -> list[int]:
+        """The relay test over the recent rounds' stored probe and echo RTTs of every
+        node whose probe in this round exceeded the floor or went unanswered (a
+        persistent excess shows in most rounds; docs/detection.md "Relay test")."""
+        store = self.flags.store
+        suspects = [
+            k for k, rec in records.items() if relay_suspect(rec.timing, profile.probe_ref_s)
+        ]
+        by_round: dict[str, dict[str, dict[str, Any]]] = {}
+
+        def row(round_id: str, node_key: str) -> dict[str, Any] | None:
+            if round_id not in by_round:
+                by_round[round_id] = {r["node_key"]: r for r in store.round_verdicts(round_id)}
+            return by_round[round_id].get(node_key)
+
+        ids = []
+        for node in sorted(suspects):
+            recent = self.flags.recent_verdicts(node, RELAY_WINDOW_ROUNDS)[::-1]
+            rows = [r for v in recent if (r := row(v["round_id"], node)) is not None]
+            pairs = probe_pairs(rows)
+            res = relay_check(pairs, profile.probe_ref_s)
+            flagged = res is not None and res.flagged
+            silent = res is None and len(pairs.unanswered) >= RELAY_MIN_ROUNDS
+            if not (flagged or silent):
+                continue
+            window = [v["round_id"] for v in recent]
+            if self._relay_flagged(node, window):
+                continue
+            evidence = ev.relay_evidence(profile.probe_ref_s, rows, pairs, res)
+            if flagged:
+                assert res is not None
+                ids.append(self.flags.add_flag(RELAY, FlagStatus.CONFIRMED, profile.name, [node],
+                                               res.median_excess_s, res.threshold_s, evidence))  # fmt: skip
+                log.warning("node %s: relay flag (probe excess %.1f ms > %.1f ms)",
+                            node[:20], res.median_excess_s * 1e3, res.threshold_s * 1e3)  # fmt: skip
+            else:
+                ids.append(self.flags.add_flag(RELAY, FlagStatus.PENDING, profile.name, [node],
+                                               float(len(pairs.unanswered)),
+                                               float(RELAY_MIN_ROUNDS), evidence))  # fmt: skip
+                log.warning("node %s: relay flag (pending): probes unanswered in %d rounds",
+                            node[:20], len(pairs.unanswered))  # fmt: skip
+        return ids
+
+    def _relay_flagged(self, node_key: str, window_rounds: Sequence[str]) -> bool:
+        """A relay flag of this node already covers a round of the current window."""
+        return self._covered(RELAY, "rounds", node_key, window_rounds)
+
+    def _capacity_flagged(self, node_key: str, window_rounds: Sequence[str]) -> bool:
+        """A capacity flag of this node already covers a round of the current window."""
+        return self._covered(CAPACITY, "strike_rounds", node_key, window_rounds)
+
+    def _covered(self, kind: str, field: str, node_key: str, window_rounds: Sequence[str]) -> bool:
+        """One of the 50 newest ``kind`` flags of ``node_key`` lists (in its evidence's
+        ``field``) a round of ``window_rounds``."""
+        window = set(window_rounds)
+        return any(
+            window & set(evidence.get(field, []))
+            for evidence in self.flags.node_flag_evidence(kind, node_key, limit=50)
+        )

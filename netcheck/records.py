@@ -1,0 +1,227 @@
+"""Typed records shared by the layers (bottom layer: stdlib only).
+
+Data that crosses a layer boundary is defined here once, so that no lower layer imports
+its types from a higher one:
+
+- a round's plan (:class:`RoundPlan` of :class:`Assignment`), made by the pure planner
+  (:mod:`netcheck.coordinator.planner`) and persisted by :mod:`netcheck.storage`;
+- what each node did (:class:`NodeTiming`, :class:`NodeRecord`) and what it means
+  (:class:`Verdict`, :class:`NodeOutcome`, from :mod:`netcheck.analysis.verdicts`);
+- what a round produced (:class:`RoundReport`) for the admin API, metrics and detection;
+- the stored rounds the detectors read back (:class:`StoredRounds`);
+- the kinds and statuses of rounds and flags (:class:`RoundKind`, :class:`RoundStatus`,
+  :class:`FlagKind`, :class:`FlagStatus`). They are ``StrEnum``: each member equals its
+  text, which is what the database and the JSON documents hold.
+
+Bytes stay bytes here (session ids, commitments, signatures); storage writes them as hex
+at the database boundary, the JSON documents as hex through their encoders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class RoundKind(StrEnum):
+    """Why a round ran: every node loaded (``full``), the secret half-load schedule
+    (``screening``) or a suspect group or one member (``confirmation``)."""
+
+    FULL = "full"
+    SCREENING = "screening"
+    CONFIRMATION = "confirmation"
+
+
+class RoundStatus(StrEnum):
+    """A stored round's state: ``planned`` until finished, then ``complete`` or
+    ``aborted`` (shutdown, crash)."""
+
+    PLANNED = "planned"
+    COMPLETE = "complete"
+    ABORTED = "aborted"
+
+
+class FlagKind(StrEnum):
+    """A finding against nodes (docs/detection.md)."""
+
+    SHARED_BACKEND = "shared-backend"
+    CAPACITY = "capacity"
+    RESULT_SHARING = "result-sharing"
+    RELAY = "relay"
+
+
+class FlagStatus(StrEnum):
+    """A flag's state: ``confirmed``, ``cleared`` (a suspect group that confirmation
+    did not confirm) or ``pending`` (evidence incomplete, e.g. probes unanswered)."""
+
+    CONFIRMED = "confirmed"
+    CLEARED = "cleared"
+    PENDING = "pending"
+
+
+class Verdict(StrEnum):
+    """Outcome of one node in one round."""
+
+    PASS = "pass"
+    WRONG_ANSWER = "wrong-answer"
+    LATE = "late"
+    MALFORMED = "malformed"
+    MISSING = "missing"
+    PROFILE_MISMATCH = "profile-mismatch"
+    DISCONNECTED = "disconnected"
+    UNCHECKED = "unchecked"
+    """The coordinator had no canary for the node's (known) fingerprint: its reference
+    pool is missing or used up. Not the node's fault; the operator must build more."""
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """A node's verdict in one round, with a human-readable reason.
+
+    ``elapsed_s``: arrival minus release on the coordinator clock, seconds (``None`` if
+    unknown). ``canaries_checked``/``canaries_matched``: canary outputs compared/equal.
+    """
+
+    node_key: str
+    verdict: Verdict
+    reason: str
+    elapsed_s: float | None
+    canaries_checked: int
+    canaries_matched: int
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One node's mixed batch.
+
+    ``prompts`` has exactly B entries; canary ``canary_ids[i]`` sits at
+    ``prompts[canary_positions[i]]`` (positions ascending) and its reference answer is
+    ``canary_answers[i]`` (``max_new_tokens`` token ids). ``job_key`` is 32 bytes,
+    ``job_nonce`` 12 bytes.
+    """
+
+    node_key: str
+    prompts: tuple[str, ...]
+    canary_positions: tuple[int, ...]
+    canary_ids: tuple[str, ...]
+    canary_answers: tuple[tuple[int, ...], ...]
+    job_key: bytes
+    job_nonce: bytes
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """A planned round: one assignment per served node; ``skipped`` = (node_key, reason)
+    for nodes that get no job (verdict ``profile-mismatch``)."""
+
+    round_id: str
+    profile: str
+    batch_size: int
+    max_new_tokens: int
+    assignments: tuple[Assignment, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class NodeTiming:
+    """Raw timestamps for one node in one round (``time.monotonic_ns`` values)."""
+
+    rtt_s: float | None = None
+    deadline_s: float | None = None
+    job_sent_ns: int | None = None
+    acked_ns: int | None = None
+    release_start_ns: int | None = None
+    release_end_ns: int | None = None
+    arrived_ns: int | None = None
+    # Relay test evidence (docs/detection.md "Relay test"), raw: every echo and every
+    # correct probe round trip (seconds), the fastest probe, unanswered and wrong probes.
+    echo_samples_s: list[float] = field(default_factory=list)
+    probe_samples_s: list[float] = field(default_factory=list)
+    probe_rtt_s: float | None = None
+    probe_missed: int = 0
+    probe_wrong: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
+
+
+@dataclass
+class RoundReport:
+    """What a round produced: verdicts per node and the phase timings (seconds)."""
+
+    round_id: str
+    profile: str
+    status: str
+    outcomes: list[NodeOutcome] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
+    kind: str = RoundKind.FULL
+    schedule: dict[str, bool] = field(default_factory=dict)
+    flags: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "round_id": self.round_id,
+            "profile": self.profile,
+            "status": self.status,
+            "kind": self.kind,
+            "schedule": self.schedule,
+            "flags": self.flags,
+            "phases": self.phases,
+            "verdicts": [
+                {
+                    "node_key": o.node_key,
+                    "verdict": str(o.verdict),
+                    "reason": o.reason,
+                    "elapsed_s": o.elapsed_s,
+                    "canaries_checked": o.canaries_checked,
+                    "canaries_matched": o.canaries_matched,
+                }
+                for o in self.outcomes
+            ],
+        }
+
+
+@dataclass
+class NodeRecord:
+    """Everything the coordinator keeps of one node in one round besides its verdict:
+    the raw timing, and the result as received (``None`` where there was none).
+
+    ``session_id``: the 16-byte session id the receipt binds; ``outputs``: B lists of
+    token ids; ``commitment`` (32 bytes) and ``signature`` (64 bytes): the signed
+    receipt; ``error``: the node's own error text (already made printable).
+    """
+
+    timing: NodeTiming
+    session_id: bytes | None = None
+    outputs: list[list[int]] | None = None
+    commitment: bytes | None = None
+    signature: bytes | None = None
+    error: str | None = None
+
+    def evidence(self) -> dict[str, Any]:
+        """The record as the storage evidence mapping (``timing`` nested, bytes kept)."""
+        return {
+            "timing": self.timing.as_dict(),
+            "session_id": self.session_id,
+            "outputs": self.outputs,
+            "commitment": self.commitment,
+            "signature": self.signature,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class StoredRounds:
+    """Rounds read back for analysis, oldest first.
+
+    ``round_ids``: the rounds; ``kinds``/``schedules``: per round; ``results``: the raw
+    ``results`` rows of those rounds (dicts with ``round_id``, ``node_key``,
+    ``released_ns``, ``arrived_ns``, ``rtt_s``, ``session_id``, ``commitment``,
+    ``signature``, ``error``).
+    """
+
+    round_ids: tuple[str, ...]
+    kinds: dict[str, str]
+    schedules: dict[str, dict[str, bool]]
+    results: tuple[dict[str, Any], ...]
