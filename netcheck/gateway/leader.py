@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from netcheck.analysis.verdicts import NodeOutcome, Verdict
 from netcheck.config import Profile
 from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.rounds import (
@@ -25,6 +25,7 @@ from netcheck.coordinator.rounds import (
     new_round_id,
 )
 from netcheck.errors import RoundError, StorageError
+from netcheck.records import NodeOutcome, NodeRecord, NodeTiming, Verdict
 from netcheck.web.metrics import observe_round
 
 if TYPE_CHECKING:
@@ -268,19 +269,33 @@ async def _close(
     if not closed:
         raise RoundError(f"round {round_id} was aborted by another leader; not closed here")
     results = await gw.db(cluster.round_results, round_id)
-    records = {
-        k: {"outputs": r["outputs"], "commitment": r["commitment"],
-            "session_id": r["session_id"], "signature": r["signature"],
-            "released_ns": r["released_ns"], "arrived_ns": r["arrived_ns"], "rtt_s": r["rtt_s"],
-            **(r["extra"] or {})}
-        for k, r in results.items()
-    }  # fmt: skip
+    records = {k: node_record(r) for k, r in results.items()}
     flag_ids = await gw.screening.after_round(profile, plan, outcomes, records)
     report = RoundReport(
         round_id, profile_name, "complete", outcomes, phases, kind, schedule, flag_ids
     )
     observe_round(report)
     return report
+
+
+def node_record(row: Mapping[str, Any]) -> NodeRecord:
+    """A stored ``results`` row back as the :class:`~netcheck.records.NodeRecord` the
+    detection checks take (timing on the cluster clock; hex fields as bytes)."""
+    extra = dict(row.get("extra") or {})
+    fields = {f.name for f in dataclasses.fields(NodeTiming)}
+    timing = NodeTiming(**{k: v for k, v in extra.items() if k in fields})
+    timing.release_start_ns = row.get("released_ns")
+    timing.arrived_ns = row.get("arrived_ns")
+    timing.rtt_s = row.get("rtt_s")
+
+    def raw(key: str) -> bytes | None:
+        v = row.get(key)
+        return bytes.fromhex(v) if v else None
+
+    return NodeRecord(
+        timing=timing, session_id=raw("session_id"), outputs=row.get("outputs"),
+        commitment=raw("commitment"), signature=raw("signature"), error=row.get("error"),
+    )  # fmt: skip
 
 
 async def take_over(gw: Gateway) -> None:

@@ -19,13 +19,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from netcheck.analysis.verdicts import NodeOutcome, Verdict, verify
-from netcheck.coordinator.planner import Assignment, RoundPlan
-from netcheck.coordinator.rounds import NodeTiming, _dispatch, _measure_rtts, _observe
+from netcheck.analysis.verdicts import verify
+from netcheck.coordinator.rounds import _dispatch, _measure_rtts, _observe
 from netcheck.coordinator.session import Arrival, NodeSession
 from netcheck.errors import NetcheckError
 from netcheck.gateway.clock import ClockEstimate, out_of_bounds, relative_to
 from netcheck.protocol.messages import Release
+from netcheck.records import Assignment, NodeOutcome, NodeTiming, RoundPlan, Verdict
 
 if TYPE_CHECKING:
     from netcheck.gateway.service import Gateway

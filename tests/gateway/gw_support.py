@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from netcheck.config import DeadlineParams, Profile
-from netcheck.demo import free_port
-from netcheck.loadrun import write_profile
-from netcheck.testing import RunningCoordinator
+from netcheck.lab.demo import free_port
+from netcheck.lab.loadrun import write_profile
+from netcheck.lab.testing import RunningCoordinator
 
 PROFILE = Profile(
     name="gw-test",

@@ -11,13 +11,13 @@ from aiohttp import WSMsgType
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gw_support import FAST, PROFILE, leader_of, until
 
-from netcheck.gateway.testing import running_gateway
 from netcheck.keys import public_key_text
-from netcheck.load import FAKE_FINGERPRINT, HashWorker, add_hash_references
+from netcheck.lab.gateways import running_gateway
+from netcheck.lab.load import FAKE_FINGERPRINT, HashWorker, add_hash_references
+from netcheck.lab.testing import raw_session
 from netcheck.protocol.messages import ProfileClaim
 from netcheck.storage import Store
 from netcheck.storage.cluster import ClusterStore
-from netcheck.testing import raw_session
 
 
 async def test_round_spans_two_gateways(tmp_path: Path, pg_url: str) -> None:

@@ -23,9 +23,9 @@ from gw_support import (
     write_gateway_config,
 )
 
-from netcheck.gateway.testing import running_gateway
 from netcheck.keys import generate_key, public_key_text
-from netcheck.load import HashWorker, add_hash_references
+from netcheck.lab.gateways import running_gateway
+from netcheck.lab.load import HashWorker, add_hash_references
 from netcheck.node.client import NodeClient
 from netcheck.storage import Store
 from netcheck.storage.cluster import ClusterStore
@@ -198,7 +198,8 @@ async def test_gateway_with_wrong_clock_sits_out(tmp_path: Path, pg_url: str) ->
         rows = {r["gateway_id"]: r for r in ClusterStore(store).round_gateway_rows(report.round_id)}
         assert rows["gw-far"]["status"] == "excluded"
         far_row = rows["gw-far"]
-        assert far_row["reason"].startswith("clock offset to the leader -5")
+        assert far_row["reason"].startswith("clock offset to the leader -")
+        assert "bound max_clock_offset_s = 250.0 ms" in far_row["reason"]
         assert abs(far_row["leader_offset_s"] + 0.5) <= far_row["uncertainty_s"] + 0.001
         near_row = rows["gw-near"]
         assert near_row["status"] == "reported"

@@ -19,10 +19,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gw_support import FAST, PROFILE, until
 
-from netcheck.demo import free_port
-from netcheck.gateway.testing import running_gateway
 from netcheck.keys import public_key_text
-from netcheck.load import HashWorker, add_hash_references
+from netcheck.lab.demo import free_port
+from netcheck.lab.gateways import running_gateway
+from netcheck.lab.load import HashWorker, add_hash_references
 from netcheck.storage import Store
 from netcheck.storage.cluster import ClusterStore
 

@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from netcheck.config import Profile
 from netcheck.gateway.config import GatewayConfig
 from netcheck.gateway.service import Gateway
+from netcheck.lab.testing import RunningCoordinator
 from netcheck.storage import Store
-from netcheck.testing import RunningCoordinator
 
 
 @contextlib.asynccontextmanager
