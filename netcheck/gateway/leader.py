@@ -254,6 +254,12 @@ async def _close(
         **timings,
         "release_skew_s": (max(lasts) - min(firsts)) / 1e9 if firsts else 0.0,
         "release_skew_wall_s": (max(wl) - min(wf)) / 1e9 if wf else 0.0,
+        # The skew's two parts: when the gateways started writing (clock offsets and
+        # wake-up jitter) and the longest one gateway's loop took (n_g x per-frame cost).
+        "release_start_spread_s": (max(wf) - min(wf)) / 1e9 if wf else 0.0,
+        "release_loop_max_s": max(
+            ((r["phases"] or {}).get("release_loop_s", 0.0) for r in gw_rows), default=0.0
+        ),
         "compute_median_s": elapsed[len(elapsed) // 2] if elapsed else 0.0,
         "gateways": len(gw_rows),
         "gateways_reported": len(reported),
