@@ -259,6 +259,10 @@ class Coordinator:
 
         return await run_round(self, profile)
 
+    def extra_collectors(self) -> list[Any]:
+        """Prometheus collectors beyond the coordinator's own (``GET /metrics``)."""
+        return []
+
     async def held_by(self) -> dict[str, dict[str, Any]] | None:
         """Several gateways: ``node_key -> session row`` (with ``gateway_id``) of every
         node connected to any live gateway. One process: None."""

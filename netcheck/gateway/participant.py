@@ -150,6 +150,7 @@ async def participate(gw: Gateway, round_id: str) -> None:
     try:
         await _participate(gw, round_id)
     except NetcheckError as exc:
+        gw.stats.rounds["failed"] += 1
         log.error("gateway %s: round %s: %s", gw.gateway_id, round_id, exc)
     finally:
         for s in gw.sessions.values():
@@ -177,6 +178,7 @@ async def _participate(gw: Gateway, round_id: str) -> None:
         reason = f"profile {row['profile']!r} not configured on this gateway"
     if reason is not None:
         log.warning("gateway %s sits out round %s: %s", gw.gateway_id, round_id, reason)
+        gw.stats.rounds["excluded"] += 1
         await gw.db(
             gw.cluster.join_round, round_id, gw.gateway_id, [],
             {**values, "status": "excluded", "reason": reason},
@@ -201,6 +203,7 @@ async def _participate(gw: Gateway, round_id: str) -> None:
         gw.cluster.join_round, round_id, gw.gateway_id, members, {**values, "status": "joined"}
     )
     by_key = {s.node_key: s for s in sessions if s.node_key in landed}
+    gw.stats.rounds["joined"] += 1
 
     # 3. Wait for the plan; dispatch our members' jobs; report ready.
     st = await gw.wait_for(
@@ -261,6 +264,8 @@ async def _participate(gw: Gateway, round_id: str) -> None:
         f"record outcome {round_id}",
         lambda: gw.store.record_outcome(round_id, outcomes, records),
     )
+    gw.stats.last_release_loop_s = (last - first) / 1e9 if first and last else 0.0
+    gw.stats.rounds["reported"] += 1
     phases = {
         "dispatch_s": t_dispatched - t_planned,
         "release_wait_s": t_released - t_dispatched,

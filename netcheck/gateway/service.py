@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -39,6 +40,16 @@ POLL_S = 1.0
 RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0, 5.0)
 #: How long a database call in a round keeps retrying (seconds).
 DB_RETRY_S = 60.0
+
+
+@dataclass
+class GatewayStats:
+    """Counters for the gateway's metrics: rounds by part taken, last release loop."""
+
+    rounds: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("joined", "excluded", "reported", "failed"), 0)
+    )
+    last_release_loop_s: float = 0.0
 
 
 class Gateway(Coordinator):
@@ -75,6 +86,7 @@ class Gateway(Coordinator):
         self.control.on_leadership = self._on_leadership
         self.clock: ClockEstimate | None = None
         self.url = ""
+        self.stats = GatewayStats()
         self._changed = asyncio.Event()
         self._participating: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -284,6 +296,11 @@ class Gateway(Coordinator):
         from netcheck.gateway.leader import run_cluster_round
 
         return await run_cluster_round(self, profile)
+
+    def extra_collectors(self) -> list[Any]:
+        from netcheck.gateway.metrics import GatewayCollector
+
+        return [GatewayCollector(self)]
 
     async def held_by(self) -> dict[str, dict[str, Any]]:
         rows = await asyncio.to_thread(self.cluster.connected_nodes)

@@ -288,7 +288,8 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
         return [flag_view(r) for r in reader.flags()]
 
     async def nodes_page(request: web.Request) -> web.Response:
-        connected = set(coord.sessions)
+        held = await coord.held_by()  # several gateways: node -> the gateway holding it
+        connected = set(coord.sessions) if held is None else set(held)
 
         def build() -> dict[str, Any]:
             rows = reader.node_summaries()
@@ -296,7 +297,10 @@ def add_web_routes(app: web.Application, coord: Coordinator, *, allow_remote: bo
             for r in rows:
                 r["connected"] = r["node_key"] in connected
                 r["flags"] = per_node.get(r["node_key"], 0)
-            return {"nodes": rows, "connected": len(connected), "window": STRIKE_WINDOW}
+                if held is not None:
+                    r["gateway"] = held.get(r["node_key"], {}).get("gateway_id", "")
+            return {"nodes": rows, "connected": len(connected), "window": STRIKE_WINDOW,
+                    "gateways": held is not None}  # fmt: skip
 
         return page("nodes.html", **await asyncio.to_thread(build))
 

@@ -18,6 +18,7 @@ from netcheck.lab.testing import raw_session
 from netcheck.protocol.messages import ProfileClaim
 from netcheck.storage import Store
 from netcheck.storage.cluster import ClusterStore
+from netcheck.web.metrics import metrics_text
 
 
 async def test_round_spans_two_gateways(tmp_path: Path, pg_url: str) -> None:
@@ -48,7 +49,7 @@ async def test_round_spans_two_gateways(tmp_path: Path, pg_url: str) -> None:
             assert {o.node_key: str(o.verdict) for o in report.outcomes} == dict.fromkeys(
                 keys, "pass"
             )
-            assert report.phases["gateways_reported"] == 2
+            assert report.phases["cluster"]["reported"] == 2
             assert 0 <= report.phases["release_skew_s"] < 1.0
             rows = store.round_verdicts(report.round_id)
             assert len(rows) == len(keys) == len({r["node_key"] for r in rows})
@@ -62,6 +63,15 @@ async def test_round_spans_two_gateways(tmp_path: Path, pg_url: str) -> None:
         held = await a.coord.held_by()
         assert held is not None
         assert {k: r["gateway_id"] for k, r in held.items()} == keys
+        for rc, n in ((a, 3), (b, 2)):  # Prometheus series per gateway
+            text = metrics_text(rc.coord).decode()
+            gid = rc.coord.gateway_id  # type: ignore[attr-defined]
+            assert (
+                f'netcheck_gateway_nodes{{gateway="{gid}",profile="{PROFILE.name}"}} {n}.0' in text
+            )
+            assert f'netcheck_gateway_rounds_total{{gateway="{gid}",part="reported"}} 2.0' in text
+            assert f'netcheck_gateway_leader{{gateway="{gid}"}}' in text
+            assert f'netcheck_gateway_clock_offset_seconds{{gateway="{gid}"}}' in text
     store.close()
 
 

@@ -98,7 +98,7 @@ async def test_gateway_killed_mid_round(tmp_path: Path, pg_url: str) -> None:
                 "disconnected",
                 "gateway gw-b lost mid-round",
             )
-        assert report.phases["gateways_lost"] == ["gw-b"]
+        assert report.phases["cluster"]["lost"] == ["gw-b"]
         spent_1 = set(store.canary_ids_used())
         assert spent_1 == {c for r in store.round_assignments(round_id) for c in r["canary_ids"]}
         # The next round: only A's nodes, fresh canaries.
