@@ -82,7 +82,10 @@ async def run_cluster_round(
     if kind not in ROUND_KINDS:
         raise RoundError(f"unknown round kind {kind!r}; expected one of {ROUND_KINDS}")
     if not gw.control.is_leader:
-        raise RoundError(f"gateway {gw.gateway_id} is not the round leader")
+        raise RoundError(
+            f"gateway {gw.gateway_id} is not the round leader: ask the gateway whose log says "
+            "'round leader' (metric netcheck_gateway_leader = 1)"
+        )
     rule = rule or ("all" if load is None else "explicit")
     rng = rng or random.SystemRandom()
     cluster = gw.cluster
