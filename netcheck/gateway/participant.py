@@ -147,17 +147,23 @@ async def _state(gw: Gateway, round_id: str, states: set[str]) -> dict[str, Any]
 async def participate(gw: Gateway, round_id: str) -> None:
     """Take part in one round; never raises (a failure is logged and the round goes on
     without this gateway: the leader records its members ``disconnected``)."""
+    pending: list[asyncio.Future[Any]] = []
     try:
-        await _participate(gw, round_id)
+        await _participate(gw, round_id, pending)
     except NetcheckError as exc:
         gw.stats.rounds["failed"] += 1
         log.error("gateway %s: round %s: %s", gw.gateway_id, round_id, exc)
     finally:
         for s in gw.sessions.values():
             s.forget_round(round_id)
+        for fut in pending:  # a round left early: its waiters' outcomes are not needed
+            if fut.done() and not fut.cancelled():
+                fut.exception()
+            else:
+                fut.cancel()
 
 
-async def _participate(gw: Gateway, round_id: str) -> None:
+async def _participate(gw: Gateway, round_id: str, pending: list[asyncio.Future[Any]]) -> None:
     row = await gw.db(gw.cluster.get_round, round_id)
     if row is None or row["state"] != "preparing":
         return
@@ -217,6 +223,7 @@ async def _participate(gw: Gateway, round_id: str) -> None:
     t_planned = time.monotonic()
     plan = await gw.db(_my_plan, gw, round_id, set(by_key))
     acks = await _dispatch(plan, profile, by_key, timing)
+    pending.extend(acks.values())
     if acks:
         await asyncio.wait(acks.values(), timeout=profile.dispatch_timeout_s)
     ready: list[tuple[NodeSession, Assignment]] = []
@@ -226,6 +233,7 @@ async def _participate(gw: Gateway, round_id: str) -> None:
             timing[a.node_key].acked_ns = ack.result()
             ready.append((by_key[a.node_key], a))
     results = {s.node_key: s.expect_result(round_id) for s, _ in ready}
+    pending.extend(results.values())
     t_dispatched = time.monotonic()
     await gw.retry_write(
         "report ready",

@@ -23,6 +23,7 @@ from gw_support import (
     write_gateway_config,
 )
 
+from netcheck.admin_client import admin_call
 from netcheck.keys import generate_key, public_key_text
 from netcheck.lab.gateways import running_gateway
 from netcheck.lab.load import HashWorker, add_hash_references
@@ -133,6 +134,14 @@ async def test_leader_killed_mid_round(tmp_path: Path, pg_url: str) -> None:
             for c in on_f + on_l:
                 f.start(c)
             await until(lambda: len(cluster.connected_nodes()) == 3, 30.0)
+            # `netcheck nodes --config <gateway config>`: every node, with its gateway
+            listing = await asyncio.to_thread(admin_call, cfg_l, "GET", "/admin/nodes")
+            held = {c["node_key"]: c["gateway_id"] for c in listing["cluster"]}
+            assert held == {
+                **{public_key_text(c.identity): "gw-f" for c in on_f},
+                **{public_key_text(c.identity): "gw-l" for c in on_l},
+            }
+            assert {c["gateway"] for c in listing["connected"]} == {"gw-l"}
 
             async def ask_leader() -> None:
                 async with aiohttp.ClientSession() as http:
