@@ -195,6 +195,22 @@ def coordinator_serve(config_path: Path, verbose: bool) -> None:
     asyncio.run(serve(config_path))
 
 
+@main.group()
+def gateway() -> None:
+    """Run a gateway: one of several coordinator processes sharing PostgreSQL."""
+
+
+@gateway.command("serve")
+@_config_file("configs/gateway.toml", "Gateway config (a coordinator config plus gateway_id)")
+@_verbose_option
+def gateway_serve(config_path: Path, verbose: bool) -> None:
+    """Serve nodes and take part in (or lead) rounds until interrupted (docs/gateways.md)."""
+    from netcheck.gateway.app import serve
+
+    setup_logging(verbose, "gateway")
+    asyncio.run(serve(config_path))
+
+
 # -- node ------------------------------------------------------------------------------
 
 
@@ -360,14 +376,12 @@ def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
 def _register_subcommands() -> None:
     from netcheck.coordinator.commands import flags, screen
     from netcheck.engines.commands import engine
-    from netcheck.gateway.commands import gateway
     from netcheck.receipts import receipt
 
     main.add_command(engine)
     main.add_command(receipt)
     main.add_command(screen)
     main.add_command(flags)
-    main.add_command(gateway)
 
 
 _register_subcommands()

@@ -32,7 +32,7 @@ from pydantic import (
 from yarl import URL
 
 from netcheck.errors import ConfigError, KeyFileError
-from netcheck.keys import parse_public_key
+from netcheck.keys import load_public_bytes, parse_public_key
 
 DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent / "configs" / "profiles"
 """Where :func:`load_profile` looks up a profile given by name (the repository's
@@ -58,6 +58,10 @@ def _check_key_text(text: str) -> str:
     raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
     if len(raw) != 32:
         raise ValueError(f"public key must encode 32 bytes, got {len(raw)}")
+    try:
+        load_public_bytes(raw)  # refuses small-order and non-canonical points
+    except KeyFileError as exc:
+        raise ValueError(str(exc)) from None  # names the key
     return text
 
 
@@ -96,6 +100,50 @@ class DeadlineParams(_Model):
     replies, so an uncapped RTT would let it buy deadline (adversarial review #1)."""
 
 
+class CapacityRecord(_Model):
+    """A profile's measured capacity (``[capacity]``, written by ``netcheck engine
+    calibrate``; docs/calibration/README.md).
+
+    ``t_s[k-1]`` is t(k): the median seconds until all k batches of k identities that
+    share one card and start together are done, with the best packing measured (separate
+    processes, or k CUDA streams in one process when that keeps exact outputs).
+    """
+
+    t_s: list[float] = Field(min_length=1)
+    """t(1), t(2), ... seconds; t(1) is the single-identity batch time."""
+    beta: list[float] = Field(default_factory=list)
+    """Co-load slowdown beta(k) = (t(k)/t(1) - 1)/(k - 1) for k = 2, 3, ...
+    (0: a second identity is free; 1: the card is saturated by one)."""
+    margin: float = Field(gt=0)
+    """t(2) / deadline at the calibrated deadline (rtt credited up to ``max_rtt_s``)."""
+    flops_fraction: float | None = Field(default=None, ge=0)
+    """Achieved FLOP/s at one identity / the card's measured bf16 matmul peak."""
+    peak_tflops: float | None = Field(default=None, gt=0)
+    """The measured bf16 matmul peak of the calibration card, TFLOP/s."""
+    packing: str = "processes"
+    """Which packing gave t(2): ``processes``, ``streams`` (or ``issue-10`` for figures
+    taken from the issue's own measurement)."""
+    card: str = Field(min_length=1)
+    """Device name (and UUID) of the calibration card; ``cpu`` figures are CPU figures."""
+    date: str = Field(min_length=1)
+    """UTC date of the calibration, ``YYYY-MM-DD``."""
+    software: str = ""
+    """Engine software versions, e.g. ``torch-2.11.0+transformers-5.17.0``."""
+
+    @field_validator("t_s")
+    @classmethod
+    def _check_times(cls, value: list[float]) -> list[float]:
+        if any(t <= 0 for t in value):
+            raise ValueError("every t(k) must be > 0 seconds")
+        return value
+
+    @model_validator(mode="after")
+    def _check_beta(self) -> CapacityRecord:
+        if len(self.beta) > max(0, len(self.t_s) - 1):
+            raise ValueError(f"beta has {len(self.beta)} values for {len(self.t_s)} t(k) values")
+        return self
+
+
 class Profile(_Model):
     """A hardware + engine class: what a node must run and how fast (architecture.md)."""
 
@@ -128,6 +176,14 @@ class Profile(_Model):
     seconds: probe RTT minus echo RTT on a direct node (thread hop, device launch,
     copy back; docs/protocol.md §5.9). The relay test flags a persistent excess of
     ``probe - echo - probe_ref_s`` (docs/detection.md, "Relay test")."""
+
+    prompt_chars: int | None = Field(default=None, ge=16)
+    """LLM prompts of exactly this many characters (cut at a word boundary, so a few
+    fewer), e.g. ``prompt_len - 1`` so that every prompt fills the padded length with
+    real tokens (prefill-heavy profiles; a node cannot skip padding). None = the
+    generator's 24 to 120 characters."""
+    capacity: CapacityRecord | None = None
+    """Measured capacity (``[capacity]``); None = unmeasured (netcheck.capacity)."""
 
     @field_validator("device")
     @classmethod
@@ -310,13 +366,12 @@ class NodeConfig(_Model):
     @field_validator("coordinator_key")
     @classmethod
     def _check_key(cls, value: str) -> str:
-        value = _check_key_text(value)
         if value == KEY_TEXT_PREFIX + "A" * 43:
             raise ValueError(
                 "still the placeholder: paste the public key that `netcheck keygen` printed "
                 "on the coordinator host"
             )
-        return value
+        return _check_key_text(value)
 
     @field_validator("identity_key")
     @classmethod
@@ -325,6 +380,32 @@ class NodeConfig(_Model):
 
 
 _M = TypeVar("_M", bound=BaseModel)
+
+
+class GatewayConfig(CoordinatorConfig):
+    """A coordinator config (same keys, same identity key on every gateway) plus:"""
+
+    gateway_id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._-]+$")
+    """This gateway's name, unique among the live gateways of the deployment."""
+    max_clock_offset_s: float = Field(default=0.010, gt=0)
+    """Sit a round out when the clock offset to the leader exceeds this (seconds)."""
+    max_clock_uncertainty_s: float = Field(default=0.025, gt=0)
+    """Sit a round out when the offset is known no better than this (seconds)."""
+    release_margin_s: float = Field(default=0.25, gt=0)
+    """The release instant is this far ahead of the leader's decision (≥ NOTIFY latency)."""
+    join_timeout_s: float = Field(default=20.0, gt=0)
+    """How long the leader waits for live gateways to join a round."""
+    close_grace_s: float = Field(default=5.0, ge=0)
+    """Extra wait for gateway reports after the result timeout."""
+    round_interval_s: float = Field(default=0.0, ge=0)
+    """When leader: start a full round of the first profile this often (0 = only on request)."""
+
+    @field_validator("database")
+    @classmethod
+    def _postgres_only(cls, value: str) -> str:
+        if not value.startswith("postgresql"):
+            raise ValueError("gateways share one PostgreSQL database: use postgresql+psycopg://...")
+        return value
 
 
 def _format_error(path: Path, exc: ValidationError) -> str:
@@ -395,3 +476,13 @@ def load_node_config(path: str | Path) -> NodeConfig:
     """
     path = Path(path)
     return _load(NodeConfig, path, _read_toml(path))
+
+
+def load_gateway_config(path: str | Path) -> GatewayConfig:
+    """Load and validate a gateway config TOML.
+
+    Raises:
+        ConfigError: missing file, bad TOML or a bad field (named).
+    """
+    p = Path(path)
+    return _load(GatewayConfig, p, _read_toml(p))

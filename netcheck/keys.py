@@ -25,6 +25,10 @@ from netcheck.errors import ConfigError, KeyFileError
 log = logging.getLogger("netcheck.keys")
 
 TEXT_PREFIX = "ed25519:"
+# Curve25519 field prime and Edwards constant d (RFC 8032 §5.1).
+_P = 2**255 - 19
+_D = (-121665 * pow(121666, _P - 2, _P)) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
 _TEXT_BODY = re.compile(r"[A-Za-z0-9_-]{43}")
 MAX_KEY_FILE_BYTES = 16 * 1024
 
@@ -109,12 +113,72 @@ def public_key_text(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
     return TEXT_PREFIX + body
 
 
+def weak_key_reason(raw: bytes) -> str | None:
+    """Why the 32-byte Ed25519 public key ``raw`` must be refused, or None if it is fine.
+
+    Refused (docs/protocol.md §1.2): a wrong length; a non-canonical encoding (y >= p,
+    or x = 0 with the sign bit set, RFC 8032 §5.1.3); a point not on the curve; and
+    any point of small order (the 8 torsion points: [8]A is the identity), with which
+    the signature R = identity, S = 0 verifies over every message. The small-order
+    test multiplies by the cofactor, as libsodium's ``ge25519_has_small_order`` does by
+    table; ``cryptography`` (OpenSSL) accepts all of these keys itself.
+    """
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) != 32:
+        return "not 32 bytes"
+    value = int.from_bytes(raw, "little")
+    sign = value >> 255
+    y = value & ((1 << 255) - 1)
+    if y >= _P:
+        return "non-canonical encoding (y >= p)"
+    # RFC 8032 §5.1.3 point decoding: x^2 = (y^2 - 1) / (d y^2 + 1).
+    u = (y * y - 1) % _P
+    v = (_D * y * y + 1) % _P
+    x = (u * pow(v, 3, _P) * pow(u * pow(v, 7, _P), (_P - 5) // 8, _P)) % _P
+    if (v * x * x - u) % _P != 0:
+        x = (x * _SQRT_M1) % _P
+        if (v * x * x - u) % _P != 0:
+            return "not a point on the Ed25519 curve"
+    if x == 0 and sign:
+        return "non-canonical encoding (x = 0 with the sign bit set)"
+    # [8]A by three doublings in extended coordinates (RFC 8032 §5.1.4); small order
+    # iff the result is the identity (X = 0, Y = Z).
+    px, py, pz = x, y, 1
+    for _ in range(3):
+        a, b = px * px % _P, py * py % _P
+        c = 2 * pz * pz % _P
+        h = (a + b) % _P
+        e = (h - (px + py) * (px + py)) % _P
+        g = (a - b) % _P
+        f = (c + g) % _P
+        px, py, pz = e * f % _P, g * h % _P, f * g % _P
+    if px == 0 and (py - pz) % _P == 0:
+        return "small-order point (signatures over any message would verify)"
+    return None
+
+
+def load_public_bytes(raw: bytes, what: str = "public key") -> Ed25519PublicKey:
+    """An Ed25519 public key from its raw 32 bytes, refusing weak keys.
+
+    Raises:
+        KeyFileError: naming the key (base64url) and the reason from ``weak_key_reason``.
+    """
+    reason = weak_key_reason(raw)
+    if reason is None:
+        try:
+            return Ed25519PublicKey.from_public_bytes(bytes(raw))
+        except ValueError:  # pragma: no cover - decoding above already refuses these
+            reason = "not a valid Ed25519 key"
+    shown = base64.urlsafe_b64encode(bytes(raw)[:64]).rstrip(b"=").decode()
+    raise KeyFileError(f"{what} {TEXT_PREFIX}{shown} refused: {reason}")
+
+
 def parse_public_key(text: str) -> Ed25519PublicKey:
     """Parse the text form written by ``public_key_text``; surrounding whitespace is
     ignored, anything else must be exact (canonical base64url, 43 characters).
 
     Raises:
-        KeyFileError: on a wrong prefix, bad characters or length, or non-canonical text.
+        KeyFileError: on a wrong prefix, bad characters or length, non-canonical text,
+            or a weak key (small order, non-canonical point; see ``weak_key_reason``).
     """
     if not isinstance(text, str):
         raise KeyFileError("public key text must be a string")
@@ -124,13 +188,9 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
             f"not a public key of the form ed25519:<43 base64url chars>: {text[:80]!r}"
         )
     raw = base64.urlsafe_b64decode(text[len(TEXT_PREFIX) :] + "=")
-    try:
-        key = Ed25519PublicKey.from_public_bytes(raw)
-    except ValueError:
-        raise KeyFileError(f"not a valid Ed25519 public key: {text[:80]!r}") from None
-    if public_key_text(key) != text:
+    if public_key_text(Ed25519PublicKey.from_public_bytes(raw)) != text:
         raise KeyFileError(f"non-canonical public key text: {text[:80]!r}")
-    return key
+    return load_public_bytes(raw)
 
 
 def load_or_create_secret(path: Path, what: str, min_bytes: int, nbytes: int = 32) -> bytes:

@@ -134,6 +134,10 @@ class NodeTiming:
     release_start_ns: int | None = None
     release_end_ns: int | None = None
     arrived_ns: int | None = None
+    #: When the result was opened, checked and handed to the round (after ``arrived_ns``).
+    processed_ns: int | None = None
+    #: This node's place in the round's (freshly shuffled) release order, from 0.
+    release_index: int | None = None
     # Relay test evidence (docs/detection.md "Relay test"), raw: every echo and every
     # correct probe round trip (seconds), the fastest probe, unanswered and wrong probes.
     echo_samples_s: list[float] = field(default_factory=list)
@@ -144,6 +148,28 @@ class NodeTiming:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
+
+    def budget(self, first_release_ns: int | None) -> dict[str, float | int | None]:
+        """This node's timing budget (docs/protocol.md, "Timing"): seconds.
+
+        ``release_offset_s``: its release write started this long after the round's
+        first one (its own stamp is used for its latency, so the offset costs it
+        nothing; it shows the order was fair); ``release_write_s``: its release write
+        took this long; ``processing_delay_s``: its result waited this long between
+        arrival (stamp) and being opened, checked and handed to the round (the
+        coordinator's own queueing, not in its latency); ``release_index``: its place
+        in the round's shuffled release order.
+        """
+
+        def span(a: int | None, b: int | None) -> float | None:
+            return (b - a) / 1e9 if a is not None and b is not None else None
+
+        return {
+            "release_index": self.release_index,
+            "release_offset_s": span(first_release_ns, self.release_start_ns),
+            "release_write_s": span(self.release_start_ns, self.release_end_ns),
+            "processing_delay_s": span(self.arrived_ns, self.processed_ns),
+        }
 
 
 @dataclass
@@ -158,6 +184,9 @@ class RoundReport:
     kind: str = RoundKind.FULL
     schedule: dict[str, bool] = field(default_factory=dict)
     flags: list[int] = field(default_factory=list)
+    #: Per node: its raw stamps (``release_start_ns``, ``arrived_ns``, ``processed_ns``,
+    #: coordinator monotonic ns) and its timing budget (:meth:`NodeTiming.budget`).
+    timings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +205,7 @@ class RoundReport:
                     "elapsed_s": o.elapsed_s,
                     "canaries_checked": o.canaries_checked,
                     "canaries_matched": o.canaries_matched,
+                    "timing": self.timings.get(o.node_key),
                 }
                 for o in self.outcomes
             ],
@@ -198,11 +228,14 @@ class NodeRecord:
     commitment: bytes | None = None
     signature: bytes | None = None
     error: str | None = None
+    #: The node's timing budget (:meth:`NodeTiming.budget`), stored in ``extra``.
+    budget: dict[str, Any] | None = None
 
     def evidence(self) -> dict[str, Any]:
         """The record as the storage evidence mapping (``timing`` nested, bytes kept)."""
         return {
             "timing": self.timing.as_dict(),
+            **({"budget": self.budget} if self.budget is not None else {}),
             "session_id": self.session_id,
             "outputs": self.outputs,
             "commitment": self.commitment,

@@ -37,10 +37,11 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import CoordinatorConfig, load_profile
+from netcheck.coordinator.assembly import make_app
 from netcheck.coordinator.server import Coordinator
 from netcheck.lab.sample import fill_synthetic
 from netcheck.storage import Store
-from netcheck.web import add_web_routes, plots
+from netcheck.web import plots
 
 CHROME_FLAGS = (
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -111,8 +112,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         database=db, admin_token=secrets.token_urlsafe(24), profiles=[profile.name],
     )  # fmt: skip
     coord = Coordinator(cfg, Ed25519PrivateKey.generate(), {profile.name: profile}, store)
-    app = coord.make_app()
-    add_web_routes(app, coord)  # no-op once make_app registers the dashboard itself
+    app = make_app(coord)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -159,3 +159,30 @@ def test_reference_build_interrupted_says_what_was_stored(
     )
     assert result.exit_code == 130, result.output
     assert "interrupted: 32 of 64 references stored" in result.output
+
+
+def test_engine_calibrate_help_names_the_capacity_steps() -> None:
+    """``netcheck engine calibrate`` exists with its co-location and output options."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+
+    out = CliRunner().invoke(main, ["engine", "calibrate", "--help"]).output
+    for option in ("--profile", "--out", "--max-k", "--trials", "--update-profile"):
+        assert option in out
+
+
+def test_engine_selftest_states_an_unmeasured_capacity() -> None:
+    """``engine selftest`` ends by saying plainly that the profile's capacity is unmeasured
+    (cpu-factoring has no [capacity] table; its engine is instant)."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+
+    result = CliRunner().invoke(
+        main, ["engine", "selftest", "--profile", "cpu-factoring", "--quick"]
+    )
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert "profile cpu-factoring: capacity not measured" in text
+    assert "cannot tell two identities on one card apart" in text

@@ -21,7 +21,7 @@ from netcheck.errors import ConfigError
 from netcheck.keys import public_key_text
 
 REPO = Path(__file__).resolve().parent.parent
-KEY = "ed25519:" + "B" * 43  # well-formed; not the all-zero placeholder of the examples
+KEY = "ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"  # a real key (seed 0x42 * 32); not the all-zero placeholder of the examples
 
 PROFILE = """
 engine = "torch"
@@ -230,6 +230,11 @@ def extra(line: str) -> tuple[str, str]:
         (('allowed_nodes = ["' + KEY + '"]', "allowed_nodes = []"), "set open_enrollment"),
         (("0123456789abcdef", "short"), "admin_token: String should have at least 16"),
         ((KEY, "ed25519:abc"), "allowed_nodes: Value error, entry 0: public key must encode"),
+        (
+            (KEY, "ed25519:AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+            "entry 0: public key ed25519:AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA refused: "
+            "small-order point",
+        ),
         (('profiles = ["cpu-tiny"]', "profiles = []"), "profiles: List should have at least 1"),
         (("0123456789abcdef", PLACEHOLDER_ADMIN_TOKEN), "admin_token: still the placeholder"),
         (("0123456789abcdef", PLACEHOLDER_ADMIN_TOKEN), "secrets.token_urlsafe(32)"),
@@ -328,7 +333,7 @@ def test_node_names_with_real_keys_load(tmp_path: Path) -> None:
     assert c.node_names == {real: "gpu-1"}
     with pytest.raises(ConfigError, match="node_names: non-canonical public key text"):
         load_coordinator_config(
-            write(tmp_path / "c.toml", f'node_names = {{ "{KEY}" = "x" }}' + COORD)
+            write(tmp_path / "c.toml", 'node_names = { "ed25519:' + "B" * 43 + '" = "x" }' + COORD)
         )
 
 

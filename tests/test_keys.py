@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from netcheck.errors import ConfigError, KeyFileError
@@ -17,9 +17,11 @@ from netcheck.keys import (
     generate_key,
     load_or_create_secret,
     load_private_key,
+    load_public_bytes,
     parse_public_key,
     public_key_bytes,
     public_key_text,
+    weak_key_reason,
 )
 
 
@@ -191,3 +193,54 @@ def test_short_secret_refused(tmp_path: Path) -> None:
     path.write_bytes(b"short")
     with pytest.raises(ConfigError):
         load_or_create_secret(path, "schedule secret", 16)
+
+
+# The eight small-order Ed25519 encodings (the torsion subgroup, as listed by libsodium
+# and in "Taming the many EdDSAs", Chalkias et al. 2020) and non-canonical encodings.
+SMALL_ORDER = [
+    "0100000000000000000000000000000000000000000000000000000000000000",  # identity
+    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # order 2
+    "0000000000000000000000000000000000000000000000000000000000000000",  # order 4
+    "0000000000000000000000000000000000000000000000000000000000000080",  # order 4
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",  # order 8
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc85",  # order 8
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",  # order 8
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac03fa",  # order 8
+]
+NON_CANONICAL = [
+    "0100000000000000000000000000000000000000000000000000000000000080",  # x=0, sign 1
+    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",  # x=0, sign 1
+    "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y = p
+    "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y = p + 1
+]
+
+
+def _text(hex_key: str) -> str:
+    raw = bytes.fromhex(hex_key)
+    return "ed25519:" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+@pytest.mark.parametrize("hex_key", SMALL_ORDER + NON_CANONICAL)
+def test_weak_public_keys_refused_naming_the_key(hex_key: str) -> None:
+    """Small-order and non-canonical keys are refused by parse_public_key, naming the key."""
+    assert weak_key_reason(bytes.fromhex(hex_key)) is not None
+    with pytest.raises(KeyFileError) as err:
+        parse_public_key(_text(hex_key))
+    assert _text(hex_key) in str(err.value)
+
+
+def test_identity_key_forgery_verifies_in_cryptography_but_is_refused() -> None:
+    """R = identity, S = 0 verifies under the identity key in `cryptography`; we refuse it."""
+    identity = bytes.fromhex(SMALL_ORDER[0])
+    forged = identity + bytes(32)
+    Ed25519PublicKey.from_public_bytes(identity).verify(forged, b"any message")  # no raise
+    with pytest.raises(KeyFileError, match="small-order"):
+        load_public_bytes(identity)
+
+
+def test_real_keys_pass_weak_check() -> None:
+    """Generated keys are never refused (200 random keys)."""
+    for _ in range(200):
+        raw = public_key_bytes(Ed25519PrivateKey.generate())
+        assert weak_key_reason(raw) is None
+        assert public_key_bytes(load_public_bytes(raw)) == raw

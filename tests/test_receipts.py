@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.keys import public_key_text
-from netcheck.protocol.jobs import commitment, sign_receipt
+from netcheck.protocol.jobs import commitment, sign_receipt, verify_receipt
 from netcheck.receipts import receipt, verify_stored_receipt
 from netcheck.records import NodeOutcome, RoundPlan, Verdict
 from netcheck.storage import Store
@@ -197,3 +198,18 @@ def test_cli_from_db_missing(signed, tmp_path: Path):
         receipt, ["verify", "--round-id", ROUND, "--node-key", other, "--from-db", url]
     )
     assert result.exit_code == 1 and "no result" in result.output
+
+
+def test_identity_key_forged_receipt_invalid(signed):
+    """A receipt 'signed' R = identity, S = 0 under the identity key is INVALID in the CLI."""
+    identity = bytes.fromhex("01" + "00" * 31)
+    forged = {
+        **signed,
+        "node_key": "ed25519:" + base64.urlsafe_b64encode(identity).rstrip(b"=").decode(),
+        "signature_hex": (identity + bytes(32)).hex(),
+    }
+    assert not verify_stored_receipt(**forged).valid
+    assert not verify_receipt(identity, identity + bytes(32), SID, ROUND, bytes(32))
+    result = CliRunner().invoke(receipt, _args(forged))
+    assert result.exit_code == 1
+    assert "INVALID" in result.output and "small-order" in result.output

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from netcheck.analysis.detectors import t_sf
+from netcheck.analysis.tails import t_sf
 from netcheck.records import FlagKind, FlagStatus
 
 SHARED_BACKEND = FlagKind.SHARED_BACKEND

@@ -35,6 +35,7 @@ from netcheck.analysis.screening import (
     ProbePairs,
     result_arrival,
 )
+from netcheck.analysis.timing import TimingRow
 from netcheck.records import NodeRecord, StoredRounds
 
 RECEIPT_FIELDS = ("session_id", "commitment", "signature")
@@ -55,12 +56,11 @@ def latency(row: Mapping[str, Any]) -> dict[str, Any]:
     """Raw release/arrival stamps (ns), echo RTT (s), whether a result came back, and the
     service time ``(arrived - released) / 1e9 - rtt`` in seconds (None without both
     stamps)."""
-    released, arrived, rtt = row.get("released_ns"), result_arrival(row), row.get("rtt_s")
-    service = None
-    if released is not None and arrived is not None:
-        service = (arrived - released) / 1e9 - (rtt or 0.0)
-    return {"released_ns": released, "arrived_ns": row.get("arrived_ns"), "rtt_s": rtt,
-            "result": bool(row.get("commitment")), "service_s": service}  # fmt: skip
+    timing = TimingRow(str(row.get("round_id")), str(row.get("node_key")), True,
+                       row.get("released_ns"), result_arrival(row), row.get("rtt_s"))  # fmt: skip
+    return {"released_ns": timing.released_ns, "arrived_ns": row.get("arrived_ns"),
+            "rtt_s": timing.rtt_s, "result": bool(row.get("commitment")),
+            "service_s": timing.service_s()}  # fmt: skip
 
 
 def member_evidence(

@@ -24,7 +24,14 @@ from typing import Any
 from netcheck.analysis.confirm import ConfirmationObservation, RelayResult, relay_excess
 from netcheck.analysis.detectors import Detection, DetectorConfig, detect
 from netcheck.analysis.schedule import screening_plan
-from netcheck.analysis.timing import TimingMatrix, TimingRow, log_service_matrix, median_polish
+from netcheck.analysis.timing import (
+    TimingMatrix,
+    TimingRow,
+    log_service_matrix,
+    median_polish,
+    result_arrived_ns,
+    stored_timing_row,
+)
 from netcheck.records import FlagKind, NodeTiming, RoundKind, StoredRounds, Verdict
 
 CAPACITY = FlagKind.CAPACITY
@@ -60,28 +67,24 @@ def hmac_load_rule(secret: bytes) -> Callable[[str, Sequence[str]], set[str]]:
 
 
 def result_arrival(row: Mapping[str, Any]) -> int | None:
-    """Arrival of a *result* (a node's error reply carries no commitment: no result)."""
-    return row.get("arrived_ns") if row.get("commitment") else None
+    """Arrival of a *result* in a stored row (:func:`result_arrived_ns`)."""
+    return result_arrived_ns(row.get("arrived_ns"), row.get("commitment"))
 
 
 def timing_rows(stored: StoredRounds) -> list[TimingRow]:
     """:class:`TimingRow` per stored result row, raw times unchanged.
 
-    A node counts as loaded when its schedule bit is set *and* its release was written
-    (a node skipped by the planner or that never acknowledged its job computed nothing);
-    a loaded node without a result is left for :func:`log_service_matrix` to censor.
+    Loaded and arrival as :func:`stored_timing_row` defines them (schedule bit set *and*
+    release written; an error reply is no result); a loaded node without a result is
+    left for :func:`log_service_matrix` to censor.
     """
-    rows = []
-    for r in stored.results:
-        bit = stored.schedules.get(r["round_id"], {}).get(r["node_key"], False)
-        released = r.get("released_ns")
-        loaded = bool(bit) and released is not None
-        rows.append(
-            TimingRow(
-                r["round_id"], r["node_key"], loaded, released, result_arrival(r), r.get("rtt_s")
-            )
+    return [
+        stored_timing_row(
+            r["round_id"], r["node_key"],
+            stored.schedules.get(r["round_id"], {}).get(r["node_key"], False), r,
         )
-    return rows
+        for r in stored.results
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)

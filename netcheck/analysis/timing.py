@@ -10,13 +10,19 @@ Logs turn a multiplicative slowdown (a shared GPU serving k batches takes
 ``1 + beta * (k - 1)`` times as long) into an additive effect, and make log-normal
 timing noise Gaussian. :func:`median_polish` then removes per-node speed and per-round
 effects, leaving residuals in which contention between nodes shows up.
+
+The one definition of a *loaded* node (:func:`effectively_loaded`), of a result's
+arrival (:func:`result_arrived_ns`) and of service time (:meth:`TimingRow.service_s`)
+lives here; the detectors (:mod:`netcheck.analysis.screening`), the flags' evidence and
+the dashboard's evidence plots all go through :func:`stored_timing_row`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +55,37 @@ class TimingRow:
         if not self.loaded or self.released_ns is None or self.arrived_ns is None:
             return None
         return (self.arrived_ns - self.released_ns) / 1e9 - (self.rtt_s or 0.0)
+
+
+def effectively_loaded(scheduled: bool, released_ns: int | None) -> bool:
+    """The one definition of *loaded* (detectors and dashboard alike): the node's
+    schedule bit was set (it was sent work) *and* its release was written. A node
+    skipped by the planner, or that never acknowledged its job, computed nothing."""
+    return bool(scheduled) and released_ns is not None
+
+
+def result_arrived_ns(arrived_ns: int | None, commitment: object) -> int | None:
+    """Arrival of a *result*: a node's error reply carries no commitment and is no
+    result (its arrival is not a service time)."""
+    return arrived_ns if commitment else None
+
+
+def stored_timing_row(
+    round_id: str, node_key: str, scheduled: bool, row: Mapping[str, Any]
+) -> TimingRow:
+    """:class:`TimingRow` of one stored ``results`` row (``released_ns``, ``arrived_ns``,
+    ``rtt_s``, ``commitment``), raw times unchanged, with :func:`effectively_loaded` and
+    :func:`result_arrived_ns` applied; ``scheduled``: the node's schedule bit (or, where no
+    schedule is stored, whether it had an assignment)."""
+    released = row.get("released_ns")
+    return TimingRow(
+        round_id,
+        node_key,
+        effectively_loaded(scheduled, released),
+        released,
+        result_arrived_ns(row.get("arrived_ns"), row.get("commitment")),
+        row.get("rtt_s"),
+    )
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from netcheck.coordinator.capacity_gate import capacity_context
 from netcheck.errors import NetcheckError
 from netcheck.storage.flags import jsonable
 from netcheck.storage.reader import Reader
@@ -55,8 +56,14 @@ def _is_loopback(remote: str | None) -> bool:
         return False
 
 
-def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
-    """Register the admin routes and their authentication middleware on ``app``."""
+#: Where :func:`admin_app` is mounted (``app.add_subapp(ADMIN_PREFIX, admin_app(coord))``).
+ADMIN_PREFIX = "/admin"
+
+
+def admin_app(coord: Coordinator) -> web.Application:
+    """The admin API as an aiohttp sub-application (routes relative to
+    :data:`ADMIN_PREFIX`) with its authentication middleware."""
+    app = web.Application()
     reader = Reader(coord.store)
 
     @web.middleware
@@ -129,8 +136,9 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
         n = body.get("rounds", DEFAULT_SCREENING_ROUNDS)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SCREENING_ROUNDS:
             raise web.HTTPBadRequest(text=f"rounds must be an integer in 0..{MAX_SCREENING_ROUNDS}")
+        context = capacity_context(coord, profile, body)  # issue 10; HTTPConflict if refused
         try:
-            report = await coord.screening.run(profile, n)
+            report = await coord.screening.run(profile, n, context=context)
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         return web.json_response(report)
@@ -155,11 +163,12 @@ def add_admin_routes(app: web.Application, coord: Coordinator) -> None:
         return web.json_response(jsonable(flag))
 
     app.middlewares.append(auth)
-    app.router.add_get("/admin/status", status)
-    app.router.add_get("/admin/nodes", nodes)
-    app.router.add_post("/admin/rounds", start_round)
-    app.router.add_get("/admin/rounds", list_rounds)
-    app.router.add_get("/admin/rounds/{round_id}", round_detail)
-    app.router.add_post("/admin/screening", screening)
-    app.router.add_get("/admin/flags", list_flags)
-    app.router.add_get("/admin/flags/{flag_id}", flag_detail)
+    app.router.add_get("/status", status)
+    app.router.add_get("/nodes", nodes)
+    app.router.add_post("/rounds", start_round)
+    app.router.add_get("/rounds", list_rounds)
+    app.router.add_get("/rounds/{round_id}", round_detail)
+    app.router.add_post("/screening", screening)
+    app.router.add_get("/flags", list_flags)
+    app.router.add_get("/flags/{flag_id}", flag_detail)
+    return app

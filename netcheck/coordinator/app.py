@@ -9,7 +9,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from netcheck.capacity import unsafe_profiles
 from netcheck.config import load_coordinator_config, load_profile
+from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.errors import ConfigError
 from netcheck.keys import load_private_key, public_key_text
@@ -33,7 +35,7 @@ def build_coordinator(config_path: Path) -> Coordinator:
 async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then close every session with ``shutdown``."""
     coord = build_coordinator(config_path)
-    runner = await coord.make_runner()
+    runner = await make_runner(coord)
     site = web.TCPSite(runner, coord.config.host, coord.config.port)
     try:
         await site.start()
@@ -64,6 +66,8 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
         "dashboard: http://%s:%d/dashboard (log in with the admin token)",
         coord.config.host, coord.config.port,
     )  # fmt: skip
+    for status in unsafe_profiles(list(coord.profiles.values())):
+        log.warning("%s", status.message)  # issue 10: said at every start
     if coord.config.open_enrollment and coord.config.allowed_nodes:
         log.warning("open_enrollment = true: allowed_nodes is ignored, any key may join")
     stop = asyncio.Event()

@@ -76,12 +76,30 @@ def screen() -> None:
     "in the coordinator config, default 4), the others are screening rounds.",
 )
 @click.option("--profile", "profile_name", default=None, help="Profile (default: first).")
+@click.option(
+    "--override-capacity",
+    "override",
+    metavar="REASON",
+    default=None,
+    help="Run even if the profile's capacity margin is below 1.2 or unmeasured (it then "
+    "cannot tell two identities on one card apart); REASON is recorded with every round.",
+)
 @_json_option
-def screen_run(config_path: Path, rounds: int, profile_name: str | None, as_json: bool) -> None:
-    """Run screening rounds now, then the analysis and confirmation rounds; print flags."""
-    report = admin_call(
-        config_path, "POST", "/admin/screening", {"rounds": rounds, "profile": profile_name}
-    )
+def screen_run(
+    config_path: Path,
+    rounds: int,
+    profile_name: str | None,
+    override: str | None,
+    as_json: bool,
+) -> None:
+    """Run screening rounds now, then the analysis and confirmation rounds; print flags.
+
+    Refused for a profile that cannot tell two identities on one card apart, unless
+    --override-capacity gives a reason."""
+    body: dict[str, Any] = {"rounds": rounds, "profile": profile_name, "check_capacity": True}
+    if override is not None:
+        body["capacity_override"] = override
+    report = admin_call(config_path, "POST", "/admin/screening", body)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return

@@ -19,15 +19,9 @@ them to live rounds and to storage:
    judged by :func:`judge_confirmation` after every ``confirm_cycles`` cycles until
    confirmed or ``confirm_max_cycles``; a confirmed group becomes a ``shared-backend``
    flag, an unconfirmed one a ``cleared`` record (it stays in screening).
-4. **After every round** (:meth:`Screening.after_round`): answer-level proof
-   (:func:`find_result_sharing` -> ``result-sharing`` flag at once), capacity strikes
-   (``capacity_strikes`` ``late``/``missing`` verdicts among a node's last
-   ``capacity_window`` -> ``capacity`` flag) and the relay test
-   (:func:`~netcheck.analysis.screening.relay_check` -> ``relay`` flag, ``confirmed``
-   or ``pending``).
-
-A flag is not raised twice for the same rounds: the evidence of a node's earlier flags
-of that kind is read in one query (:meth:`FlagStore.node_flag_evidence`).
+4. **After every round** (:meth:`Screening.after_round`): the per-round checks of
+   :mod:`netcheck.coordinator.checks` (answer-level proof, capacity strikes, the relay
+   test).
 """
 
 from __future__ import annotations
@@ -38,13 +32,11 @@ import dataclasses
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from netcheck.analysis import evidence as ev
-from netcheck.analysis.answers import NodeResult, find_result_sharing
 from netcheck.analysis.confirm import (
     CLEARED,
-    RELAY,
     SHARED_BACKEND,
     ConfirmationObservation,
     ConfirmationResult,
@@ -55,24 +47,18 @@ from netcheck.analysis.confirm import (
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
 from netcheck.analysis.screening import (
-    CAPACITY,
     HMAC_RULE,
-    RELAY_MIN_ROUNDS,
-    RELAY_WINDOW_ROUNDS,
-    RESULT_SHARING,
     SCREEN_KINDS,
-    STRIKE_VERDICTS,
     Analysis,
     analyse,
-    capacity_check,
     confirmation_observation,
     hmac_load_rule,
-    probe_pairs,
-    relay_check,
-    relay_suspect,
     round_kind,
 )
-from netcheck.config import Profile
+from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator import checks
+from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError, RoundError
 from netcheck.keys import load_or_create_secret
 from netcheck.records import (
@@ -84,20 +70,26 @@ from netcheck.records import (
     RoundReport,
     StoredRounds,
 )
-from netcheck.storage.flags import FlagStore, jsonable
+from netcheck.storage.flags import jsonable
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from netcheck.coordinator.server import Coordinator
-
 log = logging.getLogger("netcheck.screening")
+
+
+class DetectionHost(RoundHost, Protocol):
+    """What detection needs of the coordinator: a round host with its configuration."""
+
+    @property
+    def config(self) -> CoordinatorConfig: ...
 
 
 class Screening:
     """Detection state of one coordinator: secret, flag store, timer (module docstring).
 
-    Created by :class:`~netcheck.coordinator.server.Coordinator`; the schedule secret is
+    Created by the coordinator (a :class:`DetectionHost`), which attaches
+    :meth:`after_round` to its round hooks; the schedule secret is
     read, or created on first start.
 
     Raises:
@@ -105,10 +97,10 @@ class Screening:
         StorageError: the detection tables cannot be created.
     """
 
-    def __init__(self, coord: Coordinator) -> None:
+    def __init__(self, coord: DetectionHost) -> None:
         self.coord = coord
         self.config = coord.config
-        self.flags = FlagStore(coord.store)
+        self.flags = coord.flags
         self.secret = load_or_create_secret(
             coord.config.schedule_secret_path, "screening schedule secret", MIN_SECRET_BYTES
         )
@@ -175,22 +167,27 @@ class Screening:
             raise RoundError(f"unknown profile {name!r}")
         return profile
 
-    async def screening_round(self, profile_name: str) -> RoundReport:
+    async def screening_round(
+        self, profile_name: str, context: Mapping[str, Any] | None = None
+    ) -> RoundReport:
         """Run the next screening round of ``profile_name`` (every
-        ``screening_full_every``-th is a full-load round)."""
-        from netcheck.coordinator.rounds import run_round
-
+        ``screening_full_every``-th is a full-load round); ``context`` is stored with
+        its schedule (e.g. the capacity override, netcheck.coordinator.capacity_gate)."""
         index = self._index.get(profile_name, 0)
         kind = round_kind(index, self.config.screening_full_every)
         self._index[profile_name] = index + 1
         if kind == RoundKind.FULL:
-            return await run_round(self.coord, profile_name, kind=RoundKind.FULL, rule="all")
+            return await run_round(
+                self.coord, profile_name, kind=RoundKind.FULL, rule="all", context=context
+            )
         return await run_round(
             self.coord, profile_name, load=hmac_load_rule(self.secret), kind=RoundKind.SCREENING,
-            rule=HMAC_RULE,
+            rule=HMAC_RULE, context=context,
         )  # fmt: skip
 
-    async def run(self, profile_name: str, n_rounds: int) -> dict[str, Any]:
+    async def run(
+        self, profile_name: str, n_rounds: int, *, context: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
         """``n_rounds`` screening rounds, then analysis and confirmation (the admin
         ``POST /admin/screening``). Returns a JSON-ready report with the flags raised.
 
@@ -201,7 +198,7 @@ class Screening:
         if n_rounds < 0:
             raise RoundError("rounds must be >= 0")
         async with self.lock:
-            reports = [await self.screening_round(profile_name) for _ in range(n_rounds)]
+            reports = [await self.screening_round(profile_name, context) for _ in range(n_rounds)]
             outcome = await self.analyse_and_confirm(profile_name)
         round_flags = [f for r in reports for f in r.flags]
         outcome["rounds"] = [{"round_id": r.round_id, "kind": r.kind,
@@ -275,8 +272,6 @@ class Screening:
     ) -> tuple[ConfirmationResult, int]:
         """Confirmation rounds for one suspect group; stores and returns its flag
         (``shared-backend`` confirmed, or a ``cleared`` record)."""
-        from netcheck.coordinator.rounds import run_round
-
         members = list(group.members)
         cycles, max_cycles = self.config.confirm_cycles, self.config.confirm_max_cycles
         looks = max(1, -(-max_cycles // cycles))
@@ -348,112 +343,12 @@ class Screening:
         """Answer-level proof and capacity strikes after a recorded round; returns the
         ids of new flags. Storage errors are logged, not raised (the round stands)."""
         try:
-            ids = await asyncio.to_thread(self._result_sharing, profile, plan, records)
-            ids += await asyncio.to_thread(self._capacity, profile, plan.round_id, outcomes)
-            ids += await asyncio.to_thread(self._relay, profile, records)
+            ids = await asyncio.to_thread(checks.result_sharing, self.flags, profile, plan, records)
+            ids += await asyncio.to_thread(
+                checks.capacity, self.flags, self.config, profile, plan.round_id, outcomes
+            )
+            ids += await asyncio.to_thread(checks.relay, self.flags, profile, records)
         except NetcheckError as exc:
             log.error("round %s: detection checks failed: %s", plan.round_id, exc)
             return []
         return ids
-
-    def _result_sharing(
-        self, profile: Profile, plan: RoundPlan, records: Mapping[str, NodeRecord]
-    ) -> list[int]:
-        results = {
-            key: NodeResult(rec.commitment, rec.outputs)
-            for key, rec in records.items()
-            if rec.outputs is not None
-        }
-        prompts = {a.node_key: a.prompts for a in plan.assignments}
-        ids = []
-        for f in find_result_sharing(plan.round_id, results, prompts):
-            evidence = ev.result_sharing_evidence(plan.round_id, f, prompts, records)
-            stat = float(len(f.positions) or 1)
-            ids.append(self.flags.add_flag(RESULT_SHARING, FlagStatus.CONFIRMED, profile.name,
-                                           [f.a, f.b], stat, 1.0, evidence))  # fmt: skip
-            log.warning("round %s: result sharing between %s and %s (%s)",
-                        plan.round_id, f.a[:20], f.b[:20], f.evidence)  # fmt: skip
-        return ids
-
-    def _capacity(
-        self, profile: Profile, round_id: str, outcomes: Sequence[NodeOutcome]
-    ) -> list[int]:
-        window, need = self.config.capacity_window, self.config.capacity_strikes
-        ids = []
-        for o in outcomes:
-            if str(o.verdict) not in STRIKE_VERDICTS:
-                continue
-            recent = self.flags.recent_verdicts(o.node_key, window)
-            hits, failed = capacity_check(recent, window, need)
-            round_ids = [v["round_id"] for v in recent]
-            if not failed or self._capacity_flagged(o.node_key, round_ids):
-                continue
-            rows = [r for r in self.flags.round_results(round_ids) if r["node_key"] == o.node_key]
-            evidence = ev.capacity_evidence(
-                recent, hits, window, profile.deadline.model_dump(), rows
-            )
-            ids.append(self.flags.add_flag(CAPACITY, FlagStatus.CONFIRMED, profile.name, [o.node_key],
-                                           float(len(hits)), float(need), evidence))  # fmt: skip
-            log.warning("node %s: capacity flag (%d strikes in %d verdicts)",
-                        o.node_key[:20], len(hits), len(recent))  # fmt: skip
-        return ids
-
-    def _relay(self, profile: Profile, records: Mapping[str, NodeRecord]) -> list[int]:
-        """The relay test over the recent rounds' stored probe and echo RTTs of every
-        node whose probe in this round exceeded the floor or went unanswered (a
-        persistent excess shows in most rounds; docs/detection.md "Relay test")."""
-        store = self.flags.store
-        suspects = [
-            k for k, rec in records.items() if relay_suspect(rec.timing, profile.probe_ref_s)
-        ]
-        by_round: dict[str, dict[str, dict[str, Any]]] = {}
-
-        def row(round_id: str, node_key: str) -> dict[str, Any] | None:
-            if round_id not in by_round:
-                by_round[round_id] = {r["node_key"]: r for r in store.round_verdicts(round_id)}
-            return by_round[round_id].get(node_key)
-
-        ids = []
-        for node in sorted(suspects):
-            recent = self.flags.recent_verdicts(node, RELAY_WINDOW_ROUNDS)[::-1]
-            rows = [r for v in recent if (r := row(v["round_id"], node)) is not None]
-            pairs = probe_pairs(rows)
-            res = relay_check(pairs, profile.probe_ref_s)
-            flagged = res is not None and res.flagged
-            silent = res is None and len(pairs.unanswered) >= RELAY_MIN_ROUNDS
-            if not (flagged or silent):
-                continue
-            window = [v["round_id"] for v in recent]
-            if self._relay_flagged(node, window):
-                continue
-            evidence = ev.relay_evidence(profile.probe_ref_s, rows, pairs, res)
-            if flagged:
-                assert res is not None
-                ids.append(self.flags.add_flag(RELAY, FlagStatus.CONFIRMED, profile.name, [node],
-                                               res.median_excess_s, res.threshold_s, evidence))  # fmt: skip
-                log.warning("node %s: relay flag (probe excess %.1f ms > %.1f ms)",
-                            node[:20], res.median_excess_s * 1e3, res.threshold_s * 1e3)  # fmt: skip
-            else:
-                ids.append(self.flags.add_flag(RELAY, FlagStatus.PENDING, profile.name, [node],
-                                               float(len(pairs.unanswered)),
-                                               float(RELAY_MIN_ROUNDS), evidence))  # fmt: skip
-                log.warning("node %s: relay flag (pending): probes unanswered in %d rounds",
-                            node[:20], len(pairs.unanswered))  # fmt: skip
-        return ids
-
-    def _relay_flagged(self, node_key: str, window_rounds: Sequence[str]) -> bool:
-        """A relay flag of this node already covers a round of the current window."""
-        return self._covered(RELAY, "rounds", node_key, window_rounds)
-
-    def _capacity_flagged(self, node_key: str, window_rounds: Sequence[str]) -> bool:
-        """A capacity flag of this node already covers a round of the current window."""
-        return self._covered(CAPACITY, "strike_rounds", node_key, window_rounds)
-
-    def _covered(self, kind: str, field: str, node_key: str, window_rounds: Sequence[str]) -> bool:
-        """One of the 50 newest ``kind`` flags of ``node_key`` lists (in its evidence's
-        ``field``) a round of ``window_rounds``."""
-        window = set(window_rounds)
-        return any(
-            window & set(evidence.get(field, []))
-            for evidence in self.flags.node_flag_evidence(kind, node_key, limit=50)
-        )

@@ -35,29 +35,43 @@ class PlanNode:
     fingerprint_id: str
 
 
-def _decoys(rng: random.Random, n: int, taken: set[str], workload: Workload) -> list[str]:
-    """``n`` fresh inputs of ``workload``, distinct from each other and from ``taken``.
+class _DecoyStream:
+    """One round's decoys: a single generator stream (seeded from the planner's rng),
+    handed out node by node with nothing drawn wasted (bulk generation: a generator per
+    node drawing at least 64 inputs for a handful of decoys cost ~4x the prompts and a
+    seeding per node; docs/scaling.md, "Planning")."""
 
-    Raises:
-        RoundError: the stream gave fewer than ``n`` distinct new inputs within the draw
-            budget (``DECOY_DRAW_FACTOR * n + DECOY_DRAW_EXTRA``).
-    """
-    gen = workload.generator(rng.randbytes(16))
-    out: list[str] = []
-    seen = set(taken)
-    budget = DECOY_DRAW_FACTOR * n + DECOY_DRAW_EXTRA
-    while len(out) < n and budget > 0:
-        ask = min(budget, max(n - len(out), 64))  # small tails in one call, not many
-        budget -= ask
-        for p in gen.prompts(ask):
-            if p not in seen:
+    def __init__(self, rng: random.Random, workload: Workload) -> None:
+        self._gen = workload.generator(rng.randbytes(16))
+        self._name = workload.name
+        self._spare: list[str] = []
+
+    def take(self, n: int, taken: set[str]) -> list[str]:
+        """``n`` inputs distinct from each other and from ``taken``.
+
+        Raises:
+            RoundError: the stream gave fewer than ``n`` distinct new inputs within the
+                draw budget (``DECOY_DRAW_FACTOR * n + DECOY_DRAW_EXTRA``).
+        """
+        out: list[str] = []
+        seen = set(taken)
+        budget = DECOY_DRAW_FACTOR * n + DECOY_DRAW_EXTRA
+        skipped: list[str] = []
+        while len(out) < n:
+            if not self._spare:
+                if budget <= 0:
+                    raise RoundError(f"{self._name} generator gave fewer than {n} distinct decoys")
+                ask = min(budget, max(n - len(out), 64))
+                budget -= ask
+                self._spare = list(reversed(self._gen.prompts(ask)))
+            p = self._spare.pop()
+            if p in seen:
+                skipped.append(p)  # a repeat for this batch: another node may use it
+            else:
                 seen.add(p)
                 out.append(p)
-                if len(out) == n:
-                    return out
-    if len(out) == n:
+        self._spare.extend(reversed(dict.fromkeys(skipped)))  # each repeat kept once
         return out
-    raise RoundError(f"{workload.name} generator gave fewer than {n} distinct decoys")
 
 
 def plan_round(
@@ -71,9 +85,9 @@ def plan_round(
 
     For each node, in order: k ~ U[canaries_min, canaries_max]; k canaries drawn from
     ``canaries[node.fingerprint_id]`` (rows of this profile, unspent, not yet given to
-    another node in this plan); B - k fresh decoys from the profile's workload
-    (``get_workload(profile).generator(rng.randbytes(16))``: prompts for ``llm``,
-    semiprimes for ``factoring``); k random positions; a fresh job key and nonce. A node whose fingerprint has fewer than k usable canaries is skipped.
+    another node in this plan); B - k fresh decoys from the profile's workload (one
+    ``get_workload(profile).generator(rng.randbytes(16))`` stream per round, handed out
+    node by node: prompts for ``llm``, semiprimes for ``factoring``); k random positions; a fresh job key and nonce. A node whose fingerprint has fewer than k usable canaries is skipped.
     Every batch is distinct (fresh decoys; a repeat is redrawn).
 
     Args:
@@ -100,6 +114,7 @@ def plan_round(
     # Usable rows per fingerprint, filtered once; drawn rows are swap-removed below, so
     # planning N nodes costs O(N + pool) instead of O(N * pool) (docs/scaling.md).
     pools: dict[str, list[ReferenceRow]] = {}
+    stream = _DecoyStream(rng, workload)
     for node in nodes:
         k = rng.randint(profile.canaries_min, profile.canaries_max)
         pool = pools.get(node.fingerprint_id)
@@ -131,7 +146,7 @@ def plan_round(
         positions = sorted(rng.sample(range(b), k))
         canary_prompts = {c.prompt for c in chosen}
         while True:
-            decoys = iter(_decoys(rng, b - k, canary_prompts, workload))
+            decoys = iter(stream.take(b - k, canary_prompts))
             slots = dict(zip(positions, chosen, strict=True))
             prompts = tuple(slots[i].prompt if i in slots else next(decoys) for i in range(b))
             if prompts not in batches:

@@ -1,11 +1,14 @@
 """The round runner: executes a pure :class:`RoundPlan` over live sessions.
 
-Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure), persist plan, schedule and
-spend canaries, dispatch encrypted jobs, wait for acks, release every node in one tight
-loop, collect results, verify (pure), record verdicts, then the per-round detection
-checks (answer-level sharing, capacity strikes; docs/detection.md). All times are on the
-coordinator's monotonic clock (``time.monotonic_ns``); wall time is stored only as the
-round's start.
+Steps (docs/design.md, "A round"): measure echo and compute-probe RTTs, plan (pure),
+persist plan, schedule and spend canaries, dispatch encrypted jobs, wait for acks,
+release every node in one tight loop, collect results, verify (pure), record verdicts,
+then the round's hooks (:class:`~netcheck.coordinator.hooks.RoundHooks`: the detection
+checks of docs/detection.md, metrics). All times are on the coordinator's monotonic
+clock (``time.monotonic_ns``); wall time is stored only as the round's start.
+
+The runner sees the coordinator only as a :class:`~netcheck.coordinator.hooks.RoundHost`;
+it imports neither the server nor detection nor web/.
 
 A round has a *load set*: only loaded nodes get a job. ``kind`` is ``full`` (every node
 loaded), ``screening`` (secret half-load schedule) or ``confirmation`` (a suspect group
@@ -17,18 +20,22 @@ unloaded nodes too.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import secrets
 import statistics
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from netcheck.analysis.verdicts import Observation, verify
 from netcheck.config import Profile
+from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.planner import PlanNode, plan_round
+from netcheck.coordinator.pool import classify_skip, warn_low_pool
 from netcheck.coordinator.session import Arrival, NodeDisconnected, NodeSession
+from netcheck.engines import probe as probe_mod
 from netcheck.errors import RoundError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
@@ -42,11 +49,6 @@ from netcheck.records import (
     RoundReport,
     Verdict,
 )
-from netcheck.storage import Store
-from netcheck.web.metrics import observe_round
-
-if TYPE_CHECKING:
-    from netcheck.coordinator.server import Coordinator
 
 log = logging.getLogger("netcheck.round")
 
@@ -65,42 +67,6 @@ PROBE_TIMEOUT_S = 1.0
 LoadSpec = Collection[str] | Callable[[str, Sequence[str]], Collection[str]]
 
 
-def _classify_skip(
-    store: Store, profile: Profile, fingerprint_id: str, reason: str
-) -> tuple[Verdict, str]:
-    """Why a node got no job: its own fingerprint (profile-mismatch) or our references.
-
-    A fingerprint with references, all spent, or a profile with no reference set at all,
-    is the operator's problem (``unchecked``); a fingerprint unknown while the profile has
-    references under another one is the node's (``profile-mismatch``).
-    """
-    build = f"build more with `netcheck reference build --profile {profile.name}`"
-    if store.count_references(fingerprint_id) > 0:
-        return Verdict.UNCHECKED, f"reference pool for this fingerprint used up: {build}"
-    if store.count_references(profile=profile.name) == 0:
-        return Verdict.UNCHECKED, f"no reference set for profile {profile.name}: {build}"
-    return Verdict.PROFILE_MISMATCH, reason
-
-
-#: Warn when fewer canaries than this many rounds' worth remain for a fingerprint.
-LOW_POOL_ROUNDS = 10
-
-
-def _warn_low_pool(store: Store, profile: Profile, sessions: Sequence[NodeSession]) -> None:
-    per_fp: dict[str, int] = {}
-    for s in sessions:
-        per_fp[s.fingerprint_id] = per_fp.get(s.fingerprint_id, 0) + 1
-    for fp, n in per_fp.items():
-        left = store.count_references(fp, unspent_only=True)
-        need = profile.canaries_max * n
-        if store.count_references(fp) > 0 and left < need * LOW_POOL_ROUNDS:
-            log.warning(
-                "reference pool for fingerprint %s is low: %d unspent canaries left, about "
-                "%d round(s) for %d node(s); build more with `netcheck reference build "
-                "--profile %s`", fp[:12], left, left // max(need, 1), n, profile.name,
-            )  # fmt: skip
-
-
 def new_round_id() -> str:
     """A unique, sortable round id such as ``r20261130T031500-a1b2c3``."""
     return time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
@@ -109,7 +75,19 @@ def new_round_id() -> str:
 async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]) -> None:
     """Echo RTT (min of ``ECHO_SAMPLES``) and compute-probe RTTs per node, interleaved
     (echo, probe, echo, probe, ...) so both see the same network; raw samples go to the
-    node's :class:`NodeTiming`."""
+    node's :class:`NodeTiming`.
+
+    Every node is sampled concurrently. The expected probe answers are computed for all
+    challenges at once in a thread while the samples are in flight
+    (:func:`netcheck.engines.probe.answers`), and the replies are checked against them at
+    the end, so the event loop does no probe arithmetic (docs/scaling.md, "Planning").
+    """
+    challenges = {
+        s.node_key: [secrets.token_bytes(32) for _ in range(PROBE_SAMPLES)] for s in sessions
+    }
+    flat = [c for cs in challenges.values() for c in cs]
+    expected_task = asyncio.ensure_future(asyncio.to_thread(probe_mod.answers, flat))
+    replies: dict[str, list[tuple[float, bytes, bytes]]] = {s.node_key: [] for s in sessions}
 
     async def one(s: NodeSession) -> None:
         t = timing[s.node_key]
@@ -122,24 +100,31 @@ async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeT
                 if rtt is not None:
                     samples.append(rtt)
             if probing and i < PROBE_SAMPLES and (rtt is not None or i >= ECHO_SAMPLES):
-                probe = await s.measure_probe(
-                    secrets.randbits(62),
-                    secrets.token_bytes(32),
-                    min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S),
+                challenge = challenges[s.node_key][i]
+                got = await s.probe_rtt(
+                    secrets.randbits(62), challenge, min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S)
                 )
-                if probe is None:
+                if got is None:
                     t.probe_missed += 1
                     probing = False
-                elif probe.correct:
-                    t.probe_samples_s.append(probe.rtt_s)
                 else:
-                    t.probe_wrong += 1
-                    log.warning("node %s: wrong probe answer", s.label)
+                    replies[s.node_key].append((got[0], got[1], challenge))
         s.rtt_s = min(samples) if samples else s.rtt_s
         t.echo_samples_s = samples
-        t.probe_rtt_s = min(t.probe_samples_s) if t.probe_samples_s else None
 
-    await asyncio.gather(*(one(s) for s in sessions))
+    try:
+        await asyncio.gather(*(one(s) for s in sessions))
+    finally:
+        expected = dict(zip(flat, await expected_task, strict=True))
+    for s in sessions:
+        t = timing[s.node_key]
+        for rtt, answer, challenge in replies[s.node_key]:
+            if answer == expected[challenge]:
+                t.probe_samples_s.append(rtt)
+            else:
+                t.probe_wrong += 1
+                log.warning("node %s: wrong probe answer", s.label)
+        t.probe_rtt_s = min(t.probe_samples_s) if t.probe_samples_s else None
 
 
 async def _dispatch(
@@ -181,18 +166,24 @@ async def _release(
     ready: Sequence[tuple[NodeSession, Assignment]],
     timing: dict[str, NodeTiming],
 ) -> None:
-    """Write every ready node's ``release`` frame in one tight loop.
+    """Write every ready node's ``release`` frame in one tight loop, in a fresh random
+    order each round (so no node is always first or last), stamping each node's own
+    write (``release_start_ns``/``release_end_ns``; its latency is measured from its own
+    stamp, so its place in the order does not count against it).
 
     Frames are sealed ahead while holding every session's send lock, so the loop does
     nothing but socket writes and clock reads (architecture.md, "Release").
     """
+    ready = list(ready)
+    secrets.SystemRandom().shuffle(ready)
     sessions = [s for s, _ in ready]
     for s in sessions:
         await s.send_lock.acquire()
     try:
         frames = [s.transport.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready]
-        for (s, _), frame in zip(ready, frames, strict=True):
+        for i, ((s, _), frame) in enumerate(zip(ready, frames, strict=True)):
             t = timing[s.node_key]
+            t.release_index = i
             t.release_start_ns = time.monotonic_ns()
             try:
                 await s.ws.send_bytes(frame)
@@ -221,20 +212,23 @@ def _observe(
         )  # fmt: skip
     arrival = fut.result()
     t.arrived_ns = arrival.arrived_ns
+    t.processed_ns = arrival.processed_ns
     res = arrival.result
     if res is None:
         return Observation(
             arrived_ns=arrival.arrived_ns, outputs=None, commitment=None, commitment_ok=False,
             signature_ok=False, disconnected=False, error=arrival.error, **base,
         )  # fmt: skip
+    c_ok, s_ok = arrival.commitment_ok, arrival.signature_ok
+    if c_ok is None or s_ok is None:  # not checked by the opener (cannot happen): check here
+        c_ok = commitment(res.outputs) == res.commitment
+        s_ok = verify_receipt(s.node_key_raw, res.signature, s.session_id, round_id, res.commitment)
     return Observation(
         arrived_ns=arrival.arrived_ns,
         outputs=res.outputs,
         commitment=res.commitment,
-        commitment_ok=commitment(res.outputs) == res.commitment,
-        signature_ok=verify_receipt(
-            s.node_key_raw, res.signature, s.session_id, round_id, res.commitment
-        ),
+        commitment_ok=c_ok,
+        signature_ok=s_ok,
         disconnected=False,
         error=None,
         **base,
@@ -244,8 +238,14 @@ def _observe(
 ROUND_KINDS = tuple(k.value for k in RoundKind)
 
 
+def _report_timing(t: NodeTiming, first_release_ns: int | None) -> dict[str, Any]:
+    """A node's entry in the round report: raw stamps plus its timing budget."""
+    raw = {k: getattr(t, k) for k in ("release_start_ns", "arrived_ns", "processed_ns")}
+    return {**raw, **t.budget(first_release_ns)}
+
+
 async def run_round(
-    coord: Coordinator,
+    coord: RoundHost,
     profile_name: str,
     *,
     load: LoadSpec | None = None,
@@ -286,7 +286,7 @@ async def run_round(
 
 
 async def _run_locked(
-    coord: Coordinator,
+    coord: RoundHost,
     profile: Profile,
     rng: random.Random,
     load: LoadSpec | None,
@@ -313,25 +313,32 @@ async def _run_locked(
     t0 = time.monotonic()
 
     await _measure_rtts(sessions, timing)
+    t_sampled = time.monotonic()
     for s in sessions:
         timing[s.node_key].rtt_s = s.rtt_s
         timing[s.node_key].deadline_s = profile.deadline_s(s.rtt_s or 0.0)
 
     # Plan (pure) and persist before anything reaches a node.
-    fps = {s.fingerprint_id for s in sessions}
+    # Each node draws at most canaries_max of its fingerprint's canaries: read exactly
+    # that many per fingerprint (reading 4x the whole round's need per fingerprint was
+    # a third of the plan time at 1,000 nodes; docs/scaling.md, "Planning").
+    per_fp = collections.Counter(s.fingerprint_id for s in sessions)
     pool = {
         fp: await asyncio.to_thread(
-            store.unspent_canaries, fp, profile.canaries_max * len(sessions) * 4
+            store.unspent_canaries, fp, profile.canaries_max * n, profile=profile.name
         )
-        for fp in fps
+        for fp, n in per_fp.items()
     }
-    plan = plan_round(
-        round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng
-    )
+    t_pool = time.monotonic()
+    plan = await asyncio.to_thread(  # pure and CPU-bound: keep the event loop free
+        plan_round,
+        round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng,
+    )  # fmt: skip
+    t_drawn = time.monotonic()
     await asyncio.to_thread(store.record_plan, plan, time.time())
-    await asyncio.to_thread(_warn_low_pool, store, profile, sessions)
+    await asyncio.to_thread(warn_low_pool, store, profile, sessions)
     await asyncio.to_thread(
-        coord.screening.flags.record_schedule,
+        coord.flags.record_schedule,
         round_id, profile.name, kind, rule, schedule, context,
     )  # fmt: skip
     t_planned = time.monotonic()
@@ -356,6 +363,10 @@ async def _run_locked(
     results = {s.node_key: s.expect_result(round_id) for s, _ in ready}
     await _release(round_id, ready, timing)
     t_released = time.monotonic()
+    first_release_ns = min(
+        (t.release_start_ns for t in timing.values() if t.release_start_ns is not None),
+        default=None,
+    )
     if results:
         await asyncio.wait(results.values(), timeout=profile.result_timeout_s)
     t_collected = time.monotonic()
@@ -384,7 +395,7 @@ async def _run_locked(
                     0,
                 )  # fmt: skip
             )
-            records[a.node_key] = NodeRecord(t)
+            records[a.node_key] = NodeRecord(t, budget=t.budget(first_release_ns))
             continue
         obs = _observe(s, a, round_id, t, fut)
         outcome = verify(
@@ -400,10 +411,11 @@ async def _run_locked(
             commitment=res.commitment if res else None,
             signature=res.signature if res else None,
             error=arrival.error if arrival else None,  # the node's own text, escaped
+            budget=t.budget(first_release_ns),
         )
     for node_key, reason in plan.skipped:
         verdict, why = await asyncio.to_thread(
-            _classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
+            classify_skip, store, profile, by_key[node_key].fingerprint_id, reason
         )
         outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
         records[node_key] = NodeRecord(timing[node_key])
@@ -414,6 +426,11 @@ async def _run_locked(
     elapsed = [o.elapsed_s for o in outcomes if o.elapsed_s is not None]
     phases = {
         "plan_s": t_planned - t0,
+        # plan_s = sampling (echo and probe RTTs) + pool read + planner + persisting
+        "plan_sampling_s": t_sampled - t0,
+        "plan_pool_s": t_pool - t_sampled,
+        "plan_draw_s": t_drawn - t_pool,
+        "plan_persist_s": t_planned - t_drawn,
         "dispatch_s": t_dispatched - t_planned,
         "release_skew_s": (max(ends) - min(starts)) / 1e9 if starts else 0.0,
         "release_loop_s": t_released - t_dispatched,
@@ -428,9 +445,13 @@ async def _run_locked(
         s.forget_round(round_id)
     for o in outcomes:
         log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
-    flag_ids = await coord.screening.after_round(profile, plan, outcomes, records)
+    flag_ids: list[int] = []
+    for after in coord.round_hooks.after_round:
+        flag_ids += await after(profile, plan, outcomes, records)
     report = RoundReport(
-        round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids
-    )
-    observe_round(report)  # Prometheus metrics
+        round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids,
+        {k: _report_timing(t, first_release_ns) for k, t in timing.items()},
+    )  # fmt: skip
+    for observe in coord.round_hooks.finished:
+        observe(report)
     return report

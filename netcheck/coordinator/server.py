@@ -1,9 +1,8 @@
-"""The coordinator service: websocket endpoint for nodes, node registry, admin API.
+"""The coordinator service: websocket endpoint for nodes (``GET /v1/ws``,
+docs/protocol.md §2-§4), node registry, round lock and round hooks.
 
-Layout of the aiohttp application:
-
-- ``GET /v1/ws`` — node sessions (docs/protocol.md §2-§4).
-- ``/admin/...`` — operator API (see :mod:`netcheck.coordinator.admin`), bearer token.
+The aiohttp application (this endpoint, the admin API, the dashboard) is assembled in
+:mod:`netcheck.coordinator.assembly`; this module imports neither of those.
 
 The handshake runs in :meth:`Coordinator.handle_ws` with a hard timeout; after it, one
 reader task per session (:meth:`NodeSession.read_loop`) owns all receives.
@@ -22,7 +21,9 @@ from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.arrivals import FrameOpener
 from netcheck.coordinator.detection import Screening
+from netcheck.coordinator.hooks import RoundHooks
 from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
@@ -31,7 +32,8 @@ from netcheck.protocol.codec import Limits
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, CoordinatorHandshake
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
-from netcheck.web.inputs import refuse_control_chars
+from netcheck.storage.flags import FlagStore
+from netcheck.web.metrics import observe_round
 
 if TYPE_CHECKING:
     from netcheck.coordinator.rounds import RoundReport
@@ -100,7 +102,13 @@ class Coordinator:
         self.stopping = False
         self._attempts: dict[str, deque[float]] = defaultdict(deque)
         self._readers: set[asyncio.Task[None]] = set()
+        self.flags = FlagStore(store)  # round schedules and flags
+        self.round_hooks = RoundHooks()
         self.screening = Screening(self)  # detection: schedule secret, flags, timer
+        #: Opens large received frames off the event loop (coordinator/arrivals.py).
+        self.opener = FrameOpener()
+        self.round_hooks.after_round.append(self.screening.after_round)
+        self.round_hooks.finished.append(observe_round)  # Prometheus metrics
 
     # -- admission ---------------------------------------------------------------
 
@@ -135,7 +143,9 @@ class Coordinator:
         """Accept a node: handshake, register, then read until the session ends."""
         peer = request.remote or "?"
         ws = web.WebSocketResponse(
-            max_msg_size=self.ws_max_msg_size,
+            # aiohttp refuses a message whose length *equals* max_msg_size: + 1 lets
+            # the largest legal frame through (docs/protocol.md §3.3).
+            max_msg_size=self.ws_max_msg_size + 1,
             compress=False,
             heartbeat=HEARTBEAT_S,
         )
@@ -163,6 +173,8 @@ class Coordinator:
             return ws
         except ConnectionError:
             return ws
+        session.stamps.install(request, ws)  # stamp where each message completes
+        session.opener = self.opener
         await self._serve(session)
         return ws
 
@@ -270,41 +282,15 @@ class Coordinator:
 
     # -- lifecycle ----------------------------------------------------------------
 
-    def make_app(self) -> web.Application:
-        """The aiohttp application: websocket endpoint plus admin API."""
-        from netcheck.coordinator.admin import add_admin_routes
-        from netcheck.web import add_web_routes
-
-        app = web.Application(client_max_size=1024 * 1024, middlewares=[refuse_control_chars])
-        app.router.add_get(WS_PATH, self.handle_ws)
-        add_admin_routes(app, self)
-        self.screening.attach(app)
-        add_web_routes(app, self)
-        app.on_shutdown.append(self._on_shutdown)
-        return app
-
-    async def _on_shutdown(self, app: web.Application) -> None:
+    async def on_shutdown(self, app: web.Application) -> None:
+        """Close every session with SHUTDOWN; a round in flight ends as aborted."""
         self.stopping = True  # a round in flight ends as aborted, blaming no node
         for session in list(self.sessions.values()):
             await session.ws.close(code=CloseCode.SHUTDOWN, message=b"shutdown")
 
-    async def make_runner(self) -> web.AppRunner:
-        """A set-up :class:`aiohttp.web.AppRunner` for :meth:`make_app`; add a site.
-
-        aiohttp's ``keepalive_timeout`` is set to ``request_header_timeout_s``: a
-        connection waiting for a complete HTTP request (the first one, from accept, or
-        the next one on a keep-alive connection) is closed after that long, which stops
-        "slowloris" clients that trickle headers. Its default (3630 s in
-        ``RequestHandler``) would let one client hold a socket for an hour. Websocket
-        sessions are inside a request and are not affected.
-        """
-        runner = web.AppRunner(
-            self.make_app(),
-            access_log=None,
-            keepalive_timeout=self.config.request_header_timeout_s,
-        )
-        await runner.setup()
-        return runner
+    async def on_cleanup(self, app: web.Application) -> None:
+        """Stop the frame opener's worker threads."""
+        await asyncio.to_thread(self.opener.close)
 
     def connected(self, profile: str | None = None) -> list[NodeSession]:
         """Connected sessions, optionally only those claiming ``profile``."""

@@ -1,8 +1,10 @@
 """One connected node, as the coordinator sees it: the websocket plus the sans-I/O transport.
 
 The reader task (:meth:`NodeSession.read_loop`) is the only place that receives frames
-for a session. It stamps arrival times on the coordinator's monotonic clock the moment
-a frame is read, before decryption or any other work (docs/protocol.md, "Timing").
+for a session. Arrival times are stamped on the coordinator's monotonic clock in the
+socket read callback, where the websocket message completes, before it is queued for
+the reader, decrypted or checked (:mod:`netcheck.coordinator.arrivals`; docs/protocol.md,
+"Timing"); the reader then opens large frames in a worker pool, off the event loop.
 Waiters for acknowledgements, results, echo and probe replies are futures keyed by
 round id or nonce; a disconnect fails all of them at once.
 """
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
 
 from netcheck.config import Profile
+from netcheck.coordinator.arrivals import ArrivalStamps, FrameOpener, Opened
 from netcheck.engines import probe as probe_mod
 from netcheck.errors import CloseCode, ProtocolError
 from netcheck.protocol.codec import DEFAULT_LIMITS, Limits
@@ -86,14 +89,23 @@ class Arrival:
     """A result (or a node-reported error) with its arrival time.
 
     Attributes:
-        arrived_ns: ``time.monotonic_ns()`` when the frame was read off the socket.
+        arrived_ns: ``time.monotonic_ns()`` when the bytes completing the frame were
+            read off the socket (before decryption; :mod:`netcheck.coordinator.arrivals`).
         result: the decoded result, or None when the node reported an error.
         error: the node's error reason, if any.
+        processed_ns: ``time.monotonic_ns()`` when the frame was opened and checked and
+            handed to the round (``processed_ns - arrived_ns`` is the coordinator's own
+            delay for this frame, shown in the node's timing budget).
+        commitment_ok, signature_ok: the result's checks, done in the worker pool (None
+            for an error or when not checked).
     """
 
     arrived_ns: int
     result: Result | None
     error: str | None = None
+    processed_ns: int | None = None
+    commitment_ok: bool | None = None
+    signature_ok: bool | None = None
 
 
 @dataclass
@@ -125,6 +137,8 @@ class NodeSession:
     _echoes: dict[int, asyncio.Future[int]] = field(default_factory=dict)
     _probes: dict[int, asyncio.Future[tuple[int, bytes]]] = field(default_factory=dict)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
+    stamps: ArrivalStamps = field(default_factory=ArrivalStamps)
+    opener: FrameOpener = field(default_factory=lambda: FrameOpener(workers=0))
 
     @property
     def session_id(self) -> bytes:
@@ -199,6 +213,21 @@ class NodeSession:
         Raises:
             MessageError: ``challenge`` is not 32 bytes (MALFORMED_MESSAGE).
         """
+        raw = await self.probe_rtt(nonce, challenge, timeout_s)
+        if raw is None:
+            return None
+        return ProbeSample(raw[0], raw[1] == probe_mod.answer(challenge))
+
+    async def probe_rtt(
+        self, nonce: int, challenge: bytes, timeout_s: float
+    ) -> tuple[float, bytes] | None:
+        """Like :meth:`measure_probe` but unchecked: (RTT in seconds, the node's answer),
+        or None on timeout or disconnect. The round checks a whole round's answers
+        together, off the event loop (:func:`netcheck.engines.probe.answers`).
+
+        Raises:
+            MessageError: ``challenge`` is not 32 bytes (MALFORMED_MESSAGE).
+        """
         msg = Probe(nonce=nonce, challenge=challenge)
         fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._probes[nonce] = fut
@@ -214,10 +243,11 @@ class NodeSession:
             return None
         finally:
             self._probes.pop(nonce, None)
-        return ProbeSample((t1 - t0) / 1e9, answer == probe_mod.answer(challenge))
+        return (t1 - t0) / 1e9, answer
 
-    def _dispatch(self, msg: Message, arrived_ns: int) -> None:
+    def _dispatch(self, opened: Opened, arrived_ns: int) -> None:
         """Route one decrypted message to its waiter; unexpected ones are protocol errors."""
+        msg = opened.message
         if isinstance(msg, Ack):
             fut = self._acks.get(msg.round_id)
             if fut is None or fut.done():
@@ -231,10 +261,15 @@ class NodeSession:
                 raise ProtocolError(
                     CloseCode.UNEXPECTED_MESSAGE, f"result for unknown round {msg.round_id!r}"
                 )
+            done_ns = time.monotonic_ns()
             if isinstance(msg, Result):
-                rfut.set_result(Arrival(arrived_ns, msg))
+                rfut.set_result(
+                    Arrival(
+                        arrived_ns, msg, None, done_ns, opened.commitment_ok, opened.signature_ok
+                    )
+                )
             else:
-                rfut.set_result(Arrival(arrived_ns, None, untrusted(msg.reason)))
+                rfut.set_result(Arrival(arrived_ns, None, untrusted(msg.reason), done_ns))
         elif isinstance(msg, EchoReply):
             efut = self._echoes.get(msg.nonce)
             if efut is not None and not efut.done():
@@ -251,24 +286,29 @@ class NodeSession:
     async def read_loop(self) -> CloseCode:
         """Read frames until the session ends; returns the close code to use.
 
-        Raises nothing: protocol errors are logged and turned into close codes here,
-        in one place (style.md: bad network input becomes a close code in one place).
+        Raises nothing: a :class:`ProtocolError` raised while reading a frame (bad
+        frame, decryption, a message not allowed now) carries its
+        :class:`~netcheck.errors.CloseCode`; it ends the loop and is logged here, and
+        its code is returned for the server to close the socket with. (The handshake's
+        errors are mapped in ``Coordinator.handle_ws``, the node's in ``NodeClient``.)
         """
         code = CloseCode.NORMAL
         try:
             async for wsmsg in self.ws:
-                arrived_ns = time.monotonic_ns()
+                fallback_ns = time.monotonic_ns()
                 if wsmsg.type == WSMsgType.ERROR and is_too_big(self.ws.exception()):
                     raise ProtocolError(CloseCode.MESSAGE_TOO_LARGE, "websocket message too big")
                 if wsmsg.type != WSMsgType.BINARY:
                     raise ProtocolError(
                         CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame, expected binary"
                     )
-                msg = self.transport.open(wsmsg.data)
-                if isinstance(msg, Bye):
-                    log.info("node %s said bye: %s", self.label, untrusted(msg.reason))
+                arrived_ns = self.stamps.take(wsmsg.data) or fallback_ns
+                opened = await self.opener.open(self.transport, wsmsg.data, self.node_key_raw)
+                if isinstance(opened.message, Bye):
+                    reason = untrusted(opened.message.reason)
+                    log.info("node %s said bye: %s", self.label, reason)
                     break
-                self._dispatch(msg, arrived_ns)
+                self._dispatch(opened, arrived_ns)
         except ProtocolError as exc:
             log.warning("node %s: closing session: %s", self.label, exc)
             code = exc.code

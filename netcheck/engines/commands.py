@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -72,6 +74,113 @@ def selftest(profile_name: str, json_path: Path | None, quick: bool, seed: int) 
     console.print(
         f"selftest {verdict}: fingerprint {report.fingerprint_id[:12]}, {report.wall_s:.1f} s"
     )
+    from netcheck.capacity import capacity_status
+
+    cap = capacity_status(profile)  # issue 10: say plainly when the profile is unsafe
+    console.print(cap.message, style=None if cap.safe else "bold yellow", markup=False)
     if json_path is not None:
         json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
     sys.exit(0 if report.passed else 1)
+
+
+@engine.command("calibrate")
+@click.option("--profile", "profile_name", required=True, help="Profile name or TOML path.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("calibration"),
+    show_default=True,
+    help="Directory for <profile>.json, <profile>.md and <profile>.tables.toml.",
+)
+@click.option("--batches", default=10, show_default=True, help="Timed single-identity batches.")
+@click.option("--trials", default=3, show_default=True, help="Co-location trials per k.")
+@click.option("--max-k", default=3, show_default=True, help="Most identities sharing the card.")
+@click.option("--no-selftest", is_flag=True, help="Skip the quick selftest.")
+@click.option(
+    "--rtt-jitter-s",
+    default=0.01,
+    show_default=True,
+    help="Spread of the node network's echo RTT, seconds; the deadline slack is twice it.",
+)
+@click.option(
+    "--max-rtt-s", default=0.05, show_default=True, help="Largest RTT credited to a node, seconds."
+)
+@click.option(
+    "--update-profile",
+    is_flag=True,
+    help="Rewrite the profile file's [deadline] and [capacity] tables with the results.",
+)
+def calibrate(
+    profile_name: str,
+    out_dir: Path,
+    batches: int,
+    trials: int,
+    max_k: int,
+    no_selftest: bool,
+    rtt_jitter_s: float,
+    max_rtt_s: float,
+    update_profile: bool,
+) -> None:
+    """Measure speed and capacity of a profile on this card.
+
+    t_ref and p99 of single-identity batches, the deadline derived from their spread,
+    then k = 2..max-k identities sharing the card (separate processes started together,
+    and k CUDA streams in one process), t(k), beta(k), achieved FLOP/s against the
+    measured bf16 matmul peak, and the capacity margin t(2)/deadline. Writes JSON,
+    markdown and the profile's [deadline]/[capacity] tables. On a CPU every figure is
+    labelled a CPU figure. Exits 1 when the quick selftest failed, 2 on an error.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from netcheck.capacity import capacity_status
+    from netcheck.config import DEFAULT_PROFILES_DIR, load_profile
+    from netcheck.engines.calibrate import run_calibration
+    from netcheck.engines.calibrate_report import render_markdown, replace_tables, toml_tables
+
+    console = Console(stderr=False)
+    command = "netcheck engine calibrate " + " ".join(sys.argv[3:])
+    try:
+        profile = load_profile(profile_name)
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
+        ) as bar:
+            task = bar.add_task("calibrating", total=1.0)
+            result = run_calibration(
+                profile,
+                batches=batches,
+                trials=trials,
+                max_k=max_k,
+                selftest=not no_selftest,
+                rtt_jitter_s=rtt_jitter_s,
+                max_rtt_s=max_rtt_s,
+                progress=lambda text, frac: _progress(bar, task, console, text, frac),
+            )
+    except (NetcheckError, ValueError) as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    result["command"] = command
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = out_dir / profile.name
+    markdown = render_markdown(result, command)
+    Path(f"{base}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    Path(f"{base}.md").write_text(markdown, encoding="utf-8")
+    tables = toml_tables(result)
+    Path(f"{base}.tables.toml").write_text(tables, encoding="utf-8")
+    console.print(markdown, markup=False, highlight=False, soft_wrap=True)
+    if update_profile:
+        text = str(profile_name)
+        by_name = not (text.endswith(".toml") or "/" in text)
+        path = DEFAULT_PROFILES_DIR / f"{text}.toml" if by_name else Path(text)
+        path.write_text(replace_tables(path.read_text(encoding="utf-8"), tables), "utf-8")
+        console.print(f"updated {path}")
+        console.print(capacity_status(load_profile(path)).message, markup=False)
+    sys.exit(1 if result.get("selftest_passed") is False else 0)
+
+
+def _progress(bar: Any, task: Any, console: Any, text: str, frac: float) -> None:
+    """Update the bar; without a terminal (logs, the device tool) print each step too."""
+    bar.update(task, description=text, completed=frac)
+    if not console.is_terminal:
+        print(f"[calibrate {time.strftime('%H:%M:%S')}] {100 * frac:3.0f}% {text}", flush=True)

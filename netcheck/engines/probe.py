@@ -31,6 +31,7 @@ module never imports torch.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,28 @@ def answer(challenge: bytes) -> bytes:
     x, w1, w2 = (m.astype(np.int32) for m in operands(challenge))
     h = np.clip(w1 @ x, -1, 1)
     return digest(w2 @ h)
+
+
+def answers(challenges: Sequence[bytes]) -> list[bytes]:
+    """:func:`answer` of each challenge, computed together: the operands are stacked and
+    multiplied as one batched float32 matmul (exact: every value and partial sum is an
+    integer of magnitude <= ``PROBE_DIM``, module docstring), about 20x less CPU per
+    probe than one :func:`answer` call each. The coordinator checks a round's probes
+    with it, in a thread, off the event loop.
+
+    Raises:
+        ValueError: a challenge is not exactly 32 bytes.
+    """
+    if not challenges:
+        return []
+    for c in challenges:
+        _check(c)
+    n, k = PROBE_DIM * PROBE_DIM, len(challenges)
+    stream = b"".join(hashlib.shake_256(STREAM_LABEL + c).digest(3 * n) for c in challenges)
+    vals = (np.frombuffer(stream, dtype=np.uint8) % 3).astype(np.float32) - 1
+    x, w1, w2 = vals.reshape(k, 3, PROBE_DIM, PROBE_DIM).transpose(1, 0, 2, 3)
+    y = np.rint(np.matmul(w2, np.clip(np.matmul(w1, x), -1, 1))).astype("<i2")
+    return [hashlib.sha256(ANSWER_LABEL + m.tobytes(order="C")).digest() for m in y]
 
 
 def torch_answer(torch: Any, device: Any, dtype: Any, challenge: bytes) -> bytes:

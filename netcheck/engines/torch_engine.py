@@ -15,6 +15,7 @@ torch and transformers are imported when an engine is built, not at module impor
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,7 @@ class TorchEngine(Engine):
         if pad is None:
             raise EngineError(f"tokenizer in {model_dir} has neither pad nor eos token")
         self._pad_id = int(pad)
+        self._tokenize_lock = threading.Lock()  # HF tokenizers are not re-entrant
         self._fingerprint = make_fingerprint(
             engine=self.name,
             engine_version=f"torch-{torch.__version__}+transformers-{transformers.__version__}",
@@ -139,7 +141,8 @@ class TorchEngine(Engine):
     def _batch_tensors(self, prompts: Sequence[str]) -> tuple[Any, Any]:
         """Left-padded ``input_ids`` and ``attention_mask``, both ``[B, prompt_len]``."""
         torch = self._torch
-        ids = encode_prompts(self._tokenizer, prompts, self._prompt_len)
+        with self._tokenize_lock:  # calibrate's streams packing calls generate from k threads
+            ids = encode_prompts(self._tokenizer, prompts, self._prompt_len)
         width = self._prompt_len
         rows = [[self._pad_id] * (width - len(r)) + r for r in ids]
         mask = [[0] * (width - len(r)) + [1] * len(r) for r in ids]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from aiohttp import web
 
-from netcheck.config import load_profile
+from netcheck.config import load_gateway_config, load_profile
+from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.server import WS_PATH
 from netcheck.errors import ConfigError
-from netcheck.gateway.config import load_gateway_config
-from netcheck.gateway.service import Gateway
+from netcheck.gateway.gateway import Gateway
 from netcheck.keys import load_private_key, public_key_text
 from netcheck.storage import Store
 
@@ -38,7 +38,7 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     rounds whose leader was lost (docs/gateways.md)."""
     gw = build_gateway(config_path)
     cfg = gw.gconfig
-    runner = await gw.make_runner()
+    runner = await make_runner(gw)
     site = web.TCPSite(runner, cfg.host, cfg.port)
     try:
         await site.start()

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from netcheck.config import Profile
 from netcheck.coordinator.planner import PlanNode, plan_round
+from netcheck.coordinator.pool import classify_skip
 from netcheck.coordinator.rounds import (
     ROUND_KINDS,
     LoadSpec,
     RoundReport,
-    _classify_skip,
     new_round_id,
 )
 from netcheck.errors import RoundError, StorageError
@@ -29,21 +29,44 @@ from netcheck.records import NodeOutcome, NodeRecord, NodeTiming, Verdict
 from netcheck.web.metrics import observe_round
 
 if TYPE_CHECKING:
-    from netcheck.gateway.service import Gateway
+    from netcheck.gateway.service import GatewayBase as Gateway
 
 log = logging.getLogger("netcheck.gateway")
 
 
+#: A gateway whose presence lock is missing this long (seconds, while the leader's own
+#: control connection is up) counts as lost; shorter gaps are reconnects, e.g. while
+#: PostgreSQL restarts (the control connection's backoff is at most 5 s).
+LOST_AFTER_S = 10.0
+
+
 async def _all_answered(
-    gw: Gateway, round_id: str, statuses: set[str], among: set[str] | None
+    gw: Gateway,
+    round_id: str,
+    statuses: set[str],
+    among: set[str] | None,
+    missing_since: dict[str, float] | None = None,
 ) -> list[dict[str, Any]] | None:
     """The round's gateway rows once every live gateway (of ``among``, when given) has a
-    row in one of ``statuses`` (or an excluded row); None while some are pending."""
+    row in one of ``statuses`` (or an excluded row); None while some are pending.
+
+    With ``among``, a gateway of it counts as gone (not waited for) only after its
+    presence lock has been missing for :data:`LOST_AFTER_S` (tracked in
+    ``missing_since``) while this gateway's own control connection was up."""
     rows = await asyncio.to_thread(gw.cluster.round_gateway_rows, round_id)
     live = set(await asyncio.to_thread(gw.cluster.live_gateways))
-    waiting_for = live if among is None else live & among
     done = {r["gateway_id"] for r in rows if r["status"] in statuses | {"excluded"}}
-    return rows if waiting_for <= done else None
+    if among is None:
+        return rows if live <= done else None
+    now = time.monotonic()
+    track = missing_since if missing_since is not None else {}
+    for g in among:
+        if g in live or not gw.control.connected.is_set():
+            track.pop(g, None)
+        else:
+            track.setdefault(g, now)
+    gone = {g for g, t in track.items() if now - t >= LOST_AFTER_S}
+    return rows if among - gone <= done else None
 
 
 async def _still_leader(gw: Gateway) -> bool:
@@ -171,8 +194,9 @@ async def _lead(
 
     # Wait for every gateway with a job to dispatch, then announce the instant.
     serving = {gateway_of[a.node_key] for a in plan.assignments}
+    missing: dict[str, float] = {}
     await gw.wait_for(
-        lambda: _all_answered(gw, round_id, {"ready", "reported"}, serving),
+        lambda: _all_answered(gw, round_id, {"ready", "reported"}, serving, missing),
         profile.dispatch_timeout_s + 10.0,
     )
     t_ready = time.monotonic()
@@ -189,7 +213,7 @@ async def _lead(
     # Wait for the reports; a gateway that died or never reports leaves its members
     # `disconnected` (nobody else is blamed).
     rows = await gw.wait_for(
-        lambda: _all_answered(gw, round_id, {"reported"}, serving),
+        lambda: _all_answered(gw, round_id, {"reported"}, serving, missing),
         cfg.release_margin_s + profile.result_timeout_s + cfg.close_grace_s + 30.0,
     )
     t_reported = time.monotonic()
@@ -232,7 +256,7 @@ async def _close(
         extra.append(NodeOutcome(a.node_key, Verdict.DISCONNECTED, why, None,
                                  len(a.canary_ids), 0))  # fmt: skip
     for node_key, reason in plan.skipped:
-        verdict, why = await gw.db(_classify_skip, store, profile, fp_of[node_key], reason)
+        verdict, why = await gw.db(classify_skip, store, profile, fp_of[node_key], reason)
         extra.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
     if extra:
         await gw.retry_write(

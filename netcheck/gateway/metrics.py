@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from netcheck.gateway.service import Gateway
+    from netcheck.gateway.service import GatewayBase as Gateway
 
 
 class GatewayCollector(Collector):

@@ -28,7 +28,7 @@ from netcheck.protocol.messages import Release
 from netcheck.records import Assignment, NodeOutcome, NodeTiming, RoundPlan, Verdict
 
 if TYPE_CHECKING:
-    from netcheck.gateway.service import Gateway
+    from netcheck.gateway.service import GatewayBase as Gateway
 
 log = logging.getLogger("netcheck.gateway")
 

@@ -19,13 +19,12 @@ from typing import Any, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from netcheck.config import Profile
+from netcheck.config import GatewayConfig, Profile
 from netcheck.coordinator.rounds import RoundReport
 from netcheck.coordinator.server import Coordinator
 from netcheck.coordinator.session import NodeSession
 from netcheck.errors import CloseCode, StorageError
 from netcheck.gateway.clock import ClockEstimate, estimate_offset
-from netcheck.gateway.config import GatewayConfig
 from netcheck.storage import Store
 from netcheck.storage.cluster import ClusterStore
 from netcheck.storage.pgcontrol import ControlConnection
@@ -52,8 +51,11 @@ class GatewayStats:
     last_release_loop_s: float = 0.0
 
 
-class Gateway(Coordinator):
-    """One gateway process.
+class GatewayBase(Coordinator):
+    """One gateway process: sessions, control connection, waits and retries. The round
+    logic (:mod:`~netcheck.gateway.leader`, :mod:`~netcheck.gateway.participant`) is
+    plugged in by :class:`netcheck.gateway.gateway.Gateway`, so those modules can depend
+    on this one without a cycle.
 
     Args:
         config: the gateway configuration (PostgreSQL database).
@@ -197,17 +199,13 @@ class Gateway(Coordinator):
 
     def _on_leadership(self, won: bool) -> None:
         if won:
-            from netcheck.gateway.leader import take_over
-
-            self._spawn(take_over(self))
+            self._spawn(self.take_over())
 
     def _maybe_participate(self, round_id: str) -> None:
         if round_id in self._participating:
             return
-        from netcheck.gateway.participant import participate
-
         self._participating.add(round_id)
-        self._spawn(participate(self, round_id))
+        self._spawn(self.participate(round_id))
 
     async def _poll(self) -> None:
         while True:
@@ -221,14 +219,13 @@ class Gateway(Coordinator):
 
     async def _round_timer(self) -> None:
         from netcheck.errors import NetcheckError
-        from netcheck.gateway.leader import run_cluster_round
 
         profile = next(iter(self.profiles))
         while True:
             await asyncio.sleep(self.gconfig.round_interval_s)
             if self.control.is_leader:
                 try:
-                    await run_cluster_round(self, profile)
+                    await self.start_round(profile)
                 except NetcheckError as exc:
                     log.warning("timed round not run: %s", exc)
 
@@ -287,20 +284,16 @@ class Gateway(Coordinator):
     # -- admin API -------------------------------------------------------------------
 
     async def start_round(self, profile: str) -> RoundReport:
-        """Run a cluster round now (this gateway must be the leader).
+        """Run a cluster round now (:class:`netcheck.gateway.gateway.Gateway`)."""
+        raise NotImplementedError
 
-        Raises:
-            RoundError: not the leader (the message names it), or as
-                :func:`netcheck.gateway.leader.run_cluster_round`.
-        """
-        from netcheck.gateway.leader import run_cluster_round
+    async def participate(self, round_id: str) -> None:
+        """Take part in one round (:class:`netcheck.gateway.gateway.Gateway`)."""
+        raise NotImplementedError
 
-        return await run_cluster_round(self, profile)
-
-    def extra_collectors(self) -> list[Any]:
-        from netcheck.gateway.metrics import GatewayCollector
-
-        return [GatewayCollector(self)]
+    async def take_over(self) -> None:
+        """Close what a lost leader left open (:class:`netcheck.gateway.gateway.Gateway`)."""
+        raise NotImplementedError
 
     async def held_by(self) -> dict[str, dict[str, Any]]:
         rows = await asyncio.to_thread(self.cluster.connected_nodes)

@@ -11,9 +11,9 @@ from typing import Any
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from netcheck.config import Profile
-from netcheck.gateway.config import GatewayConfig
-from netcheck.gateway.service import Gateway
+from netcheck.config import GatewayConfig, Profile
+from netcheck.coordinator.assembly import make_runner
+from netcheck.gateway.gateway import Gateway
 from netcheck.lab.testing import RunningCoordinator
 from netcheck.storage import Store
 
@@ -40,7 +40,7 @@ async def running_gateway(
     store = Store(database)
     extra = {} if wall_ns is None else {"wall_ns": wall_ns}
     gw = Gateway(cfg, identity, {p.name: p for p in profiles}, store, **extra)
-    runner = await gw.make_runner()
+    runner = await make_runner(gw)
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     server = site._server

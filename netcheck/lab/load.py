@@ -25,6 +25,7 @@ import logging
 import resource
 import secrets
 import signal
+import struct
 import sys
 import time
 from collections.abc import Sequence
@@ -50,9 +51,12 @@ VOCAB = 258
 
 
 def hash_answer(prompt: str, max_new_tokens: int, vocab: int = VOCAB) -> tuple[int, ...]:
-    """The emulated engine's output for ``prompt``: ``max_new_tokens`` ids from SHAKE-128."""
-    raw = hashlib.shake_128(prompt.encode()).digest(2 * max_new_tokens)
-    return tuple(int.from_bytes(raw[i : i + 2], "little") % vocab for i in range(0, len(raw), 2))
+    """The emulated engine's output for ``prompt``: ``max_new_tokens`` ids from SHAKE-128
+    (2 bytes per id, or 4 when ``vocab`` exceeds 65,536)."""
+    w = 2 if vocab <= 65536 else 4
+    raw = hashlib.shake_128(prompt.encode()).digest(w * max_new_tokens)
+    words = struct.unpack(f"<{max_new_tokens}{'H' if w == 2 else 'I'}", raw)  # little-endian
+    return tuple(x % vocab for x in words)
 
 
 class HashWorker:
@@ -62,6 +66,8 @@ class HashWorker:
         max_new_tokens: output length per prompt.
         delay_s: emulated GPU service time per batch (``asyncio.sleep``; no CPU used).
         fingerprint: the engine fingerprint claimed in the handshake.
+        vocab: token ids are drawn from ``[0, vocab)``; 128,256 (a Llama-3 vocabulary)
+            makes most ids 5 msgpack bytes, so results are as large as real ones.
     """
 
     def __init__(
@@ -69,7 +75,9 @@ class HashWorker:
         max_new_tokens: int,
         delay_s: float = 0.0,
         fingerprint: dict[str, str | int] | None = None,
+        vocab: int = VOCAB,
     ) -> None:
+        self.vocab = vocab
         self.max_new_tokens = max_new_tokens
         self.delay_s = delay_s
         self._fingerprint = dict(fingerprint or FAKE_FINGERPRINT)
@@ -83,7 +91,7 @@ class HashWorker:
         if self.delay_s > 0:
             await asyncio.sleep(self.delay_s)
         self.batches += 1
-        return [list(hash_answer(p, self.max_new_tokens)) for p in prompts]
+        return [list(hash_answer(p, self.max_new_tokens, self.vocab)) for p in prompts]
 
 
 def add_hash_references(
@@ -93,8 +101,10 @@ def add_hash_references(
     *,
     fingerprint: dict[str, str | int] | None = None,
     tag: str | None = None,
+    vocab: int = VOCAB,
 ) -> int:
-    """Store ``count`` references answered by :func:`hash_answer`; returns rows added."""
+    """Store ``count`` references answered by :func:`hash_answer` (ids in
+    ``[0, vocab)``, as :class:`HashWorker` with the same ``vocab``); returns rows added."""
     from netcheck.engines.fingerprint import fingerprint_id
 
     fp_id = fingerprint_id(fingerprint or FAKE_FINGERPRINT)
@@ -105,7 +115,7 @@ def add_hash_references(
         rows = []
         for i in range(start, min(count, start + 5000)):
             prompt = f"reference {tag} {i}: what follows the number {i * 7919 % 100003}?"
-            answer = hash_answer(prompt, profile.max_new_tokens)
+            answer = hash_answer(prompt, profile.max_new_tokens, vocab)
             rows.append(
                 ReferenceRow(f"h{tag}-{i:07d}", profile.name, fp_id, prompt, answer, now + i * 1e-6)
             )

@@ -24,7 +24,7 @@ from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
 from netcheck.lab.demo import free_port
-from netcheck.lab.load import add_hash_references
+from netcheck.lab.load import VOCAB, add_hash_references
 from netcheck.storage import Store
 from netcheck.storage.reader import Reader
 
@@ -103,10 +103,10 @@ class LoadRun:
         """A new Store on the run's database (caller closes it)."""
         return Store(self.cfg.database)
 
-    def add_references(self, count: int) -> int:
-        """Store ``count`` hash references for the load profile."""
+    def add_references(self, count: int, vocab: int = VOCAB) -> int:
+        """Store ``count`` hash references (token ids below ``vocab``) for the load profile."""
         with self.store() as store:
-            return add_hash_references(store, self.profile, count)
+            return add_hash_references(store, self.profile, count, vocab=vocab)
 
     # -- processes ----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
+from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import public_key_text
@@ -192,7 +193,7 @@ async def running_coordinator(
     )
     store = store or Store(cfg.database)
     coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
-    runner = await coord.make_runner()
+    runner = await make_runner(coord)
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     server = site._server

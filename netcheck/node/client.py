@@ -35,9 +35,10 @@ from netcheck.errors import (
 )
 from netcheck.keys import public_key_text
 from netcheck.node.workers import Worker, run_probe
-from netcheck.protocol.codec import decode_message
-from netcheck.protocol.handshake import NodeHandshake
+from netcheck.protocol.codec import DEFAULT_LIMITS, Limits, decode_message
+from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, NodeHandshake
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
+from netcheck.protocol.limits import job_payload_limits, node_receive_limits
 from netcheck.protocol.messages import (
     Ack,
     Bye,
@@ -152,6 +153,24 @@ class _Session:
             await self.ws.send_bytes(self.transport.seal(msg))
 
 
+def ws_max_msg_size(max_message_bytes: int) -> int:
+    """aiohttp ``max_msg_size`` for frames carrying messages of up to
+    ``max_message_bytes`` (never below a handshake message): the frame overhead (25
+    bytes, §3.1) plus one, because aiohttp refuses a message whose length *equals*
+    ``max_msg_size`` (docs/protocol.md §3.3)."""
+    return max(max_message_bytes, MAX_HANDSHAKE_BYTES) + HEADER_BYTES + TAG_BYTES + 1
+
+
+def _shape(fingerprint: object) -> tuple[int, int] | None:
+    """(batch_size, prompt_len) from a fingerprint claim, if it has both as ints."""
+    if not isinstance(fingerprint, dict):
+        return None
+    b, n = fingerprint.get("batch_size"), fingerprint.get("prompt_len")
+    if type(b) is int and type(n) is int and b > 0 and n > 0:
+        return b, n
+    return None
+
+
 class NodeClient:
     """Joins the coordinator at ``url`` and serves rounds with ``worker``.
 
@@ -161,7 +180,11 @@ class NodeClient:
         coordinator_key: the pinned coordinator public key.
         profile: profile name this node claims.
         worker: runs batches; its ``fingerprint`` is claimed in the handshake.
-        max_message_bytes: websocket message size cap.
+        max_message_bytes: upper bound of the receive cap (bytes of a message).
+        limits: decoder limits for coordinator frames; None = sized from the worker's
+            fingerprint (``batch_size``, ``prompt_len``: ``protocol.limits``), or the
+            codec defaults if the fingerprint lacks them (test fakes). Job payloads are
+            decoded with ``job_payload_limits`` of the same shape.
         local_addr: local (host, port) to connect from (load tests spread many nodes
             over several 127.x.y.z source addresses); None = the system's choice.
     """
@@ -175,6 +198,7 @@ class NodeClient:
         worker: Worker,
         *,
         max_message_bytes: int = 8 * 1024 * 1024,
+        limits: Limits | None = None,
         label: str = "node",
         local_addr: tuple[str, int] | None = None,
     ) -> None:
@@ -185,6 +209,12 @@ class NodeClient:
         self.profile = profile
         self.worker = worker
         self.max_message_bytes = max_message_bytes
+        cap = Limits(max_message_bytes=min(max_message_bytes, DEFAULT_LIMITS.max_message_bytes))
+        shape = _shape(worker.fingerprint)
+        if limits is None:
+            limits = node_receive_limits(*shape, cap) if shape else cap
+        self.limits = limits
+        self.payload_limits = job_payload_limits(*shape) if shape else DEFAULT_LIMITS
         self.label = label
         self.rounds_served = 0
 
@@ -223,7 +253,7 @@ class NodeClient:
                 self.url,
                 compress=0,
                 heartbeat=HEARTBEAT_S,
-                max_msg_size=self.max_message_bytes + HEADER_BYTES + TAG_BYTES,
+                max_msg_size=ws_max_msg_size(self.limits.max_message_bytes),
                 timeout=aiohttp.ClientWSTimeout(ws_receive=IDLE_TIMEOUT_S),
             ) as ws,
         ):
@@ -266,7 +296,9 @@ class NodeClient:
             presented = presented_coordinator_key(welcome)
             raise NodeFatalError(self.refusal(exc.code, presented)) from exc
         await ws.send_bytes(auth)
-        return _Session(ws, hs.transport())
+        transport = hs.transport()
+        transport.limit_receive(self.limits)  # sends keep the codec's limits
+        return _Session(ws, transport)
 
     def refusal(self, code: CloseCode, presented_key: str | None = None) -> str:
         """:func:`refusal_message` for this node's settings."""
@@ -339,7 +371,9 @@ class NodeClient:
                 raise ProtocolError(
                     CloseCode.UNEXPECTED_MESSAGE, f"release for unknown {msg.round_id}"
                 )
-            prompts = open_job(job.ciphertext, msg.job_key, job.round_id, job.nonce)
+            prompts = open_job(
+                job.ciphertext, msg.job_key, job.round_id, job.nonce, self.payload_limits
+            )
             task = asyncio.get_running_loop().create_task(self._run_job(session, job, prompts))
             session.tasks.add(task)
             task.add_done_callback(session.tasks.discard)

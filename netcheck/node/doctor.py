@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 import aiohttp
 
 from netcheck import __version__
+from netcheck.capacity import capacity_status
 from netcheck.config import NodeConfig, Profile, load_node_config, load_profile
 from netcheck.errors import CloseCode, HandshakeError, NetcheckError
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
@@ -94,6 +95,14 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
         reason = str(exc) or type(exc).__name__
         raise NetcheckError(f"cannot reach {cfg.coordinator_url}: {reason}") from None
     return public_key_text(pinned)
+
+
+def capacity_check(profile: Profile) -> Check:
+    """The profile's capacity (netcheck.capacity), stated plainly. Informational: it is
+    a property of the profile, not of this node, so it does not fail the doctor; the
+    detail starts with ``WARNING`` when the margin is below 1.2 or unmeasured."""
+    status = capacity_status(profile)
+    return Check("capacity", True, status.message if status.safe else f"WARNING: {status.message}")
 
 
 def run_checks(
@@ -182,6 +191,8 @@ def run_checks(
     ):
         if not step(name, fn):
             return checks
+        if name == "profile":
+            checks.append(capacity_check(holder["profile"]))  # type: ignore[arg-type]
     if selftest:
         step("quick selftest", quick_selftest)
     return checks

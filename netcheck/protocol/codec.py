@@ -121,8 +121,13 @@ def _to_wire(value: object) -> object:
     if isinstance(value, ProfileClaim):
         return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple):
+        if set(map(type, value)) <= _SCALARS:  # a row of token ids: no per-element call
+            return list(value)
         return [_to_wire(v) for v in value]
     return value
+
+
+_SCALARS = frozenset({int, str, bytes, float, bool, type(None)})
 
 
 def message_map(msg: Message, *, omit: tuple[str, ...] = ()) -> dict[str, object]:
@@ -203,6 +208,14 @@ def pack_value(obj: object) -> bytes:
         LocalProtocolError: for any other type.
     """
     return _pack(_canonical(obj))
+
+
+def pack_int_rows(rows: list[list[int]]) -> bytes:
+    """``pack_value(rows)`` for a list of lists of ints, without the per-element
+    canonicalisation pass (such a value is already canonical, §4.3). The caller checks
+    that every element is an ``int``; anything else raises ``TypeError`` from msgpack
+    (``strict_types``) rather than being packed differently."""
+    return _pack(rows)
 
 
 def unpack_value(data: bytes, limits: Limits = DEFAULT_LIMITS) -> object:

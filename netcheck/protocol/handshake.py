@@ -29,8 +29,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from netcheck.errors import CloseCode, HandshakeError, LocalProtocolError, MessageError
-from netcheck.keys import public_key_bytes
+from netcheck.errors import (
+    CloseCode,
+    HandshakeError,
+    KeyFileError,
+    LocalProtocolError,
+    MessageError,
+)
+from netcheck.keys import load_public_bytes, public_key_bytes
 from netcheck.protocol.codec import DEFAULT_LIMITS, Limits, decode_message, encode_message
 from netcheck.protocol.messages import Auth, Hello, Message, ProfileClaim, Welcome
 from netcheck.protocol.states import Role
@@ -340,9 +346,9 @@ class CoordinatorHandshake(_Machine):
         if hello.node_key == self._own_raw:
             raise _fail(CloseCode.BAD_HANDSHAKE, "node key equals the coordinator key")
         try:
-            self._node_key = Ed25519PublicKey.from_public_bytes(hello.node_key)
-        except ValueError:
-            raise _fail(CloseCode.BAD_HANDSHAKE, "node key is not an Ed25519 key") from None
+            self._node_key = load_public_bytes(hello.node_key, "node key")
+        except KeyFileError as exc:
+            raise _fail(CloseCode.BAD_HANDSHAKE, str(exc)) from None
         if not self._admit(hello.node_key):
             raise _fail(CloseCode.UNKNOWN_NODE_KEY, "node key not admitted")
         ephemeral = X25519PrivateKey.from_private_bytes(self._random(32))

@@ -19,13 +19,13 @@ import struct
 from collections.abc import Sequence
 
 from cryptography.exceptions import InvalidSignature, InvalidTag
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from netcheck.errors import CloseCode, LocalProtocolError, MessageError
-from netcheck.keys import public_key_bytes
-from netcheck.protocol.codec import DEFAULT_LIMITS, pack_value, unpack_value
-from netcheck.protocol.messages import TOKEN_ID_LIMIT
+from netcheck.errors import CloseCode, KeyFileError, LocalProtocolError, MessageError
+from netcheck.keys import load_public_bytes, public_key_bytes
+from netcheck.protocol.codec import DEFAULT_LIMITS, Limits, pack_int_rows, pack_value, unpack_value
+from netcheck.protocol.messages import valid_token_rows
 
 JOB_LABEL = b"netcheck/1 job\0"
 COMMITMENT_LABEL = b"netcheck/1 commitment\0"
@@ -56,8 +56,15 @@ def seal_job(prompts: Sequence[str], job_key: bytes, round_id: str, nonce: bytes
     return ChaCha20Poly1305(job_key).encrypt(nonce, pack_value(list(prompts)), _aad(round_id))
 
 
-def open_job(ciphertext: bytes, job_key: bytes, round_id: str, nonce: bytes) -> list[str]:
-    """Decrypt a payload sealed by ``seal_job`` (§7.1) and return the prompts.
+def open_job(
+    ciphertext: bytes,
+    job_key: bytes,
+    round_id: str,
+    nonce: bytes,
+    limits: Limits = DEFAULT_LIMITS,
+) -> list[str]:
+    """Decrypt a payload sealed by ``seal_job`` (§7.1) and return the prompts, decoded
+    under ``limits`` (a node passes ``protocol.limits.job_payload_limits`` of its profile).
 
     Raises:
         MessageError: DECRYPT_FAILED (wrong key, nonce, round id or tampered bytes),
@@ -69,7 +76,7 @@ def open_job(ciphertext: bytes, job_key: bytes, round_id: str, nonce: bytes) -> 
         plaintext = ChaCha20Poly1305(job_key).decrypt(nonce, ciphertext, _aad(round_id))
     except InvalidTag:
         raise MessageError(CloseCode.DECRYPT_FAILED, "job payload failed to decrypt") from None
-    prompts = unpack_value(plaintext, DEFAULT_LIMITS)
+    prompts = unpack_value(plaintext, limits)
     if type(prompts) is not list or not all(type(p) is str for p in prompts):
         raise MessageError(CloseCode.MALFORMED_MESSAGE, "job payload is not a list of str")
     return prompts
@@ -82,10 +89,11 @@ def commitment(outputs: Sequence[Sequence[int]]) -> bytes:
         LocalProtocolError: if a token id is not an int in ``[0, 2**31)``.
     """
     rows = [list(row) for row in outputs]
-    for row in rows:
-        if not all(type(t) is int and 0 <= t < TOKEN_ID_LIMIT for t in row):
-            raise LocalProtocolError("token ids must be ints in [0, 2**31)")
-    return hashlib.sha256(COMMITMENT_LABEL + pack_value(rows)).digest()
+    if not valid_token_rows(rows):
+        raise LocalProtocolError("token ids must be ints in [0, 2**31)")
+    # Lists of ints are already canonical (§4.3), so pack_value's per-element
+    # canonicalisation is skipped: same bytes, ~50x less CPU for a 240 x 32 result.
+    return hashlib.sha256(COMMITMENT_LABEL + pack_int_rows(rows)).digest()
 
 
 def _lp(data: bytes) -> bytes:
@@ -120,10 +128,11 @@ def verify_receipt(
     node_key: bytes, signature: bytes, session_id: bytes, round_id: str, commitment: bytes
 ) -> bool:
     """True iff ``signature`` is ``node_key``'s receipt signature (§7.3). Never raises
-    for bad input: wrong sizes or an invalid key give False."""
+    for bad input: wrong sizes, an invalid key or a weak key (small order,
+    non-canonical; ``netcheck.keys.weak_key_reason``) give False."""
     try:
         data = receipt_bytes(session_id, round_id, node_key, commitment)
-        Ed25519PublicKey.from_public_bytes(node_key).verify(signature, data)
-    except (InvalidSignature, LocalProtocolError, ValueError, TypeError):
+        load_public_bytes(node_key, "node key").verify(signature, data)
+    except (InvalidSignature, KeyFileError, LocalProtocolError, ValueError, TypeError):
         return False
     return True

@@ -13,14 +13,11 @@ Without the table (a database no coordinator has opened yet), there are simply n
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     Boolean,
-    Connection,
     Float,
     Integer,
     Numeric,
@@ -31,13 +28,13 @@ from sqlalchemy import (
     inspect,
     select,
 )
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from netcheck.errors import StorageError
 from netcheck.storage.flags import flags as flags_table
+from netcheck.storage.group_reader import GroupQueries
 from netcheck.storage.store import Store
-from netcheck.storage.tables import assignments, nodes, reference_prompts, results, rounds, verdicts
+from netcheck.storage.tables import nodes, reference_prompts, results, rounds, verdicts
 
 #: Failing verdicts among a node's most recent ``STRIKE_WINDOW`` verdicts are its strikes.
 STRIKE_WINDOW = 10
@@ -74,31 +71,17 @@ def _type_name(column: Any) -> str:
     return "text"
 
 
-def _table_engine(store: Store) -> Engine:
-    # The store's engine is private to it; we only read through it (no writes here).
-    engine: Engine = store._engine
-    return engine
-
-
-class Reader:
-    """Read-only views of one store's database.
+class Reader(GroupQueries):
+    """Read-only views of one store's database (the group evidence queries come from
+    :class:`~netcheck.storage.group_reader.GroupQueries`).
 
     Args:
         store: the coordinator's store; its engine (pool, pragmas) is reused.
     """
 
     def __init__(self, store: Store) -> None:
-        self._engine = _table_engine(store)
+        super().__init__(store)
         self._flags: Table | None = None
-
-    @contextmanager
-    def _conn(self, action: str) -> Iterator[Connection]:
-        try:
-            with self._engine.connect() as conn, conn.begin():
-                yield conn
-        except SQLAlchemyError as exc:
-            detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-            raise StorageError(f"dashboard: {action}: {detail}") from exc
 
     # ------------------------------------------------------------------ nodes
 
@@ -345,110 +328,6 @@ class Reader:
         """Column names of the ``flags`` table (empty without one)."""
         table = self._flags_table()
         return () if table is None else tuple(c.name for c in table.columns)
-
-    def node_names(self, node_keys: Sequence[str]) -> dict[str, str]:
-        """Stored display names of some nodes (only those with a non-empty name)."""
-        query = select(nodes.c.node_key, nodes.c.name).where(nodes.c.node_key.in_(list(node_keys)))
-        with self._conn("read node names") as conn:
-            return {k: n for k, n in conn.execute(query) if n}
-
-    def timing_matrix(
-        self,
-        node_keys: Sequence[str] | None,
-        round_ids: Sequence[str] | None = None,
-        limit: int = 400,
-    ) -> dict[str, Any]:
-        """Screening evidence of a group: who was loaded in which round, and service times.
-
-        A node counts as *loaded* in a round when it was sent work (it has an assignment).
-        ``service_s`` = ``(arrived - released) / 1e9 - rtt`` (None without a result).
-
-        Args:
-            node_keys: the group; None = every node loaded in one of ``round_ids``.
-            round_ids: rounds to use; default: the ``limit`` most recent rounds in which
-                any member was loaded.
-        Returns:
-            ``{"node_keys": [...], "round_ids": [...] (oldest first), "loaded": {key:
-            [bool]}, "service_s": {key: [float | None]}, "elapsed_s": {key: [float |
-            None]}}``.
-        """
-        a = assignments.c
-        if node_keys is None:
-            if round_ids is None:
-                raise ValueError("give node_keys or round_ids")
-            with self._conn("timing matrix nodes") as conn:
-                kq = select(a.node_key).where(a.round_id.in_(list(round_ids))).distinct()
-                keys = sorted(conn.execute(kq).scalars())
-        else:
-            keys = list(dict.fromkeys(node_keys))
-        with self._conn("timing matrix") as conn:
-            if round_ids is None:
-                rq = (
-                    select(a.round_id, func.min(rounds.c.started_at).label("t"))
-                    .select_from(assignments.join(rounds, rounds.c.round_id == a.round_id))
-                    .where(a.node_key.in_(keys))
-                    .group_by(a.round_id)
-                    .order_by(func.min(rounds.c.started_at).desc())
-                    .limit(limit)
-                )
-                rids = [row[0] for row in conn.execute(rq)][::-1]
-            else:
-                rids = list(dict.fromkeys(round_ids))
-            loaded = {k: [False] * len(rids) for k in keys}
-            service: dict[str, list[float | None]] = {k: [None] * len(rids) for k in keys}
-            elapsed: dict[str, list[float | None]] = {k: [None] * len(rids) for k in keys}
-            index = {rid: i for i, rid in enumerate(rids)}
-            if rids and keys:
-                aq = select(a.round_id, a.node_key).where(
-                    a.round_id.in_(rids), a.node_key.in_(keys)
-                )
-                for rid, key in conn.execute(aq):
-                    loaded[key][index[rid]] = True
-                r = results.c
-                tq = (
-                    select(r.round_id, r.node_key, r.released_ns, r.arrived_ns, r.rtt_s,
-                           verdicts.c.elapsed_s)
-                    .select_from(
-                        results.outerjoin(
-                            verdicts,
-                            and_(verdicts.c.round_id == r.round_id,
-                                 verdicts.c.node_key == r.node_key),
-                        )
-                    )
-                    .where(r.round_id.in_(rids), r.node_key.in_(keys))
-                )  # fmt: skip
-                for rid, key, rel, arr, rtt, el in conn.execute(tq):
-                    i = index[rid]
-                    elapsed[key][i] = el
-                    if rel is not None and arr is not None:
-                        service[key][i] = (arr - rel) / 1e9 - (rtt or 0.0)
-        return {
-            "node_keys": keys,
-            "round_ids": rids,
-            "loaded": loaded,
-            "service_s": service,
-            "elapsed_s": elapsed,
-        }
-
-    def receipts(
-        self, node_keys: Sequence[str], round_ids: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
-        """Stored receipts of some nodes: what ``netcheck receipt verify`` needs, per result.
-
-        Keys: ``round_id``, ``node_key``, ``session_id``, ``commitment``, ``signature``
-        (hex), ``outputs`` (token ids), ``released_ns``, ``arrived_ns``, ``rtt_s``.
-        """
-        r = results.c
-        query = (
-            select(r.round_id, r.node_key, r.session_id, r.commitment, r.signature, r.outputs,
-                   r.released_ns, r.arrived_ns, r.rtt_s)
-            .where(r.node_key.in_(list(node_keys)), r.signature.is_not(None))
-            .order_by(r.round_id, r.node_key)
-        )  # fmt: skip
-        if round_ids is not None:
-            query = query.where(r.round_id.in_(list(round_ids)))
-        with self._conn("read receipts") as conn:
-            return [dict(row._mapping) for row in conn.execute(query)]
 
     # ---------------------------------------------------------------- exports
 

@@ -235,15 +235,16 @@ class Store:
             spent_round=m["spent_round"],
         )
 
-    def unspent_canaries(self, fingerprint_id: str, limit: int) -> list[ReferenceRow]:
-        """Up to ``limit`` unspent references for ``fingerprint_id``, oldest first."""
+    def unspent_canaries(
+        self, fingerprint_id: str, limit: int, *, profile: str | None = None
+    ) -> list[ReferenceRow]:
+        """Up to ``limit`` unspent references for ``fingerprint_id`` (and ``profile``, if
+        given), oldest first."""
         t = reference_prompts
-        query = (
-            select(t)
-            .where(t.c.fingerprint_id == fingerprint_id, t.c.spent_round.is_(None))
-            .order_by(t.c.created_at, t.c.ref_id)
-            .limit(limit)
-        )
+        where = [t.c.fingerprint_id == fingerprint_id, t.c.spent_round.is_(None)]
+        if profile is not None:
+            where.append(t.c.profile == profile)
+        query = select(t).where(*where).order_by(t.c.created_at, t.c.ref_id).limit(limit)
         with self._read("read canaries") as conn:
             return [self._reference(r) for r in conn.execute(query)]
 

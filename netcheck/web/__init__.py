@@ -1,8 +1,9 @@
 """Analyst dashboard, exports and Prometheus metrics served by the coordinator.
 
-- :func:`add_web_routes` (``Coordinator.make_app`` calls it) registers every route;
+- :func:`add_web_routes` (:func:`netcheck.coordinator.assembly.make_app` calls it)
+  registers every route on a read-only :class:`~netcheck.web.view.CoordinatorView`;
   see :mod:`netcheck.web.routes` and docs/dashboard.md.
-- :func:`observe_round` records a finished round in the metrics (the round runner calls it).
+- :func:`observe_round` records a finished round in the metrics (a round-finished hook).
 
 Importing this package is cheap: the dashboard (matplotlib, Jinja2) loads on first use.
 """
@@ -16,12 +17,12 @@ from netcheck.web.metrics import observe_round
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from netcheck.coordinator.server import Coordinator
+    from netcheck.web.view import CoordinatorView
 
 __all__ = ["add_web_routes", "observe_round"]
 
 
-def add_web_routes(app: web.Application, coord: Coordinator, **kwargs: Any) -> None:
+def add_web_routes(app: web.Application, coord: CoordinatorView, **kwargs: Any) -> None:
     """Register the dashboard, exports and ``/metrics`` on ``app`` (see :mod:`.routes`)."""
     from netcheck.web.routes import add_web_routes as add
 

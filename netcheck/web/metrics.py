@@ -2,8 +2,8 @@
 
 Two sources:
 
-- Round metrics, updated by :func:`observe_round` (the round runner calls it once per
-  finished round): ``netcheck_rounds_total{profile,status}``,
+- Round metrics, updated by :func:`observe_round` (a round-finished hook of the round
+  runner, called once per finished round): ``netcheck_rounds_total{profile,status}``,
   ``netcheck_verdicts_total{profile,verdict}``, and the histograms
   ``netcheck_release_skew_seconds`` (first release write to last) and
   ``netcheck_round_duration_seconds`` (plan to verified). They live in the module-level
@@ -22,8 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from netcheck.coordinator.server import Coordinator
     from netcheck.records import RoundReport
+    from netcheck.web.view import CoordinatorView
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -53,7 +53,7 @@ def observe_round(report: RoundReport | Mapping[str, Any]) -> None:
     """Record one finished round: counts of rounds and verdicts, skew and duration.
 
     Args:
-        report: the round runner's :class:`~netcheck.coordinator.rounds.RoundReport`, or
+        report: the round runner's :class:`~netcheck.records.RoundReport`, or
             its ``as_dict()`` form (as the admin API returns it).
     """
     data = report if isinstance(report, Mapping) else report.as_dict()
@@ -73,7 +73,7 @@ def observe_round(report: RoundReport | Mapping[str, Any]) -> None:
 class CoordinatorCollector(Collector):
     """Live gauges read from one coordinator at scrape time."""
 
-    def __init__(self, coord: Coordinator) -> None:
+    def __init__(self, coord: CoordinatorView) -> None:
         self.coord = coord
 
     def collect(self) -> Iterable[Metric]:
@@ -81,10 +81,7 @@ class CoordinatorCollector(Collector):
             "netcheck_connected_nodes", "Nodes with an open session, by claimed profile.",
             labels=["profile"],
         )  # fmt: skip
-        per_profile = dict.fromkeys(self.coord.profiles, 0)
-        for s in self.coord.sessions.values():
-            per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
-        for profile, n in sorted(per_profile.items()):
+        for profile, n in sorted(self.coord.connected_per_profile().items()):
             connected.add_metric([profile], n)
         yield connected
         failures = CounterMetricFamily(
@@ -95,7 +92,7 @@ class CoordinatorCollector(Collector):
         yield failures
 
 
-def metrics_text(coord: Coordinator) -> bytes:
+def metrics_text(coord: CoordinatorView) -> bytes:
     """The Prometheus text exposition: round metrics plus this coordinator's live state."""
     live = CollectorRegistry(auto_describe=False)
     live.register(CoordinatorCollector(coord))

@@ -44,7 +44,7 @@ a{color:#0b5cad}
 <a href="/dashboard/flags">Flags</a><a href="/dashboard/exports">Exports</a>
 <span style="flex:1"></span><form method="post" action="/dashboard/logout" class="logout">
 <button type="submit" id="logout">Log out</button></form>{% endblock %}</header>
-<main>{% block body %}{% endblock %}</main></body></html>
+<main>{% for w in capacity_warnings|default([]) %}<p class="capacity-warning" style="color:#a40000">{{ w }}</p>{% endfor %}{% block body %}{% endblock %}</main></body></html>
 """
 
 _LOGIN = """{% extends "base.html" %}{% block title %}Log in{% endblock %}
@@ -97,13 +97,21 @@ _ROUND = """{% extends "base.html" %}{% block title %}Round {{ r.round_id }}{% e
 </tbody></table>
 <h2>Verdicts</h2>
 <table id="verdicts"><thead><tr><th>node</th><th>verdict</th><th class="num">elapsed</th><th class="num">deadline</th>
-<th class="num">released at</th><th class="num">arrived at</th><th class="num">rtt</th><th class="num">canaries</th><th>reason</th></tr></thead><tbody>
+<th class="num">released at</th><th class="num" title="place in this round's shuffled release order">release #</th>
+<th class="num" title="time its release write took">release write</th><th class="num">arrived at</th>
+<th class="num" title="from the arrival stamp to the result being decrypted, checked and handed to the round: coordinator time, not counted in elapsed">arrival → processed</th>
+<th class="num">rtt</th><th class="num">canaries</th><th>reason</th></tr></thead><tbody>
 {% for n in rows %}<tr data-node="{{ n.node_key }}"><td><a href="{{ n.node_key|node_url }}">{{ n.node_key|label(n.name) }}</a></td>
 <td class="verdict"><span class="v v-{{ n.verdict }}">{{ n.verdict }}</span></td>
 <td class="num">{{ n.elapsed_s|secs }}</td><td class="num">{{ n.deadline_s|secs }}</td>
-<td class="num">{{ n.rel_ms }}</td><td class="num">{{ n.arr_ms }}</td><td class="num">{{ n.rtt_s|ms }}</td>
+<td class="num">{{ n.rel_ms }}</td><td class="num">{{ "–" if n.release_index is none else n.release_index }}</td>
+<td class="num">{{ n.release_write_s|ms }}</td><td class="num">{{ n.arr_ms }}</td>
+<td class="num">{{ n.processing_delay_s|ms }}</td><td class="num">{{ n.rtt_s|ms }}</td>
 <td class="num">{{ n.canaries_matched }}/{{ n.canaries_checked }}</td><td>{{ n.reason }}</td></tr>
-{% else %}<tr><td colspan="9" class="muted">no verdicts recorded</td></tr>{% endfor %}</tbody></table>
+{% else %}<tr><td colspan="12" class="muted">no verdicts recorded</td></tr>{% endfor %}</tbody></table>
+<p class="muted">Each node's elapsed time runs from its own release write to its own arrival stamp
+(taken when the bytes completing its result were read, before decryption), so its place in the
+release order and the coordinator's processing delay are not counted against it.</p>
 {% if r.skipped %}<p class="muted">skipped: {% for k, why in r.skipped %}{{ k|label }} ({{ why }}){% if not loop.last %}; {% endif %}{% endfor %}</p>{% endif %}
 <h2>Timeline: release and arrival per node</h2>
 <div class="plot" id="timeline-plot">{{ timeline|safe }}</div>

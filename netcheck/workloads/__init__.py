@@ -4,8 +4,9 @@
 natural-language prompts) or ``"factoring"`` (seeded semiprimes with known factors).
 """
 
-from netcheck.workloads.base import InputStream, LlmWorkload, WorkItem, Workload, get_workload
+from netcheck.workloads.base import InputStream, LlmWorkload, WorkItem, Workload
 from netcheck.workloads.prompts import PromptGenerator
+from netcheck.workloads.registry import get_workload
 
 __all__ = [
     "InputStream",

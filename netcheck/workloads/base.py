@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 from netcheck.workloads.prompts import PromptGenerator
 
 if TYPE_CHECKING:
-    from netcheck.config import Profile
+    pass
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,9 @@ class Workload(abc.ABC):
 class _PromptStream:
     """:class:`PromptGenerator` as an :class:`InputStream` (answers unknown)."""
 
-    def __init__(self, seed: int | bytes) -> None:
-        self._gen = PromptGenerator(seed=seed)
+    def __init__(self, seed: int | bytes, chars: int | None = None) -> None:
+        bounds = {} if chars is None else {"min_chars": chars, "max_chars": chars}
+        self._gen = PromptGenerator(seed=seed, **bounds)
 
     def prompts(self, n: int) -> list[str]:
         return self._gen.prompts(n)
@@ -90,26 +91,10 @@ class LlmWorkload(Workload):
     answers_known = False
     answer_doc = "max_new_tokens greedy token ids of the profile's engine, model and dtype"
 
+    def __init__(self, prompt_chars: int | None = None) -> None:
+        self.prompt_chars = prompt_chars
+
     def generator(self, seed: int | bytes) -> InputStream:
-        """``PromptGenerator(seed)`` (the same stream as before workloads existed)."""
-        return _PromptStream(seed)
-
-
-def get_workload(profile_or_name: Profile | str) -> Workload:
-    """The workload of a profile (its ``workload`` field) or by name.
-
-    Raises:
-        ValueError: unknown workload name.
-    """
-    name = (
-        profile_or_name
-        if isinstance(profile_or_name, str)
-        else getattr(profile_or_name, "workload", "llm")
-    )
-    if name == "llm":
-        return LlmWorkload()
-    if name == "factoring":
-        from netcheck.workloads.factoring import FactoringWorkload
-
-        return FactoringWorkload()
-    raise ValueError(f"unknown workload {name!r} (use llm or factoring)")
+        """``PromptGenerator(seed)`` (the same stream as before workloads existed), or
+        with ``min_chars = max_chars = prompt_chars`` when the profile sets it."""
+        return _PromptStream(seed, self.prompt_chars)

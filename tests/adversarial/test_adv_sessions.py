@@ -321,7 +321,7 @@ async def test_shutdown_mid_round_blames_honest_nodes(tmp_path: Path) -> None:
         await asyncio.sleep(0.2)
         assert await wait_for(lambda: any(
             s._results for s in rc.coord.sessions.values()), 10.0)  # fmt: skip
-        await rc.coord._on_shutdown(rc.runner.app)  # what SIGTERM runs first
+        await rc.coord.on_shutdown(rc.runner.app)  # what SIGTERM runs first
         report = await asyncio.wait_for(round_task, 15.0)
         verdicts = [str(o.verdict) for o in report.outcomes]
         assert report.status == "aborted" or "disconnected" not in verdicts, (

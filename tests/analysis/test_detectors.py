@@ -6,17 +6,14 @@ import math
 
 import numpy as np
 
-from netcheck.analysis.detectors import (
-    DetectorConfig,
+from netcheck.analysis.detector_a import (
     Selection,
-    connected_components,
-    detect,
     forward_selection,
     pairwise_welch,
     reverse_tests,
-    t_isf,
-    t_sf,
 )
+from netcheck.analysis.detectors import DetectorConfig, connected_components, detect
+from netcheck.analysis.tails import t_isf, t_sf
 from netcheck.analysis.timing import median_polish
 
 
@@ -38,6 +35,28 @@ def test_t_sf_known_values() -> None:
     assert math.isclose(float(t_sf(1.0, 1.0)), 0.25, rel_tol=1e-10)
     assert math.isclose(float(t_sf(0.0, 7.0)), 0.5, rel_tol=1e-12)
     assert math.isclose(float(t_sf(2.0, 1e6)), 0.5 * math.erfc(2 / math.sqrt(2)), rel_tol=1e-4)
+
+
+#: Values of the former hand port (Numerical Recipes incomplete beta, before scipy),
+#: printed by it at commit 43a5a57: the scipy tails must give the same numbers.
+FORMER_T_SF = [
+    (2.0, 10, 0.03669401738537012), (5.0, 10, 0.0002686668013782266),
+    (1.5, 3.3, 0.11125159835964593), (8.0, 4, 0.0006619484546085838),
+    (-1.0, 7, 0.8246916685898964),
+]  # fmt: skip
+FORMER_T_ISF = [(0.05, 10, 1.8124611228704453), (1e-6, 4, 41.57785415649414),
+                (1e-3, 30, 3.3851848673075438)]  # fmt: skip
+
+
+def test_t_tails_match_the_former_port() -> None:
+    """scipy's Student-t tails give the numbers the hand port gave (float tolerance), and
+    NaN for a non-finite t or df <= 0 as before."""
+    for t, df, p in FORMER_T_SF:
+        assert math.isclose(float(t_sf(t, df)), p, rel_tol=1e-9)
+    for p, df, t in FORMER_T_ISF:
+        assert math.isclose(t_isf(p, df), t, rel_tol=1e-8)
+    assert all(math.isnan(float(t_sf(t, df))) for t, df in
+               [(math.nan, 3), (math.inf, 3), (1.0, 0), (1.0, -1), (1.0, math.nan)])  # fmt: skip
 
 
 def test_t_isf_inverts_t_sf() -> None:

@@ -46,3 +46,30 @@ async def test_second_serve_on_same_port_and_database_does_not_abort_the_live_ro
         report = await live
         assert report.status == "complete"
         assert [str(o.verdict) for o in report.outcomes] == ["pass"]
+
+
+async def test_serve_states_unsafe_profiles_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 10: at start the coordinator logs every profile that cannot tell two
+    identities on one card apart (cpu-factoring has no [capacity] table)."""
+    import logging
+
+    generate_key(tmp_path / "c.pem")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'host = "127.0.0.1"\nport = 0\nidentity_key = "c.pem"\nopen_enrollment = true\n'
+        f'database = "sqlite:///{tmp_path / "c.db"}"\nadmin_token = "{"t" * 24}"\n'
+        'profiles = ["cpu-factoring", "h200-torch-8b-bf16"]\n'
+    )
+    ready = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="netcheck.coordinator"):
+        task = asyncio.create_task(serve(cfg, ready))
+        await asyncio.wait_for(ready.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    text = caplog.text
+    assert "profile cpu-factoring: capacity not measured" in text
+    assert "cannot tell two identities on one card apart" in text
+    assert "h200-torch-8b-bf16" not in text  # measured, margin 1.54

@@ -162,25 +162,54 @@ class _RepeatingWorkload:
 
 def test_decoys_from_a_heavily_repeating_stream() -> None:
     """Two thirds of the draws repeat: the draw budget, not a pass count, decides."""
-    from netcheck.coordinator.planner import _decoys
+    from netcheck.coordinator.planner import _DecoyStream
 
-    got = _decoys(random.Random(1), 5000, set(), _RepeatingWorkload(10_000, 3))  # type: ignore[arg-type]
+    stream = _DecoyStream(random.Random(1), _RepeatingWorkload(10_000, 3))  # type: ignore[arg-type]
+    got = stream.take(5000, set())
     assert len(got) == len(set(got)) == 5000
 
 
 def test_decoys_give_up_when_the_stream_has_too_few_distinct_inputs() -> None:
-    from netcheck.coordinator.planner import _decoys
+    from netcheck.coordinator.planner import _DecoyStream
 
+    stream = _DecoyStream(random.Random(1), _RepeatingWorkload(50, 2))  # type: ignore[arg-type]
     with pytest.raises(RoundError, match="fewer than 100 distinct decoys"):
-        _decoys(random.Random(1), 100, set(), _RepeatingWorkload(50, 2))  # type: ignore[arg-type]
+        stream.take(100, set())
+
+
+def test_one_decoy_stream_serves_every_node_without_waste() -> None:
+    """A round draws its decoys from one stream: about one prompt per decoy, not a
+    64-prompt minimum per node (the 1,000-node plan drew 64,000 prompts for 13,000)."""
+    from netcheck.coordinator.planner import _DecoyStream
+    from netcheck.workloads import get_workload
+
+    class Counting:
+        name = "counting"
+
+        def __init__(self) -> None:
+            self.inner = get_workload(load_profile("cpu-tiny")).generator(b"s" * 16)
+            self.drawn = 0
+
+        def generator(self, seed: bytes) -> Counting:
+            return self
+
+        def prompts(self, n: int) -> list[str]:
+            self.drawn += n
+            return list(self.inner.prompts(n))
+
+    w = Counting()
+    stream = _DecoyStream(random.Random(1), w)  # type: ignore[arg-type]
+    batches = [stream.take(13, set()) for _ in range(1000)]
+    assert all(len(set(b)) == 13 for b in batches)
+    assert w.drawn < 13 * 1000 * 1.1
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_llm_decoys_at_b_16384(seed: int) -> None:
     """B = 16,384 real llm prompts (the stream repeats ~26% at 100k draws) always plan;
     a fixed number of redraw passes once ended a CI run one decoy short."""
-    from netcheck.coordinator.planner import _decoys
+    from netcheck.coordinator.planner import _DecoyStream
     from netcheck.workloads import get_workload
 
-    got = _decoys(random.Random(seed), 16_383, {"x"}, get_workload("llm"))
+    got = _DecoyStream(random.Random(seed), get_workload("llm")).take(16_383, {"x"})
     assert len(set(got)) == 16_383 and "x" not in got

@@ -166,3 +166,15 @@ async def test_unauthenticated_message_above_the_cap_is_refused(tmp_path: Path) 
                 break
             await asyncio.sleep(0.02)
         assert rc.coord.handshake_failures == 1
+
+
+async def test_message_of_exactly_the_cap_reaches_netcheck(tmp_path: Path) -> None:
+    """A message of exactly the cap (the largest legal frame) is not refused by the
+    websocket layer (1009, off by one); here netcheck refuses it as a handshake: 4008."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        cap = rc.coord.ws_max_msg_size
+        async with aiohttp.ClientSession() as http, http.ws_connect(rc.url) as ws:
+            await ws.send_bytes(bytes(cap))
+            msg = await ws.receive(timeout=5.0)
+            assert msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+            assert ws.close_code == CloseCode.MESSAGE_TOO_LARGE

@@ -11,6 +11,7 @@ from aiohttp import WSMsgType
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gw_support import FAST, PROFILE, leader_of, until
 
+from netcheck.coordinator.assembly import LiveView
 from netcheck.keys import public_key_text
 from netcheck.lab.gateways import running_gateway
 from netcheck.lab.load import FAKE_FINGERPRINT, HashWorker, add_hash_references
@@ -64,7 +65,7 @@ async def test_round_spans_two_gateways(tmp_path: Path, pg_url: str) -> None:
         assert held is not None
         assert {k: r["gateway_id"] for k, r in held.items()} == keys
         for rc, n in ((a, 3), (b, 2)):  # Prometheus series per gateway
-            text = metrics_text(rc.coord).decode()
+            text = metrics_text(LiveView(rc.coord)).decode()
             gid = rc.coord.gateway_id  # type: ignore[attr-defined]
             assert (
                 f'netcheck_gateway_nodes{{gateway="{gid}",profile="{PROFILE.name}"}} {n}.0' in text

@@ -36,7 +36,8 @@ async def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
         got = await doctor(cfg, selftest=True)
         assert all(ok for ok, _ in got.values()), got
         assert list(got) == [
-            "config", "identity key", "profile", "coordinator", "engine", "quick selftest"
+            "config", "identity key", "profile", "capacity", "coordinator", "engine",
+            "quick selftest",
         ]  # fmt: skip
         assert rc.coord.sessions == {}  # the doctor never joins
 
@@ -73,3 +74,15 @@ def test_missing_config_fails_first(tmp_path: Path) -> None:
     """A missing config file is the first and only failed check."""
     checks = run_checks(tmp_path / "nope.toml")
     assert [(c.name, c.ok) for c in checks] == [("config", False)]
+
+
+def test_capacity_check_states_an_unsafe_profile_plainly() -> None:
+    """The doctor's capacity row warns for an unmeasured profile (it does not fail: it is
+    the profile's property, not the node's)."""
+    from netcheck.lab.testing import small_profile
+    from netcheck.node.doctor import capacity_check
+
+    check = capacity_check(small_profile())
+    assert check.name == "capacity" and check.ok
+    assert check.detail.startswith("WARNING: ")
+    assert "cannot tell two identities on one card apart" in check.detail

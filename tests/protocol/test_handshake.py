@@ -223,3 +223,31 @@ def test_failed_handshake_is_dead(node_id, coord_id):
         node.receive_welcome(welcome)
     with pytest.raises(LocalProtocolError):
         node.transport()
+
+
+@pytest.mark.parametrize(
+    "hex_key",
+    [
+        "0100000000000000000000000000000000000000000000000000000000000000",
+        "0000000000000000000000000000000000000000000000000000000000000000",
+        "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+        "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+    ],
+)
+def test_small_order_node_key_refused(node_id, coord_id, hex_key):
+    """A hello naming a small-order/non-canonical key is refused (open enrollment too)."""
+    hello = NodeHandshake(node_id, coord_id.public_key(), CLAIM).start()
+    coord = CoordinatorHandshake(coord_id, lambda k: True)
+    with pytest.raises(HandshakeError) as err:
+        coord.receive_hello(_edit(hello, node_key=bytes.fromhex(hex_key)))
+    assert err.value.code is CloseCode.BAD_HANDSHAKE
+    assert "refused" in err.value.reason
+
+
+def test_identity_key_forgery_refused(node_id, coord_id):
+    """The R = identity, S = 0 auth forgery under the identity key never completes."""
+    identity = bytes.fromhex("01" + "00" * 31)
+    hello = _edit(NodeHandshake(node_id, coord_id.public_key(), CLAIM).start(), node_key=identity)
+    coord = CoordinatorHandshake(coord_id, lambda k: True)
+    with pytest.raises(HandshakeError):
+        coord.receive_hello(hello)

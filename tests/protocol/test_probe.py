@@ -167,3 +167,13 @@ def test_answer_rejects_bad_challenges_and_results():
         probe.digest(np.full((64, 64), 0.5))
     with pytest.raises(ValueError):
         probe.digest(np.full((64, 64), 65))
+
+
+def test_batched_answers_equal_single_answers():
+    """probe.answers (stacked float32 matmul) gives exactly probe.answer for each
+    challenge, including all-zero and all-0xff streams' seeds, and checks sizes."""
+    challenges = [bytes(32), b"\xff" * 32, *(bytes([i]) * 32 for i in range(1, 40))]
+    assert probe.answers(challenges) == [probe.answer(c) for c in challenges]
+    assert probe.answers([]) == []
+    with pytest.raises(ValueError, match="32 bytes"):
+        probe.answers([bytes(31)])

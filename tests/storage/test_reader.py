@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from test_store import outcomes, plan, refs
 
+from netcheck.records import NodeOutcome, Verdict
 from netcheck.storage import Store
 from netcheck.storage.reader import Reader
 
@@ -21,4 +22,27 @@ def test_integrity_counts(db_url: str) -> None:
         "rounds": 1, "results": 2, "results_distinct": 2, "verdicts": 2,
         "verdicts_distinct": 2, "canaries_spent": 3, "canaries_checked": 3,
     }  # fmt: skip
+    store.close()
+
+
+def test_timing_matrix_uses_the_detectors_definitions(db_url: str) -> None:
+    """The dashboard's loaded bits and service times are the detectors' ones
+    (analysis.timing): a node sent work but never released is not loaded, and an error
+    reply (no commitment) has no service time."""
+    store = Store(db_url)
+    store.add_references(refs(10))
+    store.record_plan(plan("R1", {"n1": ["r000"], "n2": ["r001"], "n3": ["r002"]}), 1.0)
+    store.record_outcome("R1", [
+        NodeOutcome("n1", Verdict.PASS, "ok", 1.0, 1, 1),
+        NodeOutcome("n2", Verdict.MISSING, "no ack", None, 1, 0),
+        NodeOutcome("n3", Verdict.MISSING, "node error", None, 0, 0),
+    ], {
+        "n1": {"released_ns": 100, "arrived_ns": 1_000_000_100, "rtt_s": 0.0,
+               "commitment": b"\xaa" * 32},
+        "n2": {"released_ns": None},
+        "n3": {"released_ns": 100, "arrived_ns": 200, "rtt_s": 0.0, "error": "oom"},
+    })  # fmt: skip
+    m = Reader(store).timing_matrix(["n1", "n2", "n3"], ["R1"])
+    assert m["loaded"] == {"n1": [True], "n2": [False], "n3": [True]}
+    assert m["service_s"] == {"n1": [1.0], "n2": [None], "n3": [None]}
     store.close()

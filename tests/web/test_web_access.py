@@ -15,7 +15,7 @@ from aiohttp.test_utils import make_mocked_request
 from web_support import web_coordinator
 
 from netcheck.config import Profile, load_profile
-from netcheck.web.routes import COOKIE, session_cookie_value
+from netcheck.web.access import COOKIE, session_cookie_value
 
 
 @pytest.fixture
@@ -35,9 +35,14 @@ async def _through_middlewares(app: web.Application, request: web.Request) -> we
     async def final(_: web.Request) -> web.StreamResponse:
         return web.Response(text="reached the handler")
 
+    # As aiohttp chains them: the root app's middlewares outermost, then those of the
+    # sub-application the path resolves into (the admin API is one).
+    match = await app.router.resolve(request)
+    match.add_app(app)
     handler: Any = final
-    for mw in reversed(app.middlewares):
-        handler = functools.partial(mw, handler=handler)
+    for owner in match.apps[::-1]:
+        for mw in reversed(owner.middlewares):
+            handler = functools.partial(mw, handler=handler)
     result: web.StreamResponse = await handler(request)
     return result
 

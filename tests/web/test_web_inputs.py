@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 
+from netcheck.web.access import safe_next as _safe_next
 from netcheck.web.inputs import MAX_OFFSET, has_control_chars, optional_name, parse_int, query_int
-from netcheck.web.routes import _safe_next
 
 
 @pytest.mark.parametrize(

@@ -9,13 +9,10 @@ import tempfile
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from netcheck.config import Profile
-from netcheck.coordinator.server import Coordinator
 from netcheck.engines.fingerprint import Fingerprint
 from netcheck.lab.testing import RunningCoordinator, running_coordinator
-from netcheck.web import add_web_routes
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -49,21 +46,10 @@ class FakeEngine:
 async def web_coordinator(
     tmp_path: Path, profiles: Sequence[Profile], **kwargs: Any
 ) -> AsyncIterator[RunningCoordinator]:
-    """:func:`running_coordinator` whose app has the dashboard routes.
-
-    ``add_web_routes`` is idempotent, so this works whether or not ``make_app`` already
-    registers them.
-    """
-    original = Coordinator.make_app
-
-    def make_app(self: Coordinator) -> Any:
-        app = original(self)
-        add_web_routes(app, self)
-        return app
-
-    with mock.patch.object(Coordinator, "make_app", make_app):
-        async with running_coordinator(tmp_path, profiles, **kwargs) as rc:
-            yield rc
+    """:func:`running_coordinator` (its app always has the dashboard routes:
+    :func:`netcheck.coordinator.assembly.make_app`)."""
+    async with running_coordinator(tmp_path, profiles, **kwargs) as rc:
+        yield rc
 
 
 def chrome_driver(width: int = 1280, height: int = 900) -> Any:

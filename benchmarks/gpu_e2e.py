@@ -1,0 +1,281 @@
+"""Real-GPU end-to-end record of capacity and numerics checks (issue 10, item 4).
+
+Modes (run from the repository root; every node is its own OS process pinned to one
+card with ``CUDA_VISIBLE_DEVICES``, joined over a real loopback websocket session):
+
+* ``build``: ``--count`` references of ``--profile`` on the first visible card into the
+  SQLite file ``--db`` (the same ``build_references`` as ``netcheck reference build``).
+* ``rounds``: a coordinator (in this process) on that database; then phases of
+  ``--rounds`` full-load rounds (every node gets a batch, all released together):
+
+  - ``a``: one honest identity per card (cards 0 and 1): expected ``pass`` every round;
+  - ``b``: two honest identities sharing card 0, one honest on card 1: the shared
+    pair is expected ``late`` in every round;
+  - ``c``: a node running float16 while claiming bfloat16 (card 0) and a node that
+    answers B as two halves of B/2 (card 1), both claiming the honest fingerprint:
+    expected ``wrong-answer`` every round;
+  - ``x``: like ``a``, for the cross-machine check (references built on another
+    machine, verified here); ``y``: the same with one honest identity on card 0.
+
+  Writes ``--json`` with every verdict, the nodes' GPU UUIDs and the phase summary.
+* ``node``: one node process (internal; started by ``rounds``).
+
+Nodes answer one untimed warm-up batch before they connect, as an operator would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PHASES: dict[str, list[tuple[str, str, str]]] = {
+    # phase: [(label, kind, card)]
+    "a": [("honest-card0", "honest", "0"), ("honest-card1", "honest", "1")],
+    "b": [("shared-A-card0", "honest", "0"), ("shared-B-card0", "honest", "0"),
+          ("honest-card1", "honest", "1")],
+    "c": [("fp16-claims-bf16-card0", "fp16", "0"), ("split-batch-card1", "split", "1")],
+    "x": [("honest-card0", "honest", "0"), ("honest-card1", "honest", "1")],
+    "y": [("honest-card0", "honest", "0")],
+}  # fmt: skip
+EXPECTED = {"honest": "pass", "fp16": "wrong-answer", "split": "wrong-answer"}
+
+
+def gpu_uuids() -> list[str]:
+    """``nvidia-smi -L`` lines (empty on a machine without it)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        return [line for line in out.stdout.splitlines() if line.strip()]
+    except (OSError, subprocess.SubprocessError):
+        return []
+
+
+# -- node process ---------------------------------------------------------------------------
+
+
+class SplitWorker:
+    """DEMO ADVERSARY: answers a batch of B as two batches of B/2 (as a smaller card
+    would) and claims the honest B-sized fingerprint."""
+
+    def __init__(self, profile: Any) -> None:
+        from netcheck.engines import load_engine
+
+        half = profile.batch_size // 2
+        self.engine = load_engine(profile.model_copy(update={"batch_size": half}))
+        self.half = half
+        self._fp = dict(self.engine.fingerprint, batch_size=profile.batch_size)
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return dict(self._fp)
+
+    def _run(self, prompts: Sequence[str]) -> list[list[int]]:
+        return self.engine.generate(prompts[: self.half]) + self.engine.generate(
+            prompts[self.half :]
+        )
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        return await asyncio.to_thread(self._run, prompts)
+
+
+async def node_main(args: argparse.Namespace) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from netcheck.config import load_profile
+    from netcheck.engines import load_engine
+    from netcheck.keys import parse_public_key, public_key_text
+    from netcheck.lab import adversary
+    from netcheck.node.client import NodeClient
+    from netcheck.node.workers import EngineWorker
+    from netcheck.workloads import get_workload
+
+    profile = load_profile(args.profile)
+    worker: Any
+    if args.kind == "honest":
+        worker = EngineWorker(load_engine(profile))
+    elif args.kind == "fp16":
+        worker = adversary.wrong_dtype_worker(profile, "float16")
+    else:
+        worker = SplitWorker(profile)
+    await worker.run(get_workload(profile).generator(99).prompts(profile.batch_size))
+    identity = Ed25519PrivateKey.generate()
+    uuid = ""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            uuid = f"{props.name} GPU-{getattr(props, 'uuid', '?')}"
+    except ImportError:
+        pass
+    print("NODE " + json.dumps({"key": public_key_text(identity), "gpu": uuid}), flush=True)
+    client = NodeClient(
+        args.url, identity, parse_public_key(args.coord_key), profile.name, worker,
+        label=args.label,
+    )  # fmt: skip
+    await client.run_forever()
+
+
+# -- references -----------------------------------------------------------------------------
+
+
+def build_main(args: argparse.Namespace) -> None:
+    from netcheck.config import load_profile
+    from netcheck.engines import load_engine
+    from netcheck.references.build import build_references
+    from netcheck.storage import Store
+
+    profile = load_profile(args.profile)
+    engine = load_engine(profile)
+    store = Store(f"sqlite:///{args.db}")
+    t = time.perf_counter()
+    n = build_references(profile, engine, store, args.count)
+    info = {"references": n, "seconds": time.perf_counter() - t, "gpus": gpu_uuids(),
+            "fingerprint": engine.fingerprint, "fingerprint_id": engine.fingerprint_id}  # fmt: skip
+    print("BUILD " + json.dumps(info), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(info, indent=2) + "\n")
+
+
+# -- rounds ---------------------------------------------------------------------------------
+
+
+def _start_node(url: str, coord_key: str, profile: str, label: str, kind: str, card: str,
+                cards: int) -> subprocess.Popen[str]:  # fmt: skip
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if cards > 0:
+        env["CUDA_VISIBLE_DEVICES"] = str(int(card) % cards)
+    cmd = [sys.executable, __file__, "node", "--url", url, "--coord-key", coord_key,
+           "--profile", profile, "--label", label, "--kind", kind]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+
+
+async def _read_node_line(proc: subprocess.Popen[str], timeout_s: float) -> dict[str, Any]:
+    assert proc.stdout is not None
+    stdout = proc.stdout
+
+    def read() -> dict[str, Any]:
+        for line in stdout:
+            if line.startswith("NODE "):
+                info: dict[str, Any] = json.loads(line[5:])
+                return info
+        raise RuntimeError(f"node process exited with {proc.wait()}")
+
+    return await asyncio.wait_for(asyncio.to_thread(read), timeout_s)
+
+
+async def run_phase(
+    rc: Any, profile: Any, source: str, phase: str, rounds: int, cards: int
+) -> dict[str, Any]:
+    from netcheck.coordinator.rounds import run_round
+    from netcheck.keys import public_key_text
+
+    coord_key = public_key_text(rc.identity)
+    specs = PHASES[phase]
+    procs = [_start_node(rc.url, coord_key, source, label, kind, card, cards)
+             for label, kind, card in specs]  # fmt: skip
+    try:
+        infos = [await _read_node_line(p, 900) for p in procs]
+        labels = {info["key"]: spec[0] for info, spec in zip(infos, specs, strict=True)}
+        kinds = {spec[0]: spec[1] for spec in specs}
+        await rc.wait_connected(len(specs), timeout_s=120)
+        out_rounds = []
+        for _ in range(rounds):
+            report = (await run_round(rc.coord, profile.name, kind="full")).as_dict()
+            verdicts = {labels.get(v["node_key"], v["node_key"]): v for v in report["verdicts"]}
+            out_rounds.append({"round_id": report["round_id"], "phases": report["phases"],
+                               "verdicts": verdicts})  # fmt: skip
+            print(phase, report["round_id"], {k: (v["verdict"], v["elapsed_s"] and
+                  round(v["elapsed_s"], 3)) for k, v in verdicts.items()}, flush=True)  # fmt: skip
+        summary = {label: dict(Counter(r["verdicts"][label]["verdict"] for r in out_rounds
+                                       if label in r["verdicts"])) for label, _, _ in specs}  # fmt: skip
+        return {"phase": phase, "nodes": {spec[0]: {"kind": spec[1], "card": spec[2],
+                "gpu": info["gpu"], "key": info["key"]} for spec, info in zip(specs, infos,
+                strict=True)}, "rounds": out_rounds, "summary": summary, "kinds": kinds}  # fmt: skip
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        t = time.monotonic()
+        while rc.coord.sessions and time.monotonic() - t < 30:
+            await asyncio.sleep(0.1)
+
+
+async def rounds_main(args: argparse.Namespace) -> int:
+    from netcheck.capacity import capacity_status
+    from netcheck.config import load_profile
+    from netcheck.lab.testing import running_coordinator
+    from netcheck.storage import Store
+
+    profile = load_profile(args.profile)
+    store = Store(f"sqlite:///{args.db}")
+    result: dict[str, Any] = {"profile": profile.model_dump(mode="json"), "gpus": gpu_uuids(),
+                              "deadline_s_rtt0": profile.deadline_s(0.0),
+                              "capacity": capacity_status(profile).message,
+                              "command": " ".join(sys.argv), "phases": []}  # fmt: skip
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        async with running_coordinator(Path(tmp), [profile], store=store) as rc:
+            for phase in args.phases.split(","):
+                res = await run_phase(rc, profile, args.profile, phase, args.rounds, args.cards)
+                result["phases"].append(res)
+                for label, counts in res["summary"].items():
+                    kind = res["kinds"][label]
+                    want = "late" if phase == "b" and "shared" in label else EXPECTED[kind]
+                    good = counts.get(want, 0) == args.rounds
+                    ok &= good
+                    print(f"phase {phase} {label}: {counts} (expected {want} every round: "
+                          f"{'yes' if good else 'NO'})", flush=True)  # fmt: skip
+                if args.json:
+                    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    result["all_as_expected"] = ok
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    sub = ap.add_subparsers(dest="mode", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--profile", required=True)
+    b.add_argument("--db", required=True)
+    b.add_argument("--count", type=int, default=384)
+    b.add_argument("--json")
+    r = sub.add_parser("rounds")
+    r.add_argument("--profile", required=True)
+    r.add_argument("--db", required=True)
+    r.add_argument("--phases", default="a,b,c")
+    r.add_argument("--rounds", type=int, default=5)
+    r.add_argument("--cards", type=int, default=2, help="cards to spread nodes on (0: CPU)")
+    r.add_argument("--json")
+    n = sub.add_parser("node")
+    for opt in ("--url", "--coord-key", "--profile", "--label", "--kind"):
+        n.add_argument(opt, required=True)
+    args = ap.parse_args(argv)
+    if args.mode == "build":
+        build_main(args)
+        return 0
+    if args.mode == "node":
+        asyncio.run(node_main(args))
+        return 0
+    return asyncio.run(rounds_main(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""Configuration and results of the contention detectors (pure data; docs/detection.md §2).
+
+:class:`DetectorConfig` holds the thresholds and the split of ``alpha`` over the test
+families; :class:`Edge`, :class:`SuspectGroup` and :class:`Detection` are what
+:func:`netcheck.analysis.detectors.detect` returns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Thresholds of the screening detectors, with their documented defaults.
+
+    - ``alpha`` (0.01): family-wise error rate of each detector over all ordered pairs
+      (Bonferroni).
+    - ``effect_floor`` (log 1.25): minimum slowdown, in log units, that one partner's
+      load must add to a node's service time (Detector A) — a 25% slowdown. Honest
+      co-hosted GPUs couple by a few percent; a shared GPU with batching efficiency beta
+      adds ``log(1 + beta)`` (0.41 at beta = 0.5) for a pair.
+    - ``min_rounds`` (2): minimum rounds in each arm of a test (partner loaded / not),
+      and for Detector B minimum co-loaded rounds is ``min_coloaded_rounds`` (8).
+    - ``r_floor`` (0.5): minimum residual correlation for a Detector B edge.
+    - ``max_partners`` (8): forward selection stops after this many partners per node.
+    - ``forward_selection`` (True): Detector A with greedy forward selection; False =
+      the plain pairwise Welch test (the baseline).
+    - ``use_correlation`` (True): run Detector B.
+    - ``prior_df`` (10): degrees of freedom of the empirical-Bayes prior on each node's
+      residual variance (moderated t, Smyth 2004): the prior variance is the median
+      node variance; 0 = ordinary t. Short screenings give each node few rounds, and
+      a variance from 6 residuals makes the Bonferroni-level t threshold ~22.
+    - ``group_step`` (4): forward selection may also add 2 to ``group_step`` partners
+      at once (a *group step*, :func:`forward_selection`), tested as the slope on the
+      count of them that were loaded; 1 = single partners only. Detector A's ``alpha``
+      is then split: half for the single steps (Bonferroni over ordered pairs), half
+      shared equally by the group sizes 2..``group_step`` (Bonferroni over node x
+      partner set, ``n C(n-1, s)`` tests for size ``s``).
+    - ``group_candidates`` (24): beam width of the group search: every pair is tried,
+      then this many best sets of each size are extended by one partner (the
+      Bonferroni count covers every possible set, so a partial search costs power,
+      never error control).
+    - ``group_guard_p`` (0.01): in a group step each partner must also slow the node on
+      its own: partial coefficient (given the count of the others) above
+      ``effect_floor / 2`` and one-sided partial t at this level (not multiplicity
+      adjusted: it attributes the slowdown; the count test carries the error bound).
+    - ``reverse_test`` (True): a one-way selection ``i -> j`` (i's row selected j, j's
+      row did not select i) becomes an edge when j's residual rises with the count of
+      loaded nodes among i and the partners i selected together with j, at level
+      ``alpha / 2 / m`` (Bonferroni over the ``m`` one-way selections tested; see
+      :func:`reverse_tests`). The selection steps then share the other ``alpha / 2``.
+    """
+
+    alpha: float = 0.01
+    effect_floor: float = math.log(1.25)
+    min_rounds: int = 2
+    min_coloaded_rounds: int = 8
+    r_floor: float = 0.5
+    max_partners: int = 8
+    forward_selection: bool = True
+    use_correlation: bool = True
+    prior_df: float = 10.0
+    group_step: int = 4
+    group_candidates: int = 24
+    group_guard_p: float = 0.01
+    reverse_test: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError("alpha must be in (0, 1)")
+        if self.effect_floor < 0 or not 0.0 <= self.r_floor < 1.0:
+            raise ValueError("effect_floor must be >= 0 and r_floor in [0, 1)")
+        if self.min_rounds < 2 or self.min_coloaded_rounds < 4 or self.max_partners < 1:
+            raise ValueError("need min_rounds >= 2, min_coloaded_rounds >= 4, max_partners >= 1")
+        if self.prior_df < 0:
+            raise ValueError("prior_df must be >= 0")
+        if self.group_step < 1 or self.group_candidates < 2:
+            raise ValueError("need group_step >= 1 and group_candidates >= 2")
+        if not 0.0 < self.group_guard_p < 1.0:
+            raise ValueError("group_guard_p must be in (0, 1)")
+
+    def p_crit(self, n_nodes: int) -> float:
+        """Per-test one-sided level ``alpha / (n (n - 1))`` (Bonferroni)."""
+        return self.alpha / max(n_nodes * (n_nodes - 1), 1)
+
+    def _alpha_selection(self) -> float:
+        return self.alpha / (2.0 if self.reverse_test else 1.0)
+
+    def p_crit_single(self, n_nodes: int) -> float:
+        """Level of a single forward-selection step: Detector A's selection budget
+        (``alpha``, or ``alpha / 2`` with the reverse test), halved again when group
+        steps share it, over ``n (n - 1)`` ordered pairs."""
+        share = self._alpha_selection() / (2.0 if self.group_step > 1 else 1.0)
+        return share / max(n_nodes * (n_nodes - 1), 1)
+
+    def p_crit_group(self, n_nodes: int, size: int) -> float:
+        """Level of a group step adding ``size`` (2..``group_step``) partners: half the
+        selection budget, split equally over the sizes, over ``n C(n-1, size)`` tests."""
+        tests = n_nodes * math.comb(max(n_nodes - 1, 0), size)
+        return self._alpha_selection() / 2.0 / max(self.group_step - 1, 1) / max(tests, 1)
+
+    def p_crit_reverse(self, n_tests: int) -> float:
+        """Level of each of ``n_tests`` reverse tests: ``alpha / 2 / n_tests``."""
+        return self.alpha / 2.0 / max(n_tests, 1)
+
+    def z_crit(self, n_nodes: int) -> float:
+        """``Phi^-1(1 - alpha / (n (n - 1)))``: the Bonferroni bound as a normal deviate."""
+        return -NormalDist().inv_cdf(self.p_crit(n_nodes))
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One detector's evidence that ``a`` and ``b`` share a backend.
+
+    ``detector``: ``"A"`` (forward selection), ``"A-welch"`` (plain pairwise Welch) or
+    ``"B"`` (residual correlation). ``statistic``: the smaller of the two directions'
+    t (A) or the Fisher z (B); ``df``: its degrees of freedom (``inf`` for z).
+    ``p_value``: its one-sided p-value; ``p_threshold``: the Bonferroni level.
+    ``effect``: the smaller log-slowdown (A) or the correlation r (B);
+    ``effect_floor``: the floor it cleared. ``n_rounds``: rounds used (the smaller
+    direction for A, co-loaded rounds for B).
+    """
+
+    a: str
+    b: str
+    detector: str
+    statistic: float
+    df: float
+    p_value: float
+    p_threshold: float
+    effect: float
+    effect_floor: float
+    n_rounds: int
+
+
+@dataclass(frozen=True)
+class SuspectGroup:
+    """A connected component of the union edge graph (2+ members), with its edges."""
+
+    members: tuple[str, ...]
+    edges: tuple[Edge, ...]
+
+
+@dataclass(frozen=True)
+class Detection:
+    """All edges kept by the detectors and the suspect groups they form."""
+
+    edges: tuple[Edge, ...]
+    groups: tuple[SuspectGroup, ...]
+    z_crit: float
+    p_crit: float

@@ -1,0 +1,235 @@
+"""Arrival stamps taken where a websocket message completes, and frame opening off the
+event loop (docs/protocol.md, "Timing"; docs/scaling.md, "Timing accuracy").
+
+Two pieces of the coordinator's I/O layer; the protocol core (``Transport``) stays
+sans-I/O and unchanged:
+
+- :class:`ArrivalStamps` wraps the websocket parser of one session's HTTP protocol
+  object. When a chunk of bytes read from the socket completes one or more binary
+  websocket messages, each of them is stamped with ``time.monotonic_ns()`` read just
+  before that chunk was parsed. The stamp is therefore taken in the socket read
+  callback, before the message waits in aiohttp's queue for the session's reader task,
+  and before decryption, decoding and signature checks. It does not depend on how many
+  other sessions' results arrived in the same instant: those only cost the parsing of
+  their bytes (a few microseconds each), not their decryption.
+- :class:`FrameOpener` opens (authenticates, decrypts, decodes) frames and checks a
+  result's commitment and receipt signature in a bounded pool of worker threads, so a
+  burst of large results does not hold the event loop (and hence the stamps of frames
+  arriving meanwhile, and the release loop) for B x max_new_tokens ints per node.
+
+Alternatives considered: stamping in the reader task (the old way) puts every session
+behind the decoding done by the tasks woken before it (44-96 ms apart for 40-60 H200
+results at once, issue 11); kernel receive timestamps (``SO_TIMESTAMPNS``) need
+``recvmsg`` ancillary data, which asyncio's transports do not expose, and are wall
+clock, not monotonic; a process pool moves the GIL out of the way but pays a pickle of
+the decoded outputs back into the loop per result (~0.5-1 ms on this machine), as much
+as the work it saves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from netcheck.errors import LocalProtocolError
+from netcheck.protocol.jobs import commitment, verify_receipt
+from netcheck.protocol.messages import Message, Result
+from netcheck.protocol.transport import Transport
+
+log = logging.getLogger("netcheck.coordinator")
+
+#: Frames at most this long (bytes) are opened inline on the event loop: a thread hop
+#: (~50 us) costs more than opening an ack, echo reply or probe reply.
+INLINE_FRAME_BYTES = 2048
+#: Worker threads of the default :class:`FrameOpener`. The work holds the GIL for most
+#: of its time (msgpack hooks, the result's checks), so more threads add no CPU, and
+#: each extra thread is one more waiter the event loop can lose the GIL hand-off to.
+OPEN_WORKERS = 1
+#: GIL switch interval (seconds) set while a pool is running: a worker thread that holds
+#: the GIL delays the event loop's next socket read (and so its arrival stamps) by up to
+#: this long; Python's default is 5 ms.
+SWITCH_INTERVAL_S = 0.0005
+
+
+class ArrivalStamps:
+    """Arrival stamps of one websocket session's binary messages, in arrival order.
+
+    Install with :meth:`install` after the websocket is prepared. :meth:`take` returns
+    the stamp of a message the reader received (matched by identity of its payload);
+    a message parsed outside the wrapped path (aiohttp resumes a parser that stalled on
+    a full queue by calling it directly) has no stamp, and ``take`` returns None.
+    """
+
+    def __init__(self) -> None:
+        self._pending: collections.deque[tuple[object, int]] = collections.deque()
+        self.installed = False
+        self.missed = 0
+
+    def install(self, request: web.BaseRequest, ws: web.WebSocketResponse) -> bool:
+        """Wrap the websocket parser of ``request``'s protocol; True if installed.
+
+        Relies on two aiohttp internals (``RequestHandler._payload_parser`` and the
+        ``WebSocketDataQueue`` buffer, ``aiohttp>=3.11``); if either is missing the
+        stamps fall back to the reader task (logged once), and
+        ``tests/coordinator/test_arrivals.py`` fails, so an aiohttp upgrade that
+        changes them is noticed.
+        """
+        proto: Any = request.protocol
+        queue: Any = getattr(ws, "_reader", None)
+        parser = getattr(proto, "_payload_parser", None)
+        buffer = getattr(queue, "_buffer", None)
+        if parser is None or not isinstance(buffer, collections.deque):
+            _warn_fallback()
+            return False
+        proto._payload_parser = _StampingParser(parser, buffer, self._pending)
+        self.installed = True
+        return True
+
+    def take(self, data: object) -> int | None:
+        """The stamp of the binary message whose payload is ``data``, or None."""
+        pending = self._pending
+        while pending:
+            head, stamp = pending[0]
+            if head is data:
+                pending.popleft()
+                return stamp
+            if not any(d is data for d, _ in pending):
+                break  # not stamped: leave the later stamps for their messages
+            pending.popleft()  # a stamped message the reader never saw (cannot happen)
+        self.missed += 1
+        return None
+
+
+_warned = False
+
+
+def _warn_fallback() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning(
+            "aiohttp internals changed: arrival stamps taken in the reader task instead "
+            "of the socket read callback (less precise under bursts; docs/protocol.md)"
+        )
+
+
+class _StampingParser:
+    """Forwards to aiohttp's websocket parser; stamps the binary messages a chunk
+    completes with the clock read before the chunk was parsed."""
+
+    __slots__ = ("_parser", "_buffer", "_pending")
+
+    def __init__(
+        self,
+        parser: Any,
+        buffer: collections.deque[Any],
+        pending: collections.deque[tuple[object, int]],
+    ) -> None:
+        self._parser = parser
+        self._buffer = buffer
+        self._pending = pending
+
+    def feed_data(self, data: bytes) -> Any:
+        now = time.monotonic_ns()
+        before = len(self._buffer)
+        out = self._parser.feed_data(data)
+        added = len(self._buffer) - before
+        if added > 0:
+            for i in range(len(self._buffer) - added, len(self._buffer)):
+                msg = self._buffer[i][0]
+                if msg.type is WSMsgType.BINARY:
+                    self._pending.append((msg.data, now))
+        return out
+
+    def __getattr__(self, name: str) -> Any:  # feed_eof and anything else aiohttp calls
+        return getattr(self._parser, name)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A frame opened by :meth:`FrameOpener.open`.
+
+    Attributes:
+        message: the decoded message.
+        commitment_ok: for a ``Result``: its commitment equals
+            :func:`~netcheck.protocol.jobs.commitment` of its outputs; else None.
+        signature_ok: for a ``Result``: its receipt signature verifies under the
+            node's key for this session and round; else None.
+        opened_ns: ``time.monotonic_ns()`` when opening finished (in the worker).
+    """
+
+    message: Message
+    commitment_ok: bool | None = None
+    signature_ok: bool | None = None
+    opened_ns: int = 0
+
+
+def open_frame(transport: Transport, frame: bytes, node_key: bytes) -> Opened:
+    """Open ``frame`` with ``transport`` and check a result's commitment and receipt.
+
+    Runs in a worker thread or inline; one session's frames must be opened one at a
+    time, in order (the session's reader awaits each).
+
+    Raises:
+        ProtocolError: as :meth:`Transport.open`.
+    """
+    msg = transport.open(frame)
+    if isinstance(msg, Result):
+        try:
+            c_ok = commitment(msg.outputs) == msg.commitment
+        except LocalProtocolError:  # cannot happen: decoding checked the token ids
+            c_ok = False
+        s_ok = verify_receipt(
+            node_key, msg.signature, transport.session_id, msg.round_id, msg.commitment
+        )
+        return Opened(msg, c_ok, s_ok, time.monotonic_ns())
+    return Opened(msg, opened_ns=time.monotonic_ns())
+
+
+class FrameOpener:
+    """Opens received frames: small ones inline, large ones in ``workers`` threads.
+
+    Args:
+        workers: worker threads (bounded pool; 0 opens every frame inline, the old
+            behaviour, kept for comparison in ``scripts/bench_timing.py``).
+        inline_bytes: frames up to this size are opened on the event loop.
+    """
+
+    def __init__(self, workers: int = OPEN_WORKERS, inline_bytes: int = INLINE_FRAME_BYTES):
+        self.workers = workers
+        self.inline_bytes = inline_bytes
+        self._executor: ThreadPoolExecutor | None = None
+        self._switch_interval: float | None = None
+
+    async def open(self, transport: Transport, frame: bytes, node_key: bytes) -> Opened:
+        """Open one frame (see :func:`open_frame`).
+
+        Raises:
+            ProtocolError: as :meth:`Transport.open`.
+        """
+        if self.workers <= 0 or len(frame) <= self.inline_bytes:
+            return open_frame(transport, frame, node_key)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="netcheck-open")
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL_S))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, open_frame, transport, frame, node_key)
+
+    def close(self) -> None:
+        """Stop the worker threads (pending frames finish first) and restore the GIL
+        switch interval."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None

@@ -1,0 +1,95 @@
+"""The coordinator's aiohttp application, assembled in one place.
+
+- ``GET /v1/ws``: node sessions (:meth:`Coordinator.handle_ws`, docs/protocol.md §2-§4).
+- ``/admin/...``: the operator API, a sub-application (:func:`netcheck.coordinator.admin.admin_app`).
+- ``/dashboard...``, ``/export/...``, ``/metrics``: the dashboard, exports and metrics
+  (:func:`netcheck.web.add_web_routes`), registered on the root application because they
+  share no single path prefix; they see the coordinator only through a read-only
+  :class:`~netcheck.web.view.CoordinatorView` (:class:`LiveView`).
+- the detection timer (:meth:`Screening.attach`) and the shutdown that closes sessions.
+
+Every request first passes :func:`netcheck.web.inputs.refuse_control_chars`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from netcheck.capacity import unsafe_profiles
+from netcheck.coordinator.admin import ADMIN_PREFIX, admin_app
+from netcheck.coordinator.server import WS_PATH, Coordinator
+from netcheck.storage.store import Store
+from netcheck.web import add_web_routes
+from netcheck.web.inputs import refuse_control_chars
+
+#: Largest request body (admin JSON bodies, dashboard forms), bytes.
+CLIENT_MAX_SIZE = 1024 * 1024
+
+
+class LiveView:
+    """:class:`~netcheck.web.view.CoordinatorView` of a live coordinator (read at each
+    call, so a changed config or session table shows at once)."""
+
+    def __init__(self, coord: Coordinator) -> None:
+        self._coord = coord
+
+    @property
+    def admin_token(self) -> str:
+        return self._coord.config.admin_token
+
+    @property
+    def store(self) -> Store:
+        return self._coord.store
+
+    @property
+    def handshake_failures(self) -> int:
+        return self._coord.handshake_failures
+
+    def connected_keys(self) -> Collection[str]:
+        return self._coord.sessions.keys()
+
+    def connected_per_profile(self) -> Mapping[str, int]:
+        per_profile = dict.fromkeys(self._coord.profiles, 0)
+        for s in self._coord.sessions.values():
+            per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
+        return per_profile
+
+    def extra_collectors(self) -> list[Any]:
+        return self._coord.extra_collectors()
+
+    async def held_by(self) -> Mapping[str, Mapping[str, Any]] | None:
+        return await self._coord.held_by()
+
+
+def make_app(coord: Coordinator) -> web.Application:
+    """The aiohttp application of ``coord``: websocket endpoint, admin API, dashboard."""
+    app = web.Application(client_max_size=CLIENT_MAX_SIZE, middlewares=[refuse_control_chars])
+    app.router.add_get(WS_PATH, coord.handle_ws)
+    app.add_subapp(ADMIN_PREFIX, admin_app(coord))
+    coord.screening.attach(app)
+    # issue 10: every dashboard page states which profiles cannot tell two identities apart
+    warnings = [s.message for s in unsafe_profiles(list(coord.profiles.values()))]
+    add_web_routes(app, LiveView(coord), capacity_warnings=warnings)
+    app.on_shutdown.append(coord.on_shutdown)
+    app.on_cleanup.append(coord.on_cleanup)
+    return app
+
+
+async def make_runner(coord: Coordinator) -> web.AppRunner:
+    """A set-up :class:`aiohttp.web.AppRunner` for :func:`make_app`; add a site.
+
+    aiohttp's ``keepalive_timeout`` is set to ``request_header_timeout_s``: a
+    connection waiting for a complete HTTP request (the first one, from accept, or
+    the next one on a keep-alive connection) is closed after that long, which stops
+    "slowloris" clients that trickle headers. Its default (3630 s in
+    ``RequestHandler``) would let one client hold a socket for an hour. Websocket
+    sessions are inside a request and are not affected.
+    """
+    runner = web.AppRunner(
+        make_app(coord), access_log=None, keepalive_timeout=coord.config.request_header_timeout_s
+    )
+    await runner.setup()
+    return runner

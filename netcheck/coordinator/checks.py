@@ -1,0 +1,154 @@
+"""The per-round detection checks (docs/detection.md), run after every recorded round by
+:meth:`netcheck.coordinator.detection.Screening.after_round`:
+
+- :func:`result_sharing`: answer-level proof (:func:`find_result_sharing`) ->
+  ``result-sharing`` flag at once;
+- :func:`capacity`: ``capacity_strikes`` ``late``/``missing`` verdicts among a node's
+  last ``capacity_window`` -> ``capacity`` flag;
+- :func:`relay`: the relay test (:func:`~netcheck.analysis.screening.relay_check`) over
+  the recent rounds of each node whose probe this round exceeded the floor or went
+  unanswered -> ``relay`` flag, ``confirmed`` or ``pending``.
+
+A flag is not raised twice for the same rounds: the evidence of a node's earlier flags of
+that kind is read in two queries (:meth:`FlagStore.node_flag_evidence`), not one per flag.
+Each function runs in a worker thread (it reads and writes the database) and returns the
+ids of the flags it added.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from netcheck.analysis import evidence as ev
+from netcheck.analysis.answers import NodeResult, find_result_sharing
+from netcheck.analysis.confirm import RELAY
+from netcheck.analysis.screening import (
+    CAPACITY,
+    RELAY_MIN_ROUNDS,
+    RELAY_WINDOW_ROUNDS,
+    RESULT_SHARING,
+    STRIKE_VERDICTS,
+    capacity_check,
+    probe_pairs,
+    relay_check,
+    relay_suspect,
+)
+from netcheck.config import CoordinatorConfig, Profile
+from netcheck.records import FlagStatus, NodeOutcome, NodeRecord, RoundPlan
+from netcheck.storage.flags import FlagStore
+
+log = logging.getLogger("netcheck.screening")
+
+
+def result_sharing(
+    flags: FlagStore, profile: Profile, plan: RoundPlan, records: Mapping[str, NodeRecord]
+) -> list[int]:
+    """Answer-level proof (:func:`find_result_sharing`): a ``result-sharing`` flag, at
+    once, for every pair of nodes whose answers match in this round; returns flag ids."""
+    results = {
+        key: NodeResult(rec.commitment, rec.outputs)
+        for key, rec in records.items()
+        if rec.outputs is not None
+    }
+    prompts = {a.node_key: a.prompts for a in plan.assignments}
+    ids = []
+    for f in find_result_sharing(plan.round_id, results, prompts):
+        evidence = ev.result_sharing_evidence(plan.round_id, f, prompts, records)
+        stat = float(len(f.positions) or 1)
+        ids.append(flags.add_flag(RESULT_SHARING, FlagStatus.CONFIRMED, profile.name,
+                                       [f.a, f.b], stat, 1.0, evidence))  # fmt: skip
+        log.warning("round %s: result sharing between %s and %s (%s)",
+                    plan.round_id, f.a[:20], f.b[:20], f.evidence)  # fmt: skip
+    return ids
+
+
+def capacity(
+    flags: FlagStore, config: CoordinatorConfig, profile: Profile, round_id: str,
+    outcomes: Sequence[NodeOutcome],
+) -> list[int]:  # fmt: skip
+    """Capacity strikes: a ``capacity`` flag for a node with ``capacity_strikes``
+    ``late``/``missing`` verdicts among its last ``capacity_window`` (once per window);
+    returns flag ids."""
+    window, need = config.capacity_window, config.capacity_strikes
+    ids = []
+    for o in outcomes:
+        if str(o.verdict) not in STRIKE_VERDICTS:
+            continue
+        recent = flags.recent_verdicts(o.node_key, window)
+        hits, failed = capacity_check(recent, window, need)
+        round_ids = [v["round_id"] for v in recent]
+        if not failed or _capacity_flagged(flags, o.node_key, round_ids):
+            continue
+        rows = [r for r in flags.round_results(round_ids) if r["node_key"] == o.node_key]
+        evidence = ev.capacity_evidence(recent, hits, window, profile.deadline.model_dump(), rows)
+        ids.append(flags.add_flag(CAPACITY, FlagStatus.CONFIRMED, profile.name, [o.node_key],
+                                       float(len(hits)), float(need), evidence))  # fmt: skip
+        log.warning("node %s: capacity flag (%d strikes in %d verdicts)",
+                    o.node_key[:20], len(hits), len(recent))  # fmt: skip
+    return ids
+
+
+def relay(flags: FlagStore, profile: Profile, records: Mapping[str, NodeRecord]) -> list[int]:
+    """The relay test over the recent rounds' stored probe and echo RTTs of every
+    node whose probe in this round exceeded the floor or went unanswered (a
+    persistent excess shows in most rounds; docs/detection.md "Relay test")."""
+    store = flags.store
+    suspects = [k for k, rec in records.items() if relay_suspect(rec.timing, profile.probe_ref_s)]
+    by_round: dict[str, dict[str, dict[str, Any]]] = {}
+
+    def row(round_id: str, node_key: str) -> dict[str, Any] | None:
+        if round_id not in by_round:
+            by_round[round_id] = {r["node_key"]: r for r in store.round_verdicts(round_id)}
+        return by_round[round_id].get(node_key)
+
+    ids = []
+    for node in sorted(suspects):
+        recent = flags.recent_verdicts(node, RELAY_WINDOW_ROUNDS)[::-1]
+        rows = [r for v in recent if (r := row(v["round_id"], node)) is not None]
+        pairs = probe_pairs(rows)
+        res = relay_check(pairs, profile.probe_ref_s)
+        flagged = res is not None and res.flagged
+        silent = res is None and len(pairs.unanswered) >= RELAY_MIN_ROUNDS
+        if not (flagged or silent):
+            continue
+        window = [v["round_id"] for v in recent]
+        if _relay_flagged(flags, node, window):
+            continue
+        evidence = ev.relay_evidence(profile.probe_ref_s, rows, pairs, res)
+        if flagged:
+            assert res is not None
+            ids.append(flags.add_flag(RELAY, FlagStatus.CONFIRMED, profile.name, [node],
+                                           res.median_excess_s, res.threshold_s, evidence))  # fmt: skip
+            log.warning("node %s: relay flag (probe excess %.1f ms > %.1f ms)",
+                        node[:20], res.median_excess_s * 1e3, res.threshold_s * 1e3)  # fmt: skip
+        else:
+            ids.append(flags.add_flag(RELAY, FlagStatus.PENDING, profile.name, [node],
+                                           float(len(pairs.unanswered)),
+                                           float(RELAY_MIN_ROUNDS), evidence))  # fmt: skip
+            log.warning("node %s: relay flag (pending): probes unanswered in %d rounds",
+                        node[:20], len(pairs.unanswered))  # fmt: skip
+    return ids
+
+
+def _relay_flagged(flags: FlagStore, node_key: str, window_rounds: Sequence[str]) -> bool:
+    """A relay flag of this node already covers a round of the current window."""
+    return _covered(flags, RELAY, "rounds", node_key, window_rounds)
+
+
+def _capacity_flagged(flags: FlagStore, node_key: str, window_rounds: Sequence[str]) -> bool:
+    """A capacity flag of this node already covers a round of the current window."""
+    return _covered(flags, CAPACITY, "strike_rounds", node_key, window_rounds)
+
+
+def _covered(
+    flags: FlagStore, kind: str, field: str, node_key: str, window_rounds: Sequence[str]
+) -> bool:
+    """One of the 50 newest ``kind`` flags of ``node_key`` lists (in its evidence's
+    ``field``) a round of ``window_rounds``."""
+    window = set(window_rounds)
+    return any(
+        window & set(evidence.get(field, []))
+        for evidence in flags.node_flag_evidence(kind, node_key, limit=50)
+    )

@@ -1,0 +1,135 @@
+"""Render a calibration result (:func:`netcheck.engines.calibrate.run_calibration`):
+markdown, the ``[deadline]`` and ``[capacity]`` TOML tables, and a profile file with
+those tables replaced."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from netcheck.capacity import MIN_MARGIN, TARGET_MARGIN, UNSAFE_TEXT
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def _table(name: str, values: dict[str, Any], comment: str) -> str:
+    lines = [f"[{name}]", f"# {comment}"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in values.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def toml_tables(result: dict[str, Any]) -> str:
+    """The ``[deadline]`` (and, when t(2) was measured, ``[capacity]``) tables."""
+    label = "CPU figures" if result.get("cpu") else "measured"
+    out = _table(
+        "deadline",
+        result["deadline"],
+        f"{label} by `netcheck engine calibrate` on {result['card']}, {result['date']}: "
+        f"D = max(a t_ref, b p99) + 2 min(rtt, max_rtt) + slack, a and b from the honest spread",
+    )
+    if "capacity" in result:
+        out += "\n" + _table(
+            "capacity",
+            result["capacity"],
+            f"{label}: t(k) = seconds until k identities sharing the card are all done",
+        )
+    return out
+
+
+def replace_tables(profile_text: str, tables: str) -> str:
+    """``profile_text`` with its ``[deadline]`` and ``[capacity]`` tables (each up to the
+    next table header or the end) removed and ``tables`` appended."""
+    kept: list[str] = []
+    skipping = False
+    for line in profile_text.splitlines():
+        header = re.match(r"^\s*\[([^\]]+)\]\s*(#.*)?$", line)
+        if header:
+            skipping = header.group(1).strip() in ("deadline", "capacity")
+        if not skipping:
+            kept.append(line)
+    body = "\n".join(kept).rstrip() + "\n"
+    return body + "\n" + tables
+
+
+def render_markdown(result: dict[str, Any], command: str) -> str:
+    """A markdown page of the result (tables; CPU figures labelled)."""
+    cpu = result.get("cpu")
+    p = result["profile"]
+    title = f"# Calibration: {p['name']}" + (" (CPU figures)" if cpu else "")
+    lines = [
+        title,
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Card: {result['card']}; software {result['software']}; date {result['date']}; "
+        f"host {result['host']}; wall {result.get('wall_s', 0):.0f} s.",
+        "",
+        f"Shape: {p['model']} {p['dtype']}, B = {p['batch_size']}, prompt_len "
+        f"{p['prompt_len']} (prompt_chars {p.get('prompt_chars')}), "
+        f"{p['max_new_tokens']} new tokens.",
+        "",
+    ]
+    if "selftest_passed" in result:
+        lines += [f"Quick selftest: {'PASS' if result['selftest_passed'] else 'FAIL'}", ""]
+    times = result["times_s"]
+    d = result["deadline"]
+    lines += [
+        "## Single identity",
+        "",
+        "| t_ref (median) | p99 | min | max | batches |",
+        "|---|---|---|---|---|",
+        f"| {result['t_ref_s']:.4f} s | {result['p99_s']:.4f} s | {min(times):.4f} s | "
+        f"{max(times):.4f} s | {len(times)} |",
+        "",
+        f"Deadline from the measured spread: a = {d['a']}, b = {d['b']}, slack "
+        f"{d['slack_s']} s, max_rtt {d['max_rtt_s']} s -> D = "
+        f"{result['deadline_s_rtt0']:.3f} s at rtt 0, {result['deadline_s_max_rtt']:.3f} s "
+        "at max_rtt.",
+        "",
+        f"Achieved: {result['achieved_flops'] / 1e12:.1f} TFLOP/s of a measured bf16 matmul "
+        f"peak of {result['peak_bf16_flops'] / 1e12:.1f} TFLOP/s = "
+        f"{100 * result['flops_fraction']:.1f}% ({result['batch_flops'] / 1e12:.1f} TFLOP "
+        "per batch).",
+        "",
+        "## Co-location: k identities sharing the card",
+        "",
+        "| k | packing | t(k) median makespan | trials | exact outputs | note |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result["colocation"]:
+        t = f"{r['t_s']:.4f} s" if r["t_s"] is not None else "-"
+        lines.append(
+            f"| {r['k']} | {r['packing']} | {t} | {len(r['makespans_s'])} | "
+            f"{'yes' if r.get('exact_outputs') else 'no'} | {r['error'] or ''} |"
+        )
+    t_k = result["t_k_s"]
+    lines += [
+        "",
+        "| "
+        + " | ".join(f"t({k + 1})" for k in range(len(t_k)))
+        + " | "
+        + " | ".join(f"beta({k + 2})" for k in range(len(result["beta"])))
+        + " | capacity margin t(2)/D(max_rtt) |",
+        "|" + "---|" * (len(t_k) + len(result["beta"]) + 1),
+    ]
+    margin = result.get("margin")
+    verdict = "unmeasured" if margin is None else f"{margin:.2f}"
+    lines.append(
+        "| " + " | ".join(f"{t:.4f}" for t in t_k) + " | "
+        + " | ".join(f"{x:.2f}" for x in result["beta"]) + f" | {verdict} |"
+    )  # fmt: skip
+    if margin is None or margin < MIN_MARGIN:
+        lines += ["", f"**Unsafe for capacity: {UNSAFE_TEXT}.**"]
+    elif margin < TARGET_MARGIN:
+        lines += ["", f"Margin below the {TARGET_MARGIN} target for shipped GPU profiles."]
+    lines += ["", "## Profile tables", "", "```toml", toml_tables(result).rstrip(), "```", ""]
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""``netcheck engine calibrate`` (netcheck.engines.calibrate, colocate, calibrate_report)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from netcheck.capacity import capacity_status
+from netcheck.config import DEFAULT_PROFILES_DIR, load_profile
+from netcheck.engines.calibrate import batch_flops, model_shape, run_calibration
+from netcheck.engines.calibrate_report import render_markdown, replace_tables, toml_tables
+from netcheck.engines.colocate import KRun, outputs_digest
+from netcheck.errors import EngineError
+
+SHAPE = {"hidden": 4, "layers": 1, "intermediate": 8, "heads": 2, "kv_heads": 2, "vocab": 10}
+
+
+def test_batch_flops_by_hand() -> None:
+    """Projections, causal attention, LM head at the last position, decode steps."""
+    # prefill 2*320 + 2*1*2*2*4 + 80 = 752; one decode step 320 + 4*3*4 + 80 = 448
+    assert batch_flops(SHAPE, 1, 2, 2) == 1200.0
+    assert batch_flops(SHAPE, 3, 2, 2) == 3 * 1200.0  # linear in B
+
+
+def test_model_shape_reads_config_and_fails_clearly(tmp_path: Path) -> None:
+    """config.json fields, num_key_value_heads defaulting to the heads; a clear error."""
+    cfg = {"hidden_size": 8, "num_hidden_layers": 2, "intermediate_size": 16,
+           "num_attention_heads": 2, "vocab_size": 258}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert model_shape(tmp_path)["kv_heads"] == 2
+    with pytest.raises(EngineError, match="model shape"):
+        model_shape(tmp_path / "missing")
+
+
+def test_krun_median_and_exactness() -> None:
+    """t(k) is the median makespan; exact only when every identity matched every trial."""
+    run = KRun(2, "processes", [3.0, 1.0, 2.0], [["a", "a"], ["b", "b"], ["c", "c"]])
+    assert run.t_s == 2.0 and run.exact(["a", "b", "c"])
+    assert not run.exact(["a", "b", "x"]) and not KRun(2, "streams").exact([])
+    assert KRun(2, "streams").t_s is None
+    assert outputs_digest([[1, 2]]) != outputs_digest([[1, 3]])
+
+
+def _result() -> dict[str, object]:
+    prof = load_profile("cpu-tiny")
+    return {
+        "profile": prof.model_dump(mode="json"), "cpu": True, "card": "cpu (x86_64)",
+        "software": "torch", "date": "2026-11-30", "host": "h", "wall_s": 1.0,
+        "times_s": [1.0, 1.1, 1.2], "t_ref_s": 1.1, "p99_s": 1.2,
+        "deadline": {"t_ref_s": 1.1, "a": 1.2, "b": 1.1, "p99_s": 1.2, "slack_s": 0.02,
+                     "max_rtt_s": 0.05},
+        "deadline_s_rtt0": 1.34, "deadline_s_max_rtt": 1.44,
+        "achieved_flops": 1e9, "peak_bf16_flops": 2e9, "flops_fraction": 0.5,
+        "batch_flops": 1.1e9,
+        "colocation": [{"k": 2, "packing": "processes", "t_s": 2.2, "makespans_s": [2.2],
+                        "error": None, "exact_outputs": True}],
+        "t_k_s": [1.1, 2.2], "beta": [1.0], "margin": 1.53,
+        "capacity": {"t_s": [1.1, 2.2], "beta": [1.0], "margin": 1.53, "flops_fraction": 0.5,
+                     "peak_tflops": 0.002, "packing": "processes", "card": "cpu (x86_64)",
+                     "date": "2026-11-30", "software": "torch"},
+    }  # fmt: skip
+
+
+def test_tables_replace_the_profile_tables(tmp_path: Path) -> None:
+    """The written [deadline]/[capacity] replace the old ones and load as a valid profile."""
+    result = _result()
+    text = (DEFAULT_PROFILES_DIR / "cpu-tiny.toml").read_text()
+    tables = toml_tables(result)
+    assert "CPU figures" in tables
+    new = replace_tables(replace_tables(text, tables), tables)  # idempotent
+    assert new.count("[deadline]") == 1 and new.count("[capacity]") == 1
+    path = tmp_path / "cpu-tiny.toml"
+    path.write_text(new)
+    prof = load_profile(path)
+    assert prof.deadline.a == 1.2 and prof.capacity is not None
+    assert prof.capacity.t_s == [1.1, 2.2] and prof.capacity.packing == "processes"
+    assert capacity_status(prof).margin == pytest.approx(2.2 / prof.deadline_s(0.05))
+    md = render_markdown(result, "netcheck engine calibrate --profile cpu-tiny")
+    assert "(CPU figures)" in md and "| 1.1000 | 2.2000 | 1.00 | 1.53 |" in md
+
+
+@pytest.mark.slow
+def test_run_calibration_on_cpu() -> None:
+    """The whole calibration on the CPU: t(1), two identities as two processes with exact
+    outputs, the deadline from the spread, a valid [capacity] record labelled CPU."""
+    prof = load_profile("cpu-tiny").model_copy(
+        update={"batch_size": 4, "max_new_tokens": 4, "prompt_len": 32, "prompt_chars": 31}
+    )
+    steps: list[str] = []
+    result = run_calibration(
+        prof, batches=2, trials=1, max_k=2, selftest=False,
+        progress=lambda text, _f: steps.append(text),
+    )  # fmt: skip
+    assert result["cpu"] is True and result["card"].startswith("cpu")
+    procs = [r for r in result["colocation"] if r["packing"] == "processes"]
+    assert procs and procs[0]["exact_outputs"] is True and procs[0]["t_s"] > 0
+    streams = [r for r in result["colocation"] if r["packing"] == "streams"]
+    assert "not applicable on a CPU" in streams[0]["error"]
+    assert len(result["t_k_s"]) == 2 and result["capacity"]["packing"] == "processes"
+    assert result["deadline"]["a"] >= 1.1 and result["flops_fraction"] > 0
+    assert steps[0] == "loading the engine" and steps[-1] == "done"
