@@ -83,7 +83,9 @@ class Store:
     def __init__(self, url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.url = url
         parsed = make_url(url)
-        self._sqlite = parsed.get_backend_name() == "sqlite"
+        self.backend: str = parsed.get_backend_name()
+        """``sqlite`` or ``postgresql`` (the SQLAlchemy backend name)."""
+        self._sqlite = self.backend == "sqlite"
         kwargs: dict[str, Any] = {}
         if self._sqlite:
             database = parsed.database or ""
