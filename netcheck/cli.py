@@ -229,6 +229,22 @@ def coordinator_serve(config_path: Path, verbose: bool) -> None:
     asyncio.run(serve(config_path))
 
 
+@main.group()
+def gateway() -> None:
+    """Run a gateway: one of several coordinator processes sharing PostgreSQL."""
+
+
+@gateway.command("serve")
+@_config_file("configs/gateway.toml", "Gateway config (a coordinator config plus gateway_id)")
+@_verbose_option
+def gateway_serve(config_path: Path, verbose: bool) -> None:
+    """Serve nodes and take part in (or lead) rounds until interrupted (docs/gateways.md)."""
+    from netcheck.gateway.app import serve
+
+    setup_logging(verbose, "gateway")
+    asyncio.run(serve(config_path))
+
+
 # -- node ------------------------------------------------------------------------------
 
 

@@ -47,7 +47,6 @@ from aiohttp import web
 from netcheck.coordinator.capacity_gate import capacity_context
 from netcheck.coordinator.jobs import ScreeningJobs
 from netcheck.coordinator.pool import live_pool
-from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError
 from netcheck.storage.flags import FLAG_STATUSES, jsonable
 from netcheck.storage.reader import Reader
@@ -139,7 +138,13 @@ def admin_app(coord: Coordinator) -> web.Application:
             n["display_name"] = coord.config.node_names.get(n["node_key"], "")
             if n["connected"]:
                 n["last_seen_at"] = now
-        return web.json_response(jsonable({"connected": connected, "known": known}))
+        body: dict[str, Any] = {"connected": connected, "known": known}
+        held = await coord.held_by()
+        if held is not None:  # several gateways: which gateway holds each node
+            for c in connected:
+                c["gateway"] = held.get(str(c["node_key"]), {}).get("gateway_id")
+            body["cluster"] = list(held.values())
+        return web.json_response(jsonable(body))
 
     def default_profile() -> str:
         return next(iter(coord.profiles), coord.config.profiles[0])
@@ -148,7 +153,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         body = await json_object(request)
         profile = optional_name(body, "profile") or default_profile()
         try:
-            report = await run_round(coord, profile)
+            report = await coord.start_round(profile)
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         body = report.as_dict()

@@ -16,6 +16,7 @@ Every request first passes :func:`netcheck.web.inputs.refuse_control_chars`, the
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from typing import Any
 
 from aiohttp import web
 
@@ -64,6 +65,12 @@ class LiveView:
         for s in list(self._coord.sessions.values()):  # a snapshot: may run in a thread
             per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
         return per_profile
+
+    def extra_collectors(self) -> list[Any]:
+        return self._coord.extra_collectors()
+
+    async def held_by(self) -> Mapping[str, Mapping[str, Any]] | None:
+        return await self._coord.held_by()
 
 
 def make_app(coord: Coordinator) -> web.Application:

@@ -45,11 +45,12 @@ class ScreeningJob:
     report: dict[str, Any] | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-    _round_times: list[float] = field(default_factory=list)
+    _t0: float = field(default_factory=time.monotonic)  # durations: never the wall clock
+    _round_times: list[float] = field(default_factory=list)  # time.monotonic() per round
 
     def progress(self, done: int, total: int) -> None:
         self.rounds_done = done
-        self._round_times.append(time.time())
+        self._round_times.append(time.monotonic())
 
     def eta_s(self) -> float | None:
         """Seconds until the last round ends, from the mean round time so far (None
@@ -60,7 +61,7 @@ class ScreeningJob:
         left = self.rounds_total - self.rounds_done
         if left <= 0:
             return None
-        per_round = (self._round_times[-1] - self.started_at) / len(self._round_times)
+        per_round = (self._round_times[-1] - self._t0) / len(self._round_times)
         return per_round * left
 
     def as_dict(self) -> dict[str, Any]:

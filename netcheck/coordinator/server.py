@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -33,6 +34,9 @@ from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore
 from netcheck.web.metrics import observe_round
+
+if TYPE_CHECKING:
+    from netcheck.coordinator.rounds import RoundReport
 
 log = logging.getLogger("netcheck.coordinator")
 
@@ -234,6 +238,7 @@ class Coordinator:
                 dict(session.claim.fingerprint),
                 time.time(),
             )
+            await self.claim_session(session)
         except StorageError as exc:
             log.error("node %s refused for now: %s", session.label, exc)
             await session.close_bounded(CloseCode.TRY_AGAIN_LATER, b"try again later")
@@ -260,6 +265,7 @@ class Coordinator:
         keepalive.cancel()
         if self.sessions.get(session.node_key) is session:
             del self.sessions[session.node_key]
+            await self.drop_session(session)
         if not session.ws.closed:
             await session.close_bounded(code, code.name.lower().encode())
         try:  # "last seen" is when the session ended, not when it began
@@ -267,6 +273,30 @@ class Coordinator:
         except StorageError as exc:
             log.warning("node %s: last-seen time not stored: %s", session.label, exc)
         log.info("node %s left (close code %d %s)", session.label, int(code), code.name)
+
+    async def claim_session(self, session: NodeSession) -> None:
+        """Hook: make ``session`` the node's one live session beyond this process (a
+        gateway records it in the shared database). Raises StorageError to refuse the
+        node for now (closed with TRY_AGAIN_LATER). One process: nothing to do."""
+
+    async def drop_session(self, session: NodeSession) -> None:
+        """Hook: ``session`` ended and was this process's session of its node."""
+
+    async def start_round(self, profile: str) -> RoundReport:
+        """Run a round now (admin API ``POST /admin/rounds``); see
+        :func:`netcheck.coordinator.rounds.run_round` for the errors raised."""
+        from netcheck.coordinator.rounds import run_round
+
+        return await run_round(self, profile)
+
+    def extra_collectors(self) -> list[Any]:
+        """Prometheus collectors beyond the coordinator's own (``GET /metrics``)."""
+        return []
+
+    async def held_by(self) -> dict[str, dict[str, Any]] | None:
+        """Several gateways: ``node_key -> session row`` (with ``gateway_id``) of every
+        node connected to any live gateway. One process: None."""
+        return None
 
     # -- lifecycle ----------------------------------------------------------------
 

@@ -124,14 +124,15 @@ def add_hash_references(
 
 
 class LoadClient(NodeClient):
-    """A node client that records when its (first) handshake completed."""
+    """A node client that records when its (first) handshake completed
+    (``time.monotonic()`` seconds)."""
 
     handshake_done_at: float | None = None
 
     async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> _Session:
         session = await super()._handshake(ws)
         if self.handshake_done_at is None:
-            self.handshake_done_at = time.time()
+            self.handshake_done_at = time.monotonic()
         return session
 
 
@@ -169,7 +170,9 @@ async def run_nodes(
 
     Every node connects at once (the handshake benchmark measures that burst). When all
     are connected, a JSON line ``{"connected": n, "first_start": t, "last_handshake": t}``
-    (Unix seconds) is written to ``report`` (if given).
+    is written to ``report`` (if given); the times are ``time.monotonic()`` seconds
+    (CLOCK_MONOTONIC: comparable between processes on one host, immune to wall-clock
+    steps; only differences mean anything).
     """
     stop = stop or asyncio.Event()
     clients = [
@@ -184,7 +187,7 @@ async def run_nodes(
         )
         for i in range(count)
     ]
-    started = time.time()
+    started = time.monotonic()
     tasks = [asyncio.create_task(c.run_forever(stop)) for c in clients]
     if report is not None:
         deadline = time.monotonic() + 600

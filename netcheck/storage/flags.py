@@ -163,13 +163,14 @@ class FlagStore:
         self, profile: str, kinds: Collection[str], limit: int, *, complete_only: bool = True
     ) -> StoredRounds:
         """The ``limit`` most recent rounds of ``profile`` with a kind in ``kinds``, with
-        their schedules and raw result rows (oldest first)."""
+        their schedules and raw result rows (oldest first). Recency is the rounds'
+        persistence order (``rounds.seq``), immune to wall-clock steps."""
         s = round_schedules.c
         query = (
             select(s.round_id, s.kind, s.schedule)
             .select_from(round_schedules.join(rounds, rounds.c.round_id == s.round_id))
             .where(s.profile == profile, s.kind.in_(list(kinds)))
-            .order_by(rounds.c.started_at.desc(), s.round_id.desc())
+            .order_by(rounds.c.seq.desc())  # not started_at: wall-clock time steps back
             .limit(limit)
         )
         if complete_only:

@@ -57,11 +57,11 @@ class GroupQueries(ReaderBase):
         with self._conn("timing matrix") as conn:
             if round_ids is None:
                 rq = (
-                    select(a.round_id, func.min(rounds.c.started_at).label("t"))
+                    select(a.round_id, func.min(rounds.c.seq).label("t"))
                     .select_from(assignments.join(rounds, rounds.c.round_id == a.round_id))
                     .where(a.node_key.in_(keys))
                     .group_by(a.round_id)
-                    .order_by(func.min(rounds.c.started_at).desc())
+                    .order_by(func.min(rounds.c.seq).desc())
                     .limit(limit)
                 )
                 rids = [row[0] for row in conn.execute(rq)][::-1]

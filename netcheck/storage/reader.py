@@ -120,7 +120,7 @@ class Reader(GroupQueries):
             v.round_id,
             v.passed,
             func.row_number()
-            .over(partition_by=v.node_key, order_by=(v.recorded_at.desc(), v.id.desc()))
+            .over(partition_by=v.node_key, order_by=v.id.desc())  # not wall-clock recorded_at
             .label("rn"),
         ).subquery()
         strikes = (
@@ -198,7 +198,7 @@ class Reader(GroupQueries):
                 )
             )
             .where(verdicts.c.node_key == node_key)
-            .order_by(rounds.c.started_at.desc(), verdicts.c.id.desc())
+            .order_by(rounds.c.seq.desc(), verdicts.c.id.desc())
             .limit(limit)
         )
         with self._conn("node history") as conn:
@@ -209,13 +209,9 @@ class Reader(GroupQueries):
     # ----------------------------------------------------------------- rounds
 
     def rounds(self, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
-        """Rounds newest first, with ``counts`` (verdict -> number) and ``nodes``."""
-        query = (
-            select(rounds)
-            .order_by(rounds.c.started_at.desc(), rounds.c.round_id.desc())
-            .limit(limit)
-            .offset(offset)
-        )
+        """Rounds newest first (``seq``, not wall-clock ``started_at``), with ``counts``
+        (verdict -> number) and ``nodes``."""
+        query = select(rounds).order_by(rounds.c.seq.desc()).limit(limit).offset(offset)
         with self._conn("list rounds") as conn:
             out = [dict(r._mapping) for r in conn.execute(query)]
             ids = [r["round_id"] for r in out]
@@ -326,17 +322,13 @@ class Reader(GroupQueries):
         return flags_table
 
     def flags(self) -> list[dict[str, Any]]:
-        """Every row of the ``flags`` table (newest first when it has a time column)."""
+        """Every row of the ``flags`` table, newest first (by ``flag_id``, the order they
+        were raised in; not by the wall-clock ``created_at``, which can step back)."""
         table = self._flags_table()
         if table is None:
             return []
-        order = [
-            table.c[name].desc()
-            for name in ("created_at", "raised_at", "flagged_at", "recorded_at")
-            if name in table.c
-        ]
         pk = list(table.primary_key.columns)
-        query = select(table).order_by(*order, *(c.desc() for c in pk))
+        query = select(table).order_by(*(c.desc() for c in pk))
         with self._conn("list flags") as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
 
@@ -360,7 +352,7 @@ class Reader(GroupQueries):
     ) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
         """Columns and rows of one export: ``rounds``, ``verdicts``, ``timings`` or ``flags``.
 
-        Rows are in a fixed order (rounds by start, the others in insertion order);
+        Rows are in a fixed order (insertion order: ``rounds.seq``, the others' ``id``);
         ``round_id`` limits rounds, verdicts and timings to one round.
 
         Raises:
@@ -370,11 +362,8 @@ class Reader(GroupQueries):
             return self.flag_columns(), self.flags()
         cols = EXPORT_COLUMNS[kind]
         table = _EXPORT_TABLES[kind]
-        query = select(*(table.c[c] for c in cols))
-        if kind == "rounds":
-            query = query.order_by(rounds.c.started_at, rounds.c.round_id)
-        else:
-            query = query.order_by(table.c.id)
+        order = rounds.c.seq if kind == "rounds" else table.c.id
+        query = select(*(table.c[c] for c in cols)).order_by(order)
         if round_id is not None:
             query = query.where(table.c.round_id == round_id)
         with self._conn(f"export {kind}") as conn:

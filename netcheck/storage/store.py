@@ -23,6 +23,7 @@ from sqlalchemy.pool import StaticPool
 
 from netcheck.errors import StorageError
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan
+from netcheck.storage import migrate
 from netcheck.storage.tables import (
     ReferenceRow,
     assignments,
@@ -83,7 +84,9 @@ class Store:
     def __init__(self, url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.url = url
         parsed = make_url(url)
-        self._sqlite = parsed.get_backend_name() == "sqlite"
+        self.backend: str = parsed.get_backend_name()
+        """``sqlite`` or ``postgresql`` (the SQLAlchemy backend name)."""
+        self._sqlite = self.backend == "sqlite"
         kwargs: dict[str, Any] = {}
         if self._sqlite:
             database = parsed.database or ""
@@ -104,6 +107,11 @@ class Store:
                 self._setup_sqlite(self._engine, busy_timeout_ms)
             with self._errors("create tables"):
                 metadata.create_all(self._engine)
+            with self._read("check schema") as conn:
+                stale = migrate.needs_upgrade(conn)
+            if stale:
+                with self._write("upgrade schema (add rounds.seq)") as conn:
+                    migrate.upgrade(conn)
         except StorageError:
             raise
         except Exception as exc:  # bad URL, missing driver
@@ -352,6 +360,7 @@ class Store:
                     started_at=started_at,
                     status="planned",
                     skipped=[list(s) for s in plan.skipped],
+                    **self._next_seq(conn),
                 )
             )
             if plan.assignments:
@@ -383,6 +392,15 @@ class Store:
                         f"record plan {plan.round_id}: {len(chunk) - spent} chosen canaries "
                         "are unknown or already spent"
                     )
+
+    @staticmethod
+    def _next_seq(conn: Connection) -> dict[str, Any]:
+        """``seq`` for a new round: PostgreSQL's identity column assigns it; elsewhere
+        max + 1, safe because SQLite writers are serialised (``BEGIN IMMEDIATE``)."""
+        if conn.dialect.name == "postgresql":
+            return {}
+        top = select(func.coalesce(func.max(rounds.c.seq), 0) + 1).scalar_subquery()
+        return {"seq": top}
 
     def record_outcome(
         self,
@@ -517,8 +535,10 @@ class Store:
             ).rowcount
 
     def list_rounds(self, limit: int = 50) -> list[dict[str, Any]]:
-        """The ``limit`` most recently started rounds, newest first (one dict per row)."""
-        query = select(rounds).order_by(rounds.c.started_at.desc()).limit(limit)
+        """The ``limit`` most recently stored rounds, newest first (one dict per row).
+
+        Ordered by ``seq`` (persistence order), not by the wall-clock ``started_at``."""
+        query = select(rounds).order_by(rounds.c.seq.desc()).limit(limit)
         with self._read("list rounds") as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
 

@@ -3,7 +3,9 @@
 Portable SQL only: JSON columns use :class:`sqlalchemy.JSON` (TEXT on SQLite, JSON on
 PostgreSQL); byte strings are stored as hex text so rows read the same everywhere.
 Times are Unix seconds (``*_at``, float) or monotonic nanoseconds of the coordinator's
-clock (``*_ns``, integer).
+clock (``*_ns``, integer). Wall-clock ``*_at`` values are for display only: they can step
+back (NTP, a manual fix), so rows are ordered by database-assigned sequences, never by them
+(``rounds.seq``, the ``id`` columns).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from sqlalchemy import (
     Column,
     Float,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -93,7 +96,12 @@ rounds = Table(
     Column("skipped", JSON, nullable=False),  # [[node_key, reason], ...]
     Column("timing", JSON, nullable=True),  # round-level timings (record_outcome)
     Column("summary", JSON, nullable=True),
+    # Order of persistence, assigned by the database (an identity column on PostgreSQL;
+    # max + 1 under SQLite's write lock, see Store.record_plan). "Most recent" means
+    # highest seq: started_at is wall-clock time and can step back.
+    Column("seq", BigInteger, Identity(), nullable=False),
     Index("ix_rounds_started_at", "started_at"),
+    Index("ix_rounds_seq", "seq", unique=True),
 )
 
 assignments = Table(

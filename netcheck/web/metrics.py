@@ -117,4 +117,6 @@ def metrics_text(coord: CoordinatorView) -> bytes:
     """The Prometheus text exposition: round metrics plus this coordinator's live state."""
     live = CollectorRegistry(auto_describe=False)
     live.register(CoordinatorCollector(coord))
+    for collector in coord.extra_collectors():  # e.g. a gateway's own gauges
+        live.register(collector)
     return generate_latest(REGISTRY) + generate_latest(live)

@@ -183,7 +183,8 @@ class Dashboard(AccessMixin):
         return [flag_view(r) for r in self.reader.flags()]
 
     async def nodes_page(self, request: web.Request) -> web.Response:
-        connected = set(self.view.connected_keys())
+        held = await self.view.held_by()  # several gateways: node -> the gateway holding it
+        connected = set(self.view.connected_keys()) if held is None else set(held)
 
         def build() -> dict[str, Any]:
             rows = self.reader.node_summaries()
@@ -191,7 +192,10 @@ class Dashboard(AccessMixin):
             for r in rows:
                 r["connected"] = r["node_key"] in connected
                 r["flags"] = per_node.get(r["node_key"], 0)
-            return {"nodes": rows, "connected": len(connected), "window": STRIKE_WINDOW}
+                if held is not None:
+                    r["gateway"] = held.get(r["node_key"], {}).get("gateway_id", "")
+            return {"nodes": rows, "connected": len(connected), "window": STRIKE_WINDOW,
+                    "gateways": held is not None}  # fmt: skip
 
         return self.page("nodes.html", **await asyncio.to_thread(build))
 

@@ -70,13 +70,13 @@ _LOGIN = """{% extends "base.html" %}{% block title %}Log in{% endblock %}
 
 _NODES = """{% extends "base.html" %}{% block title %}Nodes{% endblock %}
 {% block body %}<h1>Nodes <span class="muted">({{ nodes|length }} known, {{ connected }} connected)</span></h1>
-<table id="nodes"><thead><tr><th>node</th><th>profile</th><th>connected</th><th>last seen</th>
+<table id="nodes"><thead><tr><th>node</th><th>profile</th><th>connected</th>{% if gateways %}<th>gateway</th>{% endif %}<th>last seen</th>
 <th class="num">rounds</th><th class="num" title="passed / checked rounds">pass rate</th><th class="num" title="failing verdicts among the last {{ window }} (unchecked is not a failure)">recent failures</th>
 <th class="num">flags</th><th>last verdict</th></tr></thead><tbody>
 {% for n in nodes %}<tr data-node="{{ n.node_key }}">
 <td><a href="{{ n.node_key|node_url }}">{{ n.node_key|label(n.name) }}</a></td>
 <td>{{ n.profile }}</td><td>{% if n.connected %}<span class="on">yes</span>{% else %}no{% endif %}</td>
-<td>{{ n.last_seen_at|when }}</td><td class="num">{{ n.rounds }}</td>
+{% if gateways %}<td class="gateway">{{ n.gateway }}</td>{% endif %}<td>{{ n.last_seen_at|when }}</td><td class="num">{{ n.rounds }}</td>
 <td class="num pass-rate" title="passed / checked; {{ n.rounds - n.checked }} unchecked">{{ n.pass_rate|pct }}</td><td class="num strikes">{{ n.strikes }}</td>
 <td class="num">{% if n.flags %}<a href="/dashboard/flags?node={{ n.node_key|urlencode }}">{{ n.flags }}</a>{% else %}0{% endif %}</td>
 <td class="verdict">{% if n.last_verdict %}<span class="v v-{{ n.last_verdict }}">{{ n.last_verdict }}</span> <a class="muted" href="{{ n.last_round|round_url }}">{{ n.last_round }}</a>{% endif %}</td>

@@ -8,7 +8,7 @@ can pass any object with these members.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from netcheck.references.pool import PoolEntry
 from netcheck.storage.store import Store
@@ -43,4 +43,13 @@ class CoordinatorView(Protocol):
     def reference_pool(self) -> list[PoolEntry]:
         """The canary pool per (profile, fingerprint) with the connected nodes drawing
         from it (:mod:`netcheck.references.pool`). Reads the database: blocking."""
+        ...
+
+    def extra_collectors(self) -> list[Any]:
+        """Prometheus collectors beyond the coordinator's own (a gateway's gauges)."""
+        ...
+
+    async def held_by(self) -> Mapping[str, Mapping[str, Any]] | None:
+        """Several gateways: ``node_key -> session row`` (``gateway_id`` included) of
+        every node connected to any live gateway; one process: None."""
         ...

@@ -27,7 +27,7 @@ def db_rows(store: Any, kind: str) -> list[dict[str, Any]]:
     else:
         t = TABLES[kind]
         cols = [t.c[c] for c in EXPORT_COLUMNS[kind]]
-        order = [t.c.started_at, t.c.round_id] if kind == "rounds" else [t.c.id]
+        order = [t.c.seq] if kind == "rounds" else [t.c.id]
         query = select(*cols).order_by(*order)
     with store._engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(query)]
