@@ -101,7 +101,7 @@ class Coordinator:
         #: Handshake budgets per source and per admitted key (coordinator/limits.py).
         self.limiter = HandshakeLimiter.default(self._known_keys())
         self.trusted_proxies = parse_networks(config.trusted_proxies)
-        self.clock = time.monotonic  #: the limiter's clock, seconds (tests replace it)
+        self.limit_clock = time.monotonic  #: the limiter's clock, seconds (tests replace it)
         self._readers: set[asyncio.Task[None]] = set()
         self.flags = FlagStore(store)  # round schedules and flags
         self.round_hooks = RoundHooks()
@@ -159,14 +159,14 @@ class Coordinator:
             session.tcp = request.transport
         except TimeoutError:
             self.handshake_failures += 1
-            if not self.limiter.failed(peer, self.clock()):
+            if not self.limiter.failed(peer, self.limit_clock()):
                 return await self._refuse(ws, peer)
             log.warning("handshake from %s timed out", peer)
             await ws.close(code=CloseCode.HANDSHAKE_TIMEOUT, message=b"handshake timeout")
             return ws
         except ProtocolError as exc:
             self.handshake_failures += 1
-            if not self.limiter.failed(peer, self.clock()):
+            if not self.limiter.failed(peer, self.limit_clock()):
                 return await self._refuse(ws, peer)
             log.warning("handshake from %s rejected: %s", peer, exc)
             reason = exc.code.name.lower()
@@ -175,10 +175,12 @@ class Coordinator:
             await ws.close(code=exc.code, message=reason.encode()[:123])  # RFC 6455 §5.5
             return ws
         except ConnectionError:
-            self.limiter.failed(peer, self.clock())
+            self.limiter.failed(peer, self.limit_clock())
             return ws
         listed = session.node_key_raw in self.allowed
-        if not self.limiter.succeeded(peer, session.node_key, listed=listed, now=self.clock()):
+        if not self.limiter.succeeded(
+            peer, session.node_key, listed=listed, now=self.limit_clock()
+        ):
             return await self._refuse(ws, peer, session.label)
         session.stamps.install(request, ws)  # stamp where each message completes
         session.opener = self.opener

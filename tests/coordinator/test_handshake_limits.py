@@ -45,7 +45,7 @@ async def bare_upgrades(
 async def until_drained(rc: RunningCoordinator, source: str) -> None:
     """Wait (bounded) until the server has charged the flood to ``source``."""
     async with asyncio.timeout(20):
-        while not rc.coord.limiter.sources.empty(source, rc.coord.clock()):
+        while not rc.coord.limiter.sources.empty(source, rc.coord.limit_clock()):
             await asyncio.sleep(0.02)
 
 
@@ -82,7 +82,7 @@ async def test_bare_upgrades_from_the_same_address_do_not_lock_out_an_allowed_no
     """(a) A flood of bare upgrades past the source budget; the listed node still joins."""
     key = Ed25519PrivateKey.generate()
     async with running_coordinator(tmp_path, [PROFILE], allowed=[key]) as rc:
-        rc.coord.clock = lambda: 1000.0
+        rc.coord.limit_clock = lambda: 1000.0
         await bare_upgrades(rc, FLOOD)
         await until_drained(rc, "127.0.0.1")
         assert await joins(rc, key)
@@ -97,7 +97,7 @@ async def test_open_enrollment_known_key_survives_a_flood_but_a_new_key_does_not
     """(a) Under open enrollment a key seen before still joins; a fresh key is limited."""
     key = Ed25519PrivateKey.generate()
     async with running_coordinator(tmp_path, [PROFILE], open_enrollment=True) as rc:
-        rc.coord.clock = lambda: 1000.0
+        rc.coord.limit_clock = lambda: 1000.0
         assert await joins(rc, key)  # known from now on
         await bare_upgrades(rc, FLOOD)
         await until_drained(rc, "127.0.0.1")
@@ -109,7 +109,7 @@ async def test_many_allowed_nodes_behind_one_address_all_join_at_once(tmp_path: 
     """(b) 150 listed nodes share one address (a proxy) and reconnect together: all join."""
     keys = [Ed25519PrivateKey.generate() for _ in range(SOURCE_FAILURES_PER_MINUTE + 30)]
     async with running_coordinator(tmp_path, [PROFILE], allowed=keys) as rc:
-        rc.coord.clock = lambda: 1000.0
+        rc.coord.limit_clock = lambda: 1000.0
         sessions = await asyncio.gather(*(hand_session(rc, k, CLAIM) for k in keys))
         try:
             async with asyncio.timeout(30):
@@ -128,9 +128,9 @@ async def test_trusted_proxy_charges_the_forwarded_client_not_the_proxy(tmp_path
     """Behind a trusted proxy each forwarded client has its own budget; the proxy has none."""
     key = Ed25519PrivateKey.generate()
     async with running_coordinator(tmp_path, [PROFILE], allowed=[key]) as rc:
-        rc.coord.clock = lambda: 1000.0
+        rc.coord.limit_clock = lambda: 1000.0
         rc.coord.trusted_proxies = parse_networks(["127.0.0.0/8"])
         await bare_upgrades(rc, FLOOD, headers={"X-Forwarded-For": "203.0.113.7"})
         await until_drained(rc, "203.0.113.7")
         assert "127.0.0.1" not in rc.coord.limiter.sources  # the proxy itself is not charged
-        assert not rc.coord.limiter.sources.empty("198.51.100.2", rc.coord.clock())
+        assert not rc.coord.limiter.sources.empty("198.51.100.2", rc.coord.limit_clock())
