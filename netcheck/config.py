@@ -15,6 +15,7 @@ directory. Models built directly (without a loader) keep paths as given.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import re
 import tomllib
 from collections.abc import Sequence
@@ -291,6 +292,10 @@ class CoordinatorConfig(_FileConfig):
     """Folder of profile files; None = ``profiles/`` next to this file, then the
     installed ``configs/profiles`` (see :func:`profile_search_dirs`)."""
     handshake_timeout_s: float = Field(default=5.0, gt=0)
+    trusted_proxies: list[str] = Field(default_factory=list)
+    """CIDR networks of reverse proxies in front of the coordinator. A connection from
+    one of them is charged to the rightmost untrusted ``X-Forwarded-For`` hop instead
+    of the proxy's address (docs/protocol.md §3.3b). Empty: the TCP peer address."""
     request_header_timeout_s: float = Field(default=10.0, gt=0)
     """A connection must deliver each complete HTTP request (the websocket upgrade, an
     admin call) within this time of its accept or of the previous response, or it is
@@ -333,6 +338,18 @@ class CoordinatorConfig(_FileConfig):
         if self.schedule_secret_file is not None:
             return self.schedule_secret_file
         return self.identity_key.parent / "schedule.secret"
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, value: list[str]) -> list[str]:
+        for i, text in enumerate(value):
+            try:
+                ipaddress.ip_network(text.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"entry {i}: {text!r} is not an IP address or CIDR network"
+                ) from None
+        return value
 
     @field_validator("allowed_nodes")
     @classmethod

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator.arrivals import FrameOpener
 from netcheck.coordinator.detection import Screening
 from netcheck.coordinator.hooks import RoundHooks
+from netcheck.coordinator.limits import HandshakeLimiter, client_address, parse_networks
 from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
@@ -69,8 +69,6 @@ HEARTBEAT_S = 15.0
 #: misses KEEPALIVE_MISSES in a row is closed with IDLE_TIMEOUT (docs/protocol.md §6).
 KEEPALIVE_S = 20.0
 KEEPALIVE_MISSES = 3
-#: Handshake attempts allowed per source address per minute (docs/protocol.md §6).
-HANDSHAKES_PER_MINUTE = 120
 
 
 class Coordinator:
@@ -100,7 +98,10 @@ class Coordinator:
         self.ws_max_msg_size = ws_message_cap(config.max_message_bytes, self.profiles.values())
         self.handshake_failures = 0
         self.stopping = False
-        self._attempts: dict[str, deque[float]] = defaultdict(deque)
+        #: Handshake budgets per source and per admitted key (coordinator/limits.py).
+        self.limiter = HandshakeLimiter.default(self._known_keys())
+        self.trusted_proxies = parse_networks(config.trusted_proxies)
+        self.limit_clock = time.monotonic  #: the limiter's clock, seconds (tests replace it)
         self._readers: set[asyncio.Task[None]] = set()
         self.flags = FlagStore(store)  # round schedules and flags
         self.round_hooks = RoundHooks()
@@ -124,24 +125,23 @@ class Coordinator:
         log.warning("node key %s is not in allowed_nodes: refused", text)
         return False
 
-    def _rate_limited(self, peer: str) -> bool:
-        now = time.monotonic()
-        window = self._attempts[peer]
-        while window and now - window[0] > 60.0:
-            window.popleft()
-        if len(window) >= HANDSHAKES_PER_MINUTE:
-            return True  # refused attempts are not counted: the window drains on its own
-        window.append(now)
-        if len(self._attempts) > 10_000:  # forget idle sources so the table stays bounded
-            for key in [k for k, w in self._attempts.items() if now - w[-1] > 60.0]:
-                del self._attempts[key]
-        return False
+    def _known_keys(self) -> list[str]:
+        """Keys seen before (database), most recent first: known under open enrollment."""
+        if not self.config.open_enrollment:
+            return []
+        try:
+            return [row["node_key"] for row in self.store.list_nodes()]
+        except StorageError as exc:  # the limiter then learns keys as they join
+            log.warning("known node keys not loaded: %s", exc)
+            return []
 
     # -- websocket endpoint ------------------------------------------------------
 
     async def handle_ws(self, request: web.Request) -> web.StreamResponse:
         """Accept a node: handshake, register, then read until the session ends."""
-        peer = request.remote or "?"
+        peer = client_address(
+            request.remote, request.headers.getall("X-Forwarded-For", []), self.trusted_proxies
+        )
         ws = web.WebSocketResponse(
             # aiohttp refuses a message whose length *equals* max_msg_size: + 1 lets
             # the largest legal frame through (docs/protocol.md §3.3).
@@ -150,10 +150,8 @@ class Coordinator:
             heartbeat=HEARTBEAT_S,
         )
         await ws.prepare(request)
-        if self._rate_limited(peer):
-            log.warning("handshake from %s refused: rate limit", peer)
-            await ws.close(code=CloseCode.RATE_LIMITED, message=b"rate limited")
-            return ws
+        # Nothing is refused here: the attempt is charged once its outcome is known, to
+        # the source if it proves no admitted key, else to the key (docs/protocol.md §3.3b).
         try:
             session = await asyncio.wait_for(
                 self._handshake(ws, peer), self.config.handshake_timeout_s
@@ -161,11 +159,15 @@ class Coordinator:
             session.tcp = request.transport
         except TimeoutError:
             self.handshake_failures += 1
+            if not self.limiter.failed(peer, self.limit_clock()):
+                return await self._refuse(ws, peer)
             log.warning("handshake from %s timed out", peer)
             await ws.close(code=CloseCode.HANDSHAKE_TIMEOUT, message=b"handshake timeout")
             return ws
         except ProtocolError as exc:
             self.handshake_failures += 1
+            if not self.limiter.failed(peer, self.limit_clock()):
+                return await self._refuse(ws, peer)
             log.warning("handshake from %s rejected: %s", peer, exc)
             reason = exc.code.name.lower()
             if exc.code is CloseCode.PROFILE_MISMATCH:  # the node is authenticated by now
@@ -173,10 +175,23 @@ class Coordinator:
             await ws.close(code=exc.code, message=reason.encode()[:123])  # RFC 6455 §5.5
             return ws
         except ConnectionError:
+            self.limiter.failed(peer, self.limit_clock())
             return ws
+        listed = session.node_key_raw in self.allowed
+        if not self.limiter.succeeded(
+            peer, session.node_key, listed=listed, now=self.limit_clock()
+        ):
+            return await self._refuse(ws, peer, session.label)
         session.stamps.install(request, ws)  # stamp where each message completes
         session.opener = self.opener
         await self._serve(session)
+        return ws
+
+    async def _refuse(
+        self, ws: web.WebSocketResponse, peer: str, who: str = ""
+    ) -> web.WebSocketResponse:
+        log.warning("handshake from %s%s refused: rate limit", peer, f" ({who})" if who else "")
+        await ws.close(code=CloseCode.RATE_LIMITED, message=b"rate limited")
         return ws
 
     async def _receive_binary(self, ws: web.WebSocketResponse) -> bytes:

@@ -125,6 +125,7 @@ async def test_profile_not_accepted_is_profile_mismatch(tmp_path: Path) -> None:
 async def test_rate_limit_refuses_the_121st_handshake_in_a_minute(tmp_path: Path) -> None:
     """Hundreds of connects from one address: RATE_LIMITED after 120 (held)."""
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        rc.coord.limit_clock = lambda: 1000.0  # no refill during the test, however slow
         codes = []
         async with aiohttp.ClientSession() as http:
             for _ in range(125):

@@ -24,6 +24,7 @@ from adv_support import (
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.coordinator import server
+from netcheck.coordinator.limits import SOURCE_FAILURES_PER_MINUTE
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import CloseCode
 from netcheck.keys import public_key_text
@@ -117,13 +118,12 @@ def test_rate_limit_refused_attempts_lock_a_busy_source_out_forever(
         def monotonic(cls) -> float:
             return cls.now
 
-    monkeypatch.setattr(server, "time", Clock)
     cfg = CoordinatorConfig(
         identity_key=tmp_path / "k.pem", open_enrollment=True, admin_token="x" * 16,
         profiles=["adv"], database="sqlite://",
     )  # fmt: skip
     coord = Coordinator(cfg, Ed25519PrivateKey.generate(), {"adv": PROFILE}, Store("sqlite://"))
-    limit = server.HANDSHAKES_PER_MINUTE
+    limit = SOURCE_FAILURES_PER_MINUTE
     admitted_per_minute = []
     # 25% above the limit, steadily, for five minutes (e.g. 75 nodes behind one NAT
     # retrying every 30 s at the client's maximum backoff).
@@ -132,7 +132,7 @@ def test_rate_limit_refused_attempts_lock_a_busy_source_out_forever(
         admitted = 0
         end = Clock.now + 60.0
         while Clock.now < end:
-            admitted += not coord._rate_limited("203.0.113.7")
+            admitted += coord.limiter.failed("203.0.113.7", Clock.now)
             Clock.now += step
         admitted_per_minute.append(admitted)
     # Expected: about `limit` handshakes admitted every minute.
