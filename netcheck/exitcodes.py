@@ -9,7 +9,9 @@ code  name                   meaning
 0     OK                     done; every check passed
 1     CHECK_FAILED           ``doctor`` found a failing check
 2     USAGE                  bad command line (click's own usage errors), other errors
-3     CONFIG                 a config, profile or key file is invalid or missing
+3     CONFIG                 a config, profile or key file is invalid or missing; a
+                             node refused for good (wrong coordinator_url or
+                             coordinator_key, key not admitted, profile not accepted)
 4     UNREACHABLE            the coordinator could not be reached
 5     AUTH                   the admin API refused the token or the address
 6     CONFLICT               the coordinator refused the request as it stands (unknown
@@ -54,10 +56,12 @@ def exit_code_for(exc: BaseException) -> int:
         NothingChecked,
     )
     from netcheck.errors import ConfigError, KeyFileError
+    from netcheck.node.client import NodeFatalError
 
     table: tuple[tuple[type[BaseException], Exit], ...] = (
         (ConfigError, Exit.CONFIG),
         (KeyFileError, Exit.CONFIG),
+        (NodeFatalError, Exit.CONFIG),
         (AdminUnreachable, Exit.UNREACHABLE),
         (AdminAuthError, Exit.AUTH),
         (AdminConflict, Exit.CONFLICT),

@@ -187,3 +187,11 @@ def test_engine_selftest_states_an_unmeasured_capacity() -> None:
     assert result.exit_code == 0, result.output
     assert "profile cpu-factoring: capacity not measured" in text
     assert "cannot tell two identities on one card apart" in text
+
+
+def test_node_refused_for_good_is_a_config_error() -> None:
+    """A node stopped by a fatal refusal (wrong coordinator key or URL) exits 3, not 2."""
+    from netcheck.exitcodes import exit_code_for
+    from netcheck.node.client import NodeFatalError
+
+    assert exit_code_for(NodeFatalError("WRONG_COORDINATOR_KEY: ...")) == Exit.CONFIG

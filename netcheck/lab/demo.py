@@ -222,7 +222,8 @@ def report_overruns(procs: Processes) -> int:
     if total:
         where = ", ".join(f"{n} {c}" for n, c in sorted(counts.items()) if c)
         console.print(
-            f"[yellow]EMULATION OVERRUN[/yellow] in {total} batches ({where}): real compute "
+            f"[yellow]EMULATION OVERRUN[/yellow] in {total} "
+            f"{'batch' if total == 1 else 'batches'} ({where}): real compute "
             "on this machine outlasted the emulated GPU, so those timings show the host CPU "
             "(too slow or too busy), not the emulated GPU"
         )
