@@ -311,7 +311,14 @@ def doctor(config_path: Path, no_selftest: bool) -> None:
     for col in ("check", "result", "detail"):
         table.add_column(col)
     for c in checks:
-        table.add_row(c.name, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]", c.detail)
+        result = (
+            "[red]FAIL[/red]"
+            if not c.ok
+            else "[yellow]warn[/yellow]"
+            if c.warning
+            else "[green]ok[/green]"
+        )
+        table.add_row(c.name, result, c.detail)
     out.print(table)
     sys.exit(0 if all(c.ok for c in checks) else 1)
 

@@ -50,6 +50,8 @@ class Check:
     name: str
     ok: bool
     detail: str
+    warning: bool = False
+    """Passed, but the operator should read the detail (shown as ``warn``)."""
 
 
 async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> str:
@@ -151,7 +153,7 @@ def capacity_check(profile: Profile) -> Check:
     a property of the profile, not of this node, so it does not fail the doctor; the
     detail starts with ``WARNING`` when the margin is below 1.2 or unmeasured."""
     status = capacity_status(profile)
-    return Check("capacity", True, status.message if status.safe else f"WARNING: {status.message}")
+    return Check("capacity", True, status.message, warning=not status.safe)
 
 
 def run_checks(
