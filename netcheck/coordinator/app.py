@@ -8,9 +8,10 @@ import signal
 from pathlib import Path
 
 from aiohttp import web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.capacity import unsafe_profiles
-from netcheck.config import load_coordinator_config
+from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config
 from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.errors import ConfigError
@@ -27,9 +28,22 @@ def build_coordinator(config_path: Path) -> Coordinator:
         ConfigError, KeyFileError, StorageError: with the file or field at fault.
     """
     cfg = load_coordinator_config(config_path)
+    return Coordinator(cfg, *coordinator_parts(cfg))
+
+
+def coordinator_parts(
+    cfg: CoordinatorConfig,
+) -> tuple[Ed25519PrivateKey, dict[str, Profile], Store]:
+    """The identity key, the accepted profiles (resolved as the config says: its folder's
+    ``profiles/`` or ``profiles_dir``, then the installed ones) and the store of ``cfg``;
+    shared by the coordinator and the gateway.
+
+    Raises:
+        ConfigError, KeyFileError, StorageError: with the file or field at fault.
+    """
     identity = load_private_key(cfg.identity_key)
     profiles = {p.name: p for p in (cfg.load_profile(name) for name in cfg.profiles)}
-    return Coordinator(cfg, identity, profiles, Store(cfg.database))
+    return identity, profiles, Store(cfg.database)
 
 
 async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:

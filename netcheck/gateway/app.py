@@ -9,13 +9,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from netcheck.config import load_gateway_config, load_profile
+from netcheck.config import load_gateway_config
+from netcheck.coordinator.app import coordinator_parts
 from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.server import WS_PATH
 from netcheck.errors import ConfigError
 from netcheck.gateway.gateway import Gateway
-from netcheck.keys import load_private_key, public_key_text
-from netcheck.storage import Store
+from netcheck.keys import public_key_text
 
 log = logging.getLogger("netcheck.gateway")
 
@@ -27,9 +27,7 @@ def build_gateway(config_path: Path) -> Gateway:
         ConfigError, KeyFileError, StorageError: with the file or field at fault.
     """
     cfg = load_gateway_config(config_path)
-    identity = load_private_key(cfg.identity_key)
-    profiles = {p.name: p for p in (load_profile(name) for name in cfg.profiles)}
-    return Gateway(cfg, identity, profiles, Store(cfg.database))
+    return Gateway(cfg, *coordinator_parts(cfg))
 
 
 async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
