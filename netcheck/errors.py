@@ -12,7 +12,8 @@ Hierarchy::
     ├── LocalProtocolError   *we* tried to break the protocol (a bug on our side)
     ├── EngineError          inference engine failed to load or run
     ├── StorageError         database failure (locked, disk full, integrity)
-    └── RoundError           a round could not be planned or run
+    ├── RoundError           a round could not be planned or run
+    └── NodeFatalError       the coordinator refused this node for good (no retry helps)
 
 Errors caused by the peer ("remote") are split from errors we caused ("local"), as in
 h11. Internal details never reach the peer: only the close code and a short fixed
@@ -110,3 +111,7 @@ class StorageError(NetcheckError):
 
 class RoundError(NetcheckError):
     """A validation round could not be planned or completed."""
+
+
+class NodeFatalError(NetcheckError):
+    """The coordinator refused this node for a reason a retry cannot fix."""

@@ -55,8 +55,7 @@ def exit_code_for(exc: BaseException) -> int:
         NodesFailed,
         NothingChecked,
     )
-    from netcheck.errors import ConfigError, KeyFileError
-    from netcheck.node.client import NodeFatalError
+    from netcheck.errors import ConfigError, KeyFileError, NodeFatalError
 
     table: tuple[tuple[type[BaseException], Exit], ...] = (
         (ConfigError, Exit.CONFIG),

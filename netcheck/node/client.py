@@ -34,7 +34,7 @@ from netcheck.errors import (
     CloseCode,
     EngineError,
     LocalProtocolError,
-    NetcheckError,
+    NodeFatalError,
     ProtocolError,
 )
 from netcheck.keys import public_key_text
@@ -75,10 +75,6 @@ HEARTBEAT_S = 15.0
 #: The coordinator echoes every 20 s (coordinator.server.KEEPALIVE_S); a coordinator
 #: silent for this long is treated as gone and the node reconnects.
 IDLE_TIMEOUT_S = 75.0
-
-
-class NodeFatalError(NetcheckError):
-    """The coordinator refused this node for a reason a retry cannot fix."""
 
 
 #: Path of the coordinator's node endpoint (docs/protocol.md; coordinator.server.WS_PATH).
