@@ -122,21 +122,16 @@ def _load_outputs(path: Path) -> list[list[int]]:
 
 
 def _row_from_db(url: str, round_id: str, node_key: str) -> dict[str, Any]:
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
+    from netcheck.errors import ConfigError
     from netcheck.storage import Store
+    from netcheck.storage.urls import missing_sqlite_file
 
     try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise click.BadParameter(
-            f"not a database URL: {url!r} ({exc})", param_hint="--from-db"
-        ) from None
-    database = parsed.database or ""
-    is_file = parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
-    if is_file and not Path(database).expanduser().exists():
-        raise click.BadParameter(f"no database file at {database}", param_hint="--from-db")
+        missing_file = missing_sqlite_file(url)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--from-db") from None
+    if missing_file is not None:
+        raise click.BadParameter(f"no database file at {missing_file}", param_hint="--from-db")
     canonical = public_key_text(parse_public_key(node_key))
     store = Store(url)
     try:
