@@ -116,6 +116,7 @@ def start_timed_hosts(run: LoadRun, n: int, vocab: int, args: argparse.Namespace
             "--service", str(service_s(args, n)), "--spread", str(args.spread),
             "--mode", args.mode, "--stamps", str(run.workdir / f"stamps-{i}.jsonl"),
             "--report", str(report),
+            *(["--congestion", args.node_congestion] if args.node_congestion else []),
         ]  # fmt: skip
         run.hosts.append(run._spawn(f"timed-{i}", cmd))
         first += count
@@ -280,6 +281,11 @@ async def bench_one(
     }  # fmt: skip
 
 
+def system_cc() -> str:
+    path = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+    return f"system ({path.read_text().strip() if path.exists() else '?'})"
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -301,7 +307,7 @@ async def main(args: argparse.Namespace) -> None:
                 )
     print(
         f"mode={args.mode} service={args.service or '1 s + 20 ms/node'} spread={args.spread}s "
-        f"rounds={args.rounds}\n"
+        f"rounds={args.rounds} node congestion control={args.node_congestion or system_cc()}\n"
         "| code | shape | nodes | frame KB | stamp error ms p50 / p99 / max (min) "
         "| release skew ms | send floor ms | skew/floor | plan s | node lag p99 ms | partial writes "
         "| stamp source (results) | load avg |"
@@ -339,6 +345,11 @@ if __name__ == "__main__":
     ap.add_argument("--spread", type=float, default=0.0)
     ap.add_argument("--mode", choices=("instant", "own"), default="instant")
     ap.add_argument("--baseline", type=Path, help="another checkout to compare (e.g. main)")
+    ap.add_argument(
+        "--node-congestion",
+        help="TCP congestion control of the emulated nodes' sockets (e.g. reno: no "
+        "sender pacing; default: the system's, shown in the table header)",
+    )
     ap.add_argument("--json", help="also write the rows as JSON here")
     raise_fd_limit()
     asyncio.run(main(ap.parse_args()))
