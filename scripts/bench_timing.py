@@ -259,7 +259,8 @@ async def bench_one(
             parts.append({k: v for k, v in rep["phases"].items() if k.startswith("plan_")})
             for v in rep["verdicts"]:  # the arrival stamp's source per result (this code)
                 timing = v.get("timing") or {}
-                sources[str(timing.get("arrival_stamp", "n/a"))] += "arrived_ns" in timing
+                if timing.get("arrived_ns") is not None:
+                    sources[str(timing.get("arrival_stamp", "n/a"))] += 1
             bad = [v for v in rep["verdicts"] if v["verdict"] != "pass"]
             if bad:
                 print(f"# {code} {shape} {n}: {len(bad)} not pass, e.g. {bad[0]}", file=sys.stderr)
