@@ -248,6 +248,7 @@ def _observe(
     arrival = fut.result()
     t.arrived_ns = arrival.arrived_ns
     t.processed_ns = arrival.processed_ns
+    t.arrival_stamp = arrival.stamp_source
     res = arrival.result
     if res is None:
         return Observation(

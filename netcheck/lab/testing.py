@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
 from netcheck.coordinator.assembly import make_runner
+from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import public_key_text
@@ -199,12 +200,9 @@ async def running_coordinator(
     store = store or Store(cfg.database)
     coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
     runner = await make_runner(coord)
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = KernelStampSite(runner, "127.0.0.1", 0)  # as `coordinator serve` does
     await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-    rc = RunningCoordinator(coord, runner, port, identity)
+    rc = RunningCoordinator(coord, runner, site.port, identity)
     try:
         yield rc
     finally:
