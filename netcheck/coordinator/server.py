@@ -30,6 +30,7 @@ from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageErr
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
 from netcheck.protocol.codec import Limits
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, CoordinatorHandshake
+from netcheck.protocol.messages import MAX_REASON_CHARS, Bye
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore
@@ -212,6 +213,11 @@ class Coordinator:
         claim = accepted.claim
         node_key = public_key_text(Ed25519PublicKey.from_public_bytes(accepted.node_key))
         if claim.profile not in self.profiles:
+            # The node is authenticated and holds the session keys: say it in a sealed
+            # bye, the only refusal a node may take as final (docs/protocol.md §8.1).
+            said = "profile_mismatch: accepted profiles " + ", ".join(sorted(self.profiles))
+            bye = Bye(reason=said[:MAX_REASON_CHARS])
+            await ws.send_bytes(accepted.transport.seal(bye))
             raise HandshakeError(
                 CloseCode.PROFILE_MISMATCH,
                 f"node {node_key} claims unknown profile {claim.profile!r}",
