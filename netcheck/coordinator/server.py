@@ -203,7 +203,8 @@ class Coordinator:
             raise HandshakeError(CloseCode.MESSAGE_TOO_LARGE, "handshake message over the cap")
         if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
             raise ConnectionError("peer closed during handshake")
-        raise HandshakeError(CloseCode.BAD_HANDSHAKE, f"{msg.type.name} frame during handshake")
+        # Not a binary message: PROTOCOL_ERROR, as after the handshake (§8.1).
+        raise HandshakeError(CloseCode.PROTOCOL_ERROR, f"{msg.type.name} frame during handshake")
 
     async def _handshake(self, ws: web.WebSocketResponse, peer: str) -> NodeSession:
         hs = CoordinatorHandshake(self.identity, self.admit, path=WS_PATH)

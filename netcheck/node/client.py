@@ -395,6 +395,9 @@ class NodeClient:
         msg = await ws.receive()
         if msg.type == aiohttp.WSMsgType.BINARY:
             return bytes(msg.data)
+        if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.PING, aiohttp.WSMsgType.PONG):
+            # Every protocol message is binary (§1.1): PROTOCOL_ERROR, as after the handshake.
+            raise ProtocolError(CloseCode.PROTOCOL_ERROR, f"{msg.type.name} frame during handshake")
         code = ws.close_code
         cc = CloseCode.from_wire(code)
         if cc is not None:

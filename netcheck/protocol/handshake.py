@@ -109,11 +109,13 @@ def _receive(data: bytes, expected: type[M]) -> M:
     if len(data) > MAX_HANDSHAKE_BYTES:
         raise _fail(CloseCode.MESSAGE_TOO_LARGE, f"handshake message of {len(data)} bytes")
     try:
-        msg: Message = decode_message(data, limits=HANDSHAKE_LIMITS)
+        msg: Message = decode_message(data, limits=HANDSHAKE_LIMITS, allowed=(expected.TYPE,))
     except MessageError as exc:
-        raise _fail(exc.code, exc.reason) from None
-    if not isinstance(msg, expected):
-        raise _fail(CloseCode.UNEXPECTED_MESSAGE, f"expected {expected.TYPE}, got {msg.TYPE}")
+        reason = exc.reason
+        if exc.code is CloseCode.UNEXPECTED_MESSAGE:
+            reason = f"expected {expected.TYPE}, got {reason.split(' ', 1)[0]}"
+        raise _fail(exc.code, reason) from None
+    assert isinstance(msg, expected)
     if encode_message(msg) != data:
         raise _fail(CloseCode.MALFORMED_MESSAGE, f"{msg.TYPE} is not canonically encoded")
     return msg
