@@ -207,7 +207,7 @@ class Coordinator:
         raise HandshakeError(CloseCode.PROTOCOL_ERROR, f"{msg.type.name} frame during handshake")
 
     async def _handshake(self, ws: web.WebSocketResponse, peer: str) -> NodeSession:
-        hs = CoordinatorHandshake(self.identity, self.admit, path=WS_PATH)
+        hs = CoordinatorHandshake(self.identity, self.admit)  # endpoint name: §2.1
         welcome = hs.receive_hello(await self._receive_binary(ws))
         await ws.send_bytes(welcome)
         accepted = hs.receive_auth(await self._receive_binary(ws))

@@ -25,7 +25,6 @@ import contextlib
 import logging
 import random
 from pathlib import Path
-from urllib.parse import urlparse
 
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -361,8 +360,9 @@ class NodeClient:
             fingerprint=dict(self.worker.fingerprint),
             software=f"netcheck/{__version__}",
         )
-        path = urlparse(self.url).path or "/"
-        hs = NodeHandshake(self.identity, self.coordinator_key, claim, path=path)
+        # The transcript binds the protocol's endpoint name, not the dialled path: a proxy
+        # may serve the endpoint under another path and host (docs/protocol.md §2.1).
+        hs = NodeHandshake(self.identity, self.coordinator_key, claim)
         await ws.send_bytes(hs.start())
         welcome = await self._receive_binary(ws)
         try:

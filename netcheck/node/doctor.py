@@ -65,7 +65,7 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
     claim = ProfileClaim(
         profile=cfg.profile, fingerprint={"doctor": "1"}, software=f"netcheck/{__version__}"
     )
-    hs = NodeHandshake(identity, pinned, claim, path=urlparse(cfg.coordinator_url).path or "/")
+    hs = NodeHandshake(identity, pinned, claim)  # binds the endpoint name, not the URL path
 
     def refusal(code: CloseCode, presented_key: str | None = None) -> str:
         return refusal_message(

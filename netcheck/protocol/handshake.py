@@ -52,6 +52,9 @@ VERSION = "netcheck/1"
 SUITE = "x25519-ed25519-chacha20poly1305-sha256"
 SUPPORTED_VERSIONS: tuple[str, ...] = (VERSION,)
 SUPPORTED_SUITES: tuple[str, ...] = (SUITE,)
+ENDPOINT = "/v1/ws"
+"""The endpoint name in the transcript prologue h0 (docs/protocol.md §2.1): a constant of
+netcheck/1, not the URL path the node dialled (a reverse proxy may rewrite it)."""
 MAX_HANDSHAKE_BYTES = 2048  # docs/protocol.md §2.1
 # docs/protocol.md §2.5 and §7 — domain labels; none is a prefix of another.
 PROLOGUE_LABEL = b"netcheck/1"
@@ -188,8 +191,9 @@ class NodeHandshake(_Machine):
         identity: the node's Ed25519 identity key.
         coordinator_key: the pinned coordinator public key.
         claim: profile claim sent (and signed) in ``auth``.
-        path: websocket endpoint path; both sides must use the same (it is in the
-            prologue).
+        path: the endpoint name bound into the prologue; netcheck/1 peers use
+            :data:`ENDPOINT` whatever URL path the node dialled, so a reverse proxy may
+            rewrite host and path (§2.1). Both sides must use the same.
         random_bytes: entropy source (ephemeral key and nonce); injectable for tests.
         limits, max_counter, rekey_frames, rekey_after_s, clock: passed to the
             resulting ``Transport`` (frame limits, key update policy, §3.3, §3.5).
@@ -204,7 +208,7 @@ class NodeHandshake(_Machine):
         coordinator_key: Ed25519PublicKey,
         claim: ProfileClaim,
         *,
-        path: str = "/v1/ws",
+        path: str = ENDPOINT,
         random_bytes: RandomBytes = os.urandom,
         limits: Limits = DEFAULT_LIMITS,
         max_counter: int = DEFAULT_MAX_COUNTER,
@@ -329,7 +333,7 @@ class CoordinatorHandshake(_Machine):
         identity: Ed25519PrivateKey,
         admit: Callable[[bytes], bool],
         *,
-        path: str = "/v1/ws",
+        path: str = ENDPOINT,
         random_bytes: RandomBytes = os.urandom,
         limits: Limits = DEFAULT_LIMITS,
         max_counter: int = DEFAULT_MAX_COUNTER,

@@ -21,7 +21,6 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import msgpack
@@ -35,6 +34,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF, HKDFExpand
 
 VERSION = "netcheck/1"  # §10
 SUITE = "x25519-ed25519-chacha20poly1305-sha256"  # §2.2
+ENDPOINT = "/v1/ws"  # §2.1: the endpoint name in h0
 DATA, KEY_UPDATE = 0x01, 0x02  # §3.1
 TO_COORDINATOR, TO_NODE = b"\x00", b"\x01"  # §3.2
 
@@ -255,8 +255,8 @@ class ForeignNode:
     # §2 -----------------------------------------------------------------------------
 
     async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> Frames:
-        path = urlsplit(self.url).path
-        h = H(lp(VERSION.encode()) + lp(path.encode()) + lp(self.coordinator_key))
+        # §2.1: the endpoint name "/v1/ws", whatever path a proxy serves it under.
+        h = H(lp(VERSION.encode()) + lp(ENDPOINT.encode()) + lp(self.coordinator_key))
 
         def mix(h: bytes, x: bytes) -> bytes:
             return H(h + lp(x))
