@@ -54,8 +54,8 @@ async def wait_for(cond: object, timeout_s: float = 20.0) -> None:
 
 
 async def test_foreign_node_completes_a_round_and_its_receipt_verifies(tmp_path: Path) -> None:
-    """Handshake, echo, probe, job, result, signed verdict notice `pass`; the receipt
-    verifies offline from the coordinator's database."""
+    """Handshake, echo, probe (answers right), job, result, signed verdict notice `pass`;
+    the receipt verifies offline, from its values and from the coordinator's database."""
     db = tmp_path / "netcheck.db"
     store = canary_store(db, PROFILE, FINGERPRINT, 8, answer=ANSWER)
     identity = Ed25519PrivateKey.generate()
@@ -79,13 +79,22 @@ async def test_foreign_node_completes_a_round_and_its_receipt_verifies(tmp_path:
             )
             report = await resp.json()
             assert resp.status == 200, report
+            resp = await http.get(
+                f"http://127.0.0.1:{rc.port}/admin/rounds/{report['round_id']}",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            stored = await resp.json()
         (verdict,) = report["verdicts"]
         assert verdict["verdict"] == "pass", verdict
+        (row,) = stored["verdicts"]
+        extra = row["extra"]  # the coordinator checked our probe answers (§5.9)
+        assert extra["probe_samples_s"] and extra["probe_wrong"] == 0, extra
+        assert extra["echo_samples_s"], extra
         await wait_for(lambda: node.session.verdicts)
         await node.stop()
         await asyncio.wait_for(task, 10)
     s = node.session
-    assert s.probes >= 1  # relay test probes before a round
+    assert s.probes >= 1 and s.echoes >= 1  # echo and relay probes before a round
     assert s.jobs == [report["round_id"]]
     (notice,) = s.verdicts  # signature checked by the node (§5.11)
     assert (notice["round_id"], notice["verdict"]) == (report["round_id"], "pass")
@@ -102,3 +111,7 @@ async def test_foreign_node_completes_a_round_and_its_receipt_verifies(tmp_path:
         done = subprocess.run(cli + who + args, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "valid" in done.stdout
+    forged = bytes([receipt.signature[0] ^ 1]) + receipt.signature[1:]
+    args = by_hand[:5] + [forged.hex()] + by_hand[6:]
+    done = subprocess.run(cli + who + args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stdout  # the check can fail
