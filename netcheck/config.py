@@ -183,10 +183,11 @@ class Profile(_Model):
     copy back; docs/protocol.md §5.9). The relay test flags a persistent excess of
     ``probe - echo - probe_ref_s`` (docs/detection.md, "Relay test")."""
 
-    prompt_chars: int | None = Field(default=None, ge=16)
+    prompt_chars: int | None = Field(default=None, ge=34)
     """LLM prompts of exactly this many characters (cut at a word boundary, so a few
     fewer), e.g. ``prompt_len - 1`` so that every prompt fills the padded length with
-    real tokens (prefill-heavy profiles; a node cannot skip padding). None = the
+    real tokens (prefill-heavy profiles; a node cannot skip padding). At least 34: the
+    prompt's 60-bit reference and 16 characters of text (docs/workloads.md). None = the
     generator's 24 to 120 characters."""
     capacity: CapacityRecord | None = None
     """Measured capacity (``[capacity]``); None = unmeasured (netcheck.capacity)."""
@@ -303,6 +304,10 @@ class CoordinatorConfig(_FileConfig):
     ``keepalive_timeout``, see ``Coordinator.make_runner``)."""
     max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=MAX_MESSAGE_BYTES_LIMIT)
     """Largest websocket message accepted, bytes (at most 64 MiB)."""
+    decoy_workers: int | None = Field(default=None, ge=0, le=64)
+    """Worker processes that generate decoys ahead of each round
+    (:class:`netcheck.workloads.reservoir.DecoyReservoir`); 0 = generate them in the
+    planning thread; unset = a quarter of the CPUs, 1 to 8 (0 below 4 CPUs)."""
     # -- detection (docs/detection.md) ----------------------------------------------
     schedule_secret_file: Path | None = None
     """Secret key of the screening schedule (32 random bytes, mode 0600), created on
