@@ -42,11 +42,13 @@ async def test_token_in_url_refused_on_dashboard_posts(tmp_path: Path, profile: 
     async with web_coordinator(tmp_path, [profile]) as rc:
         base = f"http://127.0.0.1:{rc.port}"
         token = rc.coord.config.admin_token
-        async with aiohttp.ClientSession() as http:
-            async with http.post(
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
                 f"{base}/dashboard/flags/1/review?token={token}", data={"status": "confirmed"}
-            ) as resp:
-                assert resp.status == 401
+            ) as resp,
+        ):
+            assert resp.status == 401
 
 
 async def test_wrong_token_in_url_is_not_copied_into_the_login_redirect(
