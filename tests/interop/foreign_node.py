@@ -6,7 +6,8 @@ client), msgpack, cryptography and numpy. Every constant and layout below cites 
 section of docs/protocol.md it comes from; where the spec was silent or wrong while this
 was written, the spec was fixed (the list is in docs/protocol.md §11).
 
-It runs one session: handshake (§2), then answers ``echo`` (§5.6), ``probe`` (§5.9),
+It runs one session: handshake (§2), key updates (§3.5: its own first frame is one,
+and it ratchets on the coordinator's), then answers ``echo`` (§5.6), ``probe`` (§5.9),
 ``job``/``release`` (§5.2-§5.5, §7) and checks ``verdict`` notices (§5.11) until the
 coordinator closes or :meth:`ForeignNode.stop` is called. What it saw is kept in
 :class:`Session` for the test to inspect.
@@ -148,6 +149,8 @@ class Frames:
         self.session_id = session_id
         self.send_counter = 0
         self.recv_counter = 0
+        self.updates_received = 0
+        self.updates_sent = 0
 
     @staticmethod
     def ratchet(key: bytes) -> bytes:
@@ -167,6 +170,7 @@ class Frames:
         self.send_counter += 1
         if key_update:
             self.send_key = self.ratchet(self.send_key)
+            self.updates_sent += 1
         return frame
 
     def open(self, frame: bytes) -> dict[str, Any]:
@@ -186,6 +190,7 @@ class Frames:
         self.recv_counter += 1
         if ftype == KEY_UPDATE:
             self.recv_key = self.ratchet(self.recv_key)
+            self.updates_received += 1
         return dec(plain, max_bytes=8 << 20)
 
 
@@ -214,6 +219,7 @@ class Session:
     receipts: list[Receipt] = field(default_factory=list)
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     close_code: int | None = None
+    key_updates: tuple[int, int] = (0, 0)  # (sent, received), §3.5
     opened: asyncio.Event = field(default_factory=asyncio.Event)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -337,7 +343,10 @@ class ForeignNode:
                         break
                     reply = self._handle(frames.open(msg.data), jobs)
                     for out in reply:
-                        await ws.send_bytes(frames.seal(out))
+                        # §3.5: our first frame is a key update (the sender decides).
+                        update = frames.send_counter == 0
+                        await ws.send_bytes(frames.seal(out, key_update=update))
+                    self.session.key_updates = (frames.updates_sent, frames.updates_received)
                     self.session.changed.set()
             except SpecViolation as exc:
                 await ws.close(code=exc.code, message=b"")

@@ -54,8 +54,9 @@ async def wait_for(cond: object, timeout_s: float = 20.0) -> None:
 
 
 async def test_foreign_node_completes_a_round_and_its_receipt_verifies(tmp_path: Path) -> None:
-    """Handshake, echo, probe (answers right), job, result, signed verdict notice `pass`;
-    the receipt verifies offline, from its values and from the coordinator's database."""
+    """Handshake, key updates both ways, echo, probe (answers right), job, result, signed
+    verdict notice `pass`; the receipt verifies offline, from its values and from the
+    coordinator's database."""
     db = tmp_path / "netcheck.db"
     store = canary_store(db, PROFILE, FINGERPRINT, 8, answer=ANSWER)
     identity = Ed25519PrivateKey.generate()
@@ -70,6 +71,9 @@ async def test_foreign_node_completes_a_round_and_its_receipt_verifies(tmp_path:
         task = asyncio.create_task(node.run())
         await asyncio.wait_for(node.session.opened.wait(), 10)
         await rc.wait_connected(1)
+        # Make the coordinator's next frame a key update (§3.5), without importing it.
+        (coord_session,) = rc.coord.sessions.values()
+        coord_session.transport.request_key_update()
         token = rc.coord.config.admin_token
         async with aiohttp.ClientSession() as http:
             resp = await http.post(
@@ -95,6 +99,7 @@ async def test_foreign_node_completes_a_round_and_its_receipt_verifies(tmp_path:
         await asyncio.wait_for(task, 10)
     s = node.session
     assert s.probes >= 1 and s.echoes >= 1  # echo and relay probes before a round
+    assert s.key_updates == (1, 1)  # one each way, both accepted
     assert s.jobs == [report["round_id"]]
     (notice,) = s.verdicts  # signature checked by the node (§5.11)
     assert (notice["round_id"], notice["verdict"]) == (report["round_id"], "pass")
