@@ -176,8 +176,11 @@ async def running_coordinator(
     store: Store | None = None,
     handshake_timeout_s: float = 5.0,
     request_header_timeout_s: float = 10.0,
+    storage_retry_s: float = 10.0,
+    spool_replay_s: float = 5.0,
 ) -> AsyncIterator[RunningCoordinator]:
-    """Start a coordinator on a free loopback port; stop it and its nodes on exit."""
+    """Start a coordinator on a free loopback port; stop it and its nodes on exit.
+    Its spool (docs/spool.md) is ``tmp_path/netcheck-spool.jsonl``."""
     identity = Ed25519PrivateKey.generate()
     cfg = CoordinatorConfig(
         host="127.0.0.1",
@@ -190,6 +193,8 @@ async def running_coordinator(
         profiles=[p.name for p in profiles],
         handshake_timeout_s=handshake_timeout_s,
         request_header_timeout_s=request_header_timeout_s,
+        storage_retry_s=storage_retry_s,
+        spool_replay_s=spool_replay_s,
     )
     store = store or Store(cfg.database)
     coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
