@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 from fault_support import light_profile, wait_for
-from test_spooled_rounds import receipts_valid
+from test_spooled_rounds import StartedWorker, computing, receipts_valid
 
 from netcheck.coordinator.rounds import run_round
 from netcheck.lab.demo import free_port
-from netcheck.lab.load import HashWorker, add_hash_references
+from netcheck.lab.load import add_hash_references
 from netcheck.lab.testing import running_coordinator
 from netcheck.storage import Store
 
@@ -77,12 +77,13 @@ async def test_postgres_down_past_retry_budget_spooled_then_replayed(
     url, env = private_pg
     store, ctx = await _round_with_nodes(tmp_path, url, storage_retry_s=2.0, spool_replay_s=0.5)
     async with ctx as rc:  # type: ignore[attr-defined]
-        clients = [rc.node(HashWorker(PROFILE.max_new_tokens, 2.0), PROFILE.name) for _ in "abc"]
+        workers = [StartedWorker(PROFILE.max_new_tokens, 2.0) for _ in "abc"]
+        clients = [rc.node(w, PROFILE.name) for w in workers]
         for c in clients:
             rc.start(c)
         await rc.wait_connected(3, timeout_s=20.0)
         task = asyncio.ensure_future(run_round(rc.coord, PROFILE.name))
-        await wait_for(lambda: bool(store.list_rounds()), 20.0)
+        await computing(workers)
         await asyncio.to_thread(pg_ctl, env, "stop")
         report = await asyncio.wait_for(task, 60.0)
         assert report.status == "spooled"
@@ -123,11 +124,12 @@ async def test_postgres_restart_mid_round_loses_nothing(
     url, env = private_pg
     store, ctx = await _round_with_nodes(tmp_path, url)
     async with ctx as rc:  # type: ignore[attr-defined]
-        for _ in "abc":
-            rc.start(rc.node(HashWorker(PROFILE.max_new_tokens, 2.5), PROFILE.name))
+        workers = [StartedWorker(PROFILE.max_new_tokens, 2.5) for _ in "abc"]
+        for w in workers:
+            rc.start(rc.node(w, PROFILE.name))
         await rc.wait_connected(3, timeout_s=20.0)
         task = asyncio.ensure_future(run_round(rc.coord, PROFILE.name))
-        await wait_for(lambda: bool(store.list_rounds()), 20.0)
+        await computing(workers)
         await asyncio.to_thread(pg_ctl, env, "restart")
         report = await asyncio.wait_for(task, 60.0)
         assert report.status == "complete"

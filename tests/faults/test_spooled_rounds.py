@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,22 @@ def sqlite_write_lock(path: Path) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
+class StartedWorker(HashWorker):
+    """EMULATION like HashWorker; counts batches begun (the round is then past its plan,
+    schedule and dispatch writes: the nodes compute)."""
+
+    started = 0
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        self.started += 1
+        return await super().run(prompts)
+
+
+async def computing(workers: Sequence[StartedWorker], timeout_s: float = 20.0) -> None:
+    """Wait until every worker has begun its batch."""
+    await wait_for(lambda: all(w.started for w in workers), timeout_s)
+
+
 def receipts_valid(store: Store, round_id: str) -> list[dict[str, Any]]:
     """The round's verdict rows; asserts each carries a receipt its node really signed."""
     rows = store.round_verdicts(round_id)
@@ -70,12 +86,13 @@ async def test_lock_longer_than_retry_budget_spools_then_records_late(tmp_path: 
     async with running_coordinator(
         tmp_path, [PROFILE], store=store, storage_retry_s=1.0, spool_replay_s=0.5
     ) as rc:
-        clients = [rc.node(HashWorker(PROFILE.max_new_tokens, 1.0), PROFILE.name) for _ in "abc"]
+        workers = [StartedWorker(PROFILE.max_new_tokens, 1.5) for _ in "abc"]
+        clients = [rc.node(w, PROFILE.name) for w in workers]
         for c in clients:
             rc.start(c)
         await rc.wait_connected(3, timeout_s=20.0)
         task = asyncio.ensure_future(run_round(rc.coord, PROFILE.name))
-        await wait_for(lambda: bool(store.list_rounds()), 20.0)
+        await computing(workers)
         with sqlite_write_lock(db):
             t_locked = time.monotonic()
             report = await asyncio.wait_for(task, 30.0)
