@@ -313,6 +313,10 @@ class CoordinatorConfig(_FileConfig):
     ``spool-<gateway_id>.jsonl``)."""
     spool_replay_s: float = Field(default=5.0, gt=0)
     """While the spool holds entries, try to replay it this often (seconds)."""
+    decoy_workers: int | None = Field(default=None, ge=0, le=64)
+    """Worker processes that generate decoys ahead of each round
+    (:class:`netcheck.workloads.reservoir.DecoyReservoir`); 0 = generate them in the
+    planning thread; unset = a quarter of the CPUs, 1 to 8 (0 below 4 CPUs)."""
     # -- detection (docs/detection.md) ----------------------------------------------
     schedule_secret_file: Path | None = None
     """Secret key of the screening schedule (32 random bytes, mode 0600), created on
