@@ -323,7 +323,10 @@ class Coordinator:
         report = self.recorder.replay()
         if report.replayed:
             log.warning("replayed %d spooled round record(s) at startup", len(report.replayed))
-        return self.store.abort_unfinished_rounds(keep=list(self.recorder.pending()))
+        keep = list(self.recorder.pending())
+        return self.recorder.call(
+            "abort unfinished rounds", lambda: self.store.abort_unfinished_rounds(keep=keep)
+        )
 
     async def on_startup(self, app: web.Application) -> None:
         """Start the background spool replay (docs/spool.md)."""

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from fault_support import light_profile, wait_for
 
@@ -103,6 +104,9 @@ async def test_lock_longer_than_retry_budget_spools_then_records_late(tmp_path: 
             await wait_for(lambda: all(c.verdicts for c in clients), 10.0)
             assert store.list_rounds()[0]["status"] == "planned"  # the lock is real
             assert store.round_verdicts(rid) == []
+            admin, page = await _shown(rc.port, rc.coord.config.admin_token, rid)
+            assert admin["status"] == "spooled" and len(admin["verdicts"]) == 3
+            assert '<td id="round-status">spooled</td>' in page
             await asyncio.sleep(max(0.0, LOCK_S - (time.monotonic() - t_locked)))
         t_free = time.monotonic()
         await wait_for(lambda: len(store.round_verdicts(rid)) == 3, 10.0)
@@ -128,6 +132,19 @@ async def test_lock_longer_than_retry_budget_spools_then_records_late(tmp_path: 
         assert nxt.status == "complete"
         assert not spent & set(_canaries_of(store, nxt.round_id))
         print(f"7 s lock: round spooled, recorded {resolved_s:.2f} s after the lock's release")
+
+
+async def _shown(port: int, token: str, rid: str) -> tuple[dict[str, Any], str]:
+    """The round as the admin API and the dashboard show it."""
+    base = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as http:
+        async with http.get(f"{base}/admin/rounds/{rid}") as resp:
+            assert resp.status == 200, await resp.text()
+            admin = await resp.json()
+        async with http.get(f"{base}/dashboard/rounds/{rid}") as resp:
+            assert resp.status == 200
+            page = await resp.text()
+    return admin, page
 
 
 def _spent_rows(store: Store, ids: set[str]) -> list[dict[str, Any]]:
