@@ -33,6 +33,7 @@ from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, CoordinatorHandshak
 from netcheck.protocol.messages import MAX_REASON_CHARS, Bye
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
+from netcheck.storage.durable import Recorder
 from netcheck.storage.flags import FlagStore
 from netcheck.web.metrics import observe_round
 from netcheck.workloads.reservoir import DecoyReservoir
@@ -106,6 +107,13 @@ class Coordinator:
         self.limit_clock = time.monotonic  #: the limiter's clock, seconds (tests replace it)
         self._readers: set[asyncio.Task[None]] = set()
         self.flags = FlagStore(store)  # round schedules and flags
+        #: Round results survive a locked or unreachable database (docs/spool.md).
+        self.recorder = Recorder(
+            store, config.spool_path, retry_s=config.storage_retry_s,
+            replay_every_s=config.spool_replay_s,
+        )  # fmt: skip
+        self._replayer_stop = asyncio.Event()
+        self._replayer: asyncio.Task[None] | None = None
         self.round_hooks = RoundHooks()
         self.screening = Screening(self)  # detection: schedule secret, flags, timer
         #: Opens large received frames off the event loop (coordinator/arrivals.py).
@@ -311,6 +319,27 @@ class Coordinator:
 
     # -- lifecycle ----------------------------------------------------------------
 
+    def recover_rounds(self) -> int:
+        """At startup: replay the spool (docs/spool.md), then mark rounds a previous run
+        left unfinished as ``aborted``, except those whose results still wait in the
+        spool. Returns the number aborted. Blocking (database).
+
+        Raises:
+            StorageError: the database or the spool failed.
+        """
+        report = self.recorder.replay()
+        if report.replayed:
+            log.warning("replayed %d spooled round record(s) at startup", len(report.replayed))
+        keep = list(self.recorder.pending())
+        return self.recorder.call(
+            "abort unfinished rounds", lambda: self.store.abort_unfinished_rounds(keep=keep)
+        )
+
+    async def on_startup(self, app: web.Application) -> None:
+        """Start the background spool replay (docs/spool.md)."""
+        self._replayer_stop.clear()
+        self._replayer = asyncio.ensure_future(self.recorder.run_replayer(self._replayer_stop))
+
     async def on_shutdown(self, app: web.Application) -> None:
         """Close every session with SHUTDOWN; a round in flight ends as aborted."""
         self.stopping = True  # a round in flight ends as aborted, blaming no node
@@ -320,7 +349,10 @@ class Coordinator:
         )
 
     async def on_cleanup(self, app: web.Application) -> None:
-        """Stop the frame opener's worker threads."""
+        """Stop the spool replay and the frame opener's worker threads."""
+        self._replayer_stop.set()
+        if self._replayer is not None:
+            await self._replayer
         await asyncio.to_thread(self.opener.close)
         self.decoys.close()
 

@@ -178,11 +178,14 @@ async def running_coordinator(
     handshake_timeout_s: float = 5.0,
     request_header_timeout_s: float = 10.0,
     decoy_workers: int = 0,
+    storage_retry_s: float = 10.0,
+    spool_replay_s: float = 5.0,
 ) -> AsyncIterator[RunningCoordinator]:
     """Start a coordinator on a free loopback port; stop it and its nodes on exit.
 
     ``decoy_workers`` defaults to 0 (decoys generated in the planning thread) so that a
-    test does not start worker processes unless it is about them."""
+    test does not start worker processes unless it is about them. The coordinator's
+    spool (docs/spool.md) is ``tmp_path/netcheck-spool.jsonl``."""
     identity = Ed25519PrivateKey.generate()
     cfg = CoordinatorConfig(
         host="127.0.0.1",
@@ -196,6 +199,8 @@ async def running_coordinator(
         handshake_timeout_s=handshake_timeout_s,
         request_header_timeout_s=request_header_timeout_s,
         decoy_workers=decoy_workers,
+        storage_retry_s=storage_retry_s,
+        spool_replay_s=spool_replay_s,
     )
     store = store or Store(cfg.database)
     coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
