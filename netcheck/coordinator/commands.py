@@ -154,16 +154,30 @@ def screen_run(
     )
     analysis = report.get("analysis")
     if analysis:
-        console.print(
-            f"analysis over {analysis['n_nodes']} nodes x {analysis['n_rounds']} rounds: "
-            f"{len(analysis['edges'])} edges, {len(analysis['groups'])} suspect groups "
-            f"(Bonferroni p < {analysis['p_crit']:.3g})"
-        )
+        console.print(analysis_line(analysis))
     for c in report.get("confirmations", []):
         members = ", ".join(_who(m, names) for m in c["group"])
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
     console.print(flags_table(report.get("flags", []), "flags raised", names))
     check_round_outcome(rounds_run)
+
+
+def analysis_line(analysis: Mapping[str, Any]) -> str:
+    """One plain line about a screening analysis (``report["analysis"]``): its size, what
+    it found, and the level each node pair was tested at, with where that number comes
+    from. With fewer than two nodes there is no pair to test, and it says so."""
+    n, rounds = int(analysis["n_nodes"]), int(analysis["n_rounds"])
+    size = f"analysis over {n} node{'s' if n != 1 else ''} x {rounds} rounds"
+    if n < 2:
+        return f"{size}: no node pairs to compare (screening needs 2 or more nodes)"
+    pairs = n * (n - 1)
+    p_crit = float(analysis["p_crit"])
+    return (
+        f"{size}: {len(analysis['edges'])} edges, {len(analysis['groups'])} suspect groups "
+        f"(each ordered node pair tested at p < {p_crit:.3g}, i.e. {p_crit * pairs:.2g} "
+        f"spread over {pairs} pairs; a suspect group is flagged only after confirmation "
+        "rounds)"
+    )
 
 
 def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
