@@ -323,6 +323,12 @@ class CoordinatorConfig(_FileConfig):
     """Capacity test: a node's most recent this many verdicts form the window."""
     capacity_strikes: int = Field(default=3, ge=1)
     """Capacity test: ``late``/``missing`` verdicts in the window that raise a flag."""
+    answer_failure_window: int = Field(default=8, ge=1)
+    """Answer-failure test: a node's most recent this many *checked* rounds (pass,
+    ``wrong-answer``, ``malformed``) form the window."""
+    answer_failure_strikes: int = Field(default=3, ge=1)
+    """Answer-failure test: ``wrong-answer``/``malformed`` verdicts in the window that
+    raise an ``answer-failure`` flag."""
     relay_from_batch_times: bool = False
     """Ignored: the provisional relay check from batch times was replaced by the
     probe-based relay test (docs/detection.md); kept so that existing files load."""
@@ -399,6 +405,8 @@ class CoordinatorConfig(_FileConfig):
             raise ValueError("allowed_nodes is empty; list node keys or set open_enrollment = true")
         if self.capacity_strikes > self.capacity_window:
             raise ValueError("capacity_strikes must be <= capacity_window")
+        if self.answer_failure_strikes > self.answer_failure_window:
+            raise ValueError("answer_failure_strikes must be <= answer_failure_window")
         if self.confirm_max_cycles < self.confirm_cycles:
             raise ValueError("confirm_max_cycles must be >= confirm_cycles")
         return self

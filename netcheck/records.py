@@ -49,6 +49,7 @@ class FlagKind(StrEnum):
     CAPACITY = "capacity"
     RESULT_SHARING = "result-sharing"
     RELAY = "relay"
+    ANSWER_FAILURE = "answer-failure"
 
 
 class FlagStatus(StrEnum):

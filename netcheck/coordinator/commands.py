@@ -300,12 +300,24 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
     for r in flag.get("reviews", []):
         console.print(Text(f"review: {r['state']} by {r['by']} at {_when(r['at'])}: {r['note']}"))
     ev = flag.get("evidence", {})
-    if "rule" in ev:
-        console.print(f"rule: {ev['rule']}")
+    rule = flag.get("rule") or ev.get("rule")
+    if rule:
+        console.print(Text(f"rule: {rule}"))
     for section in ("screening", "confirmation"):
         part = ev.get(section)
         if isinstance(part, dict):
             console.print(f"{section}: {len(part.get('rounds', []))} rounds")
+    if occurrences := ev.get("occurrences"):
+        console.print(f"seen {len(occurrences)} times (one open flag collects repeats):")
+        for o in occurrences:
+            console.print(Text(f"  {_when(o.get('at'))}: statistic {_num(o.get('statistic'))}"
+                               f", {len(o.get('rounds') or [])} rounds"))  # fmt: skip
+    rounds = flag.get("evidence_rounds", [])
+    console.print(f"evidence rounds: {len(rounds)} (see each with: netcheck round show ID)")
+    for r in rounds:
+        console.print(Text(f"  {r['round_id']}  {r['dashboard']}"))
+    if links := flag.get("links"):
+        console.print(Text(f"dashboard: {links['dashboard']}"))
     if section_members := ev.get("confirmation", {}).get("members"):
         table = Table(title="confirmation per member")
         for col in ("node", "co-loaded", "alone", "slowdown", "t", "p", "confirmed"):

@@ -59,6 +59,7 @@ from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError, RoundError
 from netcheck.keys import load_or_create_secret
+from netcheck.logs import node_label
 from netcheck.records import (
     FlagStatus,
     NodeOutcome,
@@ -68,6 +69,7 @@ from netcheck.records import (
     RoundReport,
     StoredRounds,
 )
+from netcheck.storage.flag_merge import raise_flag
 from netcheck.storage.flags import jsonable
 
 if TYPE_CHECKING:
@@ -327,8 +329,9 @@ class Screening:
         ids = await asyncio.to_thread(
             self._store_group_flags, profile, group, stored, analysis, run, schedules
         )
-        log.warning("suspect group %s: %s %s (flags %s)", [m[:20] for m in members],
-                    run.verdict, [[m[:12] for m in f] for f in run.flags], ids)  # fmt: skip
+        log.warning("suspect group %s: %s %s (flags %s)", [node_label(m) for m in members],
+                    run.verdict, [[node_label(m, 12) for m in f] for f in run.flags],
+                    ids)  # fmt: skip
         return run, ids
 
     def _store_group_flags(
@@ -349,9 +352,10 @@ class Screening:
         ids = []
         for flag in run.flags:
             stat, level = ev.flag_statistic(run, flag)
-            ids.append(self.flags.add_flag(SHARED_BACKEND, FlagStatus.CONFIRMED, profile.name,
-                                           flag, stat, level,
-                                           {**evidence, "confirmed_members": list(flag)}))  # fmt: skip
+            fid, _new = raise_flag(self.flags, SHARED_BACKEND, FlagStatus.CONFIRMED, profile.name,
+                                   flag, stat, level,
+                                   {**evidence, "confirmed_members": list(flag)})  # fmt: skip
+            ids.append(fid)
         return ids
 
     # -- per-round checks ------------------------------------------------------------------
@@ -363,14 +367,17 @@ class Screening:
         outcomes: Sequence[NodeOutcome],
         records: Mapping[str, NodeRecord],
     ) -> list[int]:
-        """Answer-level proof and capacity strikes after a recorded round; returns the
-        ids of new flags. Storage errors are logged, not raised (the round stands)."""
+        """Answer-level proof, capacity strikes, the relay test and answer failures after
+        a recorded round; returns the ids of the flags raised or added to. Storage errors are logged, not raised (the round stands)."""
         try:
             ids = await asyncio.to_thread(checks.result_sharing, self.flags, profile, plan, records)
             ids += await asyncio.to_thread(
                 checks.capacity, self.flags, self.config, profile, plan.round_id, outcomes
             )
             ids += await asyncio.to_thread(checks.relay, self.flags, profile, records)
+            ids += await asyncio.to_thread(
+                checks.answer_failure, self.flags, self.config, profile, outcomes
+            )
         except NetcheckError as exc:
             log.error("round %s: detection checks failed: %s", plan.round_id, exc)
             return []
