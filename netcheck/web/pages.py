@@ -23,7 +23,7 @@ from netcheck.storage.reader import STRIKE_WINDOW, UNCHECKED, Reader, pass_rate
 from netcheck.storage.reviews import ReviewStore
 from netcheck.web.access import COOKIE, AccessMixin, cross_origin, safe_next
 from netcheck.web.banner import POOL
-from netcheck.web.exports import KINDS, to_csv, to_json
+from netcheck.web.exports import KINDS, presented, to_csv, to_json
 from netcheck.web.flagview import FlagView, flag_view
 from netcheck.web.inputs import MAX_OFFSET, query_int
 from netcheck.web.metrics import metrics_text
@@ -375,10 +375,16 @@ class Dashboard(AccessMixin):
         round_id = request.query.get("round_id") or None
 
         def build() -> str:
-            cols, rows = self.reader.export_rows(kind, round_id)
+            stored_cols, stored = self.reader.export_rows(kind, round_id)
+            keys = {str(r["node_key"]) for r in stored if "node_key" in r}
+            keys |= {str(k) for r in stored for k in (r.get("node_keys") or [])}
+            cols, types, rows = presented(
+                kind, stored_cols, self.reader.column_types(kind), stored,
+                self.reader.node_names(sorted(keys)),
+            )  # fmt: skip
             if fmt == "csv":
                 return to_csv(cols, rows)
-            return to_json(kind, cols, self.reader.column_types(kind), rows)
+            return to_json(kind, cols, types, rows)
 
         text = await asyncio.to_thread(build)
         ctype = "text/csv" if fmt == "csv" else "application/json"
