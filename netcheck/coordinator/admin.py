@@ -295,8 +295,10 @@ def admin_app(coord: Coordinator) -> web.Application:
                 limit=10_000 if review else limit,
             )  # fmt: skip
             states = reviews().current(r["flag_id"] for r in rows)
+            names = coord.config.node_names
             for r in rows:
                 r["review"] = states[r["flag_id"]]
+                r["node_names"] = [names.get(k) for k in r["node_keys"]]
             if review is not None:
                 rows = [r for r in rows if r["review"]["state"] == review][:limit]
             return rows
@@ -350,7 +352,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         history = await asyncio.to_thread(reviews().history, flag_id)
         flag["reviews"] = history
         flag["review"] = history[-1] if history else {"state": "open"}
-        return web.json_response(jsonable({**flag, **flag_links(flag)}))
+        names = [coord.config.node_names.get(k) for k in flag["node_keys"]]
+        return web.json_response(jsonable({**flag, **flag_links(flag), "node_names": names}))
 
     app.middlewares.append(auth)
     app.router.add_get("/status", status)

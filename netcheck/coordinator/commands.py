@@ -68,7 +68,11 @@ def flags_table(
 ) -> Table:
     """A rich table of flag rows (as ``GET /admin/flags`` returns them); nodes are shown
     whole (``name (key)`` when ``names`` has a display name), never as rich markup."""
-    names = names or {}
+    names = dict(names or {})
+    for f in rows:  # the API's node_names (operator's names, same order as node_keys)
+        for k, n in zip(f.get("node_keys", []), f.get("node_names") or [], strict=False):
+            if n:
+                names.setdefault(k, n)
     table = Table(title=title)
     for col in ("id", "kind", "status", "review", "nodes", "statistic", "threshold", "created"):
         table.add_column(col)

@@ -86,6 +86,14 @@ async def test_failing_node_gets_one_answer_failure_flag_with_evidence_links(
             )).output
         )  # fmt: skip
         assert raw["links"]["dashboard"] == f"/dashboard/flags/{fid}"
+        key = raw["node_keys"][0]  # the operator's name for the node, on every flags surface
+        rc.coord.config = rc.coord.config.model_copy(update={"node_names": {key: "rack7-gpu0"}})
+        listed = await get(rc, "/admin/flags")
+        assert listed["flags"][0]["node_names"] == ["rack7-gpu0"]
+        table = await asyncio.to_thread(
+            CliRunner().invoke, main, ["flags", "list", "--config", cfg], terminal_width=250
+        )
+        assert f"rack7-gpu0 ({key})" in table.output, table.output
         if shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER):
             driver = chrome_driver()
             try:
