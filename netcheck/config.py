@@ -281,6 +281,12 @@ class CoordinatorConfig(_FileConfig):
     node_names: dict[str, str] = Field(default_factory=dict)
     """Operator-chosen display names, public key text -> name (shown in tables and the
     dashboard). Names come from the operator, never from the node."""
+    node_hosts: dict[str, str] = Field(default_factory=dict)
+    """Declared co-hosting, public key text -> host label: identities the node operator
+    says run on one machine (one per card; ``netcheck node setup --cards N`` prints the
+    lines). Shown on the dashboard and given to detection: a confirmed slowdown inside
+    one declared host is a ``declared-host`` flag, not a ``shared-backend`` one
+    (docs/detection.md)."""
     open_enrollment: bool = False
     """Accept any node key; must be set explicitly when ``allowed_nodes`` is empty."""
     database: str = Field(default="sqlite:///netcheck.db", validate_default=True)
@@ -367,7 +373,7 @@ class CoordinatorConfig(_FileConfig):
                 raise ValueError(f"entry {i}: {exc}") from None
         return value
 
-    @field_validator("node_names")
+    @field_validator("node_names", "node_hosts")
     @classmethod
     def _check_names(cls, value: dict[str, str]) -> dict[str, str]:
         for text in value:

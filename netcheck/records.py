@@ -50,6 +50,7 @@ class FlagKind(StrEnum):
     RESULT_SHARING = "result-sharing"
     RELAY = "relay"
     ANSWER_FAILURE = "answer-failure"
+    DECLARED_HOST = "declared-host"
 
 
 class FlagStatus(StrEnum):

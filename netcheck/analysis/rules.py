@@ -56,6 +56,24 @@ def shared_backend(effect_floor_log: Any) -> str:
     )  # fmt: skip
 
 
+def declared_host(effect_floor_log: Any, host: Any) -> str:
+    """Rule of ``declared-host`` flags: a confirmed slowdown between identities that
+    their operator declared to share one host (``node_hosts``)."""
+    pct = _pct_from_log(effect_floor_log, math.log(1.25))
+    where = f"host {host!s}" if isinstance(host, str) and host else "one host"
+    return (
+        f"These identities are declared to share {where}. Identities on one host are "
+        "expected to slow each other a little (shared CPU, PCIe and network), far less "
+        f"than {pct:.0f}%. Confirmation rounds loaded them together and each alone: each "
+        f"one's service time with the others loaded is more than {pct:.0f}% above its time "
+        "alone (one-sided Welch test, p-value below the threshold), as when identities "
+        "share one GPU. Declared, so not reported as a proxy farm; but a host that claims "
+        "one card per identity should not slow them like one card. "
+        + tail("the largest p-value among the flagged nodes' tests",
+               "the p-value each test had to stay below", "below")
+    )  # fmt: skip
+
+
 def capacity(window: Any, strikes: Any) -> str:
     """Rule of ``capacity`` flags (netcheck.coordinator.checks.capacity)."""
     w = _count(window)
@@ -109,6 +127,9 @@ def rule_text(kind: str, evidence: Mapping[str, Any], threshold: Any) -> str | N
     if kind == "shared-backend":
         floor = conf.get("effect_floor") if isinstance(conf, Mapping) else None
         return shared_backend(floor)
+    if kind == "declared-host":
+        floor = conf.get("effect_floor") if isinstance(conf, Mapping) else None
+        return declared_host(floor, evidence.get("declared_host"))
     if kind == "capacity":
         return capacity(evidence.get("window"), threshold)
     if kind == "result-sharing":

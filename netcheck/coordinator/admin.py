@@ -69,7 +69,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcheck.admin")
 
 #: Flag kinds a filter may name (docs/detection.md; docs/admin-api.md).
-FLAG_KINDS = ("shared-backend", "capacity", "result-sharing", "relay", "answer-failure")
+FLAG_KINDS = (
+    "shared-backend", "declared-host", "capacity", "result-sharing", "relay", "answer-failure",
+)  # fmt: skip
 
 DEFAULT_SCREENING_ROUNDS = 16
 MAX_SCREENING_ROUNDS = 1024

@@ -268,7 +268,7 @@ def flags() -> None:
 @click.option(
     "--kind",
     default=None,
-    help="shared-backend, capacity, result-sharing, relay or answer-failure "
+    help="shared-backend, declared-host, capacity, result-sharing, relay or answer-failure "
     "(another name is an error, exit 2).",
 )
 @click.option("--status", default=None, help="confirmed, pending or cleared.")

@@ -189,13 +189,15 @@ class Dashboard(AccessMixin):
         def build() -> dict[str, Any]:
             rows = self.reader.node_summaries()
             per_node = Counter(m for f in self.all_flags() for m in f.members)
+            hosts = self.view.node_hosts()
             for r in rows:
                 r["connected"] = r["node_key"] in connected
                 r["flags"] = per_node.get(r["node_key"], 0)
+                r["host"] = hosts.get(r["node_key"], "")
                 if held is not None:
                     r["gateway"] = held.get(r["node_key"], {}).get("gateway_id", "")
             return {"nodes": rows, "connected": len(connected), "window": STRIKE_WINDOW,
-                    "gateways": held is not None}  # fmt: skip
+                    "gateways": held is not None, "hosts": bool(hosts)}  # fmt: skip
 
         return self.page("nodes.html", **await asyncio.to_thread(build))
 
@@ -208,6 +210,9 @@ class Dashboard(AccessMixin):
             if node is None:
                 return None
             history = self.reader.node_history(key)
+            hosts = self.view.node_hosts()
+            host = hosts.get(key, "")
+            peers = sorted(k for k, h in hosts.items() if h == host and k != key) if host else []
             passed = sum(1 for h in history if h["passed"])
             checked = sum(1 for h in history if h["verdict"] != UNCHECKED)
             return {
@@ -218,6 +223,9 @@ class Dashboard(AccessMixin):
                 "checked": checked,
                 "flags": [f for f in self.all_flags() if key in f.members],
                 "latency": latency_history_svg(history),
+                "host": host,
+                "peers": peers,
+                "peer_names": self.reader.node_names(peers),
             }
 
         ctx = await asyncio.to_thread(build)
@@ -301,6 +309,7 @@ class Dashboard(AccessMixin):
             everyone = self.reader.timing_matrix(None, matrix["round_ids"])
             names = self.reader.node_names(members)
             labels = [label(k, names.get(k)) for k in members]
+            hosts = self.view.node_hosts()
             edge_cols: list[str] = []
             for e in f.edges:
                 edge_cols += [k for k in e if k not in edge_cols]
@@ -311,6 +320,7 @@ class Dashboard(AccessMixin):
                 "reviews": history,
                 "review": history[-1] if history else {"state": "open"},
                 "pair_plots": pair_plots,
+                "hosts": {m: hosts[m] for m in members if m in hosts},
                 "matrix": matrix,
                 "edge_cols": edge_cols,
                 "names": names,

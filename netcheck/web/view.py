@@ -45,6 +45,11 @@ class CoordinatorView(Protocol):
         from it (:mod:`netcheck.references.pool`). Reads the database: blocking."""
         ...
 
+    def node_hosts(self) -> Mapping[str, str]:
+        """Declared co-hosting: node key -> the host its operator declared it shares
+        with other identities (``node_hosts`` in the coordinator config)."""
+        ...
+
     def extra_collectors(self) -> list[Any]:
         """Prometheus collectors beyond the coordinator's own (a gateway's gauges)."""
         ...
