@@ -309,6 +309,10 @@ class CoordinatorConfig(_FileConfig):
     ``keepalive_timeout``, see ``Coordinator.make_runner``)."""
     max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=MAX_MESSAGE_BYTES_LIMIT)
     """Largest websocket message accepted, bytes (at most 64 MiB)."""
+    decoy_workers: int | None = Field(default=None, ge=0, le=64)
+    """Worker processes that generate decoys ahead of each round
+    (:class:`netcheck.workloads.reservoir.DecoyReservoir`); 0 = generate them in the
+    planning thread; unset = a quarter of the CPUs, 1 to 8 (0 below 4 CPUs)."""
     # -- detection (docs/detection.md) ----------------------------------------------
     schedule_secret_file: Path | None = None
     """Secret key of the screening schedule (32 random bytes, mode 0600), created on

@@ -214,7 +214,9 @@ async def bench_one(
     with LoadRun(workdir, None, profile_overrides(shape)) as run:
         run.add_references(run.profile.canaries_max * n * (args.rounds + 2) + 100, vocab=vocab)
         old = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = str(code_dir)  # the coordinator runs the code under test
+        # the coordinator runs the code under test; entries already on PYTHONPATH (e.g. a
+        # folder of carried wheels on the device machine) stay behind it
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(code_dir), *([old] if old else [])])
         try:
             run.start_coordinator()
         finally:

@@ -17,6 +17,7 @@ from netcheck.coordinator.session import NodeSession
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, RoundReport
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore
+from netcheck.workloads.reservoir import DecoyReservoir
 
 #: A hook run after a round's verdicts are stored (detection checks); returns the ids of
 #: flags it raised, which the round's report lists.
@@ -66,6 +67,11 @@ class RoundHost(Protocol):
     @property
     def identity(self) -> Ed25519PrivateKey:
         """The coordinator's identity key: signs verdict notices (docs/protocol.md §5.11)."""
+        ...
+
+    @property
+    def decoys(self) -> DecoyReservoir:
+        """Decoys generated ahead of each round (the planner's decoy source)."""
         ...
 
     def connected(self, profile: str | None = None) -> list[NodeSession]: ...

@@ -52,6 +52,8 @@ from netcheck.records import (
     RoundReport,
     Verdict,
 )
+from netcheck.workloads import get_workload
+from netcheck.workloads.reservoir import decoy_target
 
 log = logging.getLogger("netcheck.round")
 
@@ -364,9 +366,14 @@ async def _run_locked(
         for fp, n in per_fp.items()
     }
     t_pool = time.monotonic()
+    # Decoys come from worker processes that generated them ahead (between rounds),
+    # not from this thread: an H200 round at 1,000 nodes is ~40 s of generator CPU
+    # (netcheck/workloads/reservoir.py, docs/scaling.md "Planning").
+    workload = get_workload(profile)
     plan = await asyncio.to_thread(  # pure and CPU-bound: keep the event loop free
         plan_round,
         round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng,
+        coord.decoys.source(workload),
     )  # fmt: skip
     t_drawn = time.monotonic()
     await asyncio.to_thread(store.record_plan, plan, time.time())
@@ -405,6 +412,8 @@ async def _run_locked(
     if results:
         await asyncio.wait(results.values(), timeout=profile.result_timeout_s)
     t_collected = time.monotonic()
+    # The next round's decoys, generated while this one is verified and stored.
+    coord.decoys.top_up(workload, decoy_target(profile.batch_size * len(sessions)))
     if coord.stopping:
         # The coordinator is shutting down and closed the sessions itself: no node is to
         # blame. Canaries stay spent (they were revealed); no verdict is recorded.

@@ -35,6 +35,7 @@ from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore
 from netcheck.web.metrics import observe_round
+from netcheck.workloads.reservoir import DecoyReservoir
 
 if TYPE_CHECKING:
     from netcheck.coordinator.rounds import RoundReport
@@ -110,6 +111,7 @@ class Coordinator:
         self.screening = Screening(self)  # detection: schedule secret, flags, timer
         #: Opens large received frames off the event loop (coordinator/arrivals.py).
         self.opener = FrameOpener()
+        self.decoys = DecoyReservoir(config.decoy_workers)  # decoys made ahead of rounds
         self.round_hooks.after_round.append(self.screening.after_round)
         self.round_hooks.finished.append(observe_round)  # Prometheus metrics
 
@@ -315,6 +317,7 @@ class Coordinator:
     async def on_cleanup(self, app: web.Application) -> None:
         """Stop the frame opener's worker threads."""
         await asyncio.to_thread(self.opener.close)
+        self.decoys.close()
 
     def connected(self, profile: str | None = None) -> list[NodeSession]:
         """Connected sessions, optionally only those claiming ``profile``."""

@@ -176,8 +176,12 @@ async def running_coordinator(
     store: Store | None = None,
     handshake_timeout_s: float = 5.0,
     request_header_timeout_s: float = 10.0,
+    decoy_workers: int = 0,
 ) -> AsyncIterator[RunningCoordinator]:
-    """Start a coordinator on a free loopback port; stop it and its nodes on exit."""
+    """Start a coordinator on a free loopback port; stop it and its nodes on exit.
+
+    ``decoy_workers`` defaults to 0 (decoys generated in the planning thread) so that a
+    test does not start worker processes unless it is about them."""
     identity = Ed25519PrivateKey.generate()
     cfg = CoordinatorConfig(
         host="127.0.0.1",
@@ -190,6 +194,7 @@ async def running_coordinator(
         profiles=[p.name for p in profiles],
         handshake_timeout_s=handshake_timeout_s,
         request_header_timeout_s=request_header_timeout_s,
+        decoy_workers=decoy_workers,
     )
     store = store or Store(cfg.database)
     coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
