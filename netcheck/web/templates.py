@@ -187,7 +187,7 @@ _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endb
 {% if f.edges %}<h2>Detector edges</h2><table id="edges"><thead><tr>{% for k in edge_cols %}<th>{{ k }}</th>{% endfor %}</tr></thead><tbody>
 {% for e in f.edges %}<tr>{% for k in edge_cols %}<td>{% if k in ("a", "b") %}{{ e.get(k)|label(names.get(e.get(k))) }}{% else %}{{ e.get(k)|num }}{% endif %}</td>{% endfor %}</tr>{% endfor %}
 </tbody></table>{% endif %}
-<h2>Service times with partners loaded vs idle</h2>
+<h2 id="loaded-title">{% if pair_plots %}Service times with partners loaded vs idle{% else %}Service times in the evidence rounds{% endif %}</h2>
 <div class="plot" id="loaded-plot">{{ loaded_plot|safe }}</div>
 {% if pair_plots %}<h2>Co-loading matrix (rounds both were loaded)</h2>
 <div class="plot" id="coload-plot">{{ coload_plot|safe }}</div>

@@ -41,6 +41,7 @@ def check_pages(driver: Any, base: str, token: str, fid: int, rounds: list[str])
     assert "failed the canary check" in body and "Detector" not in body
     assert driver.find_element("id", "no-pair-plots")  # one node: no 1x1 matrix, no r = 1.00
     assert not driver.find_elements("id", "corr-plot")
+    assert driver.find_element("id", "loaded-title").text == "Service times in the evidence rounds"
 
 
 async def test_failing_node_gets_one_answer_failure_flag_with_evidence_links(
