@@ -98,6 +98,21 @@ def residual_correlation_matrix(
     return out
 
 
+#: Plain column names of the screening edges on a flag page (the stored key stays the
+#: cell's title).
+EDGE_HEADERS = {
+    "a": "node", "b": "partner", "detector": "test", "statistic": "statistic",
+    "df": "degrees of freedom", "p_value": "p-value", "p_threshold": "p-value must be below",
+    "effect": "effect", "effect_floor": "effect must exceed", "n_rounds": "rounds used",
+}  # fmt: skip
+#: What each screening test measures (docs/detection.md "Analysis").
+EDGE_TESTS = {
+    "A": "slower when the partner is loaded (log service time)",
+    "A-welch": "slower when the partner is loaded (pairwise Welch)",
+    "B": "slowdowns move together (correlation r)",
+}
+
+
 class Dashboard(AccessMixin):
     """The dashboard of one coordinator: its read-only view, reader and templates.
 
@@ -323,6 +338,8 @@ class Dashboard(AccessMixin):
                 "hosts": {m: hosts[m] for m in members if m in hosts},
                 "matrix": matrix,
                 "edge_cols": edge_cols,
+                "edge_headers": EDGE_HEADERS,
+                "edge_tests": EDGE_TESTS,
                 "names": names,
                 "loaded_plot": loaded_latency_svg(
                     members, matrix["loaded"], matrix["service_s"], lambda k: label(k, names.get(k))

@@ -184,8 +184,10 @@ _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endb
 <tr><td>receipts</td><td><a id="receipts-link" href="{{ f.flag_id|flag_url }}/receipts.json">receipts.json</a>
 <span class="muted">(check each with <code>netcheck receipt verify</code>)</span></td></tr>
 </tbody></table>
-{% if f.edges %}<h2>Detector edges</h2><table id="edges"><thead><tr>{% for k in edge_cols %}<th>{{ k }}</th>{% endfor %}</tr></thead><tbody>
-{% for e in f.edges %}<tr>{% for k in edge_cols %}<td>{% if k in ("a", "b") %}{{ e.get(k)|label(names.get(e.get(k))) }}{% else %}{{ e.get(k)|num }}{% endif %}</td>{% endfor %}</tr>{% endfor %}
+{% if f.edges %}<h2>Screening: the pairs that nominated this group</h2>
+<p class="muted">Screening only nominates pairs for the confirmation rounds; the flag's own statistic and threshold are above.</p>
+<table id="edges"><thead><tr>{% for k in edge_cols %}<th title="{{ k }}">{{ edge_headers.get(k, k) }}</th>{% endfor %}</tr></thead><tbody>
+{% for e in f.edges %}<tr>{% for k in edge_cols %}<td>{% if k in ("a", "b") %}{{ e.get(k)|label(names.get(e.get(k))) }}{% elif k == "detector" %}{{ edge_tests.get(e.get(k), e.get(k)) }}{% else %}{{ e.get(k)|num }}{% endif %}</td>{% endfor %}</tr>{% endfor %}
 </tbody></table>{% endif %}
 <h2 id="loaded-title">{% if pair_plots %}Service times with partners loaded vs idle{% else %}Service times in the evidence rounds{% endif %}</h2>
 <div class="plot" id="loaded-plot">{{ loaded_plot|safe }}</div>
