@@ -103,7 +103,8 @@ def residual_correlation_matrix(
 EDGE_HEADERS = {
     "a": "node", "b": "partner", "detector": "test", "statistic": "statistic",
     "df": "degrees of freedom", "p_value": "p-value", "p_threshold": "p-value must be below",
-    "effect": "effect", "effect_floor": "effect must exceed", "n_rounds": "rounds used",
+    "effect": "effect (log slowdown, or r)", "effect_floor": "effect must exceed",
+    "n_rounds": "rounds used",
 }  # fmt: skip
 #: What each screening test measures (docs/detection.md "Analysis").
 EDGE_TESTS = {
