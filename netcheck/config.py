@@ -183,10 +183,11 @@ class Profile(_Model):
     copy back; docs/protocol.md §5.9). The relay test flags a persistent excess of
     ``probe - echo - probe_ref_s`` (docs/detection.md, "Relay test")."""
 
-    prompt_chars: int | None = Field(default=None, ge=16)
+    prompt_chars: int | None = Field(default=None, ge=34)
     """LLM prompts of exactly this many characters (cut at a word boundary, so a few
     fewer), e.g. ``prompt_len - 1`` so that every prompt fills the padded length with
-    real tokens (prefill-heavy profiles; a node cannot skip padding). None = the
+    real tokens (prefill-heavy profiles; a node cannot skip padding). At least 34: the
+    prompt's 60-bit reference and 16 characters of text (docs/workloads.md). None = the
     generator's 24 to 120 characters."""
     capacity: CapacityRecord | None = None
     """Measured capacity (``[capacity]``); None = unmeasured (netcheck.capacity)."""
