@@ -26,6 +26,21 @@ from typing import Any
 
 from netcheck.analysis.rules import rule_text
 
+#: Plain column names of the screening edges on a flag page (the stored key stays the
+#: cell's title).
+EDGE_HEADERS = {
+    "a": "node", "b": "partner", "detector": "test", "statistic": "statistic",
+    "df": "degrees of freedom", "p_value": "p-value", "p_threshold": "p-value must be below",
+    "effect": "effect (log slowdown, or r)", "effect_floor": "effect must exceed",
+    "n_rounds": "rounds used",
+}  # fmt: skip
+#: What each screening test measures (docs/detection.md "Analysis").
+EDGE_TESTS = {
+    "A": "slower when the partner is loaded (log service time)",
+    "A-welch": "slower when the partner is loaded (pairwise Welch)",
+    "B": "slowdowns move together (correlation r)",
+}
+
 
 @dataclass(frozen=True)
 class FlagView:

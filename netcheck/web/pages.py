@@ -24,7 +24,7 @@ from netcheck.storage.reviews import ReviewStore
 from netcheck.web.access import COOKIE, AccessMixin, cross_origin, safe_next
 from netcheck.web.banner import POOL
 from netcheck.web.exports import KINDS, presented, to_csv, to_json
-from netcheck.web.flagview import FlagView, flag_view
+from netcheck.web.flagview import EDGE_HEADERS, EDGE_TESTS, FlagView, flag_view
 from netcheck.web.inputs import MAX_OFFSET, query_int
 from netcheck.web.metrics import metrics_text
 from netcheck.web.plots import (
@@ -96,22 +96,6 @@ def residual_correlation_matrix(
                 cells.append(1.0 if i == j else float(np.corrcoef(a, b)[0, 1]))
         out.append(cells)
     return out
-
-
-#: Plain column names of the screening edges on a flag page (the stored key stays the
-#: cell's title).
-EDGE_HEADERS = {
-    "a": "node", "b": "partner", "detector": "test", "statistic": "statistic",
-    "df": "degrees of freedom", "p_value": "p-value", "p_threshold": "p-value must be below",
-    "effect": "effect (log slowdown, or r)", "effect_floor": "effect must exceed",
-    "n_rounds": "rounds used",
-}  # fmt: skip
-#: What each screening test measures (docs/detection.md "Analysis").
-EDGE_TESTS = {
-    "A": "slower when the partner is loaded (log service time)",
-    "A-welch": "slower when the partner is loaded (pairwise Welch)",
-    "B": "slowdowns move together (correlation r)",
-}
 
 
 class Dashboard(AccessMixin):
