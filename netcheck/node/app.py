@@ -15,7 +15,11 @@ from netcheck.engines import load_engine
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
 from netcheck.node.client import NodeClient
-from netcheck.node.preflight import CoordinatorUnreachable, probe_coordinator
+from netcheck.node.preflight import (
+    CoordinatorRefused,
+    CoordinatorUnreachable,
+    probe_coordinator,
+)
 from netcheck.node.verdicts import default_log_path
 from netcheck.node.workers import EngineWorker, Worker
 
@@ -37,15 +41,17 @@ async def engine_worker(profile: Profile) -> Worker:
 
 
 async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker) -> None:
-    """Load config and key, check the coordinator settings (:func:`probe_coordinator`,
-    before the engine: a wrong URL or key stops the node at once), load the worker
-    (``make_worker``, the real engine by default), then serve rounds until SIGINT/SIGTERM.
+    """Load config and key, ask the coordinator (:func:`probe_coordinator`, before the
+    engine: a wrong URL or key is logged as an error within seconds, not after a
+    model load that can take minutes), load the worker (``make_worker``, the real engine
+    by default), then serve rounds until SIGINT/SIGTERM. Refusals are not authenticated
+    (docs/protocol.md §8.1), so they do not stop the node: it keeps retrying.
 
     Raises:
         ConfigError: a bad config, key or profile.
         EngineError: the worker failed to load.
-        NodeFatalError: the coordinator refused this node for good (checked before the
-            worker loads, and again on every connection).
+        NodeFatalError: the coordinator refused this node inside the authenticated
+            session.
     """
     cfg: NodeConfig = load_node_config(config_path)
     identity = load_private_key(cfg.identity_key)
@@ -61,6 +67,12 @@ async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker
         log.info(
             "%s: coordinator at %s holds the pinned key and admits this node",
             label, cfg.coordinator_url,
+        )  # fmt: skip
+    except CoordinatorRefused as exc:  # not authenticated (§8.1): said now, then retried
+        log.error(
+            "%s: %s. Found before loading the engine; it loads anyway and the node keeps "
+            "retrying (a refusal is not authenticated): fix the config and restart, or "
+            "stop it with Ctrl-C", label, exc,
         )  # fmt: skip
     except CoordinatorUnreachable as exc:
         log.warning(

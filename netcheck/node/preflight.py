@@ -13,25 +13,26 @@ run`` both use it.
 Outcomes:
 
 - returns the coordinator key text: all three proven;
-- raises :class:`~netcheck.errors.NodeFatalError` for what only a config change fixes
-  (a URL that is no node endpoint, the wrong coordinator key, a key the coordinator
-  does not admit), with the message the running node would print;
+- raises :class:`CoordinatorRefused` for what looks like a config error (a URL that is
+  no node endpoint, the wrong coordinator key, a key the coordinator does not admit),
+  with the message the running node would print. Such an answer is not authenticated
+  (docs/protocol.md §8.1: anyone on the path can forge it), so ``node run`` logs it as an
+  error *before* the engine loads, then loads and keeps retrying as the client does;
+  ``doctor`` reports it and fails;
 - raises :class:`CoordinatorUnreachable` for what may pass (connection refused, time
-  out, a proxy's 503): ``node run`` then loads the engine anyway and keeps retrying.
+  out, a proxy's 503).
 """
 
 from __future__ import annotations
-
-from urllib.parse import urlparse
 
 import aiohttp
 
 from netcheck import __version__
 from netcheck.config import NodeConfig
-from netcheck.errors import CloseCode, HandshakeError, NetcheckError, NodeFatalError
+from netcheck.errors import CloseCode, HandshakeError, NetcheckError
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
 from netcheck.node.client import (
-    FATAL_CODES,
+    REFUSAL_CODES,
     not_an_endpoint,
     presented_coordinator_key,
     refusal_message,
@@ -41,6 +42,11 @@ from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import ProfileClaim
 
 HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class CoordinatorRefused(NetcheckError):
+    """The coordinator (or something answering in its place) refused this node's
+    configuration; the message names what to fix. Not authenticated."""
 
 
 class CoordinatorUnreachable(NetcheckError):
@@ -53,8 +59,8 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
     key text. Opens no session.
 
     Raises:
-        NodeFatalError: the URL is no node endpoint, the server does not hold the pinned
-            ``coordinator_key``, or the coordinator does not admit this node's key.
+        CoordinatorRefused: the URL is no node endpoint, the server does not hold the
+            pinned ``coordinator_key``, or the coordinator does not admit this node's key.
         CoordinatorUnreachable: no answer now (connection refused, timeout, 5xx/429).
         KeyFileError: the identity key cannot be loaded.
     """
@@ -63,7 +69,7 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
     claim = ProfileClaim(
         profile=cfg.profile, fingerprint={"doctor": "1"}, software=f"netcheck/{__version__}"
     )
-    hs = NodeHandshake(identity, pinned, claim, path=urlparse(cfg.coordinator_url).path or "/")
+    hs = NodeHandshake(identity, pinned, claim)  # binds the endpoint name, not the URL path
 
     def refusal(code: CloseCode, presented_key: str | None = None) -> str:
         return refusal_message(
@@ -87,20 +93,22 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
                 code = ws.close_code
                 cc = CloseCode.from_wire(code)
                 name = cc.name if cc is not None else str(code)
-                if cc is not None and cc in FATAL_CODES:
-                    raise NodeFatalError(refusal(cc))
+                if cc is not None and cc in REFUSAL_CODES:
+                    raise CoordinatorRefused(refusal(cc))
                 raise CoordinatorUnreachable(f"coordinator closed the handshake: {name}")
             welcome = bytes(msg.data)
             hs.receive_welcome(welcome)  # verifies the pinned key's signature
             await ws.close(code=CloseCode.NORMAL, message=b"doctor")
     except HandshakeError as exc:
-        if exc.code in FATAL_CODES:
+        if exc.code in REFUSAL_CODES:
             presented = presented_coordinator_key(welcome)
-            raise NodeFatalError(refusal(exc.code, presented)) from None
+            raise CoordinatorRefused(refusal(exc.code, presented)) from None
         raise CoordinatorUnreachable(f"handshake failed: {exc.code.name}") from None
     except aiohttp.WSServerHandshakeError as exc:
         if not_an_endpoint(exc.status):
-            raise NodeFatalError(wrong_endpoint_message(cfg.coordinator_url, exc.status)) from None
+            raise CoordinatorRefused(
+                wrong_endpoint_message(cfg.coordinator_url, exc.status)
+            ) from None
         raise CoordinatorUnreachable(f"cannot reach {cfg.coordinator_url}: {exc}") from None
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         reason = str(exc) or type(exc).__name__
