@@ -14,8 +14,9 @@
 
 A finding is stored with :func:`~netcheck.storage.flag_merge.raise_flag`: a repeat of
 an open flag (same kind and nodes, not resolved) adds its evidence to that flag instead
-of raising another. A flag is not raised twice for the same rounds: the evidence of a node's earlier flags of
-that kind is read in two queries (:meth:`FlagStore.node_flag_evidence`), not one per flag.
+of raising another. A finding is not made twice for the same rounds: the evidence of a
+node's earlier flags of that kind is read in two queries
+(:meth:`FlagStore.node_flag_evidence`), not one per flag.
 Each function runs in a worker thread (it reads and writes the database) and returns the
 ids of the flags it raised or added evidence to.
 """
