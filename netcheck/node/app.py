@@ -21,6 +21,7 @@ from netcheck.node.preflight import (
     probe_coordinator,
 )
 from netcheck.node.verdicts import default_log_path
+from netcheck.node.warmup import assess, warm_up
 from netcheck.node.workers import EngineWorker, Worker
 
 log = logging.getLogger("netcheck.node")
@@ -90,6 +91,9 @@ async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker
         label, time.monotonic() - t0, fingerprint_id(fp)[:12],
         ", ".join(f"{k}={v}" for k, v in sorted(fp.items())),
     )  # fmt: skip
+    if isinstance(worker, EngineWorker) and cfg.warmup_batches:  # the real engine only
+        result = assess(await warm_up(worker, profile, cfg.warmup_batches), profile)
+        log.log(result.level, "%s: %s", label, result.message)
     client = NodeClient(
         cfg.coordinator_url,
         identity,
