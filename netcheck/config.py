@@ -282,6 +282,12 @@ class CoordinatorConfig(_FileConfig):
     node_names: dict[str, str] = Field(default_factory=dict)
     """Operator-chosen display names, public key text -> name (shown in tables and the
     dashboard). Names come from the operator, never from the node."""
+    node_hosts: dict[str, str] = Field(default_factory=dict)
+    """Declared co-hosting, public key text -> host label: identities the node operator
+    says run on one machine (one per card; ``netcheck node setup --cards N`` prints the
+    lines). Shown on the dashboard and given to detection: a confirmed slowdown inside
+    one declared host is a ``declared-host`` flag, not a ``shared-backend`` one
+    (docs/detection.md)."""
     open_enrollment: bool = False
     """Accept any node key; must be set explicitly when ``allowed_nodes`` is empty."""
     database: str = Field(default="sqlite:///netcheck.db", validate_default=True)
@@ -304,6 +310,16 @@ class CoordinatorConfig(_FileConfig):
     ``keepalive_timeout``, see ``Coordinator.make_runner``)."""
     max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=MAX_MESSAGE_BYTES_LIMIT)
     """Largest websocket message accepted, bytes (at most 64 MiB)."""
+    # -- durable round results (docs/spool.md) ------------------------------------
+    storage_retry_s: float = Field(default=10.0, ge=0)
+    """A round write refused by a locked or unreachable database is retried with
+    backoff for this long, then its records go to the local spool."""
+    spool_file: Path | None = None
+    """The spool of round results waiting for the database (append-only, fsynced).
+    None = ``netcheck-spool.jsonl`` next to ``identity_key`` (a gateway:
+    ``spool-<gateway_id>.jsonl``)."""
+    spool_replay_s: float = Field(default=5.0, gt=0)
+    """While the spool holds entries, try to replay it this often (seconds)."""
     decoy_workers: int | None = Field(default=None, ge=0, le=64)
     """Worker processes that generate decoys ahead of each round
     (:class:`netcheck.workloads.reservoir.DecoyReservoir`); 0 = generate them in the
@@ -328,14 +344,29 @@ class CoordinatorConfig(_FileConfig):
     """Capacity test: a node's most recent this many verdicts form the window."""
     capacity_strikes: int = Field(default=3, ge=1)
     """Capacity test: ``late``/``missing`` verdicts in the window that raise a flag."""
+    answer_failure_window: int = Field(default=8, ge=1)
+    """Answer-failure test: a node's most recent this many *checked* rounds (pass,
+    ``wrong-answer``, ``malformed``) form the window."""
+    answer_failure_strikes: int = Field(default=3, ge=1)
+    """Answer-failure test: ``wrong-answer``/``malformed`` verdicts in the window that
+    raise an ``answer-failure`` flag."""
     relay_from_batch_times: bool = False
     """Ignored: the provisional relay check from batch times was replaced by the
     probe-based relay test (docs/detection.md); kept so that existing files load."""
 
-    @field_validator("identity_key", "schedule_secret_file", "profiles_dir")
+    @field_validator("identity_key", "schedule_secret_file", "profiles_dir", "spool_file")
     @classmethod
     def _resolve_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return None if value is None else _resolve_path(value, info)
+
+    @property
+    def spool_path(self) -> Path:
+        """Where round results wait when the database is unavailable (``spool_file``)."""
+        if self.spool_file is not None:
+            return self.spool_file
+        gateway = getattr(self, "gateway_id", None)
+        name = f"spool-{gateway}.jsonl" if gateway else "netcheck-spool.jsonl"
+        return self.identity_key.parent / name
 
     @property
     def schedule_secret_path(self) -> Path:
@@ -366,7 +397,7 @@ class CoordinatorConfig(_FileConfig):
                 raise ValueError(f"entry {i}: {exc}") from None
         return value
 
-    @field_validator("node_names")
+    @field_validator("node_names", "node_hosts")
     @classmethod
     def _check_names(cls, value: dict[str, str]) -> dict[str, str]:
         for text in value:
@@ -404,6 +435,8 @@ class CoordinatorConfig(_FileConfig):
             raise ValueError("allowed_nodes is empty; list node keys or set open_enrollment = true")
         if self.capacity_strikes > self.capacity_window:
             raise ValueError("capacity_strikes must be <= capacity_window")
+        if self.answer_failure_strikes > self.answer_failure_window:
+            raise ValueError("answer_failure_strikes must be <= answer_failure_window")
         if self.confirm_max_cycles < self.confirm_cycles:
             raise ValueError("confirm_max_cycles must be >= confirm_cycles")
         return self
@@ -426,6 +459,11 @@ class NodeConfig(_FileConfig):
     place of the profile's ``device``. The engine fingerprint records the card *model*,
     not its index, so one profile and one reference set serve every card of a host."""
     name: str = ""
+    warmup_batches: int = Field(default=1, ge=0, le=16)
+    """Full batches of fresh prompts run after the engine loads and before the node
+    joins (answers discarded): the first batch pays one-time costs (CUDA context, kernel
+    selection, allocator growth) that would make the first round ``late``. The last
+    batch's time is compared with the profile's deadline and logged (``node.warmup``)."""
 
     @field_validator("coordinator_url")
     @classmethod

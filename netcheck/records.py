@@ -35,11 +35,15 @@ class RoundKind(StrEnum):
 
 class RoundStatus(StrEnum):
     """A stored round's state: ``planned`` until finished, then ``complete`` or
-    ``aborted`` (shutdown, crash)."""
+    ``aborted`` (shutdown, crash), or ``recorded-late`` (complete, but its results
+    waited in the spool for the database, docs/spool.md). ``spooled`` is never stored:
+    it is how a ``planned`` round whose results wait in the spool is shown."""
 
     PLANNED = "planned"
     COMPLETE = "complete"
     ABORTED = "aborted"
+    RECORDED_LATE = "recorded-late"
+    SPOOLED = "spooled"
 
 
 class FlagKind(StrEnum):
@@ -49,6 +53,8 @@ class FlagKind(StrEnum):
     CAPACITY = "capacity"
     RESULT_SHARING = "result-sharing"
     RELAY = "relay"
+    ANSWER_FAILURE = "answer-failure"
+    DECLARED_HOST = "declared-host"
 
 
 class FlagStatus(StrEnum):

@@ -63,7 +63,8 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     # Only now, with the port ours, can no other coordinator be serving this database's
     # rounds (one that were would hold the port): a second `serve` started by mistake
     # fails above without touching a live round.
-    aborted = await asyncio.to_thread(coord.store.abort_unfinished_rounds)
+    # The spool is replayed first, so a round whose results waited there is not aborted.
+    aborted = await asyncio.to_thread(coord.recover_rounds)
     if aborted:
         log.warning("marked %d round(s) left unfinished by a previous run as aborted", aborted)
     log.info(

@@ -16,6 +16,7 @@ from netcheck.config import Profile
 from netcheck.coordinator.session import NodeSession
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, RoundReport
 from netcheck.storage import Store
+from netcheck.storage.durable import Recorder
 from netcheck.storage.flags import FlagStore
 from netcheck.workloads.reservoir import DecoyReservoir
 
@@ -47,6 +48,11 @@ class RoundHost(Protocol):
 
     @property
     def store(self) -> Store: ...
+
+    @property
+    def recorder(self) -> Recorder:
+        """Durable round writes: retry, then the local spool (docs/spool.md)."""
+        ...
 
     @property
     def flags(self) -> FlagStore:

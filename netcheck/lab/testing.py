@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,31 @@ def canary_store(
     if rows:
         store.add_references(rows)
     return store
+
+
+class CanaryAnswering:
+    """A worker for :func:`canary_store` canaries: answers every ``canary <i>`` prompt
+    with the store's default answer (``max_new_tokens`` ones) and any other prompt with
+    its own random tokens below 258, as an honest node's decoy answers look.
+
+    Args:
+        fingerprint: the engine fingerprint it claims (the store's).
+        max_new_tokens: tokens per answer (the profile's).
+    """
+
+    def __init__(self, fingerprint: Mapping[str, str | int], max_new_tokens: int) -> None:
+        self.fingerprint = dict(fingerprint)
+        self.tokens = max_new_tokens
+        self.rng = random.Random()
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        """One answer per prompt."""
+        return [
+            [1] * self.tokens
+            if p.startswith("canary")
+            else [self.rng.randrange(258) for _ in range(self.tokens)]
+            for p in prompts
+        ]
 
 
 async def raw_session(
@@ -178,11 +204,14 @@ async def running_coordinator(
     handshake_timeout_s: float = 5.0,
     request_header_timeout_s: float = 10.0,
     decoy_workers: int = 0,
+    storage_retry_s: float = 10.0,
+    spool_replay_s: float = 5.0,
 ) -> AsyncIterator[RunningCoordinator]:
     """Start a coordinator on a free loopback port; stop it and its nodes on exit.
 
     ``decoy_workers`` defaults to 0 (decoys generated in the planning thread) so that a
-    test does not start worker processes unless it is about them."""
+    test does not start worker processes unless it is about them. The coordinator's
+    spool (docs/spool.md) is ``tmp_path/netcheck-spool.jsonl``."""
     identity = Ed25519PrivateKey.generate()
     cfg = CoordinatorConfig(
         host="127.0.0.1",
@@ -196,6 +225,8 @@ async def running_coordinator(
         handshake_timeout_s=handshake_timeout_s,
         request_header_timeout_s=request_header_timeout_s,
         decoy_workers=decoy_workers,
+        storage_retry_s=storage_retry_s,
+        spool_replay_s=spool_replay_s,
     )
     store = store or Store(cfg.database)
     coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
