@@ -116,7 +116,7 @@ def start_timed_hosts(run: LoadRun, n: int, vocab: int, args: argparse.Namespace
             "--service", str(service_s(args, n)), "--spread", str(args.spread),
             "--mode", args.mode, "--stamps", str(run.workdir / f"stamps-{i}.jsonl"),
             "--report", str(report),
-            *(["--congestion", args.node_congestion] if args.node_congestion else []),
+            *([f"--congestion={cc}"] if (cc := getattr(args, "node_congestion", None)) else []),
         ]  # fmt: skip
         run.hosts.append(run._spawn(f"timed-{i}", cmd))
         first += count
