@@ -15,8 +15,8 @@ screening round with probability 1/4, so the design alone can starve the detecto
 = 0.16, and the whole check failed in 119 of 400 simulated runs; with 32 rounds in 5 of
 400. With 48 screening rounds P(Binomial(48, 1/4) < 2) = 1.6e-5, and the screening
 missed the pair in 1 of 20,000 random schedules of this scenario (noiseless, as the
-emulated GPUs are: 5e-5, 95% upper bound 2.4e-4; /work/notes/s2-issue-13-detect2.md has
-the script); the simulated check failed in 0 of 400 runs at 48 and at 64 rounds.
+emulated GPUs are: 5e-5, 95% upper bound 2.4e-4; ``median_polish`` + ``detect`` on
+random schedules); the simulated check failed in 0 of 400 runs at 48 and at 64 rounds.
 Computed failure rate: about 5e-5 (< 1e-3).
 """
 
