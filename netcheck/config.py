@@ -183,10 +183,11 @@ class Profile(_Model):
     copy back; docs/protocol.md §5.9). The relay test flags a persistent excess of
     ``probe - echo - probe_ref_s`` (docs/detection.md, "Relay test")."""
 
-    prompt_chars: int | None = Field(default=None, ge=16)
+    prompt_chars: int | None = Field(default=None, ge=34)
     """LLM prompts of exactly this many characters (cut at a word boundary, so a few
     fewer), e.g. ``prompt_len - 1`` so that every prompt fills the padded length with
-    real tokens (prefill-heavy profiles; a node cannot skip padding). None = the
+    real tokens (prefill-heavy profiles; a node cannot skip padding). At least 34: the
+    prompt's 60-bit reference and 16 characters of text (docs/workloads.md). None = the
     generator's 24 to 120 characters."""
     capacity: CapacityRecord | None = None
     """Measured capacity (``[capacity]``); None = unmeasured (netcheck.capacity)."""
@@ -303,6 +304,20 @@ class CoordinatorConfig(_FileConfig):
     ``keepalive_timeout``, see ``Coordinator.make_runner``)."""
     max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=MAX_MESSAGE_BYTES_LIMIT)
     """Largest websocket message accepted, bytes (at most 64 MiB)."""
+    # -- durable round results (docs/spool.md) ------------------------------------
+    storage_retry_s: float = Field(default=10.0, ge=0)
+    """A round write refused by a locked or unreachable database is retried with
+    backoff for this long, then its records go to the local spool."""
+    spool_file: Path | None = None
+    """The spool of round results waiting for the database (append-only, fsynced).
+    None = ``netcheck-spool.jsonl`` next to ``identity_key`` (a gateway:
+    ``spool-<gateway_id>.jsonl``)."""
+    spool_replay_s: float = Field(default=5.0, gt=0)
+    """While the spool holds entries, try to replay it this often (seconds)."""
+    decoy_workers: int | None = Field(default=None, ge=0, le=64)
+    """Worker processes that generate decoys ahead of each round
+    (:class:`netcheck.workloads.reservoir.DecoyReservoir`); 0 = generate them in the
+    planning thread; unset = a quarter of the CPUs, 1 to 8 (0 below 4 CPUs)."""
     # -- detection (docs/detection.md) ----------------------------------------------
     schedule_secret_file: Path | None = None
     """Secret key of the screening schedule (32 random bytes, mode 0600), created on
@@ -327,10 +342,19 @@ class CoordinatorConfig(_FileConfig):
     """Ignored: the provisional relay check from batch times was replaced by the
     probe-based relay test (docs/detection.md); kept so that existing files load."""
 
-    @field_validator("identity_key", "schedule_secret_file", "profiles_dir")
+    @field_validator("identity_key", "schedule_secret_file", "profiles_dir", "spool_file")
     @classmethod
     def _resolve_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         return None if value is None else _resolve_path(value, info)
+
+    @property
+    def spool_path(self) -> Path:
+        """Where round results wait when the database is unavailable (``spool_file``)."""
+        if self.spool_file is not None:
+            return self.spool_file
+        gateway = getattr(self, "gateway_id", None)
+        name = f"spool-{gateway}.jsonl" if gateway else "netcheck-spool.jsonl"
+        return self.identity_key.parent / name
 
     @property
     def schedule_secret_path(self) -> Path:

@@ -109,6 +109,11 @@ class StorageError(NetcheckError):
     """The database failed (locked, disk full, constraint violated)."""
 
 
+class StorageUnavailable(StorageError):
+    """The database is locked by another writer or cannot be reached (connection
+    refused or lost, server restarting): the same write may succeed later."""
+
+
 class RoundError(NetcheckError):
     """A validation round could not be planned or completed."""
 

@@ -32,12 +32,19 @@ coordinator error).
 
 ``--mode instant``: every node of a host answers at the same instant (worst burst);
 ``--mode own --spread 0.2``: service times spread evenly over 0.2 s.
+
+The table's ``stamp source`` column counts the results by the source of their arrival
+stamp as the coordinator recorded it (``kernel``: kernel receive timestamp; ``read``:
+the socket read callback; ``reader``: the reader task; ``n/a``: code that does not
+record it, e.g. an older baseline), and the coordinator's own start-up line about its
+stamps is printed under the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import statistics
@@ -214,7 +221,9 @@ async def bench_one(
     with LoadRun(workdir, None, profile_overrides(shape)) as run:
         run.add_references(run.profile.canaries_max * n * (args.rounds + 2) + 100, vocab=vocab)
         old = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = str(code_dir)  # the coordinator runs the code under test
+        # the coordinator runs the code under test; entries already on PYTHONPATH (e.g. a
+        # folder of carried wheels on the device machine) stay behind it
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(code_dir), *([old] if old else [])])
         try:
             run.start_coordinator()
         finally:
@@ -226,6 +235,7 @@ async def bench_one(
         await run.run_round()  # warm-up, not counted
         errors, lags, designed_err, skews, plans, frames = [], [], [], [], [], []
         parts: list[dict[str, float]] = []
+        sources: collections.Counter[str] = collections.Counter()
         partial = 0
         for _ in range(args.rounds):
             await asyncio.sleep(0.5)
@@ -246,11 +256,19 @@ async def bench_one(
             skews.append(rep["phases"]["release_skew_s"])
             plans.append(rep["phases"]["plan_s"])
             parts.append({k: v for k, v in rep["phases"].items() if k.startswith("plan_")})
+            for v in rep["verdicts"]:  # the arrival stamp's source per result (this code)
+                timing = v.get("timing") or {}
+                sources[str(timing.get("arrival_stamp", "n/a"))] += "arrived_ns" in timing
             bad = [v for v in rep["verdicts"] if v["verdict"] != "pass"]
             if bad:
                 print(f"# {code} {shape} {n}: {len(bad)} not pass, e.g. {bad[0]}", file=sys.stderr)
         floor = await measure_floor(n, 5, workdir)
+        log_path = run.workdir / "logs" / "coordinator.log"
+        said = [line for line in log_path.read_text(errors="replace").splitlines()
+                if "arrival stamps:" in line]  # fmt: skip
     return {
+        "stamps": " ".join(f"{k}:{c}" for k, c in sorted(sources.items()) if c) or "n/a",
+        "stamps_log": said[-1].split("arrival stamps:", 1)[1].strip()[:60] if said else "",
         "code": code, "shape": shape, "nodes": n, "samples": len(errors), "partial": partial,
         "frame_kb": statistics.median(frames) / 1000 if frames else 0.0,
         "err_p50": pct(errors, 0.5), "err_p99": pct(errors, 0.99), "err_max": max(errors),
@@ -286,16 +304,20 @@ async def main(args: argparse.Namespace) -> None:
         f"rounds={args.rounds}\n"
         "| code | shape | nodes | frame KB | stamp error ms p50 / p99 / max (min) "
         "| release skew ms | send floor ms | skew/floor | plan s | node lag p99 ms | partial writes "
-        "| load avg |"
+        "| stamp source (results) | load avg |"
     )
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
     for r in rows:
         print(
             f"| {r['code']} | {r['shape']} | {r['nodes']} | {r['frame_kb']:.1f} | "
             f"{r['err_p50']:.2f} / {r['err_p99']:.2f} / {r['err_max']:.2f} ({r['err_min']:.2f}) | "
             f"{r['skew_ms']:.1f} | {r['floor_ms']:.1f} | {r['skew_ms'] / r['floor_ms']:.2f} | "
-            f"{r['plan_s']:.2f} | {r['lag_p99']:.1f} | {r['partial']}/{r['samples']} | {r['load']} |"
+            f"{r['plan_s']:.2f} | {r['lag_p99']:.1f} | {r['partial']}/{r['samples']} | "
+            f"{r['stamps']} | {r['load']} |"
         )
+    for r in rows:
+        if r["stamps_log"]:
+            print(f"# {r['code']} {r['shape']} {r['nodes']}: coordinator said: {r['stamps_log']}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print(f"(scratch: {root})", file=sys.stderr)

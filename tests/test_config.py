@@ -116,6 +116,16 @@ def test_canary_bounds(tmp_path: Path, extra: str, message: str) -> None:
         load_profile(path)
 
 
+def test_prompt_chars_too_short_for_the_reference(tmp_path: Path) -> None:
+    """prompt_chars below 34 (the 60-bit reference and 16 characters of text) is
+    refused, naming the field."""
+    path = write(tmp_path / "x.toml", "prompt_chars = 31\n" + PROFILE)
+    with pytest.raises(
+        ConfigError, match="prompt_chars: Input should be greater than or equal to 34"
+    ):
+        load_profile(path)
+
+
 def test_profile_name_mismatch(tmp_path: Path) -> None:
     """A profile loaded by name must carry that name."""
     write(tmp_path / "x.toml", 'name = "y"\n' + PROFILE)

@@ -48,6 +48,7 @@ from netcheck.coordinator.capacity_gate import capacity_context
 from netcheck.coordinator.jobs import ScreeningJobs
 from netcheck.coordinator.pool import live_pool
 from netcheck.errors import NetcheckError
+from netcheck.storage.durable import spooled_status
 from netcheck.storage.flags import FLAG_STATUSES, jsonable
 from netcheck.storage.reader import Reader
 from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
@@ -166,7 +167,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         offset = query_int(request.query, "offset", default=0, lo=0, hi=MAX_OFFSET)
 
         def read() -> dict[str, Any]:
-            rows = reader.rounds(limit, offset)
+            rows = spooled_status(reader.rounds(limit, offset), coord.recorder.pending())
             return {"rounds": rows, "total": reader.count_rounds(), "limit": limit,
                     "offset": offset}  # fmt: skip
 
@@ -180,6 +181,14 @@ def admin_app(coord: Coordinator) -> web.Application:
             if row is None:
                 return None
             verdicts = coord.store.round_verdicts(rid)
+            waiting = coord.recorder.pending().get(rid)
+            if waiting is not None:  # its results wait in the spool (docs/spool.md)
+                (row,) = spooled_status([row], {rid: waiting})
+                known = {v["node_key"] for v in verdicts}
+                verdicts += [
+                    {**o, "round_id": rid, "spooled": True}
+                    for o in waiting["outcomes"] if o["node_key"] not in known
+                ]  # fmt: skip
             for v in verdicts:
                 v["name"] = coord.config.node_names.get(v["node_key"], "")
             return {**row, "round_id": rid, "verdicts": verdicts}

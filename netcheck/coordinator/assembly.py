@@ -66,6 +66,9 @@ class LiveView:
             per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
         return per_profile
 
+    def spooled_rounds(self) -> Mapping[str, Mapping[str, Any]]:
+        return self._coord.recorder.pending()
+
     def extra_collectors(self) -> list[Any]:
         return self._coord.extra_collectors()
 
@@ -87,6 +90,7 @@ def make_app(coord: Coordinator) -> web.Application:
     warnings = [s.message for s in unsafe_profiles(list(coord.profiles.values()))]
     add_web_routes(app, LiveView(coord), capacity_warnings=warnings)
     add_doctor_route(app, coord)  # POST /v1/doctor: signed node self-check, no session
+    app.on_startup.append(coord.on_startup)
     app.on_shutdown.append(coord.on_shutdown)
     app.on_cleanup.append(coord.on_cleanup)
     return app

@@ -16,7 +16,9 @@ from netcheck.config import Profile
 from netcheck.coordinator.session import NodeSession
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, RoundReport
 from netcheck.storage import Store
+from netcheck.storage.durable import Recorder
 from netcheck.storage.flags import FlagStore
+from netcheck.workloads.reservoir import DecoyReservoir
 
 #: A hook run after a round's verdicts are stored (detection checks); returns the ids of
 #: flags it raised, which the round's report lists.
@@ -48,6 +50,11 @@ class RoundHost(Protocol):
     def store(self) -> Store: ...
 
     @property
+    def recorder(self) -> Recorder:
+        """Durable round writes: retry, then the local spool (docs/spool.md)."""
+        ...
+
+    @property
     def flags(self) -> FlagStore:
         """Where each round's schedule is stored (``round_schedules``)."""
         ...
@@ -66,6 +73,11 @@ class RoundHost(Protocol):
     @property
     def identity(self) -> Ed25519PrivateKey:
         """The coordinator's identity key: signs verdict notices (docs/protocol.md §5.11)."""
+        ...
+
+    @property
+    def decoys(self) -> DecoyReservoir:
+        """Decoys generated ahead of each round (the planner's decoy source)."""
         ...
 
     def connected(self, profile: str | None = None) -> list[NodeSession]: ...

@@ -8,7 +8,7 @@ docs/design.md, "A round", step 1.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from netcheck.config import Profile
@@ -25,6 +25,8 @@ JOB_NONCE_BYTES = 12  # ChaCha20-Poly1305 nonce of the job payload (protocol/job
 #: B = 16,384; a budget in draws does not.
 DECOY_DRAW_FACTOR = 4
 DECOY_DRAW_EXTRA = 1024
+#: ``source(n)`` -> ``n`` fresh decoy inputs of the round's workload.
+DecoySource = Callable[[int], list[str]]
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,10 @@ class _DecoyStream:
     node drawing at least 64 inputs for a handful of decoys cost ~4x the prompts and a
     seeding per node; docs/scaling.md, "Planning")."""
 
-    def __init__(self, rng: random.Random, workload: Workload) -> None:
-        self._gen = workload.generator(rng.randbytes(16))
+    def __init__(
+        self, rng: random.Random, workload: Workload, source: DecoySource | None = None
+    ) -> None:
+        self._draw = source or workload.generator(rng.randbytes(16)).prompts
         self._name = workload.name
         self._spare: list[str] = []
 
@@ -63,7 +67,7 @@ class _DecoyStream:
                     raise RoundError(f"{self._name} generator gave fewer than {n} distinct decoys")
                 ask = min(budget, max(n - len(out), 64))
                 budget -= ask
-                self._spare = list(reversed(self._gen.prompts(ask)))
+                self._spare = list(reversed(self._draw(ask)))
             p = self._spare.pop()
             if p in seen:
                 skipped.append(p)  # a repeat for this batch: another node may use it
@@ -80,6 +84,7 @@ def plan_round(
     canaries: Mapping[str, Sequence[ReferenceRow]],
     profile: Profile,
     rng: random.Random,
+    decoys: DecoySource | None = None,
 ) -> RoundPlan:
     """Plan one round for ``nodes`` under ``profile``.
 
@@ -95,7 +100,11 @@ def plan_round(
         nodes: connected nodes; node keys must be distinct.
         canaries: unspent reference rows by fingerprint id.
         profile: gives B, max_new_tokens, canaries_min/max and the workload.
-        rng: the only source of randomness.
+        rng: the only source of randomness, except ``decoys``.
+        decoys: where decoys come from (``decoys(n)`` = ``n`` fresh inputs of the
+            profile's workload, e.g. :meth:`DecoyReservoir.source
+            <netcheck.workloads.reservoir.DecoyReservoir.source>`, generated ahead in
+            worker processes); default: one stream seeded from ``rng``.
 
     Raises:
         RoundError: empty round id, duplicate node key, a canary answer of the wrong
@@ -114,7 +123,7 @@ def plan_round(
     # Usable rows per fingerprint, filtered once; drawn rows are swap-removed below, so
     # planning N nodes costs O(N + pool) instead of O(N * pool) (docs/scaling.md).
     pools: dict[str, list[ReferenceRow]] = {}
-    stream = _DecoyStream(rng, workload)
+    stream = _DecoyStream(rng, workload, decoys)
     for node in nodes:
         k = rng.randint(profile.canaries_min, profile.canaries_max)
         pool = pools.get(node.fingerprint_id)
@@ -146,9 +155,9 @@ def plan_round(
         positions = sorted(rng.sample(range(b), k))
         canary_prompts = {c.prompt for c in chosen}
         while True:
-            decoys = iter(stream.take(b - k, canary_prompts))
+            fill = iter(stream.take(b - k, canary_prompts))
             slots = dict(zip(positions, chosen, strict=True))
-            prompts = tuple(slots[i].prompt if i in slots else next(decoys) for i in range(b))
+            prompts = tuple(slots[i].prompt if i in slots else next(fill) for i in range(b))
             if prompts not in batches:
                 break
         batches.add(prompts)

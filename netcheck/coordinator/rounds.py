@@ -38,7 +38,7 @@ from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.pool import classify_skip, warn_low_pool
 from netcheck.coordinator.session import WRITE_TIMEOUT_S, Arrival, NodeDisconnected, NodeSession
 from netcheck.engines import probe as probe_mod
-from netcheck.errors import LocalProtocolError, RoundError
+from netcheck.errors import LocalProtocolError, RoundError, StorageError
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
 from netcheck.records import (
@@ -49,8 +49,11 @@ from netcheck.records import (
     RoundKind,
     RoundPlan,
     RoundReport,
+    RoundStatus,
     Verdict,
 )
+from netcheck.workloads import get_workload
+from netcheck.workloads.reservoir import decoy_target
 
 log = logging.getLogger("netcheck.round")
 
@@ -246,6 +249,7 @@ def _observe(
     arrival = fut.result()
     t.arrived_ns = arrival.arrived_ns
     t.processed_ns = arrival.processed_ns
+    t.arrival_stamp = arrival.stamp_source
     res = arrival.result
     if res is None:
         return Observation(
@@ -363,17 +367,39 @@ async def _run_locked(
         for fp, n in per_fp.items()
     }
     t_pool = time.monotonic()
+    # Decoys come from worker processes that generated them ahead (between rounds),
+    # not from this thread: an H200 round at 1,000 nodes is ~40 s of generator CPU
+    # (netcheck/workloads/reservoir.py, docs/scaling.md "Planning").
+    workload = get_workload(profile)
     plan = await asyncio.to_thread(  # pure and CPU-bound: keep the event loop free
         plan_round,
         round_id, [PlanNode(s.node_key, s.fingerprint_id) for s in sessions], pool, profile, rng,
+        coord.decoys.source(workload),
     )  # fmt: skip
     t_drawn = time.monotonic()
-    await asyncio.to_thread(store.record_plan, plan, time.time())
-    await asyncio.to_thread(warn_low_pool, store, profile, sessions)
-    await asyncio.to_thread(
-        coord.flags.record_schedule,
-        round_id, profile.name, kind, rule, schedule, context,
-    )  # fmt: skip
+    recorder = coord.recorder  # bounded retry, then the spool (docs/spool.md)
+    spent = [c for a in plan.assignments for c in a.canary_ids]
+    await asyncio.to_thread(recorder.record_plan, plan, time.time())
+    skipped: dict[str, tuple[Verdict, str]] = {}  # classified now: the database is up
+    try:
+        for node_key, reason in plan.skipped:
+            sk = by_key[node_key]
+            skipped[node_key] = await asyncio.to_thread(
+                classify_skip, store, profile, sk.fingerprint_id, reason, sk.claim.fingerprint
+            )
+        await asyncio.to_thread(warn_low_pool, store, profile, sessions)
+        await asyncio.to_thread(
+            recorder.call, f"record schedule {round_id}",
+            lambda: coord.flags.record_schedule(
+                round_id, profile.name, kind, rule, schedule, context
+            ),
+        )  # fmt: skip
+    except StorageError as exc:  # nothing sent yet; the round must not stay `planned`
+        await asyncio.to_thread(
+            recorder.end_round, round_id, [], {}, status="aborted",
+            summary={"reason": f"storage: {exc}"}, canary_ids=spent,
+        )  # fmt: skip
+        raise
     t_planned = time.monotonic()
     log.info(
         "round %s (%s) planned: %d of %d nodes loaded, %d skipped, B=%d",
@@ -404,11 +430,16 @@ async def _run_locked(
     if results:
         await asyncio.wait(results.values(), timeout=profile.result_timeout_s)
     t_collected = time.monotonic()
+    # The next round's decoys, generated while this one is verified and stored.
+    coord.decoys.top_up(workload, decoy_target(profile.batch_size * len(sessions)))
     if coord.stopping:
         # The coordinator is shutting down and closed the sessions itself: no node is to
         # blame. Canaries stay spent (they were revealed); no verdict is recorded.
         log.warning("round %s aborted: coordinator shutting down", round_id)
-        await asyncio.to_thread(store.finish_round, round_id, "aborted", {"reason": "shutdown"})
+        await asyncio.to_thread(
+            recorder.end_round, round_id, [], {}, status="aborted",
+            summary={"reason": "shutdown"}, canary_ids=spent,
+        )  # fmt: skip
         return RoundReport(round_id, profile.name, "aborted", kind=kind, schedule=schedule)
 
     # Verify (pure) and record.
@@ -459,11 +490,7 @@ async def _run_locked(
             budget=t.budget(first_release_ns),
         )
     mismatch: dict[str, str] = {}  # node key -> the differing fingerprint fields
-    for node_key, reason in plan.skipped:
-        s = by_key[node_key]
-        verdict, why = await asyncio.to_thread(
-            classify_skip, store, profile, s.fingerprint_id, reason, s.claim.fingerprint
-        )
+    for node_key, (verdict, why) in skipped.items():
         outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
         if verdict is Verdict.PROFILE_MISMATCH and "differs from reference set" in why:
             mismatch[node_key] = why[why.index("differs from reference set") :]
@@ -488,8 +515,13 @@ async def _run_locked(
         "verify_s": t_verified - t_collected,
         "total_s": t_verified - t0,
     }
-    await asyncio.to_thread(store.record_outcome, round_id, outcomes, records)
-    await asyncio.to_thread(store.finish_round, round_id, "complete", phases)
+    # Persist before acknowledging: the verdict notices and the report go out only once
+    # the results are in the database or, if it stays unavailable, in the fsynced spool.
+    how = await asyncio.to_thread(
+        recorder.end_round, round_id, outcomes, records, status="complete", summary=phases,
+        canary_ids=spent,
+    )  # fmt: skip
+    status = RoundStatus.COMPLETE if how == "recorded" else RoundStatus.SPOOLED
     for s in sessions:
         s.forget_round(round_id)
     for o in outcomes:
@@ -499,10 +531,13 @@ async def _run_locked(
         {k: t.deadline_s for k, t in timing.items()}, mismatch,
     )  # fmt: skip
     flag_ids: list[int] = []
-    for after in coord.round_hooks.after_round:
-        flag_ids += await after(profile, plan, outcomes, records)
+    if status is RoundStatus.SPOOLED:  # the checks read and write the database
+        log.warning("round %s: results spooled; its after-round checks are skipped", round_id)
+    else:
+        for after in coord.round_hooks.after_round:
+            flag_ids += await after(profile, plan, outcomes, records)
     report = RoundReport(
-        round_id, profile.name, "complete", outcomes, phases, kind, schedule, flag_ids,
+        round_id, profile.name, str(status), outcomes, phases, kind, schedule, flag_ids,
         {k: _report_timing(t, first_release_ns) for k, t in timing.items()},
     )  # fmt: skip
     for observe in coord.round_hooks.finished:

@@ -30,10 +30,13 @@ from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageErr
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
 from netcheck.protocol.codec import Limits
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, CoordinatorHandshake
+from netcheck.protocol.messages import MAX_REASON_CHARS, Bye
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
+from netcheck.storage.durable import Recorder
 from netcheck.storage.flags import FlagStore
 from netcheck.web.metrics import observe_round
+from netcheck.workloads.reservoir import DecoyReservoir
 
 if TYPE_CHECKING:
     from netcheck.coordinator.rounds import RoundReport
@@ -104,10 +107,18 @@ class Coordinator:
         self.limit_clock = time.monotonic  #: the limiter's clock, seconds (tests replace it)
         self._readers: set[asyncio.Task[None]] = set()
         self.flags = FlagStore(store)  # round schedules and flags
+        #: Round results survive a locked or unreachable database (docs/spool.md).
+        self.recorder = Recorder(
+            store, config.spool_path, retry_s=config.storage_retry_s,
+            replay_every_s=config.spool_replay_s,
+        )  # fmt: skip
+        self._replayer_stop = asyncio.Event()
+        self._replayer: asyncio.Task[None] | None = None
         self.round_hooks = RoundHooks()
         self.screening = Screening(self)  # detection: schedule secret, flags, timer
         #: Opens large received frames off the event loop (coordinator/arrivals.py).
         self.opener = FrameOpener()
+        self.decoys = DecoyReservoir(config.decoy_workers)  # decoys made ahead of rounds
         self.round_hooks.after_round.append(self.screening.after_round)
         self.round_hooks.finished.append(observe_round)  # Prometheus metrics
 
@@ -202,16 +213,22 @@ class Coordinator:
             raise HandshakeError(CloseCode.MESSAGE_TOO_LARGE, "handshake message over the cap")
         if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
             raise ConnectionError("peer closed during handshake")
-        raise HandshakeError(CloseCode.BAD_HANDSHAKE, f"{msg.type.name} frame during handshake")
+        # Not a binary message: PROTOCOL_ERROR, as after the handshake (§8.1).
+        raise HandshakeError(CloseCode.PROTOCOL_ERROR, f"{msg.type.name} frame during handshake")
 
     async def _handshake(self, ws: web.WebSocketResponse, peer: str) -> NodeSession:
-        hs = CoordinatorHandshake(self.identity, self.admit, path=WS_PATH)
+        hs = CoordinatorHandshake(self.identity, self.admit)  # endpoint name: §2.1
         welcome = hs.receive_hello(await self._receive_binary(ws))
         await ws.send_bytes(welcome)
         accepted = hs.receive_auth(await self._receive_binary(ws))
         claim = accepted.claim
         node_key = public_key_text(Ed25519PublicKey.from_public_bytes(accepted.node_key))
         if claim.profile not in self.profiles:
+            # The node is authenticated and holds the session keys: say it in a sealed
+            # bye, the only refusal a node may take as final (docs/protocol.md §8.1).
+            said = "profile_mismatch: accepted profiles " + ", ".join(sorted(self.profiles))
+            bye = Bye(reason=said[:MAX_REASON_CHARS])
+            await ws.send_bytes(accepted.transport.seal(bye))
             raise HandshakeError(
                 CloseCode.PROFILE_MISMATCH,
                 f"node {node_key} claims unknown profile {claim.profile!r}",
@@ -302,6 +319,27 @@ class Coordinator:
 
     # -- lifecycle ----------------------------------------------------------------
 
+    def recover_rounds(self) -> int:
+        """At startup: replay the spool (docs/spool.md), then mark rounds a previous run
+        left unfinished as ``aborted``, except those whose results still wait in the
+        spool. Returns the number aborted. Blocking (database).
+
+        Raises:
+            StorageError: the database or the spool failed.
+        """
+        report = self.recorder.replay()
+        if report.replayed:
+            log.warning("replayed %d spooled round record(s) at startup", len(report.replayed))
+        keep = list(self.recorder.pending())
+        return self.recorder.call(
+            "abort unfinished rounds", lambda: self.store.abort_unfinished_rounds(keep=keep)
+        )
+
+    async def on_startup(self, app: web.Application) -> None:
+        """Start the background spool replay (docs/spool.md)."""
+        self._replayer_stop.clear()
+        self._replayer = asyncio.ensure_future(self.recorder.run_replayer(self._replayer_stop))
+
     async def on_shutdown(self, app: web.Application) -> None:
         """Close every session with SHUTDOWN; a round in flight ends as aborted."""
         self.stopping = True  # a round in flight ends as aborted, blaming no node
@@ -311,8 +349,12 @@ class Coordinator:
         )
 
     async def on_cleanup(self, app: web.Application) -> None:
-        """Stop the frame opener's worker threads."""
+        """Stop the spool replay and the frame opener's worker threads."""
+        self._replayer_stop.set()
+        if self._replayer is not None:
+            await self._replayer
         await asyncio.to_thread(self.opener.close)
+        self.decoys.close()
 
     def connected(self, profile: str | None = None) -> list[NodeSession]:
         """Connected sessions, optionally only those claiming ``profile``."""

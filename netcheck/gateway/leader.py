@@ -27,6 +27,8 @@ from netcheck.coordinator.rounds import (
 from netcheck.errors import RoundError, StorageError
 from netcheck.records import NodeOutcome, NodeRecord, NodeTiming, Verdict
 from netcheck.web.metrics import observe_round
+from netcheck.workloads import get_workload
+from netcheck.workloads.reservoir import decoy_target
 
 if TYPE_CHECKING:
     from netcheck.gateway.service import GatewayBase as Gateway
@@ -177,10 +179,12 @@ async def _lead(
         fp: await gw.db(store.unspent_canaries, fp, profile.canaries_max * len(loaded) * 4)
         for fp in {m["fingerprint_id"] for m in loaded}
     }
-    plan = plan_round(
-        round_id, [PlanNode(m["node_key"], m["fingerprint_id"]) for m in loaded],
-        pool, profile, rng,
+    workload = get_workload(profile)
+    plan = await asyncio.to_thread(  # pure and CPU-bound: keep the event loop free
+        plan_round, round_id, [PlanNode(m["node_key"], m["fingerprint_id"]) for m in loaded],
+        pool, profile, rng, gw.decoys.source(workload),
     )  # fmt: skip
+    gw.decoys.top_up(workload, decoy_target(profile.batch_size * len(loaded)))  # next round's
     await gw.db(store.record_plan, plan, time.time())
     await gw.db(
         gw.screening.flags.record_schedule, round_id, profile.name, kind, rule, schedule,

@@ -269,10 +269,15 @@ async def _participate(gw: Gateway, round_id: str, pending: list[asyncio.Future[
 
     # 5. Verify (pure) on cluster-clock stamps and record our members' outcomes once.
     outcomes, records = _verify(plan, by_key, timing, results, clock, est, local_failures)
-    await gw.retry_write(
-        f"record outcome {round_id}",
-        lambda: gw.store.record_outcome(round_id, outcomes, records),
-    )
+    # Bounded retry, then this gateway's spool (docs/spool.md); report only once the
+    # verdicts are in the database, so the leader's close sees them.
+    how = await asyncio.to_thread(
+        gw.recorder.end_round, round_id, outcomes, records, status=None,
+        canary_ids=[c for a in plan.assignments for c in a.canary_ids],
+        part=f"gateway-{gw.gateway_id}",
+    )  # fmt: skip
+    if how == "spooled":
+        await gw.replayed(round_id)
     gw.stats.last_release_loop_s = (last - first) / 1e9 if first and last else 0.0
     gw.stats.rounds["reported"] += 1
     phases = {

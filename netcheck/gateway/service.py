@@ -104,6 +104,7 @@ class GatewayBase(Coordinator):
         """
         self.url = url
         await asyncio.to_thread(self.cluster.register_gateway, self.gateway_id, url)
+        await asyncio.to_thread(self.recorder.replay)  # what a previous run spooled
         await self.control.start()
         await self.control.try_lead()
         self._spawn(self.control.run())
@@ -270,6 +271,21 @@ class GatewayBase(Coordinator):
                             self.gateway_id, action, exc, delay)  # fmt: skip
                 await asyncio.sleep(delay)
         return await asyncio.to_thread(fn)
+
+    async def replayed(self, round_id: str) -> None:
+        """Wait until this gateway's spooled records of ``round_id`` reached the database
+        (replaying every ``spool_replay_s``), for as long as :meth:`retry_write` would.
+
+        Raises:
+            StorageError: still spooled after that (they stay in the spool and are
+                replayed later, at the latest at the next start).
+        """
+        deadline = asyncio.get_running_loop().time() + sum(RETRY_DELAYS_S) + 5.0 * 60
+        while round_id in await asyncio.to_thread(self.recorder.pending):
+            if asyncio.get_running_loop().time() > deadline:
+                raise StorageError(f"round {round_id}: records still spooled; not reported")
+            await asyncio.sleep(self.recorder.replay_every_s)
+            await asyncio.to_thread(self.recorder.replay)
 
     async def measure_clock(self) -> ClockEstimate:
         """Measure and record this gateway's offset to the database clock."""

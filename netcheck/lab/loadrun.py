@@ -59,11 +59,13 @@ class LoadRun:
         workdir: scratch directory (configs, keys, logs, SQLite file).
         database: SQLAlchemy URL (default: SQLite file in ``workdir``).
         profile_overrides: fields changed from ``cpu-tiny`` for the load profile.
+        coordinator_overrides: fields added to or changed in the coordinator's file.
     """
 
     workdir: Path
     database: str | None = None
     profile_overrides: dict[str, Any] = field(default_factory=dict)
+    coordinator_overrides: dict[str, Any] = field(default_factory=dict)
     coordinator: subprocess.Popen[bytes] | None = None
     hosts: list[subprocess.Popen[bytes]] = field(default_factory=list)
     profile: Profile = field(init=False)
@@ -91,6 +93,7 @@ class LoadRun:
             "admin_token": secrets.token_urlsafe(24),
             "profiles": [str(self.workdir / "load-tiny.toml")],
             "handshake_timeout_s": 30.0,
+            **self.coordinator_overrides,
         }
         self.cfg_path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()))
         self.cfg = load_coordinator_config(self.cfg_path)

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
 from netcheck.coordinator.assembly import make_runner
+from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import public_key_text
@@ -176,8 +177,15 @@ async def running_coordinator(
     store: Store | None = None,
     handshake_timeout_s: float = 5.0,
     request_header_timeout_s: float = 10.0,
+    decoy_workers: int = 0,
+    storage_retry_s: float = 10.0,
+    spool_replay_s: float = 5.0,
 ) -> AsyncIterator[RunningCoordinator]:
-    """Start a coordinator on a free loopback port; stop it and its nodes on exit."""
+    """Start a coordinator on a free loopback port; stop it and its nodes on exit.
+
+    ``decoy_workers`` defaults to 0 (decoys generated in the planning thread) so that a
+    test does not start worker processes unless it is about them. The coordinator's
+    spool (docs/spool.md) is ``tmp_path/netcheck-spool.jsonl``."""
     identity = Ed25519PrivateKey.generate()
     cfg = CoordinatorConfig(
         host="127.0.0.1",
@@ -190,16 +198,16 @@ async def running_coordinator(
         profiles=[p.name for p in profiles],
         handshake_timeout_s=handshake_timeout_s,
         request_header_timeout_s=request_header_timeout_s,
+        decoy_workers=decoy_workers,
+        storage_retry_s=storage_retry_s,
+        spool_replay_s=spool_replay_s,
     )
     store = store or Store(cfg.database)
     coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
     runner = await make_runner(coord)
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = KernelStampSite(runner, "127.0.0.1", 0)  # as `coordinator serve` does
     await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-    rc = RunningCoordinator(coord, runner, port, identity)
+    rc = RunningCoordinator(coord, runner, site.port, identity)
     try:
         yield rc
     finally:

@@ -35,7 +35,7 @@ from netcheck.capacity import capacity_status
 from netcheck.config import NodeConfig, Profile, load_node_config
 from netcheck.errors import CloseCode, HandshakeError, NetcheckError
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
-from netcheck.node.client import FATAL_CODES, presented_coordinator_key, refusal_message
+from netcheck.node.client import REFUSAL_CODES, presented_coordinator_key, refusal_message
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import ProfileClaim
 from netcheck.text import untrusted
@@ -65,7 +65,7 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
     claim = ProfileClaim(
         profile=cfg.profile, fingerprint={"doctor": "1"}, software=f"netcheck/{__version__}"
     )
-    hs = NodeHandshake(identity, pinned, claim, path=urlparse(cfg.coordinator_url).path or "/")
+    hs = NodeHandshake(identity, pinned, claim)  # binds the endpoint name, not the URL path
 
     def refusal(code: CloseCode, presented_key: str | None = None) -> str:
         return refusal_message(
@@ -89,7 +89,7 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
                 code = ws.close_code
                 cc = CloseCode.from_wire(code)
                 name = cc.name if cc is not None else str(code)
-                if cc is not None and cc in FATAL_CODES:
+                if cc is not None and cc in REFUSAL_CODES:
                     raise NetcheckError(refusal(cc))
                 raise NetcheckError(f"coordinator closed the handshake: {name}")
             welcome = bytes(msg.data)

@@ -174,7 +174,8 @@ class FlagStore:
             .limit(limit)
         )
         if complete_only:
-            query = query.where(rounds.c.status == "complete")
+            # recorded-late: complete, its results waited in the spool (docs/spool.md)
+            query = query.where(rounds.c.status.in_(["complete", "recorded-late"]))
         with self.store._read("read recent rounds") as conn:
             picked = list(conn.execute(query))[::-1]
         ids = tuple(r.round_id for r in picked)

@@ -18,10 +18,16 @@ from sqlalchemy import Connection, case, create_engine, event, func, insert, sel
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
 from sqlalchemy.pool import StaticPool
 
-from netcheck.errors import StorageError
+from netcheck.errors import StorageError, StorageUnavailable
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan
 from netcheck.storage import migrate
 from netcheck.storage.tables import (
@@ -52,6 +58,16 @@ def _describe(exc: SQLAlchemyError) -> str:
     if isinstance(exc, IntegrityError):
         return f"integrity constraint violated ({detail})"
     return detail
+
+
+def _transient(exc: SQLAlchemyError) -> bool:
+    """True if the same write may succeed later: a lock held elsewhere, or the server
+    unreachable or restarting (a lost connection). Constraint violations are not."""
+    if isinstance(exc, IntegrityError):
+        return False
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
 def _hex(value: object) -> object:
@@ -138,7 +154,8 @@ class Store:
         try:
             yield
         except SQLAlchemyError as exc:
-            raise StorageError(f"{action}: {_describe(exc)}") from exc
+            kind = StorageUnavailable if _transient(exc) else StorageError
+            raise kind(f"{action}: {_describe(exc)}") from exc
 
     @contextmanager
     def _write(self, action: str) -> Iterator[Connection]:
@@ -501,33 +518,49 @@ class Store:
         summary: Mapping[str, Any],
         *,
         finished_at: float | None = None,
-    ) -> None:
+        only_open: bool = False,
+    ) -> bool:
         """Set a round's final ``status`` and ``summary``; ``finished_at`` defaults to now.
+
+        With ``only_open`` only a round not yet finished (``finished_at`` is NULL) is
+        changed (a spool replay, docs/spool.md); returns whether the row changed.
 
         Raises StorageError if the round is unknown.
         """
         with self._write(f"finish round {round_id}") as conn:
+            where = [rounds.c.round_id == round_id]
+            if only_open:
+                where.append(rounds.c.finished_at.is_(None))
+                if conn.execute(select(rounds.c.seq).where(*where[:1])).first() is None:
+                    raise StorageError(f"finish round {round_id}: unknown round")
             n = conn.execute(
                 update(rounds)
-                .where(rounds.c.round_id == round_id)
+                .where(*where)
                 .values(
                     status=status,
                     summary=_jsonable(summary),
                     finished_at=time.time() if finished_at is None else finished_at,
                 )
             ).rowcount
-            if n != 1:
+            if n != 1 and not only_open:
                 raise StorageError(f"finish round {round_id}: unknown round")
+            return n == 1
 
-    def abort_unfinished_rounds(self, *, finished_at: float | None = None) -> int:
-        """Mark every round without ``finished_at`` as ``aborted`` (e.g. after a crash).
+    def abort_unfinished_rounds(
+        self, *, finished_at: float | None = None, keep: Sequence[str] = ()
+    ) -> int:
+        """Mark every round without ``finished_at`` as ``aborted`` (e.g. after a crash),
+        except the rounds in ``keep`` (their results wait in the spool, docs/spool.md).
 
         Their canaries stay spent. Returns the number of rounds marked.
         """
+        where = [rounds.c.finished_at.is_(None)]
+        if keep:
+            where.append(rounds.c.round_id.not_in(list(keep)))
         with self._write("abort unfinished rounds") as conn:
             return conn.execute(
                 update(rounds)
-                .where(rounds.c.finished_at.is_(None))
+                .where(*where)
                 .values(
                     status="aborted",
                     finished_at=time.time() if finished_at is None else finished_at,

@@ -19,6 +19,7 @@ import numpy as np
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from netcheck.storage.durable import spooled_status
 from netcheck.storage.reader import STRIKE_WINDOW, UNCHECKED, Reader, pass_rate
 from netcheck.storage.reviews import ReviewStore
 from netcheck.web.access import COOKIE, AccessMixin, cross_origin, safe_next
@@ -229,8 +230,9 @@ class Dashboard(AccessMixin):
         offset = query_int(request.query, "offset", default=0, lo=0, hi=MAX_OFFSET, clamp=True)
 
         def build() -> dict[str, Any]:
+            rows = self.reader.rounds(PAGE_SIZE, offset)
             return {
-                "rounds": self.reader.rounds(PAGE_SIZE, offset),
+                "rounds": spooled_status(rows, self.view.spooled_rounds()),
                 "total": self.reader.count_rounds(),
                 "offset": offset,
                 "limit": PAGE_SIZE,
@@ -245,6 +247,7 @@ class Dashboard(AccessMixin):
             r = self.reader.round(rid)
             if r is None:
                 return None
+            (r,) = spooled_status([r], self.view.spooled_rounds())
             rows = self.reader.round_nodes(rid)
             released = [int(x["released_ns"]) for x in rows if x["released_ns"] is not None]
             t0 = min(released) if released else 0

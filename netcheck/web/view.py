@@ -45,6 +45,11 @@ class CoordinatorView(Protocol):
         from it (:mod:`netcheck.references.pool`). Reads the database: blocking."""
         ...
 
+    def spooled_rounds(self) -> Mapping[str, Mapping[str, Any]]:
+        """Round id -> its spool entry, for rounds whose results wait in the local spool
+        for the database (docs/spool.md); shown as ``spooled``. Reads a file: blocking."""
+        ...
+
     def extra_collectors(self) -> list[Any]:
         """Prometheus collectors beyond the coordinator's own (a gateway's gauges)."""
         ...

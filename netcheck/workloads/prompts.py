@@ -3,18 +3,35 @@
 Canaries (prompts whose answers were computed on trusted hardware) and decoys (fresh
 prompts nobody knows the answer to) both come from :class:`PromptGenerator`, so a
 node cannot tell them apart by form, length or vocabulary. Output is a pure function
-of the seed: ``random.Random`` seeded with SHA-256 of a domain-separated seed, and
-fixed templates and word lists (changing them changes every prompt: bump
-``SCHEME`` if you do).
+of the seed and fixed templates and word lists (changing them changes every prompt:
+bump ``SCHEME`` if you do).
+
+Scheme v2 (docs/workloads.md, "Prompt space"): the v1 stream drew ~570,000 distinct
+short prompts with a heavy head, so an answer table of 315,000 prompts (made once, on
+one GPU) covered 44% of all later decoys *and canaries*: a node could skip 44% of every
+batch and one card could serve almost two identities. Every v2 prompt therefore starts
+with a reference of 12 random base-32 characters (60 bits): no table covers a
+measurable share of them. And each prompt is drawn with its own Mersenne Twister,
+seeded from a keyed BLAKE2b of the stream's secret seed and the prompt's index, so the
+prompts a node sees reveal nothing about the rest of the stream (a single Mersenne
+Twister is predictable from ~20,000 of its output bits; a node could then tell the
+stream's next decoys from the canaries planted among them).
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 from netcheck.workloads.seeding import seed_int
 
-SCHEME = b"netcheck-prompts-v1"
+SCHEME = b"netcheck-prompts-v2"
+#: Alphabet of the reference (Crockford base 32: no I, L, O, U).
+REF_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+REF_CHARS = 12  #: 60 bits
+REF_PREFIX_CHARS = len("Ref : ") + REF_CHARS
+#: Shortest allowed ``max_chars``: the reference and 16 characters of text.
+MIN_MAX_CHARS = REF_PREFIX_CHARS + 16
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -108,26 +125,42 @@ TEMPLATES = (
 
 
 class PromptGenerator:
-    """Deterministic stream of English-like prompts.
+    """Deterministic stream of English-like prompts, each starting with a random
+    60-bit reference (``Ref 7kq2x9fm3bd8: Describe a teapot in three sentences.``).
 
     Args:
         seed: any int or bytes; the stream is a pure function of it.
         min_chars: shortest prompt in characters (>= 1).
-        max_chars: longest prompt in characters (>= min_chars, >= 16).
+        max_chars: longest prompt in characters (>= min_chars, >= ``MIN_MAX_CHARS``).
 
     Raises:
         ValueError: bad bounds. TypeError: seed neither int nor bytes.
     """
 
     def __init__(self, seed: int | bytes, *, min_chars: int = 24, max_chars: int = 120) -> None:
-        if min_chars < 1 or max_chars < max(min_chars, 16):
+        if min_chars < 1 or max_chars < max(min_chars, MIN_MAX_CHARS):
             raise ValueError(
-                f"need 1 <= min_chars <= max_chars and max_chars >= 16, got "
+                f"need 1 <= min_chars <= max_chars and max_chars >= {MIN_MAX_CHARS}, got "
                 f"min_chars={min_chars}, max_chars={max_chars}"
             )
-        self._rng = random.Random(seed_int(SCHEME, seed))
+        self._key = seed_int(SCHEME, seed).to_bytes(32, "big")
+        self._index = 0
         self.min_chars = min_chars
         self.max_chars = max_chars
+        # bounds of the text after the reference
+        self._lo = max(1, min_chars - REF_PREFIX_CHARS)
+        self._hi = max_chars - REF_PREFIX_CHARS
+        self._rng = random.Random(0)
+
+    def _next_rng(self) -> str:
+        """Reseed ``self._rng`` for the next prompt; return that prompt's reference."""
+        digest = hashlib.blake2b(
+            self._index.to_bytes(8, "big"), key=self._key, digest_size=24
+        ).digest()
+        self._index += 1
+        self._rng.seed(int.from_bytes(digest[:16], "big"))
+        bits = int.from_bytes(digest[16:], "big") >> 4  # 60 bits
+        return "".join(REF_ALPHABET[(bits >> (5 * i)) & 31] for i in range(REF_CHARS))
 
     def _sentence(self) -> str:
         r = self._rng
@@ -146,36 +179,39 @@ class PromptGenerator:
         )
 
     def _fit(self, text: str) -> str:
-        """Cut ``text`` to at most ``max_chars`` at a word boundary."""
-        if len(text) <= self.max_chars:
+        """Cut ``text`` to at most the text bound at a word boundary."""
+        lo, hi = self._lo, self._hi
+        if len(text) <= hi:
             return text
-        cut = text[: self.max_chars + 1].rsplit(" ", 1)[0].rstrip(",;:")
-        if self.min_chars <= len(cut) <= self.max_chars:
+        cut = text[: hi + 1].rsplit(" ", 1)[0].rstrip(",;:")
+        if lo <= len(cut) <= hi:
             return cut
-        cut = text[: self.max_chars]  # no usable word boundary: cut mid-word
+        cut = text[:hi]  # no usable word boundary: cut mid-word
         return cut[:-1] + "." if cut.endswith(" ") else cut
 
     def prompt(self) -> str:
         """One prompt of ``min_chars`` to ``max_chars`` characters (ASCII)."""
+        ref = self._next_rng()
         r = self._rng
-        target = r.randint(self.min_chars, self.max_chars)
+        lo, hi = self._lo, self._hi
+        target = r.randint(lo, hi)
         text = self._fit(self._sentence())
         while len(text) < target:
-            if text[-1] not in ".?!" and len(text) >= self.min_chars:
+            if text[-1] not in ".?!" and len(text) >= lo:
                 break  # an open continuation ("... and") stays last
             for _ in range(4):
                 extra = r.choice(CLAUSES) if r.random() < 0.6 else self._sentence()
-                if len(text) + 1 + len(extra) <= self.max_chars:
+                if len(text) + 1 + len(extra) <= hi:
                     text = f"{text} {extra}"
                     break
             else:
-                if len(text) >= self.min_chars:
+                if len(text) >= lo:
                     break
                 text = f"{text} {extra}"
-                if len(text) > self.max_chars:
+                if len(text) > hi:
                     text = self._fit(text)
                     break
-        return text
+        return f"Ref {ref}: {text}"
 
     def prompts(self, n: int) -> list[str]:
         """The next ``n`` prompts (``n >= 0``)."""

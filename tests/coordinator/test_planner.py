@@ -213,3 +213,24 @@ def test_llm_decoys_at_b_16384(seed: int) -> None:
 
     got = _DecoyStream(random.Random(seed), get_workload("llm")).take(16_383, {"x"})
     assert len(set(got)) == 16_383 and "x" not in got
+
+
+def test_decoys_come_from_the_given_source(profile: Profile) -> None:
+    """With a decoy source (the coordinator's reservoir) every non-canary prompt is one
+    of the source's, drawn in order, and the rng draws no decoy stream."""
+    made: list[str] = []
+
+    def source(n: int) -> list[str]:
+        out = [f"decoy {len(made) + i}" for i in range(n)]
+        made.extend(out)
+        return out
+
+    pool = {FP_A: canaries(FP_A, 100, profile)}
+    p = plan_round("R1", nodes(4), pool, profile, random.Random(1), source)
+    decoys = [
+        prompt
+        for a in p.assignments
+        for i, prompt in enumerate(a.prompts)
+        if i not in a.canary_positions
+    ]
+    assert decoys == made[: len(decoys)]

@@ -86,7 +86,7 @@ def test_run_calibration_on_cpu() -> None:
     """The whole calibration on the CPU: t(1), two identities as two processes with exact
     outputs, the deadline from the spread, a valid [capacity] record labelled CPU."""
     prof = load_profile("cpu-tiny").model_copy(
-        update={"batch_size": 4, "max_new_tokens": 4, "prompt_len": 32, "prompt_chars": 31}
+        update={"batch_size": 4, "max_new_tokens": 4, "prompt_len": 48, "prompt_chars": 47}
     )
     steps: list[str] = []
     result = run_calibration(

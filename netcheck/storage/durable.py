@@ -1,0 +1,343 @@
+"""Durable round writes: bounded retry with backoff, then the local spool, replayed
+idempotently when the database is back (docs/spool.md).
+
+:class:`Recorder` wraps a :class:`~netcheck.storage.store.Store` and a
+:class:`~netcheck.storage.spool.Spool`. Its methods block (they sleep between
+retries): call them through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import select, update
+
+from netcheck.errors import StorageError, StorageUnavailable
+from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, RoundStatus, Verdict
+from netcheck.storage.spool import Spool
+from netcheck.storage.store import Store, _jsonable
+from netcheck.storage.tables import reference_prompts, rounds
+
+log = logging.getLogger("netcheck.spool")
+
+T = TypeVar("T")
+
+#: Delays (seconds) between attempts of a write the database refused for now; the last
+#: repeats until the retry budget is spent.
+RETRY_DELAYS_S = (0.1, 0.2, 0.5, 1.0, 2.0)
+#: Default retry budget of one write (seconds) before its records go to the spool.
+RETRY_S = 10.0
+#: Default interval of the background replay while the spool holds entries (seconds).
+REPLAY_EVERY_S = 5.0
+
+
+def outcome_entry(o: NodeOutcome) -> dict[str, Any]:
+    """A verdict as a JSON-able dict (the spool's form)."""
+    return {
+        "node_key": o.node_key,
+        "verdict": str(o.verdict),
+        "reason": o.reason,
+        "elapsed_s": o.elapsed_s,
+        "canaries_checked": o.canaries_checked,
+        "canaries_matched": o.canaries_matched,
+    }
+
+
+def outcome_of(d: Mapping[str, Any]) -> NodeOutcome:
+    """The inverse of :func:`outcome_entry`."""
+    return NodeOutcome(
+        d["node_key"], Verdict(d["verdict"]), d["reason"], d["elapsed_s"],
+        d["canaries_checked"], d["canaries_matched"],
+    )  # fmt: skip
+
+
+def timings_entry(timings: Mapping[str, Any]) -> dict[str, Any]:
+    """``Store.record_outcome``'s ``timings`` as JSON (NodeRecords as their evidence
+    mapping, bytes as hex): the same columns are stored from either form."""
+    return {
+        k: _jsonable(v.evidence() if isinstance(v, NodeRecord) else v) for k, v in timings.items()
+    }
+
+
+def spooled_status(
+    rows: Sequence[Mapping[str, Any]], pending: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Round rows (dicts with ``round_id`` and ``status``) as shown to people: a round
+    still ``planned`` in the database whose results wait in the spool (``pending``, from
+    :meth:`Recorder.pending`) shows as ``spooled``, with ``spooled_at`` and
+    ``spooled_reason``."""
+    out = []
+    for row in rows:
+        entry = pending.get(str(row.get("round_id")))
+        if entry is not None and row.get("status") == RoundStatus.PLANNED:
+            row = {**row, "status": str(RoundStatus.SPOOLED), "spooled_at": entry["spooled_at"],
+                   "spooled_reason": entry["reason"]}  # fmt: skip
+        out.append(dict(row))
+    return out
+
+
+@dataclass
+class ReplayReport:
+    """One replay pass: entry ids written (``replayed``), still waiting for the database
+    (``waiting``), refused for good (``failed``: id -> reason), spooled verdicts that
+    differ from the stored ones (``conflicts``: ``round/node: spooled X, stored Y``) and
+    unreadable lines (``bad``: line number, reason)."""
+
+    replayed: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    conflicts: list[str] = field(default_factory=list)
+    bad: list[tuple[int, str]] = field(default_factory=list)
+
+
+class Recorder:
+    """Writes a round's results so that none that arrived is lost (docs/spool.md).
+
+    Args:
+        store: the database.
+        spool_path: the local spool file (created on first use).
+        retry_s: how long one write keeps retrying a locked or unreachable database
+            before its records go to the spool (seconds).
+        replay_every_s: interval of :meth:`run_replayer` while entries are pending.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        spool_path: Path,
+        *,
+        retry_s: float = RETRY_S,
+        replay_every_s: float = REPLAY_EVERY_S,
+    ) -> None:
+        self.store = store
+        self.spool = Spool(spool_path)
+        self.retry_s = retry_s
+        self.replay_every_s = replay_every_s
+        self.last_replay: ReplayReport | None = None
+        self._replaying = threading.Lock()
+        self._dirty = self.spool.path.exists()  # something may be pending
+
+    # -- writes --------------------------------------------------------------------
+
+    def call(self, action: str, fn: Callable[[], T]) -> T:
+        """``fn()``, retried with backoff while it raises :class:`StorageUnavailable`,
+        for at most :attr:`retry_s` seconds (the last attempt may end later: a locked
+        SQLite write waits up to its busy timeout).
+
+        Raises:
+            StorageUnavailable: still failing when the budget is spent.
+            StorageError: any other storage failure, at once.
+        """
+        deadline = time.monotonic() + self.retry_s
+        for attempt in range(1_000_000):
+            try:
+                return fn()
+            except StorageUnavailable as exc:
+                delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("%s: %s; retrying in %.1f s", action, exc, delay)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def record_plan(self, plan: RoundPlan, started_at: float) -> None:
+        """``Store.record_plan`` with the bounded retry of :meth:`call`. A retry that
+        finds the round already stored means an earlier attempt did commit although its
+        client saw an error (a server restart during ``COMMIT``): that is success.
+
+        Raises:
+            StorageUnavailable: the database stayed locked or unreachable (nothing was
+                stored: no job may be sent).
+            StorageError: anything else (:meth:`Store.record_plan`).
+        """
+        failed_before = False
+
+        def attempt() -> None:
+            nonlocal failed_before
+            try:
+                self.store.record_plan(plan, started_at)
+            except StorageUnavailable:
+                failed_before = True
+                raise
+            except StorageError:
+                if failed_before and self._round_exists(plan.round_id):
+                    return
+                raise
+
+        self.call(f"record plan {plan.round_id}", attempt)
+        if self._dirty:
+            self.replay()
+
+    def _round_exists(self, round_id: str) -> bool:
+        with self.store._read(f"find round {round_id}") as conn:
+            row = conn.execute(select(rounds.c.seq).where(rounds.c.round_id == round_id))
+            return row.first() is not None
+
+    def end_round(
+        self,
+        round_id: str,
+        outcomes: Sequence[NodeOutcome],
+        timings: Mapping[str, Any],
+        *,
+        status: str | None,
+        summary: Mapping[str, Any] | None = None,
+        canary_ids: Collection[str] = (),
+        part: str = "end",
+    ) -> str:
+        """Store a round's verdicts and evidence and, when ``status`` is given, its final
+        status and summary; durably, before the caller acknowledges anything.
+
+        Tries the database (:meth:`call`); if it stays locked or unreachable, appends
+        everything to the spool (fsynced) and returns ``"spooled"``; else ``"recorded"``
+        (and replays whatever the spool held, since the database is back).
+        ``status=None`` stores verdicts only (a gateway's part of a cluster round;
+        ``part`` names that part so each gateway's entry has its own id).
+
+        Raises:
+            StorageError: a non-transient database failure (e.g. unknown round), or the
+                spool cannot be written either (nothing is durable then).
+        """
+        finished_at = time.time()
+
+        def direct() -> None:
+            if outcomes or timings:
+                self.store.record_outcome(round_id, outcomes, timings)
+            if status is not None:
+                self.store.finish_round(round_id, status, summary or {}, finished_at=finished_at)
+
+        try:
+            self.call(f"record round {round_id}", direct)
+        except StorageUnavailable as exc:
+            self.spool.append({
+                "type": "round", "id": f"{round_id}/{part}", "round_id": round_id,
+                "outcomes": [outcome_entry(o) for o in outcomes],
+                "timings": timings_entry(timings), "status": status,
+                "summary": _jsonable(summary or {}), "finished_at": finished_at,
+                "canary_ids": sorted(canary_ids), "spooled_at": time.time(), "reason": str(exc),
+            })  # fmt: skip
+            self._dirty = True
+            log.error(
+                "round %s: database unavailable for %.1f s (%s): %d verdict(s) spooled to %s; "
+                "replayed when the database is back", round_id, self.retry_s, exc,
+                len(outcomes), self.spool.path,
+            )  # fmt: skip
+            return "spooled"
+        if self._dirty:
+            self.replay()
+        return "recorded"
+
+    # -- replay ----------------------------------------------------------------------
+
+    def pending(self) -> dict[str, dict[str, Any]]:
+        """Round id -> its pending spool entry (the last one per round), read from the
+        file; empty when nothing waits. Bad lines are ignored here (see :meth:`replay`).
+        """
+        if not self._dirty and not self.spool.path.exists():
+            return {}
+        return {e["round_id"]: e for e in self.spool.read().pending}
+
+    def replay(self) -> ReplayReport:
+        """Write every pending spool entry to the database, in file order, one
+        transaction group per entry; stop at the first entry the database refuses for
+        now (locked, unreachable). Idempotent: see docs/spool.md. A pass already running
+        in another thread makes this one return an empty report.
+
+        Raises:
+            StorageError: the spool cannot be read or written.
+        """
+        report = ReplayReport()
+        if not self._replaying.acquire(blocking=False):
+            return report
+        try:
+            contents = self.spool.read()
+            report.bad = contents.bad
+            for i, entry in enumerate(contents.pending):
+                try:
+                    report.conflicts += self.apply(entry)
+                except StorageUnavailable as exc:
+                    report.waiting = [e["id"] for e in contents.pending[i:]]
+                    log.info("spool replay waits: %s", exc)
+                    break
+                except StorageError as exc:
+                    report.failed[entry["id"]] = str(exc)
+                    log.error("spool entry %s cannot be replayed: %s", entry["id"], exc)
+                    continue
+                self.spool.mark_replayed(entry["id"])
+                report.replayed.append(entry["id"])
+                log.warning("round %s: spooled records written to the database", entry["round_id"])
+            for c in report.conflicts:
+                log.error("spool replay conflict (stored verdict kept): %s", c)
+            if not report.waiting and not report.failed:
+                retired, _ = self.spool.retire_if_done()
+                self._dirty = not retired and self.spool.path.exists()
+            self.last_replay = report
+            return report
+        finally:
+            self._replaying.release()
+
+    def apply(self, entry: Mapping[str, Any]) -> list[str]:
+        """Write one spool entry (idempotent); returns the conflicts found.
+
+        Raises:
+            StorageUnavailable: the database is locked or unreachable (try later).
+            StorageError: the entry cannot be written (e.g. its round is unknown).
+        """
+        round_id = entry["round_id"]
+        outcomes = [outcome_of(d) for d in entry["outcomes"]]
+        if outcomes or entry["timings"]:
+            self.store.record_outcome(round_id, outcomes, entry["timings"])
+        if entry["canary_ids"]:
+            self._ensure_spent(round_id, entry["canary_ids"])
+        if entry["status"] is not None:
+            status = entry["status"]
+            if status == RoundStatus.COMPLETE:
+                status = RoundStatus.RECORDED_LATE
+            late = {"spooled_at": entry["spooled_at"], "replayed_at": time.time(),
+                    "reason": entry["reason"]}  # fmt: skip
+            self.store.finish_round(
+                round_id, str(status), {**entry["summary"], "recorded_late": late},
+                finished_at=entry["finished_at"], only_open=True,
+            )  # fmt: skip
+        if not outcomes:
+            return []
+        stored = {v["node_key"]: v["verdict"] for v in self.store.round_verdicts(round_id)}
+        return [
+            f"{round_id}/{o.node_key}: spooled {o.verdict}, stored {stored.get(o.node_key)}"
+            for o in outcomes
+            if stored.get(o.node_key) != str(o.verdict)
+        ]
+
+    def _ensure_spent(self, round_id: str, ids: Sequence[str]) -> None:
+        """Mark the round's canaries spent where they are not (a no-op normally: the
+        plan's transaction spent them)."""
+        t = reference_prompts
+        with self.store._write(f"spend canaries of {round_id}") as conn:
+            for i in range(0, len(ids), 500):
+                conn.execute(
+                    update(t)
+                    .where(t.c.ref_id.in_(list(ids[i : i + 500])), t.c.spent_round.is_(None))
+                    .values(spent_round=round_id)
+                )
+
+    async def run_replayer(self, stop: asyncio.Event) -> None:
+        """Replay every :attr:`replay_every_s` while the spool may hold entries, until
+        ``stop`` is set. Never raises (a failed pass is logged and tried again)."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.replay_every_s)
+                return
+            except TimeoutError:
+                pass
+            if not self._dirty:
+                continue
+            try:
+                await asyncio.to_thread(self.replay)
+            except StorageError as exc:
+                log.error("spool replay failed: %s", exc)
