@@ -10,8 +10,8 @@ code  name                   meaning
 1     CHECK_FAILED           ``doctor`` found a failing check
 2     USAGE                  bad command line (click's own usage errors), other errors
 3     CONFIG                 a config, profile or key file is invalid or missing; a
-                             node refused for good (wrong coordinator_url or
-                             coordinator_key, key not admitted, profile not accepted)
+                             node refused for good (profile not accepted, said in
+                             the authenticated session; other refusals are retried)
 4     UNREACHABLE            the coordinator could not be reached
 5     AUTH                   the admin API refused the token or the address
 6     CONFLICT               the coordinator refused the request as it stands (unknown

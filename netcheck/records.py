@@ -53,6 +53,8 @@ class FlagKind(StrEnum):
     CAPACITY = "capacity"
     RESULT_SHARING = "result-sharing"
     RELAY = "relay"
+    ANSWER_FAILURE = "answer-failure"
+    DECLARED_HOST = "declared-host"
 
 
 class FlagStatus(StrEnum):
@@ -145,6 +147,10 @@ class NodeTiming:
     processed_ns: int | None = None
     #: This node's place in the round's (freshly shuffled) release order, from 0.
     release_index: int | None = None
+    #: Where ``arrived_ns`` came from (netcheck.coordinator.arrivals): ``"kernel"`` (the
+    #: kernel's receive stamp of the read that completed the result), ``"read"`` (the
+    #: monotonic clock in the socket read callback) or ``"reader"`` (in the reader task).
+    arrival_stamp: str | None = None
     # Relay test evidence (docs/detection.md "Relay test"), raw: every echo and every
     # correct probe round trip (seconds), the fastest probe, unanswered and wrong probes.
     echo_samples_s: list[float] = field(default_factory=list)
@@ -156,7 +162,7 @@ class NodeTiming:
     def as_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
 
-    def budget(self, first_release_ns: int | None) -> dict[str, float | int | None]:
+    def budget(self, first_release_ns: int | None) -> dict[str, float | int | str | None]:
         """This node's timing budget (docs/protocol.md, "Timing"): seconds.
 
         ``release_offset_s``: its release write started this long after the round's
@@ -165,7 +171,8 @@ class NodeTiming:
         took this long; ``processing_delay_s``: its result waited this long between
         arrival (stamp) and being opened, checked and handed to the round (the
         coordinator's own queueing, not in its latency); ``release_index``: its place
-        in the round's shuffled release order.
+        in the round's shuffled release order; ``arrival_stamp``: the source of its
+        arrival stamp (``kernel``, ``read`` or ``reader``; see ``arrival_stamp``).
         """
 
         def span(a: int | None, b: int | None) -> float | None:
@@ -176,6 +183,7 @@ class NodeTiming:
             "release_offset_s": span(first_release_ns, self.release_start_ns),
             "release_write_s": span(self.release_start_ns, self.release_end_ns),
             "processing_delay_s": span(self.arrived_ns, self.processed_ns),
+            "arrival_stamp": self.arrival_stamp,
         }
 
 

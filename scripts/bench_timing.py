@@ -32,12 +32,19 @@ coordinator error).
 
 ``--mode instant``: every node of a host answers at the same instant (worst burst);
 ``--mode own --spread 0.2``: service times spread evenly over 0.2 s.
+
+The table's ``stamp source`` column counts the results by the source of their arrival
+stamp as the coordinator recorded it (``kernel``: kernel receive timestamp; ``read``:
+the socket read callback; ``reader``: the reader task; ``n/a``: code that does not
+record it, e.g. an older baseline), and the coordinator's own start-up line about its
+stamps is printed under the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import statistics
@@ -109,6 +116,7 @@ def start_timed_hosts(run: LoadRun, n: int, vocab: int, args: argparse.Namespace
             "--service", str(service_s(args, n)), "--spread", str(args.spread),
             "--mode", args.mode, "--stamps", str(run.workdir / f"stamps-{i}.jsonl"),
             "--report", str(report),
+            *([f"--congestion={cc}"] if (cc := getattr(args, "node_congestion", None)) else []),
         ]  # fmt: skip
         run.hosts.append(run._spawn(f"timed-{i}", cmd))
         first += count
@@ -228,6 +236,7 @@ async def bench_one(
         await run.run_round()  # warm-up, not counted
         errors, lags, designed_err, skews, plans, frames = [], [], [], [], [], []
         parts: list[dict[str, float]] = []
+        sources: collections.Counter[str] = collections.Counter()
         partial = 0
         for _ in range(args.rounds):
             await asyncio.sleep(0.5)
@@ -248,11 +257,20 @@ async def bench_one(
             skews.append(rep["phases"]["release_skew_s"])
             plans.append(rep["phases"]["plan_s"])
             parts.append({k: v for k, v in rep["phases"].items() if k.startswith("plan_")})
+            for v in rep["verdicts"]:  # the arrival stamp's source per result (this code)
+                timing = v.get("timing") or {}
+                if timing.get("arrived_ns") is not None:
+                    sources[str(timing.get("arrival_stamp", "n/a"))] += 1
             bad = [v for v in rep["verdicts"] if v["verdict"] != "pass"]
             if bad:
                 print(f"# {code} {shape} {n}: {len(bad)} not pass, e.g. {bad[0]}", file=sys.stderr)
         floor = await measure_floor(n, 5, workdir)
+        log_path = run.workdir / "logs" / "coordinator.log"
+        said = [line for line in log_path.read_text(errors="replace").splitlines()
+                if "arrival stamps:" in line]  # fmt: skip
     return {
+        "stamps": " ".join(f"{k}:{c}" for k, c in sorted(sources.items()) if c) or "n/a",
+        "stamps_log": said[-1].split("arrival stamps:", 1)[1].strip()[:60] if said else "",
         "code": code, "shape": shape, "nodes": n, "samples": len(errors), "partial": partial,
         "frame_kb": statistics.median(frames) / 1000 if frames else 0.0,
         "err_p50": pct(errors, 0.5), "err_p99": pct(errors, 0.99), "err_max": max(errors),
@@ -262,6 +280,11 @@ async def bench_one(
         "plan_s": statistics.median(plans),
         "plan_parts": {k: statistics.median(p[k] for p in parts) for k in parts[0]},
     }  # fmt: skip
+
+
+def system_cc() -> str:
+    path = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+    return f"system ({path.read_text().strip() if path.exists() else '?'})"
 
 
 def loadavg() -> str:
@@ -285,19 +308,23 @@ async def main(args: argparse.Namespace) -> None:
                 )
     print(
         f"mode={args.mode} service={args.service or '1 s + 20 ms/node'} spread={args.spread}s "
-        f"rounds={args.rounds}\n"
+        f"rounds={args.rounds} node congestion control={args.node_congestion or system_cc()}\n"
         "| code | shape | nodes | frame KB | stamp error ms p50 / p99 / max (min) "
         "| release skew ms | send floor ms | skew/floor | plan s | node lag p99 ms | partial writes "
-        "| load avg |"
+        "| stamp source (results) | load avg |"
     )
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
     for r in rows:
         print(
             f"| {r['code']} | {r['shape']} | {r['nodes']} | {r['frame_kb']:.1f} | "
             f"{r['err_p50']:.2f} / {r['err_p99']:.2f} / {r['err_max']:.2f} ({r['err_min']:.2f}) | "
             f"{r['skew_ms']:.1f} | {r['floor_ms']:.1f} | {r['skew_ms'] / r['floor_ms']:.2f} | "
-            f"{r['plan_s']:.2f} | {r['lag_p99']:.1f} | {r['partial']}/{r['samples']} | {r['load']} |"
+            f"{r['plan_s']:.2f} | {r['lag_p99']:.1f} | {r['partial']}/{r['samples']} | "
+            f"{r['stamps']} | {r['load']} |"
         )
+    for r in rows:
+        if r["stamps_log"]:
+            print(f"# {r['code']} {r['shape']} {r['nodes']}: coordinator said: {r['stamps_log']}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print(f"(scratch: {root})", file=sys.stderr)
@@ -319,6 +346,11 @@ if __name__ == "__main__":
     ap.add_argument("--spread", type=float, default=0.0)
     ap.add_argument("--mode", choices=("instant", "own"), default="instant")
     ap.add_argument("--baseline", type=Path, help="another checkout to compare (e.g. main)")
+    ap.add_argument(
+        "--node-congestion",
+        help="TCP congestion control of the emulated nodes' sockets (e.g. reno: no "
+        "sender pacing; default: the system's, shown in the table header)",
+    )
     ap.add_argument("--json", help="also write the rows as JSON here")
     raise_fd_limit()
     asyncio.run(main(ap.parse_args()))

@@ -7,12 +7,12 @@ import logging
 import signal
 from pathlib import Path
 
-from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.capacity import unsafe_profiles
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config
 from netcheck.coordinator.assembly import make_runner
+from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.errors import ConfigError
 from netcheck.keys import load_private_key, public_key_text
@@ -50,7 +50,8 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then close every session with ``shutdown``."""
     coord = build_coordinator(config_path)
     runner = await make_runner(coord)
-    site = web.TCPSite(runner, coord.config.host, coord.config.port)
+    # kernel receive stamps on every node connection where available (logged which)
+    site = KernelStampSite(runner, coord.config.host, coord.config.port)
     try:
         await site.start()
     except OSError as exc:

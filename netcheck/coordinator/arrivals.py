@@ -6,24 +6,29 @@ sans-I/O and unchanged:
 
 - :class:`ArrivalStamps` wraps the websocket parser of one session's HTTP protocol
   object. When a chunk of bytes read from the socket completes one or more binary
-  websocket messages, each of them is stamped with ``time.monotonic_ns()`` read just
-  before that chunk was parsed. The stamp is therefore taken in the socket read
-  callback, before the message waits in aiohttp's queue for the session's reader task,
-  and before decryption, decoding and signature checks. It does not depend on how many
-  other sessions' results arrived in the same instant: those only cost the parsing of
-  their bytes (a few microseconds each), not their decryption.
+  websocket messages, each of them is stamped with the **kernel receive timestamp** of
+  the read that delivered that chunk (the receive time of the last packet it consumed,
+  :mod:`netcheck.coordinator.rxstamps`, converted to ``time.monotonic_ns()``'s clock),
+  when the connection was accepted by :class:`~netcheck.coordinator.rxstamps.KernelStampSite`
+  on Linux. Such a stamp does not depend on when the event loop got to the connection:
+  results arriving while the loop reads, parses or opens 1,000 others are stamped when
+  their bytes came in. Otherwise (another site, no kernel support, a read without a
+  stamp) the stamp is ``time.monotonic_ns()`` read just before the chunk was parsed, in
+  the socket read callback: before the message waits in aiohttp's queue for the
+  session's reader task, and before decryption, decoding and signature checks, but
+  after the loop's queue of ready sockets. Each stamp records its source
+  (``kernel``/``read``/``reader``).
 - :class:`FrameOpener` opens (authenticates, decrypts, decodes) frames and checks a
   result's commitment and receipt signature in a bounded pool of worker threads, so a
-  burst of large results does not hold the event loop (and hence the stamps of frames
-  arriving meanwhile, and the release loop) for B x max_new_tokens ints per node.
+  burst of large results does not hold the event loop (and hence the release loop, the
+  heartbeats and, without kernel stamps, the stamps of frames arriving meanwhile) for
+  B x max_new_tokens ints per node.
 
 Alternatives considered: stamping in the reader task (the old way) puts every session
 behind the decoding done by the tasks woken before it (44-96 ms apart for 40-60 H200
-results at once, issue 11); kernel receive timestamps (``SO_TIMESTAMPNS``) need
-``recvmsg`` ancillary data, which asyncio's transports do not expose, and are wall
-clock, not monotonic; a process pool moves the GIL out of the way but pays a pickle of
-the decoded outputs back into the loop per result (~0.5-1 ms on this machine), as much
-as the work it saves.
+results at once, issue 11); a process pool moves the GIL out of the way but pays a
+pickle of the decoded outputs back into the loop per result (~0.5-1 ms on this
+machine), as much as the work it saves (docs/kernel-stamps.md has the measurement).
 """
 
 from __future__ import annotations
@@ -39,6 +44,13 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from netcheck.coordinator.rxstamps import (
+    SOURCE_KERNEL,
+    SOURCE_READ,
+    SOURCE_READER,
+    StampingSocket,
+    stamping_socket,
+)
 from netcheck.errors import LocalProtocolError
 from netcheck.protocol.jobs import commitment, verify_receipt
 from netcheck.protocol.messages import Message, Result
@@ -65,15 +77,23 @@ class ArrivalStamps:
     """Arrival stamps of one websocket session's binary messages, in arrival order.
 
     Install with :meth:`install` after the websocket is prepared. :meth:`take` returns
-    the stamp of a message the reader received (matched by identity of its payload);
-    a message parsed outside the wrapped path (aiohttp resumes a parser that stalled on
-    a full queue by calling it directly) has no stamp, and ``take`` returns None.
+    the stamp of a message the reader received (matched by identity of its payload)
+    and sets :attr:`last_source`; a message parsed outside the wrapped path (aiohttp
+    resumes a parser that stalled on a full queue by calling it directly) has no stamp,
+    and ``take`` returns None (``last_source`` is then ``"reader"``: the caller stamps).
+
+    Attributes:
+        source: where this session's stamps come from when a read carries a kernel
+            stamp: ``"kernel"`` if its socket is a kernel-stamping one, else ``"read"``.
+        last_source: the source of the stamp :meth:`take` returned last.
     """
 
     def __init__(self) -> None:
-        self._pending: collections.deque[tuple[object, int]] = collections.deque()
+        self._pending: collections.deque[tuple[object, int, str]] = collections.deque()
         self.installed = False
         self.missed = 0
+        self.source = SOURCE_READER
+        self.last_source = SOURCE_READER
 
     def install(self, request: web.BaseRequest, ws: web.WebSocketResponse) -> bool:
         """Wrap the websocket parser of ``request``'s protocol; True if installed.
@@ -91,22 +111,26 @@ class ArrivalStamps:
         if parser is None or not isinstance(buffer, collections.deque):
             _warn_fallback()
             return False
-        proto._payload_parser = _StampingParser(parser, buffer, self._pending)
+        sock = stamping_socket(request.transport)
+        proto._payload_parser = _StampingParser(parser, buffer, self._pending, sock)
         self.installed = True
+        self.source = SOURCE_KERNEL if sock is not None else SOURCE_READ
         return True
 
     def take(self, data: object) -> int | None:
         """The stamp of the binary message whose payload is ``data``, or None."""
         pending = self._pending
         while pending:
-            head, stamp = pending[0]
+            head, stamp, source = pending[0]
             if head is data:
                 pending.popleft()
+                self.last_source = source
                 return stamp
-            if not any(d is data for d, _ in pending):
+            if not any(d is data for d, _, _ in pending):
                 break  # not stamped: leave the later stamps for their messages
             pending.popleft()  # a stamped message the reader never saw (cannot happen)
         self.missed += 1
+        self.last_source = SOURCE_READER
         return None
 
 
@@ -125,19 +149,22 @@ def _warn_fallback() -> None:
 
 class _StampingParser:
     """Forwards to aiohttp's websocket parser; stamps the binary messages a chunk
-    completes with the clock read before the chunk was parsed."""
+    completes with the kernel receive stamp of the read that delivered the chunk (when
+    ``sock`` has one), else with the clock read before the chunk was parsed."""
 
-    __slots__ = ("_parser", "_buffer", "_pending")
+    __slots__ = ("_parser", "_buffer", "_pending", "_sock")
 
     def __init__(
         self,
         parser: Any,
         buffer: collections.deque[Any],
-        pending: collections.deque[tuple[object, int]],
+        pending: collections.deque[tuple[object, int, str]],
+        sock: StampingSocket | None = None,
     ) -> None:
         self._parser = parser
         self._buffer = buffer
         self._pending = pending
+        self._sock = sock
 
     def feed_data(self, data: bytes) -> Any:
         now = time.monotonic_ns()
@@ -145,10 +172,13 @@ class _StampingParser:
         out = self._parser.feed_data(data)
         added = len(self._buffer) - before
         if added > 0:
+            # feed_data runs inside the transport's data_received (plain or TLS), so the
+            # socket's latest read is the one that delivered ``data``
+            stamp, source = (now, SOURCE_READ) if self._sock is None else self._sock.arrival_ns(now)
             for i in range(len(self._buffer) - added, len(self._buffer)):
                 msg = self._buffer[i][0]
                 if msg.type is WSMsgType.BINARY:
-                    self._pending.append((msg.data, now))
+                    self._pending.append((msg.data, stamp, source))
         return out
 
     def __getattr__(self, name: str) -> Any:  # feed_eof and anything else aiohttp calls

@@ -28,8 +28,10 @@ from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
+from netcheck.logs import set_node_names
 from netcheck.protocol.codec import Limits
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, CoordinatorHandshake
+from netcheck.protocol.messages import MAX_REASON_CHARS, Bye
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.storage import Store
 from netcheck.storage.durable import Recorder
@@ -91,6 +93,7 @@ class Coordinator:
         store: Store,
     ) -> None:
         self.config = config
+        set_node_names(config.node_names)  # operator's names in log lines
         self.identity = identity
         self.profiles = dict(profiles)
         self.store = store
@@ -212,16 +215,22 @@ class Coordinator:
             raise HandshakeError(CloseCode.MESSAGE_TOO_LARGE, "handshake message over the cap")
         if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
             raise ConnectionError("peer closed during handshake")
-        raise HandshakeError(CloseCode.BAD_HANDSHAKE, f"{msg.type.name} frame during handshake")
+        # Not a binary message: PROTOCOL_ERROR, as after the handshake (§8.1).
+        raise HandshakeError(CloseCode.PROTOCOL_ERROR, f"{msg.type.name} frame during handshake")
 
     async def _handshake(self, ws: web.WebSocketResponse, peer: str) -> NodeSession:
-        hs = CoordinatorHandshake(self.identity, self.admit, path=WS_PATH)
+        hs = CoordinatorHandshake(self.identity, self.admit)  # endpoint name: §2.1
         welcome = hs.receive_hello(await self._receive_binary(ws))
         await ws.send_bytes(welcome)
         accepted = hs.receive_auth(await self._receive_binary(ws))
         claim = accepted.claim
         node_key = public_key_text(Ed25519PublicKey.from_public_bytes(accepted.node_key))
         if claim.profile not in self.profiles:
+            # The node is authenticated and holds the session keys: say it in a sealed
+            # bye, the only refusal a node may take as final (docs/protocol.md §8.1).
+            said = "profile_mismatch: accepted profiles " + ", ".join(sorted(self.profiles))
+            bye = Bye(reason=said[:MAX_REASON_CHARS])
+            await ws.send_bytes(accepted.transport.seal(bye))
             raise HandshakeError(
                 CloseCode.PROFILE_MISMATCH,
                 f"node {node_key} claims unknown profile {claim.profile!r}",

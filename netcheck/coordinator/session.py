@@ -23,6 +23,7 @@ from netcheck.config import Profile
 from netcheck.coordinator.arrivals import ArrivalStamps, FrameOpener, Opened
 from netcheck.engines import probe as probe_mod
 from netcheck.errors import CloseCode, ProtocolError
+from netcheck.logs import node_label
 from netcheck.protocol.codec import DEFAULT_LIMITS, Limits
 from netcheck.protocol.messages import (
     Ack,
@@ -97,8 +98,9 @@ class Arrival:
     """A result (or a node-reported error) with its arrival time.
 
     Attributes:
-        arrived_ns: ``time.monotonic_ns()`` when the bytes completing the frame were
-            read off the socket (before decryption; :mod:`netcheck.coordinator.arrivals`).
+        arrived_ns: when the bytes completing the frame arrived (``time.monotonic_ns()``
+            clock): the kernel's receive stamp where available, else when they were read
+            off the socket (before decryption; :mod:`netcheck.coordinator.arrivals`).
         result: the decoded result, or None when the node reported an error.
         error: the node's error reason, if any.
         processed_ns: ``time.monotonic_ns()`` when the frame was opened and checked and
@@ -106,6 +108,8 @@ class Arrival:
             delay for this frame, shown in the node's timing budget).
         commitment_ok, signature_ok: the result's checks, done in the worker pool (None
             for an error or when not checked).
+        stamp_source: where ``arrived_ns`` came from: ``"kernel"`` (kernel receive
+            stamp), ``"read"`` (socket read callback) or ``"reader"`` (reader task).
     """
 
     arrived_ns: int
@@ -114,6 +118,7 @@ class Arrival:
     processed_ns: int | None = None
     commitment_ok: bool | None = None
     signature_ok: bool | None = None
+    stamp_source: str = "reader"
 
 
 @dataclass
@@ -160,8 +165,9 @@ class NodeSession:
 
     @property
     def label(self) -> str:
-        """Short name for logs: the node's configured name, else its key prefix."""
-        return f"{self.node_key[:20]}"
+        """Short name for logs: the node's configured name and key prefix, else its key
+        prefix (:func:`netcheck.logs.node_label`)."""
+        return node_label(self.node_key)
 
     async def send(self, msg: Message, write_timeout_s: float = WRITE_TIMEOUT_S) -> None:
         """Seal and write one message; the lock keeps counters in write order.
@@ -357,7 +363,7 @@ class NodeSession:
             self._probes.pop(nonce, None)
         return (t1 - t0) / 1e9, answer
 
-    def _dispatch(self, opened: Opened, arrived_ns: int) -> None:
+    def _dispatch(self, opened: Opened, arrived_ns: int, source: str = "reader") -> None:
         """Route one decrypted message to its waiter; unexpected ones are protocol errors."""
         msg = opened.message
         if isinstance(msg, Ack):
@@ -377,11 +383,19 @@ class NodeSession:
             if isinstance(msg, Result):
                 rfut.set_result(
                     Arrival(
-                        arrived_ns, msg, None, done_ns, opened.commitment_ok, opened.signature_ok
+                        arrived_ns,
+                        msg,
+                        None,
+                        done_ns,
+                        opened.commitment_ok,
+                        opened.signature_ok,
+                        source,
                     )
                 )
             else:
-                rfut.set_result(Arrival(arrived_ns, None, untrusted(msg.reason), done_ns))
+                rfut.set_result(
+                    Arrival(arrived_ns, None, untrusted(msg.reason), done_ns, stamp_source=source)
+                )
         elif isinstance(msg, EchoReply):
             efut = self._echoes.get(msg.nonce)
             if efut is not None and not efut.done():
@@ -415,12 +429,13 @@ class NodeSession:
                         CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame, expected binary"
                     )
                 arrived_ns = self.stamps.take(wsmsg.data) or fallback_ns
+                source = self.stamps.last_source
                 opened = await self.opener.open(self.transport, wsmsg.data, self.node_key_raw)
                 if isinstance(opened.message, Bye):
                     reason = untrusted(opened.message.reason)
                     log.info("node %s said bye: %s", self.label, reason)
                     break
-                self._dispatch(opened, arrived_ns)
+                self._dispatch(opened, arrived_ns, source)
         except ProtocolError as exc:
             log.warning("node %s: closing session: %s", self.label, exc)
             code = exc.code

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
 from netcheck.coordinator.assembly import make_runner
+from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import public_key_text
@@ -79,6 +81,31 @@ def canary_store(
     if rows:
         store.add_references(rows)
     return store
+
+
+class CanaryAnswering:
+    """A worker for :func:`canary_store` canaries: answers every ``canary <i>`` prompt
+    with the store's default answer (``max_new_tokens`` ones) and any other prompt with
+    its own random tokens below 258, as an honest node's decoy answers look.
+
+    Args:
+        fingerprint: the engine fingerprint it claims (the store's).
+        max_new_tokens: tokens per answer (the profile's).
+    """
+
+    def __init__(self, fingerprint: Mapping[str, str | int], max_new_tokens: int) -> None:
+        self.fingerprint = dict(fingerprint)
+        self.tokens = max_new_tokens
+        self.rng = random.Random()
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        """One answer per prompt."""
+        return [
+            [1] * self.tokens
+            if p.startswith("canary")
+            else [self.rng.randrange(258) for _ in range(self.tokens)]
+            for p in prompts
+        ]
 
 
 async def raw_session(
@@ -204,12 +231,9 @@ async def running_coordinator(
     store = store or Store(cfg.database)
     coord = Coordinator(cfg, identity, {p.name: p for p in profiles}, store)
     runner = await make_runner(coord)
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = KernelStampSite(runner, "127.0.0.1", 0)  # as `coordinator serve` does
     await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-    rc = RunningCoordinator(coord, runner, port, identity)
+    rc = RunningCoordinator(coord, runner, site.port, identity)
     try:
         yield rc
     finally:

@@ -1,11 +1,13 @@
 """The node: a websocket client that joins a coordinator and runs released batches.
 
 One :class:`NodeClient` keeps one session at a time and reconnects with exponential
-backoff and jitter. Close codes that no retry can fix (unknown node key, wrong pinned
-coordinator key, unknown profile) stop the node with :class:`NodeFatalError` instead,
-and so does a URL that is not a node endpoint (an HTTP answer such as a page, a
-redirect or 404 instead of the websocket upgrade; e.g. ``coordinator_url`` without
-``/v1/ws``).
+backoff and jitter. Close codes and HTTP answers are not authenticated (anyone on the
+path can forge them, docs/protocol.md §8.1), so a refusal (unknown node key, wrong
+pinned coordinator key, unknown profile, or a URL that is not a node endpoint) is
+logged as an error naming what to fix and retried with a slower backoff
+(:data:`REFUSAL_BACKOFF_S`); the node stops with :class:`NodeFatalError` only when the
+coordinator refused it inside the authenticated session (a sealed ``bye`` whose reason
+starts with ``profile_mismatch``, then close 4017).
 
 Per round (docs/protocol.md §5): ``job`` → store it and ``ack`` (the prompts stay
 encrypted); ``release`` → decrypt with the job key, run the batch on the worker, reply
@@ -23,7 +25,6 @@ import contextlib
 import logging
 import random
 from pathlib import Path
-from urllib.parse import urlparse
 
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -66,10 +67,18 @@ from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.node")
 
-#: Close codes after which reconnecting cannot help (configuration must change).
-FATAL_CODES = frozenset(
+#: Close codes that say the coordinator refuses this node's configuration. They are not
+#: authenticated (docs/protocol.md §8.1), so they are retried, with REFUSAL_BACKOFF_S.
+REFUSAL_CODES = frozenset(
     {CloseCode.UNKNOWN_NODE_KEY, CloseCode.WRONG_COORDINATOR_KEY, CloseCode.PROFILE_MISMATCH}
 )
+#: Backoff after a refusal, seconds: (first wait, cap); doubled per refusal, jittered.
+REFUSAL_BACKOFF_S = (30.0, 300.0)
+#: Reconnect backoff otherwise, seconds: (first wait, cap).
+RECONNECT_BACKOFF_S = (0.5, 30.0)
+#: Prefix of the reason of a sealed ``bye`` by which the coordinator refuses the claimed
+#: profile of an authenticated node: the only refusal that stops the node for good.
+AUTHENTICATED_REFUSAL = "profile_mismatch"
 HANDSHAKE_TIMEOUT_S = 10.0
 HEARTBEAT_S = 15.0
 #: The coordinator echoes every 20 s (coordinator.server.KEEPALIVE_S); a coordinator
@@ -117,7 +126,7 @@ def refusal_message(
     fingerprint: str | None = None,
     presented_key: str | None = None,
 ) -> str:
-    """What an operator of the node must read after a fatal close code (``FATAL_CODES``):
+    """What an operator of the node must read after a refusal (``REFUSAL_CODES``):
     the cause, the values involved and what to change. Starts with the code's name.
 
     Args:
@@ -171,6 +180,14 @@ def presented_coordinator_key(welcome: bytes) -> str | None:
         return None
 
 
+class _Refused(Exception):
+    """A refusal seen during the handshake (not authenticated): code and message."""
+
+    def __init__(self, code: CloseCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
 class _Session:
     """One live session: transport, send lock and pending jobs."""
 
@@ -180,6 +197,7 @@ class _Session:
         self.lock = asyncio.Lock()
         self.jobs: dict[str, Job] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.bye_reason = ""  # the reason of the coordinator's sealed bye, if one came
 
     async def send(self, msg: Message) -> None:
         async with self.lock:
@@ -255,38 +273,53 @@ class NodeClient:
         self.rounds_served = 0
         self.verdict_log = verdict_log
         self.verdicts: list[VerdictNotice] = []  # the last 100 notices received
+        #: The text of the last refusal (retried, not authenticated), for the operator.
+        self.last_refusal: str | None = None
 
     async def run_forever(self, stop: asyncio.Event | None = None) -> None:
-        """Keep a session open, reconnecting with backoff (0.5 s doubling to 30 s).
+        """Keep a session open, reconnecting with backoff (``RECONNECT_BACKOFF_S``: 0.5 s
+        doubling to 30 s; after a refusal ``REFUSAL_BACKOFF_S``: 30 s doubling to 300 s),
+        jittered by ×[0.5, 1.5).
 
         Raises:
-            NodeFatalError: the coordinator refused us for a non-retryable reason.
+            NodeFatalError: the coordinator refused us inside the authenticated session.
         """
-        delay = 0.5
+        delay = RECONNECT_BACKOFF_S[0]
         stop = stop or asyncio.Event()
         while not stop.is_set():
+            refused = False
             try:
                 code = await self.run_session()
-                delay = 0.5 if code == CloseCode.NORMAL else delay
+                delay = RECONNECT_BACKOFF_S[0] if code == CloseCode.NORMAL else delay
+                refused = code in REFUSAL_CODES
             except aiohttp.WSServerHandshakeError as exc:
                 if not_an_endpoint(exc.status):
-                    raise NodeFatalError(wrong_endpoint_message(self.url, exc.status)) from exc
-                log.warning("%s: coordinator at %s: %s", self.label, self.url, exc)
+                    self._refused(wrong_endpoint_message(self.url, exc.status))
+                    refused = True
+                else:
+                    log.warning("%s: coordinator at %s: %s", self.label, self.url, exc)
             except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
                 log.warning("%s: cannot reach coordinator at %s: %s", self.label, self.url, exc)
             if stop.is_set():
                 break
+            low, cap = REFUSAL_BACKOFF_S if refused else RECONNECT_BACKOFF_S
+            delay = min(max(delay, low), cap)
             wait = delay * (0.5 + random.random())
             log.info("%s: reconnecting in %.1f s", self.label, wait)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
-            delay = min(delay * 2, 30.0)
+            delay = min(delay * 2, cap)
+
+    def _refused(self, message: str) -> None:
+        """Log a refusal that is not authenticated (so retried) and keep its text."""
+        self.last_refusal = message
+        log.error("%s: %s (not authenticated: retrying with backoff)", self.label, message)
 
     async def run_session(self) -> CloseCode:
         """Connect, handshake and serve until the session ends; returns its close code.
 
         Raises:
-            NodeFatalError: refused for a non-retryable reason (see ``FATAL_CODES``).
+            NodeFatalError: refused inside the authenticated session (``AUTHENTICATED_REFUSAL``).
         """
         connector = aiohttp.TCPConnector(local_addr=self.local_addr) if self.local_addr else None
         async with (
@@ -301,11 +334,14 @@ class NodeClient:
         ):
             try:
                 session = await asyncio.wait_for(self._handshake(ws), HANDSHAKE_TIMEOUT_S)
+            except _Refused as exc:
+                self._refused(exc.message)
+                return exc.code
             except ProtocolError as exc:
                 log.error("%s: handshake failed: %s", self.label, exc)
                 await ws.close(code=exc.code, message=exc.code.name.lower().encode())
-                if exc.code in FATAL_CODES:
-                    raise NodeFatalError(self.refusal(exc.code)) from exc
+                if exc.code in REFUSAL_CODES:
+                    self._refused(self.refusal(exc.code))
                 return exc.code
             log.info(
                 "%s: session open with coordinator (profile %s, session %s)",
@@ -324,8 +360,9 @@ class NodeClient:
             fingerprint=dict(self.worker.fingerprint),
             software=f"netcheck/{__version__}",
         )
-        path = urlparse(self.url).path or "/"
-        hs = NodeHandshake(self.identity, self.coordinator_key, claim, path=path)
+        # The transcript binds the protocol's endpoint name, not the dialled path: a proxy
+        # may serve the endpoint under another path and host (docs/protocol.md §2.1).
+        hs = NodeHandshake(self.identity, self.coordinator_key, claim)
         await ws.send_bytes(hs.start())
         welcome = await self._receive_binary(ws)
         try:
@@ -336,7 +373,7 @@ class NodeClient:
             log.error("%s: handshake failed: %s", self.label, exc)
             await ws.close(code=exc.code, message=exc.code.name.lower().encode())
             presented = presented_coordinator_key(welcome)
-            raise NodeFatalError(self.refusal(exc.code, presented)) from exc
+            raise _Refused(exc.code, self.refusal(exc.code, presented)) from exc
         await ws.send_bytes(auth)
         transport = hs.transport()
         transport.limit_receive(self.limits)  # sends keep the codec's limits
@@ -358,12 +395,15 @@ class NodeClient:
         msg = await ws.receive()
         if msg.type == aiohttp.WSMsgType.BINARY:
             return bytes(msg.data)
+        if msg.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.PING, aiohttp.WSMsgType.PONG):
+            # Every protocol message is binary (§1.1): PROTOCOL_ERROR, as after the handshake.
+            raise ProtocolError(CloseCode.PROTOCOL_ERROR, f"{msg.type.name} frame during handshake")
         code = ws.close_code
         cc = CloseCode.from_wire(code)
         if cc is not None:
             log.error("%s: coordinator closed the handshake: %s (%d)", self.label, cc.name, code)
-            if cc in FATAL_CODES:
-                raise NodeFatalError(self.refusal(cc))
+            if cc in REFUSAL_CODES:
+                raise _Refused(cc, self.refusal(cc))
         raise ConnectionError(f"coordinator closed the connection (code {code})")
 
     async def _serve(self, session: _Session) -> CloseCode:
@@ -395,11 +435,17 @@ class NodeClient:
         cc = CloseCode.from_wire(code)
         name = cc.name if cc is not None else str(code)
         log.info("%s: session closed by coordinator: %s (%d) %s", self.label, name, code, reason)
-        if cc is not None and cc in FATAL_CODES:
+        if session.bye_reason.startswith(AUTHENTICATED_REFUSAL):
+            # Sealed under the session keys: only the pinned coordinator can say it.
+            raise NodeFatalError(
+                f"{self.refusal(CloseCode.PROFILE_MISMATCH)} (the coordinator said: "
+                f"{session.bye_reason})"
+            )
+        if cc is not None and cc in REFUSAL_CODES:
             message = self.refusal(cc)
             if reason and reason != name.lower():
                 message += f" (the coordinator said: {reason})"
-            raise NodeFatalError(message)
+            self._refused(message)
         return cc if cc is not None else CloseCode.NORMAL
 
     async def _handle(self, session: _Session, msg: Message) -> None:
@@ -429,6 +475,7 @@ class NodeClient:
         elif isinstance(msg, VerdictNotice):
             self._note_verdict(session, msg)
         elif isinstance(msg, Bye):
+            session.bye_reason = untrusted(msg.reason)
             await session.ws.close()
         elif not isinstance(msg, EchoReply | ProbeReply):
             raise ProtocolError(

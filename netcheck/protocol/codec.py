@@ -10,6 +10,7 @@ rejected, and the result is validated against the message dataclasses.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,7 +161,7 @@ def _fields(cls: type, mapping: dict[str, Any], what: str) -> dict[str, Any]:
     return mapping
 
 
-def _from_wire(obj: object) -> Message:
+def _from_wire(obj: object, allowed: Collection[str] | None = None) -> Message:
     if type(obj) is not dict:
         raise _malformed("message is not a map")
     fields = dict(obj)
@@ -168,6 +169,10 @@ def _from_wire(obj: object) -> Message:
     cls = MESSAGE_TYPES.get(type_name) if type(type_name) is str else None
     if cls is None:
         raise _malformed(f"unknown message type {type_name!r}"[:100])
+    if allowed is not None and cls.TYPE not in allowed:
+        # Decided on the type alone, before its fields: the same misplaced type gets
+        # the same code whether or not its fields are valid (docs/protocol.md §8.1).
+        raise MessageError(CloseCode.UNEXPECTED_MESSAGE, f"{cls.TYPE!r} not allowed here")
     _fields(cls, fields, cls.TYPE)
     if cls is Auth:
         claim = fields["claim"]
@@ -177,15 +182,22 @@ def _from_wire(obj: object) -> Message:
     return cls(**fields)
 
 
-def decode_message(data: bytes, *, limits: Limits = DEFAULT_LIMITS) -> Message:
+def decode_message(
+    data: bytes, *, limits: Limits = DEFAULT_LIMITS, allowed: Collection[str] | None = None
+) -> Message:
     """Decode and validate one message (docs/protocol.md §4).
+
+    Args:
+        allowed: message type names the receiver accepts here (None: any). A known type
+            outside it is refused before its fields are validated.
 
     Raises:
         MessageError: MESSAGE_TOO_LARGE if ``len(data) > limits.max_message_bytes``;
             MALFORMED_MESSAGE for bad msgpack, limits, trailing bytes, unknown type,
-            missing/extra fields or field values the dataclass rejects.
+            missing/extra fields or field values the dataclass rejects;
+            UNEXPECTED_MESSAGE for a known type not in ``allowed``.
     """
-    return _from_wire(_unpack(data, limits))
+    return _from_wire(_unpack(data, limits), allowed)
 
 
 def _canonical(obj: object) -> object:

@@ -52,6 +52,9 @@ VERSION = "netcheck/1"
 SUITE = "x25519-ed25519-chacha20poly1305-sha256"
 SUPPORTED_VERSIONS: tuple[str, ...] = (VERSION,)
 SUPPORTED_SUITES: tuple[str, ...] = (SUITE,)
+ENDPOINT = "/v1/ws"
+"""The endpoint name in the transcript prologue h0 (docs/protocol.md §2.1): a constant of
+netcheck/1, not the URL path the node dialled (a reverse proxy may rewrite it)."""
 MAX_HANDSHAKE_BYTES = 2048  # docs/protocol.md §2.1
 # docs/protocol.md §2.5 and §7 — domain labels; none is a prefix of another.
 PROLOGUE_LABEL = b"netcheck/1"
@@ -109,11 +112,13 @@ def _receive(data: bytes, expected: type[M]) -> M:
     if len(data) > MAX_HANDSHAKE_BYTES:
         raise _fail(CloseCode.MESSAGE_TOO_LARGE, f"handshake message of {len(data)} bytes")
     try:
-        msg: Message = decode_message(data, limits=HANDSHAKE_LIMITS)
+        msg: Message = decode_message(data, limits=HANDSHAKE_LIMITS, allowed=(expected.TYPE,))
     except MessageError as exc:
-        raise _fail(exc.code, exc.reason) from None
-    if not isinstance(msg, expected):
-        raise _fail(CloseCode.UNEXPECTED_MESSAGE, f"expected {expected.TYPE}, got {msg.TYPE}")
+        reason = exc.reason
+        if exc.code is CloseCode.UNEXPECTED_MESSAGE:
+            reason = f"expected {expected.TYPE}, got {reason.split(' ', 1)[0]}"
+        raise _fail(exc.code, reason) from None
+    assert isinstance(msg, expected)
     if encode_message(msg) != data:
         raise _fail(CloseCode.MALFORMED_MESSAGE, f"{msg.TYPE} is not canonically encoded")
     return msg
@@ -186,8 +191,9 @@ class NodeHandshake(_Machine):
         identity: the node's Ed25519 identity key.
         coordinator_key: the pinned coordinator public key.
         claim: profile claim sent (and signed) in ``auth``.
-        path: websocket endpoint path; both sides must use the same (it is in the
-            prologue).
+        path: the endpoint name bound into the prologue; netcheck/1 peers use
+            :data:`ENDPOINT` whatever URL path the node dialled, so a reverse proxy may
+            rewrite host and path (§2.1). Both sides must use the same.
         random_bytes: entropy source (ephemeral key and nonce); injectable for tests.
         limits, max_counter, rekey_frames, rekey_after_s, clock: passed to the
             resulting ``Transport`` (frame limits, key update policy, §3.3, §3.5).
@@ -202,7 +208,7 @@ class NodeHandshake(_Machine):
         coordinator_key: Ed25519PublicKey,
         claim: ProfileClaim,
         *,
-        path: str = "/v1/ws",
+        path: str = ENDPOINT,
         random_bytes: RandomBytes = os.urandom,
         limits: Limits = DEFAULT_LIMITS,
         max_counter: int = DEFAULT_MAX_COUNTER,
@@ -327,7 +333,7 @@ class CoordinatorHandshake(_Machine):
         identity: Ed25519PrivateKey,
         admit: Callable[[bytes], bool],
         *,
-        path: str = "/v1/ws",
+        path: str = ENDPOINT,
         random_bytes: RandomBytes = os.urandom,
         limits: Limits = DEFAULT_LIMITS,
         max_counter: int = DEFAULT_MAX_COUNTER,

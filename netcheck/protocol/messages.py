@@ -112,8 +112,9 @@ def _names(obj: object, field: str, t: str) -> None:
 @dataclass(frozen=True)
 class ProfileClaim:
     """What a node claims to run (docs/protocol.md §2.4): profile name, engine
-    fingerprint (``engines.fingerprint``: str -> str | int, at most 32 entries) and
-    software version string. Signed inside the handshake transcript."""
+    fingerprint (``engines.fingerprint``: str -> str | int, at most 32 entries, kept in
+    sorted key order) and software version string. Signed inside the handshake
+    transcript."""
 
     profile: str
     fingerprint: dict[str, str | int]
@@ -135,7 +136,10 @@ class ProfileClaim:
                 _int(t, "fingerprint", value, -INT64_MAX - 1, INT64_MAX)
             else:
                 _str(t, "fingerprint", value, MAX_TEXT_CHARS)
-        object.__setattr__(self, "fingerprint", dict(self.fingerprint))
+        # One encoding (docs/protocol.md §4.1): the fingerprint, a free map inside the
+        # signed claim, is kept with its keys in sorted order, so a claim sent in any
+        # other order fails the receiver's canonical re-encoding check (§2.1).
+        object.__setattr__(self, "fingerprint", dict(sorted(self.fingerprint.items())))
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,8 @@ class Transport:
             raise LocalProtocolError("rekey_after_s must be > 0 (math.inf: no time trigger)")
         self.role = role
         self.peer = Role.COORDINATOR if role is Role.NODE else Role.NODE
+        #: message types the peer may send in a frame (§6.1); others: UNEXPECTED_MESSAGE
+        self._peer_types = frozenset(t for t in FRAME_TYPES if sends(self.peer, t))
         self.session_id = session_id
         self._send_key = send_key
         self._recv_key = recv_key
@@ -242,12 +244,14 @@ class Transport:
             self._recv_key = next_key(self._recv_key)
             self._open_aead = ChaCha20Poly1305(self._recv_key)
             self._updates_received += 1
-        msg = decode_message(plaintext, limits=self._recv_limits)
-        if msg.TYPE not in FRAME_TYPES or not sends(self.peer, msg.TYPE):
-            raise MessageError(
-                CloseCode.UNEXPECTED_MESSAGE, f"{self.peer} may not send {msg.TYPE!r} in a frame"
-            )
-        return msg
+        try:
+            return decode_message(plaintext, limits=self._recv_limits, allowed=self._peer_types)
+        except MessageError as exc:
+            if exc.code is CloseCode.UNEXPECTED_MESSAGE:
+                raise MessageError(
+                    exc.code, f"{self.peer} may not send {exc.reason.split(' ', 1)[0]} in a frame"
+                ) from None
+            raise
 
     @property
     def failed(self) -> bool:

@@ -1,5 +1,6 @@
 """Access to the dashboard (docs/dashboard.md, "Logging in"): the admin token as a bearer
-header, a ``?token=`` URL or an HttpOnly session cookie holding an HMAC of it; loopback
+header, a one-time ``?token=`` login link to a dashboard page (refused on every other
+path), or an HttpOnly session cookie holding an HMAC of it; loopback
 callers only unless ``allow_remote``; cross-origin form posts refused.
 
 :class:`AccessMixin` is the access half of :class:`netcheck.web.pages.Dashboard`.
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
     from netcheck.web.view import CoordinatorView
 
 COOKIE = "netcheck_dashboard"
+#: The 401 text for a token in the URL of anything but a dashboard page.
+TOKEN_IN_URL_REFUSED = (
+    "the admin token is not accepted in a URL here (it would stay in logs and "
+    "histories): send it as the header Authorization: Bearer TOKEN"
+)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -118,12 +124,17 @@ class AccessMixin:
             raise web.HTTPForbidden(text="the dashboard is loopback-only")
         if path in ("/dashboard/login", "/dashboard/logout") or self.authorized(request):
             return await handler(request)
+        # Tokens in URLs end up in browser history, shell history, scrape configs and
+        # proxy logs (docs/dashboard.md, "Tokens in URLs"): ?token= is only a one-time
+        # login link for a dashboard page, exchanged for the cookie and taken out of
+        # the URL; anywhere else it is refused, and it is never copied into a URL.
+        page = request.method == "GET" and path.startswith("/dashboard")
         query_token = request.query.get("token")
+        if query_token is not None and not page:
+            raise web.HTTPUnauthorized(text=TOKEN_IN_URL_REFUSED)
+        rest = request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"})
         if query_token is not None and self.token_ok(query_token):
-            if request.method == "GET" and path.startswith("/dashboard"):
-                rest = {k: v for k, v in request.query.items() if k != "token"}
-                return self.with_cookie(str(request.rel_url.with_query(rest)))
-            return await handler(request)
-        if path.startswith("/dashboard") and request.method == "GET":
-            raise web.HTTPFound("/dashboard/login?next=" + quote(request.path_qs, safe=""))
+            return self.with_cookie(str(rest))
+        if page:
+            raise web.HTTPFound("/dashboard/login?next=" + quote(str(rest), safe=""))
         raise web.HTTPUnauthorized(text="missing or wrong admin token")

@@ -19,7 +19,7 @@ from netcheck.errors import CloseCode
 from netcheck.lab.testing import running_coordinator
 from netcheck.protocol.codec import encode_message
 from netcheck.protocol.handshake import NodeHandshake
-from netcheck.protocol.messages import ProfileClaim
+from netcheck.protocol.messages import Bye, ProfileClaim
 
 PROFILE = profile()
 
@@ -118,6 +118,9 @@ async def test_profile_not_accepted_is_profile_mismatch(tmp_path: Path) -> None:
         async with aiohttp.ClientSession() as http, http.ws_connect(rc.url) as ws:
             await ws.send_bytes(hs.start())
             await ws.send_bytes(hs.receive_welcome((await ws.receive(timeout=5)).data))
+            # First the refusal sealed in the session (docs/protocol.md §8.1), then 4017.
+            bye = hs.transport().open((await ws.receive(timeout=5)).data)
+            assert isinstance(bye, Bye) and bye.reason.startswith("profile_mismatch")
             await ws.receive(timeout=5)
             assert ws.close_code == CloseCode.PROFILE_MISMATCH
 

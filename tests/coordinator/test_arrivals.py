@@ -75,7 +75,7 @@ def test_take_without_a_stamp_returns_none_and_keeps_later_stamps():
     after it stay matched to them."""
     stamps = ArrivalStamps()
     a, b = b"a" * 10, b"b" * 10
-    stamps._pending.extend([(b, 42)])
+    stamps._pending.extend([(b, 42, "read")])
     assert stamps.take(a) is None and stamps.missed == 1
     assert stamps.take(b) == 42
 

@@ -1,4 +1,5 @@
-"""What a node prints when the coordinator refuses it for good (fatal close codes)."""
+"""What a node prints when the coordinator refuses it: unauthenticated refusals (close
+codes, a forged welcome) are logged and retried; only the sealed profile refusal is final."""
 
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ async def test_unknown_node_key_names_own_key_and_allowed_nodes(tmp_path: Path) 
         tmp_path, [PROFILE], allowed=[Ed25519PrivateKey.generate()]
     ) as rc:
         me = Ed25519PrivateKey.generate()
-        with pytest.raises(NodeFatalError) as err:
-            await rc.node(worker(), PROFILE.name, me).run_session()
-    text = str(err.value)
+        client = rc.node(worker(), PROFILE.name, me)
+        assert await client.run_session() is CloseCode.UNKNOWN_NODE_KEY
+    text = client.last_refusal or ""
     assert text.startswith("UNKNOWN_NODE_KEY")
     assert public_key_text(me) in text
     assert "ask the operator to add it to allowed_nodes" in text
@@ -45,9 +46,9 @@ async def test_wrong_coordinator_key_names_the_pinned_key(tmp_path: Path) -> Non
     """The coordinator refusing our pinned key: the message shows the pinned coordinator_key."""
     other = Ed25519PrivateKey.generate()
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
-        with pytest.raises(NodeFatalError) as err:
-            await rc.node(worker(), PROFILE.name, coordinator_key=other).run_session()
-    text = str(err.value)
+        client = rc.node(worker(), PROFILE.name, coordinator_key=other)
+        assert await client.run_session() is CloseCode.WRONG_COORDINATOR_KEY
+    text = client.last_refusal or ""
     assert text.startswith("WRONG_COORDINATOR_KEY")
     assert f"pinned as coordinator_key in the node config ({public_key_text(other)})" in text
     assert "refused" not in text.split(";")[0]  # not "coordinator refused this node"
@@ -90,11 +91,10 @@ async def test_impostor_welcome_shows_presented_key() -> None:
         worker(),
     )
     try:
-        with pytest.raises(NodeFatalError) as err:
-            await client.run_session()
+        assert await client.run_session() is CloseCode.WRONG_COORDINATOR_KEY
     finally:
         await runner.cleanup()
-    text = str(err.value)
+    text = client.last_refusal or ""
     assert text.startswith("WRONG_COORDINATOR_KEY")
     assert public_key_text(pinned) in text
     assert f"it presented {public_key_text(impostor)}" in text

@@ -14,7 +14,7 @@ from netcheck.keys import generate_key, public_key_text
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.node.app import run_node
-from netcheck.node.client import NodeClient, NodeFatalError, not_an_endpoint
+from netcheck.node.client import NodeClient, not_an_endpoint
 from netcheck.node.workers import Worker
 
 PROFILE = small_profile("start")
@@ -22,18 +22,25 @@ FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "33" * 32}
 
 
 @pytest.mark.parametrize("path", ["/", "", "/v1", "/dashboard/nodes"])
-async def test_url_without_ws_path_is_fatal_and_names_the_fix(tmp_path: Path, path: str) -> None:
-    """The coordinator's own pages (redirects, 200, 404) stop the node at once with the
-    corrected URL, instead of retrying forever."""
+async def test_url_without_ws_path_names_the_fix_and_is_retried(tmp_path: Path, path: str) -> None:
+    """The coordinator's own pages (redirects, 200, 404) are logged as an error with the
+    corrected URL; an HTTP answer is not authenticated (a proxy or middlebox can send
+    one), so the node retries with the refusal backoff instead of exiting for good."""
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
         url = f"ws://127.0.0.1:{rc.port}{path}"
         client = NodeClient(
             url, rc.identity, rc.identity.public_key(), PROFILE.name,
             MadeUpWorker(FP, PROFILE.max_new_tokens),
         )  # fmt: skip
-        with pytest.raises(NodeFatalError) as err:
-            await asyncio.wait_for(client.run_forever(), 10)
-    text = str(err.value)
+        stop = asyncio.Event()
+        task = asyncio.create_task(client.run_forever(stop))
+        async with asyncio.timeout(10):
+            while client.last_refusal is None and not task.done():
+                await asyncio.sleep(0.01)
+        assert not task.done()  # still running: waiting out the refusal backoff
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    text = client.last_refusal
     assert "is not a netcheck node endpoint" in text
     assert f'coordinator_url = "ws://127.0.0.1:{rc.port}/v1/ws"' in text
 

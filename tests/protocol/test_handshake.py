@@ -190,6 +190,26 @@ def test_non_canonical_encoding_rejected(node_id, coord_id):
     assert err.value.code is CloseCode.MALFORMED_MESSAGE
 
 
+def test_fingerprint_in_unsorted_order_is_refused(node_id, coord_id):
+    """The fingerprint map inside the signed claim has one encoding too (keys sorted,
+    docs/protocol.md §4.1): an auth whose fingerprint keys come in another order, even
+    validly signed over those bytes, is MALFORMED_MESSAGE, and a claim built in any
+    order encodes sorted."""
+    claim = ProfileClaim("p", {"zeta": 1, "alpha": "a", "mid": 2}, "s")
+    assert list(claim.fingerprint) == ["alpha", "mid", "zeta"]
+    node = NodeHandshake(node_id, coord_id.public_key(), claim)
+    coord = CoordinatorHandshake(coord_id, lambda k: True)
+    welcome = coord.receive_hello(node.start())
+    # A sender that keeps insertion order: sign and send the fingerprint reversed.
+    object.__setattr__(claim, "fingerprint", dict(reversed(list(claim.fingerprint.items()))))
+    auth = node.receive_welcome(welcome)
+    assert auth.index(b"zeta") < auth.index(b"alpha")
+    with pytest.raises(HandshakeError) as err:
+        coord.receive_auth(auth)
+    assert err.value.code is CloseCode.MALFORMED_MESSAGE
+    assert "not canonically encoded" in err.value.reason
+
+
 def test_claim_too_large_is_local_error(node_id, coord_id):
     """A claim that cannot fit a 2 KiB auth is refused at construction."""
     claim = ProfileClaim("p", {f"k{i}": "x" * 200 for i in range(20)}, "s")

@@ -18,8 +18,8 @@ FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
 
 async def test_round_page_and_export_show_the_timing_budget(tmp_path: Path) -> None:
     """Three nodes, one round: the report gives each its release index (a permutation of
-    0..2), release offset and processing delay (>= 0); the round page has the columns;
-    the timings export carries the same budget in ``extra``."""
+    0..2), release offset, processing delay (>= 0) and arrival stamp source; the round
+    page has the columns; the timings export carries the same budget in ``extra``."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 30, answer=(1, 2, 3, 4))
     async with web_coordinator(tmp_path, [PROFILE], store=store) as rc:
         rc.start_named({f"n{i}": MadeUpWorker(FP, 4) for i in range(3)}, PROFILE.name)
@@ -29,6 +29,7 @@ async def test_round_page_and_export_show_the_timing_budget(tmp_path: Path) -> N
         assert sorted(t["release_index"] for t in timings) == [0, 1, 2]
         assert all(t["release_offset_s"] >= 0 and t["processing_delay_s"] >= 0 for t in timings)
         assert all(t["arrived_ns"] <= t["processed_ns"] for t in timings)
+        assert all(t["arrival_stamp"] in ("kernel", "read") for t in timings)
         headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
         base = f"http://127.0.0.1:{rc.port}"
         rid = report["round_id"]
@@ -44,5 +45,11 @@ async def test_round_page_and_export_show_the_timing_budget(tmp_path: Path) -> N
 
 
 def _budget(t: dict[str, object]) -> dict[str, object]:
-    keys = ("release_index", "release_offset_s", "release_write_s", "processing_delay_s")
+    keys = (
+        "release_index",
+        "release_offset_s",
+        "release_write_s",
+        "processing_delay_s",
+        "arrival_stamp",
+    )
     return {k: t[k] for k in keys}
