@@ -22,7 +22,10 @@ suspects per analysis (mean), ``capH`` = honest capacity flags (sum), ``conf`` =
 confirmation rounds spent (mean), ``an`` = analyses run (sum).
 
 Configs: ``new`` = current defaults; ``old`` = the behaviour before issue 13
-(:func:`netcheck.sim.live.legacy_config`), measured in the same run.
+(:func:`netcheck.sim.live.legacy_config`); ``tky`` (``--tukey``) = current defaults with
+Tukey's median polish (``DetectorConfig.round_prior_cells = 0``); all measured in the
+same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
+half of a round's loaded nodes.
 
 Goals (printed and checked at the end): G1 plain and jitter farms of 2 found >= 0.95 by
 16 rounds in every scenario of the grid; G2 every farm on a backend of the claimed class
@@ -45,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.lab.sim.live import LiveConfig, LiveSimulation, Snapshot, legacy_config
 from netcheck.lab.sim.population import Population, PopulationSpec, make_population
 
@@ -97,6 +101,15 @@ def scenarios() -> list[Scenario]:
             "relay 30ms", replace(BASE, relay_leg_s=0.03, farm_backend="fast"), "relay+fast", False
         ),  # fmt: skip
     ]
+    # small operators: a farm is half of a round's loaded nodes (round effects must not
+    # absorb its contention; DetectorConfig.round_prior_cells)
+    small: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("small n=6 pair", {"n_nodes": 6, "farm_sizes": (2,), "cohosted_pairs": 1}),
+        ("small n=12 k=2,5", {"n_nodes": 12, "farm_sizes": (2, 5), "cohosted_pairs": 2}),
+        ("small n=20 k=2,3,5", {"n_nodes": 20, "farm_sizes": (2, 3, 5), "cohosted_pairs": 2}),
+    )
+    for name, kw_small in small:
+        out.append(Scenario(name, replace(BASE, **kw_small), "plain", True))
     for adv in ("plain", "jitter"):
         for label, kw in (
             ("n=100 s=0.03 b=1.0", {"n_nodes": 100, "sigma_w": 0.03, "beta": 1.0}),
@@ -141,12 +154,21 @@ def score(pop: Population, snap: Snapshot) -> dict[str, Any]:
     return out
 
 
+CONFIGS: dict[str, Any] = {
+    "new": LiveConfig,
+    "old": legacy_config,
+    # current defaults with Tukey's median polish (round effects unshrunk): the
+    # baseline of DetectorConfig.round_prior_cells
+    "tky": lambda: LiveConfig(detector=DetectorConfig(round_prior_cells=0)),
+}
+
+
 def run_scenario(
     sc: Scenario, config: str, seeds: int, first_seed: int = 0
 ) -> list[dict[str, Any]]:
     """``seeds`` runs of one scenario (seeds ``first_seed``...); one aggregated row per
     round count."""
-    cfg = legacy_config() if config == "old" else LiveConfig()
+    cfg = CONFIGS[config]()
     per_r: dict[int, list[dict[str, Any]]] = {r: [] for r in ROUNDS}
     for seed in range(first_seed, first_seed + seeds):
         pop = make_population(sc.spec, np.random.default_rng([seed, 1]))
@@ -230,6 +252,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="base + false-flag scenario, 1 seed")
     parser.add_argument("--old", action="store_true", help="also the pre-issue-13 config")
     parser.add_argument("--old-only", action="store_true", help="only the pre-issue-13 config")
+    parser.add_argument("--tukey", action="store_true",
+                        help="also the current config with Tukey's polish (tky)")  # fmt: skip
     parser.add_argument("--library", action="store_true", help="adversary library only, no grid")
     parser.add_argument("--only", default=None, help="scenarios whose name contains this")
     parser.add_argument("--first-seed", type=int, default=0, help="of the false-flag runs")
@@ -246,6 +270,8 @@ def main() -> int:
     if args.only:
         scs = [s for s in scs if args.only in s.name]
     configs = ("new", "old") if args.old else (("old",) if args.old_only else ("new",))
+    if args.tukey:
+        configs = (*configs, "tky")
     rows: list[dict[str, Any]] = []
     for sc in scs:
         for config in configs:

@@ -67,6 +67,18 @@ class DetectorConfig:
     - ``drop_full_rounds`` (True): rounds in which every node was loaded are left out
       (they are no random design: every farm is slowed at once, so residuals of
       unrelated identities move together and link them).
+    - ``round_prior_cells`` (8): the residuals the detectors read come from a median
+      polish whose round effects carry an L1 penalty worth this many cells at 0
+      (:func:`~netcheck.analysis.timing.median_polish`, ``col_prior_cells``; LAD-lasso,
+      Wang, Li & Jiang 2007). With Tukey's polish (0) a farm that makes up half of a
+      round's loaded nodes (small populations, big farms) *is* the round's median and
+      its contention is read as the round's effect: the saved failing live run of 6
+      nodes found no edge. With 8, a farm's ``K`` loaded identities move a round's
+      effect only when ``K`` exceeds the round's other loaded nodes plus 8; a real
+      round effect in a round of ``m`` loaded nodes is still removed up to the
+      ``(m - 8) / 2m`` quantile of its cells (nearly all of it for ``m >= 50``), and in
+      rounds of fewer than 8 it is left in the residuals as noise, which is
+      independent of the random schedule and so biases no test.
     """
 
     alpha: float = 0.5
@@ -85,6 +97,7 @@ class DetectorConfig:
     reverse_test: bool = True
     grouping: str = "cliques"
     drop_full_rounds: bool = True
+    round_prior_cells: int = 8
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -101,6 +114,8 @@ class DetectorConfig:
             raise ValueError("need group_pool >= 2")
         if not 0.0 < self.group_guard_p < 1.0:
             raise ValueError("group_guard_p must be in (0, 1)")
+        if self.round_prior_cells < 0:
+            raise ValueError("round_prior_cells must be >= 0")
         if self.grouping not in ("cliques", "components"):
             raise ValueError("grouping must be 'cliques' or 'components'")
 

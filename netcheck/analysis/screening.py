@@ -97,7 +97,8 @@ class Analysis:
 
 
 def analyse(stored: StoredRounds, deadline_s: float, cfg: DetectorConfig) -> Analysis:
-    """Stored rows -> ``y`` matrix -> median polish -> detectors (pure).
+    """Stored rows -> ``y`` matrix -> median polish (round effects shrunk toward 0 by
+    ``cfg.round_prior_cells``) -> detectors (pure).
 
     Nodes are every node in any stored schedule (sorted); a missing result is censored
     at ``deadline_s`` (the profile's deadline without the RTT terms). With
@@ -110,7 +111,7 @@ def analyse(stored: StoredRounds, deadline_s: float, cfg: DetectorConfig) -> Ana
         if not cfg.drop_full_rounds or stored.kinds.get(r, RoundKind.SCREENING) == RoundKind.SCREENING
     ]  # fmt: skip
     mat = log_service_matrix(timing_rows(stored), keys, round_ids, deadline_s)
-    polish = median_polish(mat.y)
+    polish = median_polish(mat.y, col_prior_cells=cfg.round_prior_cells)
     detection = detect(polish.residuals, mat.loaded, tuple(keys), cfg, mat.censored)
     return Analysis(mat, detection, deadline_s)
 

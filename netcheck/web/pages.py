@@ -62,9 +62,11 @@ def residual_correlation_matrix(
     Residuals come from a median polish (:func:`netcheck.analysis.timing.median_polish`)
     of every node's log service time in those rounds (``everyone``, a
     :meth:`Reader.timing_matrix` over all nodes), so per-node speed and per-round effects
-    are removed as the detectors do. ``None`` where fewer than ``min_rounds`` rounds are
+    are removed as the detectors do (round effects shrunk as
+    :attr:`DetectorConfig.round_prior_cells` says). ``None`` where fewer than ``min_rounds`` rounds are
     shared or a series is constant.
     """
+    from netcheck.analysis.detector_config import DetectorConfig
     from netcheck.analysis.timing import MIN_SERVICE_S, median_polish
 
     keys: list[str] = list(everyone["node_keys"])
@@ -81,7 +83,7 @@ def residual_correlation_matrix(
         ],
         dtype=np.float64,
     ).reshape(len(keys), n_rounds)
-    resid = median_polish(y).residuals
+    resid = median_polish(y, col_prior_cells=DetectorConfig().round_prior_cells).residuals
     row = {k: i for i, k in enumerate(keys)}
     empty = np.full(n_rounds, np.nan)
     series = [resid[row[m]] if m in row else empty for m in members]

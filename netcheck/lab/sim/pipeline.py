@@ -175,7 +175,7 @@ def run_screening(
     deadline_s = cfg.deadline_factor * population.spec.t_ref_s
     keys = population.node_keys
     mat = log_service_matrix(screening.rows, keys, screening.round_ids, deadline_s)
-    polish = median_polish(mat.y)
+    polish = median_polish(mat.y, col_prior_cells=cfg.detector.round_prior_cells)
     detection = detect(polish.residuals, mat.loaded, keys, cfg.detector, mat.censored)
     results = []
     spent = 0
