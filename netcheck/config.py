@@ -282,6 +282,12 @@ class CoordinatorConfig(_FileConfig):
     node_names: dict[str, str] = Field(default_factory=dict)
     """Operator-chosen display names, public key text -> name (shown in tables and the
     dashboard). Names come from the operator, never from the node."""
+    node_hosts: dict[str, str] = Field(default_factory=dict)
+    """Declared co-hosting, public key text -> host label: identities the node operator
+    says run on one machine (one per card; ``netcheck node setup --cards N`` prints the
+    lines). Shown on the dashboard and given to detection: a confirmed slowdown inside
+    one declared host is a ``declared-host`` flag, not a ``shared-backend`` one
+    (docs/detection.md)."""
     open_enrollment: bool = False
     """Accept any node key; must be set explicitly when ``allowed_nodes`` is empty."""
     database: str = Field(default="sqlite:///netcheck.db", validate_default=True)
@@ -338,6 +344,12 @@ class CoordinatorConfig(_FileConfig):
     """Capacity test: a node's most recent this many verdicts form the window."""
     capacity_strikes: int = Field(default=3, ge=1)
     """Capacity test: ``late``/``missing`` verdicts in the window that raise a flag."""
+    answer_failure_window: int = Field(default=8, ge=1)
+    """Answer-failure test: a node's most recent this many *checked* rounds (pass,
+    ``wrong-answer``, ``malformed``) form the window."""
+    answer_failure_strikes: int = Field(default=3, ge=1)
+    """Answer-failure test: ``wrong-answer``/``malformed`` verdicts in the window that
+    raise an ``answer-failure`` flag."""
     relay_from_batch_times: bool = False
     """Ignored: the provisional relay check from batch times was replaced by the
     probe-based relay test (docs/detection.md); kept so that existing files load."""
@@ -385,7 +397,7 @@ class CoordinatorConfig(_FileConfig):
                 raise ValueError(f"entry {i}: {exc}") from None
         return value
 
-    @field_validator("node_names")
+    @field_validator("node_names", "node_hosts")
     @classmethod
     def _check_names(cls, value: dict[str, str]) -> dict[str, str]:
         for text in value:
@@ -423,6 +435,8 @@ class CoordinatorConfig(_FileConfig):
             raise ValueError("allowed_nodes is empty; list node keys or set open_enrollment = true")
         if self.capacity_strikes > self.capacity_window:
             raise ValueError("capacity_strikes must be <= capacity_window")
+        if self.answer_failure_strikes > self.answer_failure_window:
+            raise ValueError("answer_failure_strikes must be <= answer_failure_window")
         if self.confirm_max_cycles < self.confirm_cycles:
             raise ValueError("confirm_max_cycles must be >= confirm_cycles")
         return self
@@ -445,6 +459,11 @@ class NodeConfig(_FileConfig):
     place of the profile's ``device``. The engine fingerprint records the card *model*,
     not its index, so one profile and one reference set serve every card of a host."""
     name: str = ""
+    warmup_batches: int = Field(default=1, ge=0, le=16)
+    """Full batches of fresh prompts run after the engine loads and before the node
+    joins (answers discarded): the first batch pays one-time costs (CUDA context, kernel
+    selection, allocator growth) that would make the first round ``late``. The last
+    batch's time is compared with the profile's deadline and logged (``node.warmup``)."""
 
     @field_validator("coordinator_url")
     @classmethod

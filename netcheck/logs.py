@@ -6,6 +6,11 @@ ISO-8601 form), ``level``, ``logger``, ``label`` (the process label, e.g. the no
 config name; may be empty), ``message`` and, for an exception, ``exception`` (the
 formatted traceback). Times are UTC by default; ``--log-timezone local`` uses the
 machine's zone (the offset is always written).
+
+Nodes in log lines: :func:`node_label` writes a node as ``name (ed25519:first 12…)``
+when the coordinator's config gives it a name (``node_names``, registered once with
+:func:`set_node_names` when the coordinator starts), else as its key prefix, so an
+operator finds "rack7-gpu3" in the log, not only a key.
 """
 
 from __future__ import annotations
@@ -15,6 +20,22 @@ import logging
 from datetime import UTC, datetime
 
 FORMATS = ("text", "json")
+
+_node_names: dict[str, str] = {}
+
+
+def set_node_names(names: dict[str, str]) -> None:
+    """Register the operator's display names (public key text -> name) for log lines."""
+    _node_names.clear()
+    _node_names.update(names)
+
+
+def node_label(node_key: str, width: int = 20) -> str:
+    """A node for a log line: ``name (key prefix)`` if it has a display name, else the
+    first ``width`` characters of its key."""
+    name = _node_names.get(node_key)
+    short = node_key[:width]
+    return f"{name} ({short})" if name else short
 
 
 def iso_time(created: float, local: bool = False) -> str:

@@ -168,7 +168,16 @@ def receipt() -> None:
     "--from-db",
     metavar="URL",
     help="Read session id, commitment, signature and outputs from this database "
-    "(SQLAlchemy URL, e.g. sqlite:///netcheck.db) instead of the options.",
+    "(SQLAlchemy URL, e.g. sqlite:///configs/netcheck.db, relative to the current folder) "
+    "instead of the options.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Coordinator config: read the receipt from its database (the config's "
+    "`database`, resolved against the config's folder like every other command), as "
+    "--from-db does.",
 )
 def verify_command(
     node_key: str,
@@ -178,11 +187,22 @@ def verify_command(
     signature_hex: str | None,
     outputs_json: Path | None,
     from_db: str | None,
+    config_path: Path | None,
 ) -> None:
     """Verify a result receipt with only the node's public key.
 
-    Exit status 0: valid; 1: invalid (the reason is printed); 2: usage error.
+    The receipt's fields come from the options, or from a database: --from-db URL, or
+    --config coordinator.toml for the coordinator's own database.
+
+    Exit status 0: valid; 1: invalid (the reason is printed); 2: usage error; 3: the
+    config cannot be read.
     """
+    if config_path is not None:
+        if from_db is not None:
+            raise click.UsageError("give --config or --from-db, not both")
+        from netcheck.config import load_coordinator_config
+
+        from_db = load_coordinator_config(config_path).database
     outputs: Sequence[Sequence[int]] | None = None
     if outputs_json is not None:
         outputs = _load_outputs(outputs_json)
@@ -204,7 +224,9 @@ def verify_command(
         if outputs is None and row.get("outputs") is not None:
             outputs = row["outputs"]
     elif not (session_id and commitment_hex and signature_hex):
-        raise click.UsageError("give --session-id, --commitment and --signature, or --from-db")
+        raise click.UsageError(
+            "give --session-id, --commitment and --signature, or --from-db or --config"
+        )
     assert session_id is not None and commitment_hex is not None and signature_hex is not None
     check = verify_stored_receipt(
         node_key, session_id, round_id, commitment_hex, signature_hex, outputs

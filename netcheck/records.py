@@ -53,6 +53,8 @@ class FlagKind(StrEnum):
     CAPACITY = "capacity"
     RESULT_SHARING = "result-sharing"
     RELAY = "relay"
+    ANSWER_FAILURE = "answer-failure"
+    DECLARED_HOST = "declared-host"
 
 
 class FlagStatus(StrEnum):

@@ -116,6 +116,7 @@ def start_timed_hosts(run: LoadRun, n: int, vocab: int, args: argparse.Namespace
             "--service", str(service_s(args, n)), "--spread", str(args.spread),
             "--mode", args.mode, "--stamps", str(run.workdir / f"stamps-{i}.jsonl"),
             "--report", str(report),
+            *([f"--congestion={cc}"] if (cc := getattr(args, "node_congestion", None)) else []),
         ]  # fmt: skip
         run.hosts.append(run._spawn(f"timed-{i}", cmd))
         first += count
@@ -258,7 +259,8 @@ async def bench_one(
             parts.append({k: v for k, v in rep["phases"].items() if k.startswith("plan_")})
             for v in rep["verdicts"]:  # the arrival stamp's source per result (this code)
                 timing = v.get("timing") or {}
-                sources[str(timing.get("arrival_stamp", "n/a"))] += "arrived_ns" in timing
+                if timing.get("arrived_ns") is not None:
+                    sources[str(timing.get("arrival_stamp", "n/a"))] += 1
             bad = [v for v in rep["verdicts"] if v["verdict"] != "pass"]
             if bad:
                 print(f"# {code} {shape} {n}: {len(bad)} not pass, e.g. {bad[0]}", file=sys.stderr)
@@ -278,6 +280,11 @@ async def bench_one(
         "plan_s": statistics.median(plans),
         "plan_parts": {k: statistics.median(p[k] for p in parts) for k in parts[0]},
     }  # fmt: skip
+
+
+def system_cc() -> str:
+    path = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+    return f"system ({path.read_text().strip() if path.exists() else '?'})"
 
 
 def loadavg() -> str:
@@ -301,7 +308,7 @@ async def main(args: argparse.Namespace) -> None:
                 )
     print(
         f"mode={args.mode} service={args.service or '1 s + 20 ms/node'} spread={args.spread}s "
-        f"rounds={args.rounds}\n"
+        f"rounds={args.rounds} node congestion control={args.node_congestion or system_cc()}\n"
         "| code | shape | nodes | frame KB | stamp error ms p50 / p99 / max (min) "
         "| release skew ms | send floor ms | skew/floor | plan s | node lag p99 ms | partial writes "
         "| stamp source (results) | load avg |"
@@ -339,6 +346,11 @@ if __name__ == "__main__":
     ap.add_argument("--spread", type=float, default=0.0)
     ap.add_argument("--mode", choices=("instant", "own"), default="instant")
     ap.add_argument("--baseline", type=Path, help="another checkout to compare (e.g. main)")
+    ap.add_argument(
+        "--node-congestion",
+        help="TCP congestion control of the emulated nodes' sockets (e.g. reno: no "
+        "sender pacing; default: the system's, shown in the table header)",
+    )
     ap.add_argument("--json", help="also write the rows as JSON here")
     raise_fd_limit()
     asyncio.run(main(ap.parse_args()))

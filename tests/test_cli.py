@@ -195,3 +195,24 @@ def test_node_refused_for_good_is_a_config_error() -> None:
     from netcheck.node.client import NodeFatalError
 
     assert exit_code_for(NodeFatalError("WRONG_COORDINATOR_KEY: ...")) == Exit.CONFIG
+
+
+def test_no_command_help_shows_rst_markup() -> None:
+    """Every command's --help reads as plain text: no ``literal``, :func: or :class: markup."""
+    import click
+
+    from netcheck.cli import main
+
+    found = []
+
+    def walk(cmd: click.Command, path: list[str]) -> None:
+        text = cmd.get_help(click.Context(cmd, info_name=path[-1]))
+        for mark in ("``", ":func:", ":class:", ":meth:", ":mod:"):
+            if mark in text:
+                found.append(f"{' '.join(path)}: {mark}")
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+
+    walk(main, ["netcheck"])
+    assert not found, found

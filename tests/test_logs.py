@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -46,3 +47,30 @@ def test_log_format_option_switches_every_command(capsys: pytest.CaptureFixture[
     finally:
         cli.LOG_STYLE.update(format="text", local_time=False)
         logging.basicConfig(force=True)
+
+
+def test_coordinator_log_lines_name_nodes(tmp_path: Path) -> None:
+    """A coordinator registers its config's node_names: log lines show name and key prefix."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from netcheck.config import CoordinatorConfig
+    from netcheck.coordinator.server import Coordinator
+    from netcheck.keys import public_key_text
+    from netcheck.lab.testing import small_profile
+    from netcheck.logs import node_label, set_node_names
+    from netcheck.storage import Store
+
+    named, unnamed = (public_key_text(Ed25519PrivateKey.generate()) for _ in range(2))
+    cfg = CoordinatorConfig(
+        identity_key=tmp_path / "c.pem", database=f"sqlite:///{tmp_path / 'n.db'}",
+        admin_token="x" * 24, profiles=["p"], open_enrollment=True,
+        node_names={named: "rack7-gpu3"},
+    )  # fmt: skip
+    store = Store(cfg.database)
+    try:
+        Coordinator(cfg, Ed25519PrivateKey.generate(), {"p": small_profile("p")}, store)
+        assert node_label(named) == f"rack7-gpu3 ({named[:20]})"
+        assert node_label(unnamed) == unnamed[:20]
+    finally:
+        store.close()
+        set_node_names({})

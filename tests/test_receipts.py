@@ -213,3 +213,24 @@ def test_identity_key_forged_receipt_invalid(signed):
     result = CliRunner().invoke(receipt, _args(forged))
     assert result.exit_code == 1
     assert "INVALID" in result.output and "small-order" in result.output
+
+
+def test_cli_config_reads_the_coordinators_database(signed, tmp_path: Path, monkeypatch):
+    """--config takes the database from a coordinator config, relative to its folder."""
+    from netcheck.cli import main
+
+    conf = tmp_path / "configs"
+    conf.mkdir()
+    _store_result(f"sqlite:///{conf / 'netcheck.db'}", signed, outputs=OUTPUTS)
+    cfg = conf / "coordinator.toml"
+    cfg.write_text(
+        'identity_key = "keys/c.pem"\ndatabase = "sqlite:///netcheck.db"\n'
+        'admin_token = "a-long-enough-random-admin-token-0123"\nprofiles = ["cpu-tiny"]\nopen_enrollment = true\n'
+    )
+    monkeypatch.chdir(tmp_path / "..")  # not the config's folder
+    args = ["receipt", "verify", "--round-id", ROUND, "--node-key", signed["node_key"]]
+    ok = CliRunner().invoke(main, [*args, "--config", str(cfg)])
+    assert ok.exit_code == 0, ok.output
+    assert "outputs match" in ok.output
+    both = CliRunner().invoke(main, [*args, "--config", str(cfg), "--from-db", "sqlite:///x.db"])
+    assert both.exit_code == 2 and "not both" in both.output

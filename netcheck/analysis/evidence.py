@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from netcheck.analysis import rules
 from netcheck.analysis.answers import SharingFinding
 from netcheck.analysis.confirm import (
     RelayResult,
@@ -109,14 +110,7 @@ def shared_backend_evidence(
     group_res = run.group_result
     assert group_res is not None
     return {
-        "rule": (
-            "group phase: each member's co-loaded (whole group) minus alone mean log "
-            "service time tested one-sided (Welch) against H0: effect <= effect_floor at "
-            "p_threshold; split phase (unless the group is a pair): each pair of passing "
-            "members loaded alone together vs each alone, both members must pass; a flag "
-            "= a maximal clique of passing pairs; statistic = the largest p of the tests "
-            "inside the flag (smallest p if cleared)"
-        ),
+        "rule": rules.shared_backend(group_res.effect_floor),
         "group": members,
         "flags": [list(f) for f in run.flags],
         "attempt": run.attempt,
@@ -193,8 +187,7 @@ def result_sharing_evidence(
         for k in pair
     ]
     return {
-        "rule": "distinct batches never give equal commitments or equal output rows "
-        "for different prompts; statistic = matching rows (or 1 for a commitment)",
+        "rule": rules.result_sharing(),
         "round_id": round_id,
         "rounds": [round_id],
         "evidence": finding.evidence,
@@ -209,12 +202,14 @@ def result_sharing_evidence(
 def capacity_evidence(
     recent: Sequence[Mapping[str, Any]], hits: Sequence[Mapping[str, Any]], window: int,
     deadline_params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+    strikes: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Evidence of a ``capacity`` flag: the node's recent verdicts (newest first), the
-    strikes among them, and the latencies and receipts of those rounds."""
+    strikes among them (``strikes`` of them raise the flag), and the latencies and
+    receipts of those rounds."""
     return {
-        "rule": "capacity when late/missing verdicts among the node's last "
-        "capacity_window verdicts >= capacity_strikes (statistic = strikes)",
+        "rule": rules.capacity(window, strikes),
+        "strikes": strikes,
         "rounds": [v["round_id"] for v in recent],
         "strike_rounds": [v["round_id"] for v in hits],
         "verdicts": [dict(v) for v in recent],
@@ -232,12 +227,7 @@ def relay_evidence(
     """Evidence of a ``relay`` flag: per round the echo and probe samples, the pairs the
     test ran on, and its parameters."""
     return {
-        "rule": (
-            "relay when, over the node's rounds with a probe RTT (>= min_rounds), "
-            "median(probe_rtt - echo_rtt - probe_ref_s) > floor_s + mad_k * MAD "
-            "(statistic = median excess, s); pending when echoes were answered but "
-            "no probe correctly in >= min_rounds rounds (statistic = such rounds)"
-        ),
+        "rule": rules.relay(RELAY_FLOOR_S, RELAY_MAD_K, RELAY_MIN_ROUNDS),
         "rounds": [r["round_id"] for r in rows],
         "probe_rounds": list(pairs.round_ids),
         "probe_rtts_s": list(pairs.probe_rtts_s),

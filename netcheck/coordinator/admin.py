@@ -19,7 +19,8 @@ Routes:
   the rounds, the detector summary, the confirmations and the flags raised.
 - ``GET  /admin/flags``           — flags, newest first, without evidence; query
   parameters ``kind``, ``status``, ``node``, ``limit`` (1..10000, default 200) filter them.
-- ``GET  /admin/flags/{flag_id}`` — one flag with its evidence and review history.
+- ``GET  /admin/flags/{flag_id}`` — one flag with its evidence and review history, its
+  rule in plain words and links to its evidence rounds (:func:`flag_links`).
 - ``POST /admin/flags/{flag_id}/review`` — body ``{"state", "by", "note"}``: move the
   flag's review state (open -> acknowledged -> resolved / false-positive; reopen);
   409 for a transition not allowed (:mod:`netcheck.storage.reviews`).
@@ -40,6 +41,7 @@ import hmac
 import ipaddress
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -52,6 +54,7 @@ from netcheck.storage.durable import spooled_status
 from netcheck.storage.flags import FLAG_STATUSES, jsonable
 from netcheck.storage.reader import Reader
 from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
+from netcheck.web.flagview import flag_view
 from netcheck.web.inputs import (
     MAX_OFFSET,
     bearer_token,
@@ -67,10 +70,38 @@ if TYPE_CHECKING:
 log = logging.getLogger("netcheck.admin")
 
 #: Flag kinds a filter may name (docs/detection.md; docs/admin-api.md).
-FLAG_KINDS = ("shared-backend", "capacity", "result-sharing", "relay", "answer-failure")
+FLAG_KINDS = (
+    "shared-backend", "declared-host", "capacity", "result-sharing", "relay", "answer-failure",
+)  # fmt: skip
 
 DEFAULT_SCREENING_ROUNDS = 16
 MAX_SCREENING_ROUNDS = 1024
+
+
+def flag_links(flag: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``GET /admin/flags/{id}`` adds to the stored row: ``rule`` (plain words,
+    :mod:`netcheck.analysis.rules`), ``evidence_rounds`` (each round the evidence names,
+    with its ``/admin/rounds/{id}`` and ``/dashboard/rounds/{id}`` paths) and ``links``
+    (the flag's dashboard page and its receipts download)."""
+    from urllib.parse import quote
+
+    view = flag_view(flag)
+    fid = quote(str(flag["flag_id"]), safe="")
+    return {
+        "rule": view.rule,
+        "evidence_rounds": [
+            {
+                "round_id": r,
+                "admin": f"/admin/rounds/{quote(r, safe='')}",
+                "dashboard": f"/dashboard/rounds/{quote(r, safe='')}",
+            }
+            for r in view.round_ids or ()
+        ],  # fmt: skip
+        "links": {
+            "dashboard": f"/dashboard/flags/{fid}",
+            "receipts": f"/dashboard/flags/{fid}/receipts.json",
+        },  # fmt: skip
+    }
 
 
 def _is_loopback(remote: str | None) -> bool:
@@ -275,8 +306,10 @@ def admin_app(coord: Coordinator) -> web.Application:
                 limit=10_000 if review else limit,
             )  # fmt: skip
             states = reviews().current(r["flag_id"] for r in rows)
+            names = coord.config.node_names
             for r in rows:
                 r["review"] = states[r["flag_id"]]
+                r["node_names"] = [names.get(k) for k in r["node_keys"]]
             if review is not None:
                 rows = [r for r in rows if r["review"]["state"] == review][:limit]
             return rows
@@ -330,7 +363,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         history = await asyncio.to_thread(reviews().history, flag_id)
         flag["reviews"] = history
         flag["review"] = history[-1] if history else {"state": "open"}
-        return web.json_response(jsonable(flag))
+        names = [coord.config.node_names.get(k) for k in flag["node_keys"]]
+        return web.json_response(jsonable({**flag, **flag_links(flag), "node_names": names}))
 
     app.middlewares.append(auth)
     app.router.add_get("/status", status)

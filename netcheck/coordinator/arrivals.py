@@ -26,9 +26,10 @@ sans-I/O and unchanged:
 
 Alternatives considered: stamping in the reader task (the old way) puts every session
 behind the decoding done by the tasks woken before it (44-96 ms apart for 40-60 H200
-results at once, issue 11); a process pool moves the GIL out of the way but pays a
-pickle of the decoded outputs back into the loop per result (~0.5-1 ms on this
-machine), as much as the work it saves (docs/kernel-stamps.md has the measurement).
+results at once, issue 11); a process pool would move the GIL out of the way, paying a
+pickle of the decoded outputs back into the loop per result (0.3 ms vs 7-10 ms of
+opening on the loaded 2-core machine) but needs the stateful ``Transport`` split;
+not done yet (docs/kernel-stamps.md has the measurement).
 """
 
 from __future__ import annotations

@@ -66,6 +66,9 @@ class LiveView:
             per_profile[s.claim.profile] = per_profile.get(s.claim.profile, 0) + 1
         return per_profile
 
+    def node_hosts(self) -> Mapping[str, str]:
+        return self._coord.config.node_hosts
+
     def spooled_rounds(self) -> Mapping[str, Mapping[str, Any]]:
         return self._coord.recorder.pending()
 

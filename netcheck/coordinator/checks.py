@@ -5,14 +5,20 @@
   ``result-sharing`` flag at once;
 - :func:`capacity`: ``capacity_strikes`` ``late``/``missing`` verdicts among a node's
   last ``capacity_window`` -> ``capacity`` flag;
+- :func:`answer_failure`: ``answer_failure_strikes`` ``wrong-answer``/``malformed``
+  verdicts among a node's last ``answer_failure_window`` checked rounds ->
+  ``answer-failure`` flag (:mod:`netcheck.analysis.failures`);
 - :func:`relay`: the relay test (:func:`~netcheck.analysis.screening.relay_check`) over
   the recent rounds of each node whose probe this round exceeded the floor or went
   unanswered -> ``relay`` flag, ``confirmed`` or ``pending``.
 
-A flag is not raised twice for the same rounds: the evidence of a node's earlier flags of
-that kind is read in two queries (:meth:`FlagStore.node_flag_evidence`), not one per flag.
+A finding is stored with :func:`~netcheck.storage.flag_merge.raise_flag`: a repeat of
+an open flag (same kind and nodes, not resolved) adds its evidence to that flag instead
+of raising another. A finding is not made twice for the same rounds: the evidence of a
+node's earlier flags of that kind is read in two queries
+(:meth:`FlagStore.node_flag_evidence`), not one per flag.
 Each function runs in a worker thread (it reads and writes the database) and returns the
-ids of the flags it added.
+ids of the flags it raised or added evidence to.
 """
 
 from __future__ import annotations
@@ -24,6 +30,12 @@ from typing import Any
 from netcheck.analysis import evidence as ev
 from netcheck.analysis.answers import NodeResult, find_result_sharing
 from netcheck.analysis.confirm import RELAY
+from netcheck.analysis.failures import (
+    ANSWER_FAILURE,
+    FAILURE_VERDICTS,
+    answer_failure_check,
+    answer_failure_evidence,
+)
 from netcheck.analysis.screening import (
     CAPACITY,
     RELAY_MIN_ROUNDS,
@@ -36,7 +48,9 @@ from netcheck.analysis.screening import (
     relay_suspect,
 )
 from netcheck.config import CoordinatorConfig, Profile
+from netcheck.logs import node_label as who
 from netcheck.records import FlagStatus, NodeOutcome, NodeRecord, RoundPlan
+from netcheck.storage.flag_merge import raise_flag
 from netcheck.storage.flags import FlagStore
 
 log = logging.getLogger("netcheck.screening")
@@ -57,10 +71,11 @@ def result_sharing(
     for f in find_result_sharing(plan.round_id, results, prompts):
         evidence = ev.result_sharing_evidence(plan.round_id, f, prompts, records)
         stat = float(len(f.positions) or 1)
-        ids.append(flags.add_flag(RESULT_SHARING, FlagStatus.CONFIRMED, profile.name,
-                                       [f.a, f.b], stat, 1.0, evidence))  # fmt: skip
-        log.warning("round %s: result sharing between %s and %s (%s)",
-                    plan.round_id, f.a[:20], f.b[:20], f.evidence)  # fmt: skip
+        fid, new = raise_flag(flags, RESULT_SHARING, FlagStatus.CONFIRMED, profile.name,
+                              [f.a, f.b], stat, 1.0, evidence)  # fmt: skip
+        ids.append(fid)
+        log.warning("round %s: result sharing between %s and %s (%s): %s",
+                    plan.round_id, who(f.a), who(f.b), f.evidence, _raised(fid, new))  # fmt: skip
     return ids
 
 
@@ -82,12 +97,49 @@ def capacity(
         if not failed or _capacity_flagged(flags, o.node_key, round_ids):
             continue
         rows = [r for r in flags.round_results(round_ids) if r["node_key"] == o.node_key]
-        evidence = ev.capacity_evidence(recent, hits, window, profile.deadline.model_dump(), rows)
-        ids.append(flags.add_flag(CAPACITY, FlagStatus.CONFIRMED, profile.name, [o.node_key],
-                                       float(len(hits)), float(need), evidence))  # fmt: skip
-        log.warning("node %s: capacity flag (%d strikes in %d verdicts)",
-                    o.node_key[:20], len(hits), len(recent))  # fmt: skip
+        evidence = ev.capacity_evidence(
+            recent, hits, window, profile.deadline.model_dump(), rows, need
+        )
+        fid, new = raise_flag(flags, CAPACITY, FlagStatus.CONFIRMED, profile.name, [o.node_key],
+                              float(len(hits)), float(need), evidence)  # fmt: skip
+        ids.append(fid)
+        log.warning("node %s: capacity (%d late or missing in %d rounds): %s",
+                    who(o.node_key), len(hits), len(recent), _raised(fid, new))  # fmt: skip
     return ids
+
+
+def answer_failure(
+    flags: FlagStore, config: CoordinatorConfig, profile: Profile,
+    outcomes: Sequence[NodeOutcome],
+) -> list[int]:  # fmt: skip
+    """Answer failures: an ``answer-failure`` flag for a node with
+    ``answer_failure_strikes`` ``wrong-answer``/``malformed`` verdicts among its last
+    ``answer_failure_window`` checked rounds (once per window); returns flag ids."""
+    window, need = config.answer_failure_window, config.answer_failure_strikes
+    ids = []
+    for o in outcomes:
+        if str(o.verdict) not in FAILURE_VERDICTS:
+            continue
+        # unchecked rounds do not fill the window: read enough verdicts to skip them
+        recent = flags.recent_verdicts(o.node_key, 4 * window)
+        checked, hits, failed = answer_failure_check(recent, window, need)
+        round_ids = [v["round_id"] for v in checked]
+        if not failed or _covered(flags, ANSWER_FAILURE, "failure_rounds", o.node_key, round_ids):
+            continue
+        hit_ids = {v["round_id"] for v in hits}
+        receipts = [ev.receipt(r) for r in flags.round_results(sorted(hit_ids))
+                    if r["node_key"] == o.node_key and r.get("signature")]  # fmt: skip
+        evidence = answer_failure_evidence(checked, hits, window, need, receipts)
+        fid, new = raise_flag(flags, ANSWER_FAILURE, FlagStatus.CONFIRMED, profile.name,
+                              [o.node_key], float(len(hits)), float(need), evidence)  # fmt: skip
+        ids.append(fid)
+        log.warning("node %s: answers failed in %d of its last %d checked rounds: %s",
+                    who(o.node_key), len(hits), len(checked), _raised(fid, new))  # fmt: skip
+    return ids
+
+
+def _raised(flag_id: int, new: bool) -> str:
+    return f"{'new flag' if new else 'added to open flag'} #{flag_id}"
 
 
 def relay(flags: FlagStore, profile: Profile, records: Mapping[str, NodeRecord]) -> list[int]:
@@ -119,16 +171,19 @@ def relay(flags: FlagStore, profile: Profile, records: Mapping[str, NodeRecord])
         evidence = ev.relay_evidence(profile.probe_ref_s, rows, pairs, res)
         if flagged:
             assert res is not None
-            ids.append(flags.add_flag(RELAY, FlagStatus.CONFIRMED, profile.name, [node],
-                                           res.median_excess_s, res.threshold_s, evidence))  # fmt: skip
-            log.warning("node %s: relay flag (probe excess %.1f ms > %.1f ms)",
-                        node[:20], res.median_excess_s * 1e3, res.threshold_s * 1e3)  # fmt: skip
+            fid, new = raise_flag(flags, RELAY, FlagStatus.CONFIRMED, profile.name, [node],
+                                  res.median_excess_s, res.threshold_s, evidence)  # fmt: skip
+            ids.append(fid)
+            log.warning("node %s: relay (probe excess %.1f ms > %.1f ms): %s",
+                        who(node), res.median_excess_s * 1e3, res.threshold_s * 1e3,
+                        _raised(fid, new))  # fmt: skip
         else:
-            ids.append(flags.add_flag(RELAY, FlagStatus.PENDING, profile.name, [node],
-                                           float(len(pairs.unanswered)),
-                                           float(RELAY_MIN_ROUNDS), evidence))  # fmt: skip
-            log.warning("node %s: relay flag (pending): probes unanswered in %d rounds",
-                        node[:20], len(pairs.unanswered))  # fmt: skip
+            fid, new = raise_flag(flags, RELAY, FlagStatus.PENDING, profile.name, [node],
+                                  float(len(pairs.unanswered)), float(RELAY_MIN_ROUNDS),
+                                  evidence)  # fmt: skip
+            ids.append(fid)
+            log.warning("node %s: relay (pending): probes unanswered in %d rounds: %s",
+                        who(node), len(pairs.unanswered), _raised(fid, new))  # fmt: skip
     return ids
 
 

@@ -68,7 +68,11 @@ def flags_table(
 ) -> Table:
     """A rich table of flag rows (as ``GET /admin/flags`` returns them); nodes are shown
     whole (``name (key)`` when ``names`` has a display name), never as rich markup."""
-    names = names or {}
+    names = dict(names or {})
+    for f in rows:  # the API's node_names (operator's names, same order as node_keys)
+        for k, n in zip(f.get("node_keys", []), f.get("node_names") or [], strict=False):
+            if n:
+                names.setdefault(k, n)
     table = Table(title=title)
     for col in ("id", "kind", "status", "review", "nodes", "statistic", "threshold", "created"):
         table.add_column(col)
@@ -154,16 +158,30 @@ def screen_run(
     )
     analysis = report.get("analysis")
     if analysis:
-        console.print(
-            f"analysis over {analysis['n_nodes']} nodes x {analysis['n_rounds']} rounds: "
-            f"{len(analysis['edges'])} edges, {len(analysis['groups'])} suspect groups "
-            f"(Bonferroni p < {analysis['p_crit']:.3g})"
-        )
+        console.print(analysis_line(analysis))
     for c in report.get("confirmations", []):
         members = ", ".join(_who(m, names) for m in c["group"])
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
     console.print(flags_table(report.get("flags", []), "flags raised", names))
     check_round_outcome(rounds_run)
+
+
+def analysis_line(analysis: Mapping[str, Any]) -> str:
+    """One plain line about a screening analysis (``report["analysis"]``): its size, what
+    it found, and the level each node pair was tested at, with where that number comes
+    from. With fewer than two nodes there is no pair to test, and it says so."""
+    n, rounds = int(analysis["n_nodes"]), int(analysis["n_rounds"])
+    size = f"analysis over {n} node{'s' if n != 1 else ''} x {rounds} rounds"
+    if n < 2:
+        return f"{size}: no node pairs to compare (screening needs 2 or more nodes)"
+    pairs = n * (n - 1)
+    p_crit = float(analysis["p_crit"])
+    return (
+        f"{size}: {len(analysis['edges'])} edges, {len(analysis['groups'])} suspect groups "
+        f"(each ordered node pair tested at p < {p_crit:.3g}, i.e. {p_crit * pairs:.2g} "
+        f"spread over {pairs} pairs; a suspect group is flagged only after confirmation "
+        "rounds)"
+    )
 
 
 def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
@@ -250,7 +268,7 @@ def flags() -> None:
 @click.option(
     "--kind",
     default=None,
-    help="shared-backend, capacity, result-sharing, relay or answer-failure "
+    help="shared-backend, declared-host, capacity, result-sharing, relay or answer-failure "
     "(another name is an error, exit 2).",
 )
 @click.option("--status", default=None, help="confirmed, pending or cleared.")
@@ -286,12 +304,24 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
     for r in flag.get("reviews", []):
         console.print(Text(f"review: {r['state']} by {r['by']} at {_when(r['at'])}: {r['note']}"))
     ev = flag.get("evidence", {})
-    if "rule" in ev:
-        console.print(f"rule: {ev['rule']}")
+    rule = flag.get("rule") or ev.get("rule")
+    if rule:
+        console.print(Text(f"rule: {rule}"))
     for section in ("screening", "confirmation"):
         part = ev.get(section)
         if isinstance(part, dict):
             console.print(f"{section}: {len(part.get('rounds', []))} rounds")
+    if occurrences := ev.get("occurrences"):
+        console.print(f"seen {len(occurrences)} times (one open flag collects repeats):")
+        for o in occurrences:
+            console.print(Text(f"  {_when(o.get('at'))}: statistic {_num(o.get('statistic'))}"
+                               f", {len(o.get('rounds') or [])} rounds"))  # fmt: skip
+    rounds = flag.get("evidence_rounds", [])
+    console.print(f"evidence rounds: {len(rounds)} (see each with: netcheck round show ID)")
+    for r in rounds:
+        console.print(Text(f"  {r['round_id']}  {r['dashboard']}"))
+    if links := flag.get("links"):
+        console.print(Text(f"dashboard: {links['dashboard']}"))
     if section_members := ev.get("confirmation", {}).get("members"):
         table = Table(title="confirmation per member")
         for col in ("node", "co-loaded", "alone", "slowdown", "t", "p", "confirmed"):

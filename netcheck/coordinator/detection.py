@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from netcheck.analysis import evidence as ev
+from netcheck.analysis import rules
 from netcheck.analysis.confirm import (
     CLEARED,
     SHARED_BACKEND,
@@ -59,7 +60,9 @@ from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError, RoundError
 from netcheck.keys import load_or_create_secret
+from netcheck.logs import node_label
 from netcheck.records import (
+    FlagKind,
     FlagStatus,
     NodeOutcome,
     NodeRecord,
@@ -68,6 +71,7 @@ from netcheck.records import (
     RoundReport,
     StoredRounds,
 )
+from netcheck.storage.flag_merge import raise_flag
 from netcheck.storage.flags import jsonable
 
 if TYPE_CHECKING:
@@ -81,6 +85,13 @@ class DetectionHost(RoundHost, Protocol):
 
     @property
     def config(self) -> CoordinatorConfig: ...
+
+
+def declared_host(members: Sequence[str], node_hosts: Mapping[str, str]) -> str | None:
+    """The host every one of ``members`` is declared on (``node_hosts``), or None when
+    one is undeclared or they are declared on different hosts."""
+    hosts = {node_hosts.get(m) for m in members}
+    return hosts.pop() if len(hosts) == 1 and None not in hosts else None
 
 
 class Screening:
@@ -280,9 +291,11 @@ class Screening:
                 "flag_ids": flag_ids}  # fmt: skip
 
     def _shared_flags(self, profile: str, status: FlagStatus | None) -> list[list[str]]:
+        """Node sets of the ``shared-backend`` and ``declared-host`` flags of ``profile``."""
         return [
             list(f["node_keys"])
-            for f in self.flags.list_flags(kind=SHARED_BACKEND, status=status, limit=10_000)
+            for kind in (SHARED_BACKEND, str(FlagKind.DECLARED_HOST))
+            for f in self.flags.list_flags(kind=kind, status=status, limit=10_000)
             if f["profile"] == profile
         ]
 
@@ -327,8 +340,9 @@ class Screening:
         ids = await asyncio.to_thread(
             self._store_group_flags, profile, group, stored, analysis, run, schedules
         )
-        log.warning("suspect group %s: %s %s (flags %s)", [m[:20] for m in members],
-                    run.verdict, [[m[:12] for m in f] for f in run.flags], ids)  # fmt: skip
+        log.warning("suspect group %s: %s %s (flags %s)", [node_label(m) for m in members],
+                    run.verdict, [[node_label(m, 12) for m in f] for f in run.flags],
+                    ids)  # fmt: skip
         return run, ids
 
     def _store_group_flags(
@@ -347,11 +361,21 @@ class Screening:
             return [self.flags.add_flag(SHARED_BACKEND, CLEARED, profile.name, list(group.members),
                                         p_min, group_res.p_threshold, evidence)]  # fmt: skip
         ids = []
+        declared = {m: self.config.node_hosts[m] for m in group.members
+                    if m in self.config.node_hosts}  # fmt: skip
         for flag in run.flags:
             stat, level = ev.flag_statistic(run, flag)
-            ids.append(self.flags.add_flag(SHARED_BACKEND, FlagStatus.CONFIRMED, profile.name,
-                                           flag, stat, level,
-                                           {**evidence, "confirmed_members": list(flag)}))  # fmt: skip
+            host = declared_host(flag, self.config.node_hosts)
+            doc = {**evidence, "confirmed_members": list(flag), "declared_hosts": declared}
+            if host is not None:  # the operator said these share a machine: not a farm
+                kind = str(FlagKind.DECLARED_HOST)
+                doc.update(declared_host=host, rule=rules.declared_host(
+                    group_res.effect_floor, host))  # fmt: skip
+            else:
+                kind = SHARED_BACKEND
+            fid, _new = raise_flag(self.flags, kind, FlagStatus.CONFIRMED, profile.name,
+                                   flag, stat, level, doc)  # fmt: skip
+            ids.append(fid)
         return ids
 
     # -- per-round checks ------------------------------------------------------------------
@@ -363,14 +387,17 @@ class Screening:
         outcomes: Sequence[NodeOutcome],
         records: Mapping[str, NodeRecord],
     ) -> list[int]:
-        """Answer-level proof and capacity strikes after a recorded round; returns the
-        ids of new flags. Storage errors are logged, not raised (the round stands)."""
+        """Answer-level proof, capacity strikes, the relay test and answer failures after
+        a recorded round; returns the ids of the flags raised or added to. Storage errors are logged, not raised (the round stands)."""
         try:
             ids = await asyncio.to_thread(checks.result_sharing, self.flags, profile, plan, records)
             ids += await asyncio.to_thread(
                 checks.capacity, self.flags, self.config, profile, plan.round_id, outcomes
             )
             ids += await asyncio.to_thread(checks.relay, self.flags, profile, records)
+            ids += await asyncio.to_thread(
+                checks.answer_failure, self.flags, self.config, profile, outcomes
+            )
         except NetcheckError as exc:
             log.error("round %s: detection checks failed: %s", plan.round_id, exc)
             return []

@@ -15,7 +15,7 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from netcheck.admin_client import admin_call, coordinator_config_option
+from netcheck.admin_client import AdminNotFound, admin_call, coordinator_config_option
 
 
 def _when(ts: float | None) -> str:
@@ -54,13 +54,24 @@ def round_list(config_path: Path, limit: int, offset: int, as_json: bool) -> Non
 
 @click.command("show")
 @coordinator_config_option
-@click.argument("round_id")
+@click.argument("round_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
-def round_show(config_path: Path, round_id: str, as_json: bool) -> None:
-    """Show one stored round: its verdicts and phase timings (exit 7 if unknown)."""
+def round_show(config_path: Path, round_id: str | None, as_json: bool) -> None:
+    """Show one stored round: its verdicts and phase timings (exit 7 if unknown).
+
+    Round ids look like r20261130T182800-ec2a70; netcheck round list shows them.
+    """
     from netcheck.report import print_round
 
-    data = admin_call(config_path, "GET", f"/admin/rounds/{quote(round_id, safe='')}", timeout_s=60)
+    hint = f"list the stored rounds with: netcheck round list --config {config_path}"
+    if not round_id:
+        raise click.UsageError(f"give a ROUND_ID; {hint}")
+    try:
+        data = admin_call(
+            config_path, "GET", f"/admin/rounds/{quote(round_id, safe='')}", timeout_s=60
+        )
+    except AdminNotFound as exc:
+        raise AdminNotFound(f"{exc}; {hint}") from None
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return

@@ -39,6 +39,7 @@ from netcheck.coordinator.pool import classify_skip, warn_low_pool
 from netcheck.coordinator.session import WRITE_TIMEOUT_S, Arrival, NodeDisconnected, NodeSession
 from netcheck.engines import probe as probe_mod
 from netcheck.errors import LocalProtocolError, RoundError, StorageError
+from netcheck.logs import node_label
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
 from netcheck.protocol.messages import Job, Release
 from netcheck.records import (
@@ -525,7 +526,9 @@ async def _run_locked(
     for s in sessions:
         s.forget_round(round_id)
     for o in outcomes:
-        log.info("round %s node %s verdict=%s %s", round_id, o.node_key[:20], o.verdict, o.reason)
+        log.info(
+            "round %s node %s verdict=%s %s", round_id, node_label(o.node_key), o.verdict, o.reason
+        )
     send_in_background(  # each loaded node's signed verdict (docs/protocol.md §5.11)
         coord.identity, round_id, outcomes, by_key,
         {k: t.deadline_s for k, t in timing.items()}, mismatch,

@@ -28,6 +28,7 @@ from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
+from netcheck.logs import set_node_names
 from netcheck.protocol.codec import Limits
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, CoordinatorHandshake
 from netcheck.protocol.messages import MAX_REASON_CHARS, Bye
@@ -92,6 +93,7 @@ class Coordinator:
         store: Store,
     ) -> None:
         self.config = config
+        set_node_names(config.node_names)  # operator's names in log lines
         self.identity = identity
         self.profiles = dict(profiles)
         self.store = store

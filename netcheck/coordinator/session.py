@@ -23,6 +23,7 @@ from netcheck.config import Profile
 from netcheck.coordinator.arrivals import ArrivalStamps, FrameOpener, Opened
 from netcheck.engines import probe as probe_mod
 from netcheck.errors import CloseCode, ProtocolError
+from netcheck.logs import node_label
 from netcheck.protocol.codec import DEFAULT_LIMITS, Limits
 from netcheck.protocol.messages import (
     Ack,
@@ -164,8 +165,9 @@ class NodeSession:
 
     @property
     def label(self) -> str:
-        """Short name for logs: the node's configured name, else its key prefix."""
-        return f"{self.node_key[:20]}"
+        """Short name for logs: the node's configured name and key prefix, else its key
+        prefix (:func:`netcheck.logs.node_label`)."""
+        return node_label(self.node_key)
 
     async def send(self, msg: Message, write_timeout_s: float = WRITE_TIMEOUT_S) -> None:
         """Seal and write one message; the lock keeps counters in write order.

@@ -7,11 +7,10 @@ import logging
 import signal
 from pathlib import Path
 
-from aiohttp import web
-
 from netcheck.config import load_gateway_config
 from netcheck.coordinator.app import coordinator_parts
 from netcheck.coordinator.assembly import make_runner
+from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.coordinator.server import WS_PATH
 from netcheck.errors import ConfigError
 from netcheck.gateway.gateway import Gateway
@@ -37,7 +36,7 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     gw = build_gateway(config_path)
     cfg = gw.gconfig
     runner = await make_runner(gw)
-    site = web.TCPSite(runner, cfg.host, cfg.port)
+    site = KernelStampSite(runner, cfg.host, cfg.port)  # kernel arrival stamps (logged)
     try:
         await site.start()
     except OSError as exc:

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import GatewayConfig, Profile
 from netcheck.coordinator.assembly import make_runner
+from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.gateway.gateway import Gateway
 from netcheck.lab.testing import RunningCoordinator
 from netcheck.storage import Store
@@ -41,12 +41,9 @@ async def running_gateway(
     extra = {} if wall_ns is None else {"wall_ns": wall_ns}
     gw = Gateway(cfg, identity, {p.name: p for p in profiles}, store, **extra)
     runner = await make_runner(gw)
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = KernelStampSite(runner, "127.0.0.1", 0)  # as `gateway serve` does
     await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-    rc = RunningCoordinator(gw, runner, port, identity)
+    rc = RunningCoordinator(gw, runner, site.port, identity)
     await gw.start_cluster(rc.url)
     try:
         yield rc

@@ -181,6 +181,14 @@ def _synthetic_flags(
     flaky = next(n.key for n in nodes if n.behaviour == "flaky")
     flag_store.add_flag(
         "capacity", "confirmed", profile, [flaky], 3.0, 3.0,
-        {"rule": "synthetic example of a capacity flag", "rounds": round_ids[-8:]},
+        {"rule": "synthetic example of a capacity flag", "rounds": round_ids[-8:],
+         "window": 8},
         created_at=at + 1,
+    )  # fmt: skip
+    made_up = next(n.key for n in nodes if n.behaviour == "made-up")
+    flag_store.add_flag(
+        "answer-failure", "confirmed", profile, [made_up], 8.0, 3.0,
+        {"rule": "synthetic example of an answer-failure flag", "rounds": round_ids[-8:],
+         "failure_rounds": round_ids[-8:], "window": 8, "strikes": 3},
+        created_at=at + 2,
     )  # fmt: skip

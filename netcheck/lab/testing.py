@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,31 @@ def canary_store(
     if rows:
         store.add_references(rows)
     return store
+
+
+class CanaryAnswering:
+    """A worker for :func:`canary_store` canaries: answers every ``canary <i>`` prompt
+    with the store's default answer (``max_new_tokens`` ones) and any other prompt with
+    its own random tokens below 258, as an honest node's decoy answers look.
+
+    Args:
+        fingerprint: the engine fingerprint it claims (the store's).
+        max_new_tokens: tokens per answer (the profile's).
+    """
+
+    def __init__(self, fingerprint: Mapping[str, str | int], max_new_tokens: int) -> None:
+        self.fingerprint = dict(fingerprint)
+        self.tokens = max_new_tokens
+        self.rng = random.Random()
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        """One answer per prompt."""
+        return [
+            [1] * self.tokens
+            if p.startswith("canary")
+            else [self.rng.randrange(258) for _ in range(self.tokens)]
+            for p in prompts
+        ]
 
 
 async def raw_session(

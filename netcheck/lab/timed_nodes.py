@@ -55,14 +55,18 @@ log = logging.getLogger("netcheck.lab.timed_nodes")
 COMPUTE_AFTER_S = 0.3
 #: SO_SNDBUF of each timed node's socket (bytes): room for a whole H200-sized result.
 SNDBUF_BYTES = 1 << 20
+#: ``TCP_CONGESTION`` (Linux, netinet/tcp.h); Python 3.11 defines it on Linux.
+TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
 
 
 class Clock:
     """Per-host round anchors and the stamp log shared by this host's nodes."""
 
-    def __init__(self, mode: str, out: Path | None) -> None:
+    def __init__(self, mode: str, out: Path | None, congestion: str | None = None) -> None:
         self.mode = mode
         self.out = out
+        #: TCP congestion control of this host's node sockets (None: the system's).
+        self.congestion = congestion
         self.anchors: dict[str, int] = {}
         self.rows: list[dict[str, Any]] = []
         self.cpu = asyncio.Lock()  # one node's result computed at a time
@@ -94,6 +98,13 @@ class TimedClient(LoadClient):
         sock = _transport(ws).get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+            if self.clock.congestion:
+                # e.g. "reno": no internal pacing. With BBR (and no fq qdisc) the kernel
+                # paces each socket with an hrtimer whose work runs in softirq context;
+                # on a host loaded by 1,000 emulated nodes that work can wait for
+                # ksoftirqd, delaying the frame in *this* host's stack after send()
+                # returned: the emulator's delay, not the coordinator's.
+                sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, self.clock.congestion.encode())
         return session
 
     async def _handle(self, session: _Session, msg: Message) -> None:
@@ -177,11 +188,12 @@ async def run_timed_nodes(
     stamps: Path | None = None,
     report: Path | None = None,
     stop: asyncio.Event | None = None,
+    congestion: str | None = None,
 ) -> list[TimedClient]:
     """Run ``count`` timed nodes (global indexes from ``first_index`` of ``total``) until
     ``stop`` is set; write ``{"connected": n}`` to ``report`` when all are connected."""
     stop = stop or asyncio.Event()
-    clock = Clock(mode, stamps)
+    clock = Clock(mode, stamps, congestion)
     total = total or count
     key = parse_public_key(coordinator_key)
     clients = [
@@ -228,6 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("instant", "own"), default="instant")
     ap.add_argument("--stamps", type=Path)
     ap.add_argument("--report", type=Path)
+    ap.add_argument(
+        "--congestion", help="TCP congestion control of the node sockets (default: system's)"
+    )
     ap.add_argument("--log-level", default="WARNING")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr)
@@ -242,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.url, args.coordinator_key, args.profile, args.max_new_tokens, args.count,
             vocab=args.vocab, service_s=args.service, spread_s=args.spread, mode=args.mode,
             first_index=args.first_index, total=args.total, stamps=args.stamps,
-            report=args.report, stop=stop,
+            report=args.report, stop=stop, congestion=args.congestion,
         )  # fmt: skip
 
     asyncio.run(go())

@@ -15,7 +15,13 @@ from netcheck.engines import load_engine
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
 from netcheck.node.client import NodeClient
+from netcheck.node.preflight import (
+    CoordinatorRefused,
+    CoordinatorUnreachable,
+    probe_coordinator,
+)
 from netcheck.node.verdicts import default_log_path
+from netcheck.node.warmup import assess, warm_up
 from netcheck.node.workers import EngineWorker, Worker
 
 log = logging.getLogger("netcheck.node")
@@ -36,13 +42,17 @@ async def engine_worker(profile: Profile) -> Worker:
 
 
 async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker) -> None:
-    """Load config, key and worker (``make_worker``, the real engine by default), then
-    serve rounds until SIGINT/SIGTERM.
+    """Load config and key, ask the coordinator (:func:`probe_coordinator`, before the
+    engine: a wrong URL or key is logged as an error within seconds, not after a
+    model load that can take minutes), load the worker (``make_worker``, the real engine
+    by default), then serve rounds until SIGINT/SIGTERM. Refusals are not authenticated
+    (docs/protocol.md §8.1), so they do not stop the node: it keeps retrying.
 
     Raises:
         ConfigError: a bad config, key or profile.
         EngineError: the worker failed to load.
-        NodeFatalError: the coordinator refused this node for good.
+        NodeFatalError: the coordinator refused this node inside the authenticated
+            session.
     """
     cfg: NodeConfig = load_node_config(config_path)
     identity = load_private_key(cfg.identity_key)
@@ -53,6 +63,22 @@ async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker
         "%s: starting netcheck %s node: key %s, profile %s, coordinator %s",
         label, __version__, public_key_text(identity), profile.name, cfg.coordinator_url,
     )  # fmt: skip
+    try:  # a wrong URL or key must not wait for the engine (minutes on a GPU)
+        await probe_coordinator(cfg)
+        log.info(
+            "%s: coordinator at %s holds the pinned key and admits this node",
+            label, cfg.coordinator_url,
+        )  # fmt: skip
+    except CoordinatorRefused as exc:  # not authenticated (§8.1): said now, then retried
+        log.error(
+            "%s: %s. Found before loading the engine; it loads anyway and the node keeps "
+            "retrying (a refusal is not authenticated): fix the config and restart, or "
+            "stop it with Ctrl-C", label, exc,
+        )  # fmt: skip
+    except CoordinatorUnreachable as exc:
+        log.warning(
+            "%s: %s; loading the engine anyway, the node keeps retrying", label, exc
+        )  # fmt: skip
     log.info(
         "%s: loading engine %s %s (%s on %s); this can take a while",
         label, profile.engine, profile.model, profile.dtype, profile.device,
@@ -65,6 +91,9 @@ async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker
         label, time.monotonic() - t0, fingerprint_id(fp)[:12],
         ", ".join(f"{k}={v}" for k, v in sorted(fp.items())),
     )  # fmt: skip
+    if isinstance(worker, EngineWorker) and cfg.warmup_batches:  # the real engine only
+        result = assess(await warm_up(worker, profile, cfg.warmup_batches), profile)
+        log.log(result.level, "%s: %s", label, result.message)
     client = NodeClient(
         cfg.coordinator_url,
         identity,

@@ -97,15 +97,17 @@ def node_setup(
     """Set up one node identity per card: a key and a config each (device cuda:N).
 
     Prints the lines the coordinator's operator adds to coordinator.toml
-    (allowed_nodes and node_names). Start each with `netcheck node run --config FILE`.
+    (allowed_nodes, node_names, and node_hosts declaring that these identities share
+    this host). Start each with `netcheck node run --config FILE`.
     """
     import socket
 
     from netcheck.config import load_node_config
     from netcheck.node.setup import coordinator_snippet, setup_cards
 
+    host = host or socket.gethostname().split(".")[0]
     nodes = setup_cards(
-        out_dir, host or socket.gethostname().split(".")[0], cards,
+        out_dir, host, cards,
         coordinator_url=coordinator_url, coordinator_key=coordinator_key,
         profile=profile_name, first_card=first_card,
     )  # fmt: skip
@@ -113,4 +115,4 @@ def node_setup(
         load_node_config(n.config_path)  # what was written must load
         click.echo(f"{n.name}: {n.device}, {n.config_path}, key {n.public_key}")
     click.echo("\n# for the coordinator operator (coordinator.toml):")
-    click.echo(coordinator_snippet(nodes))
+    click.echo(coordinator_snippet(nodes, host))

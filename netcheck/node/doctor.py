@@ -30,17 +30,14 @@ from urllib.parse import urlparse
 
 import aiohttp
 
-from netcheck import __version__
 from netcheck.capacity import capacity_status
 from netcheck.config import NodeConfig, Profile, load_node_config
-from netcheck.errors import CloseCode, HandshakeError, NetcheckError
-from netcheck.keys import load_private_key, parse_public_key, public_key_text
-from netcheck.node.client import REFUSAL_CODES, presented_coordinator_key, refusal_message
-from netcheck.protocol.handshake import NodeHandshake
-from netcheck.protocol.messages import ProfileClaim
+from netcheck.errors import NetcheckError
+from netcheck.keys import load_private_key, public_key_text
+from netcheck.node.preflight import HANDSHAKE_TIMEOUT_S, probe_coordinator
 from netcheck.text import untrusted
 
-HANDSHAKE_TIMEOUT_S = 10.0
+__all__ = ["HANDSHAKE_TIMEOUT_S", "Check", "ask_coordinator", "probe_coordinator", "run_checks"]
 
 
 @dataclass(frozen=True)
@@ -52,57 +49,6 @@ class Check:
     detail: str
     warning: bool = False
     """Passed, but the operator should read the detail (shown as ``warn``)."""
-
-
-async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> str:
-    """Connect and run ``hello``/``welcome``; returns the coordinator key text.
-
-    Raises:
-        NetcheckError: unreachable, refused (with the close code's name), or a bad welcome.
-    """
-    identity = load_private_key(cfg.identity_key)
-    pinned = parse_public_key(cfg.coordinator_key)
-    claim = ProfileClaim(
-        profile=cfg.profile, fingerprint={"doctor": "1"}, software=f"netcheck/{__version__}"
-    )
-    hs = NodeHandshake(identity, pinned, claim)  # binds the endpoint name, not the URL path
-
-    def refusal(code: CloseCode, presented_key: str | None = None) -> str:
-        return refusal_message(
-            code,
-            url=cfg.coordinator_url,
-            pinned_key=cfg.coordinator_key,
-            node_key=public_key_text(identity),
-            profile=cfg.profile,
-            presented_key=presented_key,
-        )
-
-    welcome = b""
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http,
-            http.ws_connect(cfg.coordinator_url, compress=0) as ws,
-        ):
-            await ws.send_bytes(hs.start())
-            msg = await ws.receive(timeout=timeout_s)
-            if msg.type != aiohttp.WSMsgType.BINARY:
-                code = ws.close_code
-                cc = CloseCode.from_wire(code)
-                name = cc.name if cc is not None else str(code)
-                if cc is not None and cc in REFUSAL_CODES:
-                    raise NetcheckError(refusal(cc))
-                raise NetcheckError(f"coordinator closed the handshake: {name}")
-            welcome = bytes(msg.data)
-            hs.receive_welcome(welcome)  # verifies the pinned key's signature
-            await ws.close(code=CloseCode.NORMAL, message=b"doctor")
-    except HandshakeError as exc:
-        if exc.code is CloseCode.WRONG_COORDINATOR_KEY:
-            raise NetcheckError(refusal(exc.code, presented_coordinator_key(welcome))) from None
-        raise NetcheckError(f"handshake failed: {exc.code.name}") from None
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        reason = str(exc) or type(exc).__name__
-        raise NetcheckError(f"cannot reach {cfg.coordinator_url}: {reason}") from None
-    return public_key_text(pinned)
 
 
 async def ask_coordinator(

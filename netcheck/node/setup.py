@@ -4,7 +4,8 @@
 fresh Ed25519 key, mode 0600) and ``<host>-gpu<i>.toml`` (the node config with
 ``device = "cuda:<i>"`` and ``name = "<host>-gpu<i>"``), and returns what the
 coordinator's operator needs: each public key with its name, for ``allowed_nodes`` and
-``node_names``. Existing files are never overwritten.
+``node_names``, and the declaration that they share one host (``node_hosts``).
+Existing files are never overwritten.
 """
 
 from __future__ import annotations
@@ -75,8 +76,15 @@ def setup_cards(
     return out
 
 
-def coordinator_snippet(nodes: list[CardNode]) -> str:
-    """TOML lines for the coordinator config: the keys to allow and their names."""
+def coordinator_snippet(nodes: list[CardNode], host: str | None = None) -> str:
+    """TOML lines for the coordinator config: the keys to allow, their names and, with
+    ``host``, the declaration that they share that host (``node_hosts``)."""
     allowed = ",\n".join(f'  "{n.public_key}"' for n in nodes)
     names = "\n".join(f'"{n.public_key}" = "{n.name}"' for n in nodes)
-    return f"allowed_nodes = [\n{allowed},\n]\n\n[node_names]\n{names}\n"
+    out = f"allowed_nodes = [\n{allowed},\n]\n\n[node_names]\n{names}\n"
+    if host is not None:
+        hosts = "\n".join(f'"{n.public_key}" = "{host}"' for n in nodes)
+        out += (
+            f"\n# these identities share one machine (declared co-hosting)\n[node_hosts]\n{hosts}\n"
+        )
+    return out

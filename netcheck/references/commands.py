@@ -52,7 +52,7 @@ def _offline(config_path: Path) -> list[dict[str, Any]]:
 def references_status(config_path: Path, as_json: bool) -> None:
     """Show the canary pool: unspent references and rounds left per fingerprint.
 
-    A fingerprint with no unspent reference leaves its nodes ``unchecked``; the command
+    A fingerprint with no unspent reference leaves its nodes unchecked; the command
     that builds more is printed under the table.
     """
     from netcheck.report import console

@@ -4,17 +4,31 @@ Formats (``/export/{kind}.csv`` and ``/export/{kind}.json``):
 
 - JSON: ``{"kind": ..., "columns": [...], "types": {column: type}, "rows": [{column:
   value}, ...]}``; values are the database values (JSON columns as JSON). ``type`` is
-  ``int``, ``float``, ``bool``, ``json`` or ``text``, from the table definition.
+  ``int``, ``float``, ``bool``, ``json``, ``text`` or ``time`` (ISO 8601 UTC text), from
+  the table definition.
 - CSV: a header row of column names, then one line per row. An empty cell is null; a
   ``json`` column (``skipped``, ``timing``, ``summary``, ``extra``, flag evidence) holds
   compact JSON text; booleans are ``true``/``false``; floats are written with Python's
   shortest round-tripping ``repr``. :func:`parse_csv` with the ``types`` turns an export
   back into exactly the database rows (the round-trip is tested).
+
+What :func:`presented` adds to the stored columns, so an export reads like every other
+surface (docs/glossary.md):
+
+- times: each Unix-seconds column (``started_at``, ``finished_at``, ``recorded_at``,
+  ``created_at``) holds ISO 8601 text in UTC with microseconds
+  (``2026-11-30T18:28:01.424897+00:00``, type ``time``), followed by the stored number
+  as ``<column>_unix`` (type ``float``, seconds since 1970 UTC, exact) for
+  re-analysis;
+- names: ``node_name`` after ``node_key`` (verdicts, timings) and ``node_names`` after
+  ``node_keys`` (flags, a JSON list in the same order): the operator's display name
+  (``node_names`` in the coordinator config), empty/null when none.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as _dt
 import io
 import json
 import math
@@ -22,6 +36,54 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 KINDS = ("rounds", "verdicts", "timings", "flags")
+#: Unix-seconds columns of each export, written as ISO 8601 UTC (and ``<col>_unix``).
+TIME_COLUMNS = {
+    "rounds": ("started_at", "finished_at"),
+    "verdicts": ("recorded_at",),
+    "flags": ("created_at",),
+}
+
+
+def iso_utc(ts: Any) -> str | None:
+    """Unix seconds as ISO 8601 UTC with microseconds; None stays None."""
+    if not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts):
+        return None
+    return _dt.datetime.fromtimestamp(float(ts), _dt.UTC).isoformat(timespec="microseconds")
+
+
+def presented(
+    kind: str, columns: Sequence[str], types: Mapping[str, str],
+    rows: Sequence[Mapping[str, Any]], names: Mapping[str, str],
+) -> tuple[list[str], dict[str, str], list[dict[str, Any]]]:  # fmt: skip
+    """The export's columns, types and rows: the stored ones with ISO 8601 times (and the
+    exact number as ``<col>_unix``) and the nodes' display names (``names``: key ->
+    name); see the module docstring."""
+    times = set(TIME_COLUMNS.get(kind, ()))
+    cols: list[str] = []
+    out_types = dict(types)
+    for c in columns:
+        cols.append(c)
+        if c in times:
+            cols.append(f"{c}_unix")
+            out_types[c], out_types[f"{c}_unix"] = "time", "float"
+        elif c == "node_key":
+            cols.append("node_name")
+            out_types["node_name"] = "text"
+        elif c == "node_keys":
+            cols.append("node_names")
+            out_types["node_names"] = "json"
+    out = []
+    for row in rows:
+        r = dict(row)
+        for c in times & set(columns):
+            r[f"{c}_unix"] = r.get(c)
+            r[c] = iso_utc(r.get(c))
+        if "node_key" in r:
+            r["node_name"] = names.get(str(r["node_key"]))
+        if isinstance(r.get("node_keys"), list):
+            r["node_names"] = [names.get(str(k)) for k in r["node_keys"]]
+        out.append(r)
+    return cols, out_types, out
 
 
 def _cell(value: Any) -> str:
@@ -69,6 +131,8 @@ def parse_cell(text: str, type_name: str) -> Any:
         return None
     if type_name == "json":
         return json.loads(text)
+    if type_name == "time":  # ISO 8601 text; the exact number is in <column>_unix
+        return text
     if type_name == "int":
         return int(text)
     if type_name == "float":

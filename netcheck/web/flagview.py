@@ -10,7 +10,8 @@ the whole stored row as well, so nothing is hidden:
 - id: ``flag_id`` | ``id``; detector: ``kind`` | ``detector``
 - members: ``node_keys`` | ``members`` | ``group`` | ``node_key`` | the edges' ``a``/``b``
 - statistic / threshold: ``statistic`` | ``stat`` and ``threshold`` | ``p_threshold``
-- rule: the evidence's ``rule`` text
+- rule: :func:`netcheck.analysis.rules.rule_text` of the kind and the evidence's
+  parameters (plain words, with units); for an unknown kind, the evidence's ``rule``
 - rounds: every round id in ``rounds``, ``round_id``, ``screening.rounds`` and
   ``confirmation.rounds[].round_id``
 - edges: ``edges`` | ``screening.edges`` (detector edges with their statistic)
@@ -22,6 +23,23 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from netcheck.analysis.rules import rule_text
+
+#: Plain column names of the screening edges on a flag page (the stored key stays the
+#: cell's title).
+EDGE_HEADERS = {
+    "a": "node", "b": "partner", "detector": "test", "statistic": "statistic",
+    "df": "degrees of freedom", "p_value": "p-value", "p_threshold": "p-value must be below",
+    "effect": "effect (log slowdown, or r)", "effect_floor": "effect must exceed",
+    "n_rounds": "rounds used",
+}  # fmt: skip
+#: What each screening test measures (docs/detection.md "Analysis").
+EDGE_TESTS = {
+    "A": "slower when the partner is loaded (log service time)",
+    "A-welch": "slower when the partner is loaded (pairwise Welch)",
+    "B": "slowdowns move together (correlation r)",
+}
 
 
 @dataclass(frozen=True)
@@ -128,11 +146,14 @@ def flag_view(row: Mapping[str, Any]) -> FlagView:
         if threshold is None:
             threshold = _number(strongest.get("p_threshold"))
     rids = _round_ids(sources)
-    rule = ev.get("rule")
+    kind = str(_first(sources[:1], "kind", "detector") or "flag")
+    # the plain-language rule from the evidence's parameters (also for flags stored
+    # before the wording changed); a kind it does not know keeps its stored text
+    rule = rule_text(kind, ev, threshold) or ev.get("rule")
     return FlagView(
         flag_id=str(_first(sources[:1], "flag_id", "id") or ""),
         members=tuple(dict.fromkeys(members)),
-        detector=str(_first(sources[:1], "kind", "detector") or "flag"),
+        detector=kind,
         status=str(_first(sources[:1], "status", "state") or ""),
         created_at=_number(_first(sources[:1], "created_at", "raised_at", "recorded_at")),
         statistic=statistic,

@@ -24,8 +24,8 @@ from netcheck.storage.reader import STRIKE_WINDOW, UNCHECKED, Reader, pass_rate
 from netcheck.storage.reviews import ReviewStore
 from netcheck.web.access import COOKIE, AccessMixin, cross_origin, safe_next
 from netcheck.web.banner import POOL
-from netcheck.web.exports import KINDS, to_csv, to_json
-from netcheck.web.flagview import FlagView, flag_view
+from netcheck.web.exports import KINDS, presented, to_csv, to_json
+from netcheck.web.flagview import EDGE_HEADERS, EDGE_TESTS, FlagView, flag_view
 from netcheck.web.inputs import MAX_OFFSET, query_int
 from netcheck.web.metrics import metrics_text
 from netcheck.web.plots import (
@@ -192,13 +192,15 @@ class Dashboard(AccessMixin):
         def build() -> dict[str, Any]:
             rows = self.reader.node_summaries()
             per_node = Counter(m for f in self.all_flags() for m in f.members)
+            hosts = self.view.node_hosts()
             for r in rows:
                 r["connected"] = r["node_key"] in connected
                 r["flags"] = per_node.get(r["node_key"], 0)
+                r["host"] = hosts.get(r["node_key"], "")
                 if held is not None:
                     r["gateway"] = held.get(r["node_key"], {}).get("gateway_id", "")
             return {"nodes": rows, "connected": len(connected), "window": STRIKE_WINDOW,
-                    "gateways": held is not None}  # fmt: skip
+                    "gateways": held is not None, "hosts": bool(hosts)}  # fmt: skip
 
         return self.page("nodes.html", **await asyncio.to_thread(build))
 
@@ -211,6 +213,9 @@ class Dashboard(AccessMixin):
             if node is None:
                 return None
             history = self.reader.node_history(key)
+            hosts = self.view.node_hosts()
+            host = hosts.get(key, "")
+            peers = sorted(k for k, h in hosts.items() if h == host and k != key) if host else []
             passed = sum(1 for h in history if h["passed"])
             checked = sum(1 for h in history if h["verdict"] != UNCHECKED)
             return {
@@ -221,6 +226,9 @@ class Dashboard(AccessMixin):
                 "checked": checked,
                 "flags": [f for f in self.all_flags() if key in f.members],
                 "latency": latency_history_svg(history),
+                "host": host,
+                "peers": peers,
+                "peer_names": self.reader.node_names(peers),
             }
 
         ctx = await asyncio.to_thread(build)
@@ -306,6 +314,7 @@ class Dashboard(AccessMixin):
             everyone = self.reader.timing_matrix(None, matrix["round_ids"])
             names = self.reader.node_names(members)
             labels = [label(k, names.get(k)) for k in members]
+            hosts = self.view.node_hosts()
             edge_cols: list[str] = []
             for e in f.edges:
                 edge_cols += [k for k in e if k not in edge_cols]
@@ -316,8 +325,11 @@ class Dashboard(AccessMixin):
                 "reviews": history,
                 "review": history[-1] if history else {"state": "open"},
                 "pair_plots": pair_plots,
+                "hosts": {m: hosts[m] for m in members if m in hosts},
                 "matrix": matrix,
                 "edge_cols": edge_cols,
+                "edge_headers": EDGE_HEADERS,
+                "edge_tests": EDGE_TESTS,
                 "names": names,
                 "loaded_plot": loaded_latency_svg(
                     members, matrix["loaded"], matrix["service_s"], lambda k: label(k, names.get(k))
@@ -380,10 +392,16 @@ class Dashboard(AccessMixin):
         round_id = request.query.get("round_id") or None
 
         def build() -> str:
-            cols, rows = self.reader.export_rows(kind, round_id)
+            stored_cols, stored = self.reader.export_rows(kind, round_id)
+            keys = {str(r["node_key"]) for r in stored if "node_key" in r}
+            keys |= {str(k) for r in stored for k in (r.get("node_keys") or [])}
+            cols, types, rows = presented(
+                kind, stored_cols, self.reader.column_types(kind), stored,
+                self.reader.node_names(sorted(keys)),
+            )  # fmt: skip
             if fmt == "csv":
                 return to_csv(cols, rows)
-            return to_json(kind, cols, self.reader.column_types(kind), rows)
+            return to_json(kind, cols, types, rows)
 
         text = await asyncio.to_thread(build)
         ctype = "text/csv" if fmt == "csv" else "application/json"

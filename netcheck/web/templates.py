@@ -70,13 +70,13 @@ _LOGIN = """{% extends "base.html" %}{% block title %}Log in{% endblock %}
 
 _NODES = """{% extends "base.html" %}{% block title %}Nodes{% endblock %}
 {% block body %}<h1>Nodes <span class="muted">({{ nodes|length }} known, {{ connected }} connected)</span></h1>
-<table id="nodes"><thead><tr><th>node</th><th>profile</th><th>connected</th>{% if gateways %}<th>gateway</th>{% endif %}<th>last seen</th>
+<table id="nodes"><thead><tr><th>node</th><th>profile</th><th>connected</th>{% if gateways %}<th>gateway</th>{% endif %}{% if hosts %}<th title="declared co-hosting (node_hosts in the coordinator config)">host</th>{% endif %}<th>last seen</th>
 <th class="num">rounds</th><th class="num" title="passed / checked rounds">pass rate</th><th class="num" title="failing verdicts among the last {{ window }} (unchecked is not a failure)">recent failures</th>
 <th class="num">flags</th><th>last verdict</th></tr></thead><tbody>
 {% for n in nodes %}<tr data-node="{{ n.node_key }}">
 <td><a href="{{ n.node_key|node_url }}">{{ n.node_key|label(n.name) }}</a></td>
 <td>{{ n.profile }}</td><td>{% if n.connected %}<span class="on">yes</span>{% else %}no{% endif %}</td>
-{% if gateways %}<td class="gateway">{{ n.gateway }}</td>{% endif %}<td>{{ n.last_seen_at|when }}</td><td class="num">{{ n.rounds }}</td>
+{% if gateways %}<td class="gateway">{{ n.gateway }}</td>{% endif %}{% if hosts %}<td class="host">{{ n.host }}</td>{% endif %}<td>{{ n.last_seen_at|when }}</td><td class="num">{{ n.rounds }}</td>
 <td class="num pass-rate" title="passed / checked; {{ n.rounds - n.checked }} unchecked">{{ n.pass_rate|pct }}</td><td class="num strikes">{{ n.strikes }}</td>
 <td class="num">{% if n.flags %}<a href="/dashboard/flags?node={{ n.node_key|urlencode }}">{{ n.flags }}</a>{% else %}0{% endif %}</td>
 <td class="verdict">{% if n.last_verdict %}<span class="v v-{{ n.last_verdict }}">{{ n.last_verdict }}</span> <a class="muted" href="{{ n.last_round|round_url }}">{{ n.last_round }}</a>{% endif %}</td>
@@ -137,6 +137,8 @@ _NODE = """{% extends "base.html" %}{% block title %}Node{% endblock %}
 <tr><td>fingerprint</td><td class="key">{{ n.fingerprint_id }}<br>{% for k, v in n.fingerprint.items() %}{{ k }}={{ v }}{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
 <tr><td>first / last seen</td><td>{{ n.first_seen_at|when }} / {{ n.last_seen_at|when }}</td></tr>
 <tr><td>connected</td><td>{% if connected %}<span class="on">yes</span>{% else %}no{% endif %}</td></tr>
+{% if host %}<tr><td>declared host</td><td id="node-host">{{ host }}, shared with {% for p in peers %}<a href="{{ p|node_url }}">{{ p|label(peer_names.get(p)) }}</a>{% if not loop.last %}, {% endif %}{% else %}no other identity{% endfor %}
+<br><span class="muted">declared by the operator (node_hosts): identities on one host may slow each other a little; one that slows them like a shared card is flagged <code>declared-host</code></span></td></tr>{% endif %}
 <tr><td>pass rate (last {{ history|length }} rounds)</td><td id="node-pass-rate">{{ pass_rate|pct }}
 <span class="muted">of {{ checked }} checked{% if checked < history|length %}; {{ history|length - checked }} unchecked (empty canary pool){% endif %}</span></td></tr>
 <tr><td>flags</td><td>{% for f in flags %}<a href="{{ f.flag_id|flag_url }}">{{ f.detector }} #{{ f.flag_id }}</a> {% else %}none{% endfor %}</td></tr>
@@ -174,6 +176,7 @@ _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endb
 <br><span class="muted">change with <code>netcheck flags ack|resolve|false-positive|reopen {{ f.flag_id }} --note …</code></span></td></tr>
 {% if f.rule %}<tr><td>rule</td><td>{{ f.rule }}</td></tr>{% endif %}
 <tr><td>nodes</td><td id="flag-members">{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
+{% if hosts %}<tr><td>declared hosts</td><td id="flag-hosts">{% for m in f.members %}{{ m|label(names.get(m)) }}: {{ hosts.get(m, "not declared") }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>{% endif %}
 <tr><td>statistic</td><td id="flag-statistic">{{ f.statistic|num }}</td></tr>
 <tr><td>threshold</td><td id="flag-threshold">{{ f.threshold|num }}</td></tr>
 <tr><td>evidence rounds</td><td id="evidence-rounds">{{ matrix.round_ids|length }}{% if not f.round_ids %} (most recent with a node loaded){% endif %}:
@@ -181,10 +184,12 @@ _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endb
 <tr><td>receipts</td><td><a id="receipts-link" href="{{ f.flag_id|flag_url }}/receipts.json">receipts.json</a>
 <span class="muted">(check each with <code>netcheck receipt verify</code>)</span></td></tr>
 </tbody></table>
-{% if f.edges %}<h2>Detector edges</h2><table id="edges"><thead><tr>{% for k in edge_cols %}<th>{{ k }}</th>{% endfor %}</tr></thead><tbody>
-{% for e in f.edges %}<tr>{% for k in edge_cols %}<td>{% if k in ("a", "b") %}{{ e.get(k)|label(names.get(e.get(k))) }}{% else %}{{ e.get(k)|num }}{% endif %}</td>{% endfor %}</tr>{% endfor %}
+{% if f.edges %}<h2>Screening: the pairs that nominated this group</h2>
+<p class="muted">Screening only nominates pairs for the confirmation rounds; the flag's own statistic and threshold are above.</p>
+<table id="edges"><thead><tr>{% for k in edge_cols %}<th title="{{ k }}">{{ edge_headers.get(k, k) }}</th>{% endfor %}</tr></thead><tbody>
+{% for e in f.edges %}<tr>{% for k in edge_cols %}<td>{% if k in ("a", "b") %}{{ e.get(k)|label(names.get(e.get(k))) }}{% elif k == "detector" %}{{ edge_tests.get(e.get(k), e.get(k)) }}{% else %}{{ e.get(k)|num }}{% endif %}</td>{% endfor %}</tr>{% endfor %}
 </tbody></table>{% endif %}
-<h2>Service times with partners loaded vs idle</h2>
+<h2 id="loaded-title">{% if pair_plots %}Service times with partners loaded vs idle{% else %}Service times in the evidence rounds{% endif %}</h2>
 <div class="plot" id="loaded-plot">{{ loaded_plot|safe }}</div>
 {% if pair_plots %}<h2>Co-loading matrix (rounds both were loaded)</h2>
 <div class="plot" id="coload-plot">{{ coload_plot|safe }}</div>

@@ -45,6 +45,11 @@ class CoordinatorView(Protocol):
         from it (:mod:`netcheck.references.pool`). Reads the database: blocking."""
         ...
 
+    def node_hosts(self) -> Mapping[str, str]:
+        """Declared co-hosting: node key -> the host its operator declared it shares
+        with other identities (``node_hosts`` in the coordinator config)."""
+        ...
+
     def spooled_rounds(self) -> Mapping[str, Mapping[str, Any]]:
         """Round id -> its spool entry, for rounds whose results wait in the local spool
         for the database (docs/spool.md); shown as ``spooled``. Reads a file: blocking."""

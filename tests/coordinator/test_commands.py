@@ -42,3 +42,18 @@ def test_screen_run_asks_for_the_capacity_check_and_sends_the_override() -> None
         mp.undo()
     assert sent[0]["check_capacity"] is True and "capacity_override" not in sent[0]
     assert sent[1]["capacity_override"] == "lab run on CPU"
+
+
+def test_analysis_line_is_plain_about_its_level() -> None:
+    """One node: no pairs (not "p < 0.5"); several: the per-pair level and where it comes from."""
+    from netcheck.coordinator.commands import analysis_line
+
+    one = {"n_nodes": 1, "n_rounds": 3, "edges": [], "groups": [], "p_crit": 0.5}
+    line = analysis_line(one)
+    assert "p < 0.5" not in line and "Bonferroni" not in line
+    assert "1 node x 3 rounds: no node pairs to compare" in line
+    seven = {"n_nodes": 7, "n_rounds": 16, "edges": [{}], "groups": [], "p_crit": 0.5 / 42}
+    line = analysis_line(seven)
+    assert "1 edges, 0 suspect groups" in line
+    assert "p < 0.0119, i.e. 0.5 spread over 42 pairs" in line
+    assert "flagged only after confirmation rounds" in line

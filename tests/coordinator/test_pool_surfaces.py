@@ -97,6 +97,9 @@ async def test_pool_is_shown_and_an_empty_pool_fails_the_round_command(tmp_path:
         assert shown.exit_code == 0 and "unchecked" in shown.output
         missing = await cli("round", "show", "--config", str(cfg), "r-none")
         assert missing.exit_code == Exit.NOT_FOUND, missing.output
+        assert f"netcheck round list --config {cfg}" in missing.output  # where ids come from
+        no_id = await cli("round", "show", "--config", str(cfg))
+        assert no_id.exit_code == Exit.USAGE and "netcheck round list" in no_id.output
 
 
 async def test_round_with_a_checked_node_exits_zero(tmp_path: Path) -> None:

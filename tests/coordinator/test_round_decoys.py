@@ -3,13 +3,11 @@ next round's decoys in a worker process while the current round is verified and 
 
 from __future__ import annotations
 
-import random
-from collections.abc import Sequence
 from pathlib import Path
 
 from netcheck.config import DeadlineParams, Profile
 from netcheck.coordinator.rounds import run_round
-from netcheck.lab.testing import canary_store, running_coordinator
+from netcheck.lab.testing import CanaryAnswering, canary_store, running_coordinator
 from netcheck.workloads import get_workload
 
 T = 4
@@ -21,25 +19,12 @@ PROFILE = Profile(
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
 
 
-class Answering:
-    """Answers canaries correctly and other prompts with its own random tokens."""
-
-    fingerprint = FP
-
-    def __init__(self) -> None:
-        self.rng = random.Random()
-
-    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
-        return [[1] * T if p.startswith("canary") else
-                [self.rng.randrange(258) for _ in range(T)] for p in prompts]  # fmt: skip
-
-
 async def test_next_rounds_decoys_are_generated_ahead_by_a_worker(tmp_path: Path) -> None:
     """After a round the reservoir holds at least the next round's decoys; the next
     round's plan is served entirely from them (nothing generated while planning)."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 50)
     async with running_coordinator(tmp_path, [PROFILE], store=store, decoy_workers=1) as rc:
-        rc.start_named({f"n{i}": Answering() for i in range(3)}, PROFILE.name)
+        rc.start_named({f"n{i}": CanaryAnswering(FP, T) for i in range(3)}, PROFILE.name)
         await rc.wait_connected(3)
         workload = get_workload(PROFILE)
         reservoir = rc.coord.decoys

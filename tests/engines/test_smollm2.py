@@ -82,9 +82,11 @@ def test_repeatable_and_batch_invariant(engine: Engine, prompts: list[str]) -> N
 
 
 def test_dtype_cheater_caught_by_the_profiles_canaries(smollm2_dir: Path) -> None:
-    """At the cpu-smollm2 shape, a bfloat16 run differs from float32 in at least 6 of 16
-    rows of a batch, so k >= canaries_min canaries catch it in a round with probability
-    1 - C(16 - d, k) / C(16, k) >= 0.97 (measured: 10/16 and 6/16 in two batches)."""
+    """At the cpu-smollm2 shape, a bfloat16 run differs from float32 in at least 8 of 16
+    rows of a batch, so k >= canaries_min (6) canaries catch it in a round with
+    probability 1 - C(16 - d, k) / C(16, k) >= 0.996. Measured with prompt scheme v2
+    over 8 batches of this seed: 9, 9, 11, 10, 10, 11, 11, 11 differing rows (caught
+    >= 0.9991 per round); with v1's shorter prompts: 10 and 6 (0.974)."""
     profile = load_profile("cpu-smollm2")
     batches = PromptGenerator(b"div-test").prompts(2 * profile.batch_size)
     batch = batches[profile.batch_size :]  # the batch with fewer differing rows
@@ -95,8 +97,8 @@ def test_dtype_cheater_caught_by_the_profiles_canaries(smollm2_dir: Path) -> Non
     differing = sum(a != b for a, b in zip(honest, cheat, strict=True))
     n, k = profile.batch_size, profile.canaries_min
     caught = 1 - math.comb(n - differing, k) / math.comb(n, k)
-    assert differing >= 6, differing
-    assert caught >= 0.97, caught
+    assert differing >= 8, differing
+    assert caught >= 0.996, caught
 
 
 def test_vllm_engine_on_the_real_model(

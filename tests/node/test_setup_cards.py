@@ -34,6 +34,18 @@ def test_setup_writes_one_identity_per_card(tmp_path: Path) -> None:
         assert f'"{key}" = "rack7-gpu{i}"' in result.output
         keys.add(key)
     assert len(keys) == 3
+    # the snippet pastes into a coordinator config: names and the declared shared host
+    snippet = result.output.split("# for the coordinator operator (coordinator.toml):")[1]
+    coord = tmp_path / "coordinator.toml"
+    coord.write_text(
+        'identity_key = "c.pem"\nadmin_token = "a-long-enough-random-token-42"\n'
+        'profiles = ["cpu-tiny"]\n' + snippet
+    )
+    from netcheck.config import load_coordinator_config
+
+    loaded = load_coordinator_config(coord)
+    assert loaded.node_hosts == dict.fromkeys(keys, "rack7")
+    assert set(loaded.allowed_nodes) == keys
     again = CliRunner().invoke(main, args)
     assert again.exit_code == Exit.CONFIG and "not overwriting" in again.output
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,14 @@ from netcheck.web.exports import KINDS, parse_csv
 TABLES = {"rounds": tables.rounds, "verdicts": tables.verdicts, "timings": tables.results}
 
 
+TIMES = {"rounds": ("started_at", "finished_at"), "verdicts": ("recorded_at",),
+         "flags": ("created_at",)}  # fmt: skip
+
+
 def db_rows(store: Any, kind: str) -> list[dict[str, Any]]:
-    """Rows read straight from the table, independently of netcheck.storage.reader."""
+    """Rows read straight from the table, independently of netcheck.storage.reader, with
+    what the export adds: ISO 8601 UTC times (the stored number as <col>_unix) and node
+    names."""
     if kind == "flags":
         query = select(flags_table).order_by(flags_table.c.flag_id.desc())
     else:
@@ -30,7 +37,18 @@ def db_rows(store: Any, kind: str) -> list[dict[str, Any]]:
         order = [t.c.seq] if kind == "rounds" else [t.c.id]
         query = select(*cols).order_by(*order)
     with store._engine.connect() as conn:
-        return [dict(r._mapping) for r in conn.execute(query)]
+        rows = [dict(r._mapping) for r in conn.execute(query)]
+        names = dict(conn.execute(select(tables.nodes.c.node_key, tables.nodes.c.name)).all())
+    for r in rows:
+        for c in TIMES.get(kind, ()):
+            r[f"{c}_unix"] = r[c]
+            if r[c] is not None:
+                r[c] = datetime.fromtimestamp(r[c], UTC).isoformat(timespec="microseconds")
+        if "node_key" in r:
+            r["node_name"] = names.get(r["node_key"]) or None
+        if "node_keys" in r:
+            r["node_names"] = [names.get(k) or None for k in r["node_keys"]]
+    return rows
 
 
 @pytest.fixture
@@ -73,3 +91,24 @@ async def test_round_filter_and_unknown_export(tmp_path: Path, profile: Profile)
             assert rows and {r["round_id"] for r in rows} == {"r0001-synthetic"}
             async with http.get(f"{base}/secrets.csv") as resp:
                 assert resp.status == 404
+
+
+async def test_exports_show_iso_times_and_node_names(tmp_path: Path, profile: Profile) -> None:
+    """recorded_at is ISO 8601 UTC (the number is recorded_at_unix); node_name follows
+    node_key."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        fill_synthetic(rc.coord.store, n_rounds=2, n_honest=2, seed=5)
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        base = f"http://127.0.0.1:{rc.port}/export"
+        async with aiohttp.ClientSession(headers=headers) as http:
+            async with http.get(f"{base}/verdicts.json") as resp:
+                doc = await resp.json()
+            async with http.get(f"{base}/verdicts.csv") as resp:
+                header = (await resp.text()).splitlines()[0].split(",")
+    assert doc["types"]["recorded_at"] == "time" and doc["types"]["recorded_at_unix"] == "float"
+    row = doc["rows"][0]
+    assert row["recorded_at"].endswith("+00:00") and "T" in row["recorded_at"]
+    parsed = datetime.fromisoformat(row["recorded_at"]).timestamp()
+    assert abs(parsed - row["recorded_at_unix"]) < 1e-5
+    assert header.index("node_name") == header.index("node_key") + 1
+    assert all(r["node_name"] for r in doc["rows"])  # the sample nodes are all named

@@ -1,0 +1,141 @@
+"""The rule of each flag kind in plain words, with its numbers and units (pure).
+
+Every flag carries a ``statistic`` and a ``threshold``; every rule text ends the same
+way, so the two numbers read the same on every flag:
+
+    Statistic: <what was measured, unit>. Threshold: <what it was held to>; flagged
+    when the statistic is <at least | above | below> the threshold.
+
+:func:`rule_text` builds the text from the parameters stored in a flag's evidence (and
+the flag's threshold), so the evidence builders (:mod:`netcheck.analysis.evidence`,
+:mod:`netcheck.analysis.failures`) store it and the dashboard can show it for flags
+stored before the wording changed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+def _pct_from_log(x: Any, default: float) -> float:
+    v = x if isinstance(x, int | float) and math.isfinite(x) else default
+    return (math.exp(v) - 1.0) * 100.0
+
+
+def _num(x: Any, default: float) -> float:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else default
+
+
+def _count(x: Any) -> str:
+    return str(int(x)) if isinstance(x, int | float) and math.isfinite(x) else "the set number of"
+
+
+def tail(statistic: str, threshold: str, direction: str) -> str:
+    """The common last sentence: ``direction`` is ``at least``, ``above`` or ``below``."""
+    return (
+        f"Statistic: {statistic}. Threshold: {threshold}; flagged when the statistic is "
+        f"{direction} the threshold."
+    )
+
+
+def shared_backend(effect_floor_log: Any) -> str:
+    """Rule of ``shared-backend`` flags (confirmation rounds, netcheck.analysis.confirm)."""
+    pct = _pct_from_log(effect_floor_log, math.log(1.25))
+    return (
+        "Screening rounds showed these nodes slowing down when the others were loaded, so "
+        "extra confirmation rounds loaded them all together and each one alone. A node "
+        f"counts as slowed by the others when its service time with them loaded is more "
+        f"than {pct:.0f}% above its time alone, and a one-sided Welch test says so with a "
+        "p-value below the threshold. With more than two nodes each pair is then tested "
+        "alone the same way; the flag names nodes that all slow each other, as identities "
+        "served by one shared GPU do. "
+        + tail("the largest p-value among the flagged nodes' tests",
+               "the p-value each test had to stay below", "below")
+    )  # fmt: skip
+
+
+def declared_host(effect_floor_log: Any, host: Any) -> str:
+    """Rule of ``declared-host`` flags: a confirmed slowdown between identities that
+    their operator declared to share one host (``node_hosts``)."""
+    pct = _pct_from_log(effect_floor_log, math.log(1.25))
+    where = f"host {host!s}" if isinstance(host, str) and host else "one host"
+    return (
+        f"These identities are declared to share {where}. Identities on one host are "
+        "expected to slow each other a little (shared CPU, PCIe and network), far less "
+        f"than {pct:.0f}%. Confirmation rounds loaded them together and each alone: each "
+        f"one's service time with the others loaded is more than {pct:.0f}% above its time "
+        "alone (one-sided Welch test, p-value below the threshold), as when identities "
+        "share one GPU. Declared, so not reported as a proxy farm; but a host that claims "
+        "one card per identity should not slow them like one card. "
+        + tail("the largest p-value among the flagged nodes' tests",
+               "the p-value each test had to stay below", "below")
+    )  # fmt: skip
+
+
+def capacity(window: Any, strikes: Any) -> str:
+    """Rule of ``capacity`` flags (netcheck.coordinator.checks.capacity)."""
+    w = _count(window)
+    return (
+        f"The node's answers came after the round's deadline, or not at all, in at least "
+        f"{_count(strikes)} of its last {w} rounds: it cannot serve its batch in time. "
+        + tail(f"late or missing rounds among the last {w}", "rounds allowed", "at least")
+    )
+
+
+def result_sharing() -> str:
+    """Rule of ``result-sharing`` flags (netcheck.analysis.answers)."""
+    return (
+        "Two nodes were given different prompts in the same round but returned the same "
+        "commitment or identical output rows, which nodes computing their own batches "
+        "never do: one answered with the other's results. "
+        + tail("identical output rows (1 for an identical commitment)", "1 row", "at least")
+    )
+
+
+def relay(floor_s: Any, mad_k: Any, min_rounds: Any) -> str:
+    """Rule of ``relay`` flags (netcheck.analysis.screening.relay_check)."""
+    floor_ms = _num(floor_s, 0.0) * 1e3
+    return (
+        "The node answered the coordinator's timing probe later than its plain network "
+        "echo by more than the probe's own compute time, in at least "
+        f"{_count(min_rounds)} rounds: a relayed probe pays an extra network trip. The "
+        f"allowed extra delay is {floor_ms:.0f} ms plus {_num(mad_k, 0.0):g} times the "
+        "spread (median absolute deviation) of the extra delays. Pending instead when "
+        "the node answered echoes but no probe correctly in that many rounds (statistic "
+        "= such rounds). "
+        + tail("the median extra delay, in seconds", "the delay allowed, in seconds", "above")
+    )
+
+
+def answer_failure(window: Any, strikes: Any) -> str:
+    """Rule of ``answer-failure`` flags (netcheck.analysis.failures)."""
+    w = _count(window)
+    return (
+        f"The node's answers failed the canary check (wrong tokens, or a malformed answer) "
+        f"in at least {_count(strikes)} of its last {w} checked rounds: it does not run "
+        "the model it claims, or runs it wrongly. "
+        + tail(f"failed rounds among the last {w} checked", "failed rounds allowed", "at least")
+    )
+
+
+def rule_text(kind: str, evidence: Mapping[str, Any], threshold: Any) -> str | None:
+    """The rule of a stored flag of ``kind`` from its evidence's parameters and its
+    ``threshold``; None for a kind this module does not know."""
+    conf = evidence.get("confirmation")
+    if kind == "shared-backend":
+        floor = conf.get("effect_floor") if isinstance(conf, Mapping) else None
+        return shared_backend(floor)
+    if kind == "declared-host":
+        floor = conf.get("effect_floor") if isinstance(conf, Mapping) else None
+        return declared_host(floor, evidence.get("declared_host"))
+    if kind == "capacity":
+        return capacity(evidence.get("window"), threshold)
+    if kind == "result-sharing":
+        return result_sharing()
+    if kind == "relay":
+        return relay(evidence.get("floor_s"), evidence.get("mad_k"), evidence.get("min_rounds"))
+    if kind == "answer-failure":
+        return answer_failure(evidence.get("window"), threshold)
+    return None
