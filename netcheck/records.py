@@ -9,6 +9,7 @@ its types from a higher one:
   (:class:`Verdict`, :class:`NodeOutcome`, from :mod:`netcheck.analysis.verdicts`);
 - what a round produced (:class:`RoundReport`) for the admin API, metrics and detection;
 - the stored rounds the detectors read back (:class:`StoredRounds`);
+- a stored finding against nodes (:class:`Flag`), as storage reads it back;
 - the kinds and statuses of rounds and flags (:class:`RoundKind`, :class:`RoundStatus`,
   :class:`FlagKind`, :class:`FlagStatus`). They are ``StrEnum``: each member equals its
   text, which is what the database and the JSON documents hold.
@@ -19,6 +20,7 @@ at the database boundary, the JSON documents as hex through their encoders.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -276,3 +278,61 @@ class StoredRounds:
     kinds: dict[str, str]
     schedules: dict[str, dict[str, bool]]
     results: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One stored flag (a finding against nodes, docs/detection.md), as
+    :class:`~netcheck.storage.flags.FlagStore` and the dashboard's reader return it.
+
+    ``node_keys``: the named nodes, sorted; ``created_at``: Unix seconds;
+    ``statistic``/``threshold``: the detector's figures (None where not finite);
+    ``evidence``: the stored JSON document, ``None`` where it was not read (flag lists).
+    """
+
+    flag_id: int
+    kind: FlagKind
+    status: FlagStatus
+    profile: str
+    node_keys: tuple[str, ...]
+    created_at: float
+    statistic: float | None = None
+    threshold: float | None = None
+    evidence: dict[str, Any] | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Flag:
+        """A flag from a ``flags`` row mapping (``evidence`` optional).
+
+        Raises:
+            ValueError: the row's ``kind`` or ``status`` is not a known one.
+        """
+        evidence = row.get("evidence")
+        return cls(
+            flag_id=int(row["flag_id"]),
+            kind=FlagKind(row["kind"]),
+            status=FlagStatus(row["status"]),
+            profile=str(row["profile"]),
+            node_keys=tuple(row["node_keys"]),
+            created_at=float(row["created_at"]),
+            statistic=row.get("statistic"),
+            threshold=row.get("threshold"),
+            evidence=None if evidence is None else dict(evidence),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flag as the JSON documents (admin API, exports) show it: the ``flags``
+        row's columns, ``node_keys`` a list, no ``evidence`` key where it was not read."""
+        out: dict[str, Any] = {
+            "flag_id": self.flag_id,
+            "kind": str(self.kind),
+            "status": str(self.status),
+            "profile": self.profile,
+            "node_keys": list(self.node_keys),
+            "created_at": self.created_at,
+            "statistic": self.statistic,
+            "threshold": self.threshold,
+        }
+        if self.evidence is not None:
+            out["evidence"] = self.evidence
+        return out

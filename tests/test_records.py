@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from netcheck.records import (
+    Flag,
     FlagKind,
     FlagStatus,
     NodeOutcome,
@@ -43,3 +46,19 @@ def test_node_record_stored_row(tmp_path) -> None:  # type: ignore[no-untyped-de
     assert row["extra"]["probe_rtt_s"] == 0.02 and row["extra"]["release_end_ns"] == 120
     assert set(row["extra"]) == set(vars(timing)) - {"rtt_s", "arrived_ns"}
     store.close()
+
+
+def test_flag_round_trips_its_row_and_refuses_unknown_kinds() -> None:
+    """A ``flags`` row reads into a typed Flag and back to the same JSON document;
+    a row without evidence has no ``evidence`` key; unknown kinds are an error."""
+    row = {"flag_id": 3, "kind": "relay", "status": "pending", "profile": "p",
+           "node_keys": ["a", "b"], "created_at": 1.5, "statistic": None, "threshold": 0.01,
+           "evidence": {"rounds": ["r1"]}}  # fmt: skip
+    flag = Flag.from_row(row)
+    assert flag.kind is FlagKind.RELAY and flag.status is FlagStatus.PENDING
+    assert flag.node_keys == ("a", "b")
+    assert flag.as_dict() == row and list(flag.as_dict()) == list(row)
+    bare = {k: v for k, v in row.items() if k != "evidence"}
+    assert Flag.from_row(bare).evidence is None and Flag.from_row(bare).as_dict() == bare
+    with pytest.raises(ValueError):
+        Flag.from_row({**row, "kind": "bogus"})

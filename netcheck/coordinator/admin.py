@@ -301,15 +301,17 @@ def admin_app(coord: Coordinator) -> web.Application:
             )
 
         def read() -> list[dict[str, Any]]:
-            rows = coord.screening.flags.list_flags(
+            found = coord.screening.flags.list_flags(
                 kind=q.get("kind"), status=q.get("status"), node_key=q.get("node"),
                 limit=10_000 if review else limit,
             )  # fmt: skip
-            states = reviews().current(r["flag_id"] for r in rows)
+            states = reviews().current(f.flag_id for f in found)
             names = coord.config.node_names
-            for r in rows:
-                r["review"] = states[r["flag_id"]]
-                r["node_names"] = [names.get(k) for k in r["node_keys"]]
+            rows = [
+                {**f.as_dict(), "review": states[f.flag_id],
+                 "node_names": [names.get(k) for k in f.node_keys]}
+                for f in found
+            ]  # fmt: skip
             if review is not None:
                 rows = [r for r in rows if r["review"]["state"] == review][:limit]
             return rows
@@ -361,10 +363,11 @@ def admin_app(coord: Coordinator) -> web.Application:
         if flag is None:
             raise web.HTTPNotFound(text=f"no flag {flag_id}")
         history = await asyncio.to_thread(reviews().history, flag_id)
-        flag["reviews"] = history
-        flag["review"] = history[-1] if history else {"state": "open"}
-        names = [coord.config.node_names.get(k) for k in flag["node_keys"]]
-        return web.json_response(jsonable({**flag, **flag_links(flag), "node_names": names}))
+        doc = flag.as_dict()
+        doc["reviews"] = history
+        doc["review"] = history[-1] if history else {"state": "open"}
+        names = [coord.config.node_names.get(k) for k in flag.node_keys]
+        return web.json_response(jsonable({**doc, **flag_links(doc), "node_names": names}))
 
     app.middlewares.append(auth)
     app.router.add_get("/status", status)

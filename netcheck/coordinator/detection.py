@@ -243,9 +243,12 @@ class Screening:
         return jsonable(outcome)  # type: ignore[return-value]
 
     def _brief(self, flag_id: int) -> dict[str, Any]:
-        flag = self.flags.get_flag(flag_id) or {"flag_id": flag_id}
-        flag.pop("evidence", None)
-        return flag
+        flag = self.flags.get_flag(flag_id)
+        if flag is None:
+            return {"flag_id": flag_id}
+        brief = flag.as_dict()
+        brief.pop("evidence", None)
+        return brief
 
     # -- analysis and confirmation -------------------------------------------------------
 
@@ -293,10 +296,10 @@ class Screening:
     def _shared_flags(self, profile: str, status: FlagStatus | None) -> list[list[str]]:
         """Node sets of the ``shared-backend`` and ``declared-host`` flags of ``profile``."""
         return [
-            list(f["node_keys"])
+            list(f.node_keys)
             for kind in (SHARED_BACKEND, str(FlagKind.DECLARED_HOST))
             for f in self.flags.list_flags(kind=kind, status=status, limit=10_000)
-            if f["profile"] == profile
+            if f.profile == profile
         ]
 
     def _already_flagged(self, profile: str, members: Sequence[str]) -> bool:

@@ -39,7 +39,7 @@ from sqlalchemy import (
     update,
 )
 
-from netcheck.records import FlagStatus, RoundKind, StoredRounds
+from netcheck.records import Flag, FlagStatus, RoundKind, StoredRounds
 from netcheck.storage.store import Store
 from netcheck.storage.tables import metadata, results, rounds, verdicts
 
@@ -267,8 +267,9 @@ class FlagStore:
         status: str | None = None,
         node_key: str | None = None,
         limit: int = 200,
-    ) -> list[dict[str, Any]]:
-        """Flags, newest first, without their evidence; optional filters."""
+    ) -> list[Flag]:
+        """Flags, newest first, without their evidence (``evidence`` None); optional
+        filters."""
         cols = [c for c in flags.c if c.name != "evidence"]
         query = select(*cols).order_by(flags.c.flag_id.desc())
         if kind is not None:
@@ -278,16 +279,16 @@ class FlagStore:
         if node_key is None:
             query = query.limit(limit)
         with self.store._read("list flags") as conn:
-            rows = [dict(r._mapping) for r in conn.execute(query)]
+            rows = [Flag.from_row(dict(r._mapping)) for r in conn.execute(query)]
         if node_key is not None:  # JSON membership is not portable SQL; filter here
-            rows = [r for r in rows if node_key in r["node_keys"]][:limit]
+            rows = [r for r in rows if node_key in r.node_keys][:limit]
         return rows
 
-    def get_flag(self, flag_id: int) -> dict[str, Any] | None:
+    def get_flag(self, flag_id: int) -> Flag | None:
         """One flag with its evidence, or None."""
         with self.store._read("read flag") as conn:
             row = conn.execute(select(flags).where(flags.c.flag_id == flag_id)).first()
-        return None if row is None else dict(row._mapping)
+        return None if row is None else Flag.from_row(dict(row._mapping))
 
     def node_flag_evidence(self, kind: str, node_key: str, limit: int = 50) -> list[dict[str, Any]]:
         """The evidence documents of the ``limit`` newest flags of ``kind`` that name

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 
 from netcheck.errors import StorageError
+from netcheck.records import Flag
 from netcheck.storage.flags import flags as flags_table
 from netcheck.storage.group_reader import GroupQueries
 from netcheck.storage.store import Store
@@ -321,8 +322,8 @@ class Reader(GroupQueries):
         self._flags = flags_table
         return flags_table
 
-    def flags(self) -> list[dict[str, Any]]:
-        """Every row of the ``flags`` table, newest first (by ``flag_id``, the order they
+    def flags(self) -> list[Flag]:
+        """Every flag of the ``flags`` table with its evidence, newest first (by ``flag_id``, the order they
         were raised in; not by the wall-clock ``created_at``, which can step back)."""
         table = self._flags_table()
         if table is None:
@@ -330,7 +331,7 @@ class Reader(GroupQueries):
         pk = list(table.primary_key.columns)
         query = select(table).order_by(*(c.desc() for c in pk))
         with self._conn("list flags") as conn:
-            return [dict(r._mapping) for r in conn.execute(query)]
+            return [Flag.from_row(dict(r._mapping)) for r in conn.execute(query)]
 
     def flag_columns(self) -> tuple[str, ...]:
         """Column names of the ``flags`` table (empty without one)."""
@@ -359,7 +360,7 @@ class Reader(GroupQueries):
             KeyError: unknown ``kind``.
         """
         if kind == "flags":
-            return self.flag_columns(), self.flags()
+            return self.flag_columns(), [f.as_dict() for f in self.flags()]
         cols = EXPORT_COLUMNS[kind]
         table = _EXPORT_TABLES[kind]
         order = rounds.c.seq if kind == "rounds" else table.c.id

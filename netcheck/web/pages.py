@@ -183,7 +183,7 @@ class Dashboard(AccessMixin):
     # -- pages -------------------------------------------------------------------------
 
     def all_flags(self) -> list[FlagView]:
-        return [flag_view(r) for r in self.reader.flags()]
+        return [flag_view(f.as_dict()) for f in self.reader.flags()]
 
     async def nodes_page(self, request: web.Request) -> web.Response:
         held = await self.view.held_by()  # several gateways: node -> the gateway holding it

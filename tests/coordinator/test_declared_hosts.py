@@ -21,6 +21,7 @@ from netcheck.config import load_profile
 from netcheck.coordinator.detection import declared_host
 from netcheck.lab.sample import fill_synthetic
 from netcheck.lab.testing import RunningCoordinator, running_coordinator, small_profile
+from netcheck.records import Flag
 from netcheck.storage.flags import FlagStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "web"))
@@ -38,7 +39,7 @@ def test_declared_host_needs_every_member_on_one_host() -> None:
     assert declared_host([A, "ed25519:other"], hosts) is None
 
 
-def store_confirmed(rc: RunningCoordinator, members: tuple[str, ...], mp: Any) -> dict[str, Any]:
+def store_confirmed(rc: RunningCoordinator, members: tuple[str, ...], mp: Any) -> Flag:
     """Store the flags of a confirmation run that confirmed ``members`` (the statistics
     themselves are another module's business and stubbed here)."""
     mp.setattr(ev, "shared_backend_evidence", lambda *a: {"rounds": ["r1"], "receipts": []})
@@ -68,12 +69,12 @@ async def test_confirmed_pair_on_one_declared_host_is_reported_as_declared(
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
         rc.coord.screening.config = rc.coord.config.model_copy(update={"node_hosts": hosts})
         flag = store_confirmed(rc, (A, B), monkeypatch)
-        assert flag["kind"] == kind
-        assert flag["evidence"]["declared_hosts"] == hosts
+        assert flag.kind == kind and flag.evidence is not None
+        assert flag.evidence["declared_hosts"] == hosts
         if kind == "declared-host":
-            assert flag["evidence"]["declared_host"] == "rack7"
-            assert "declared to share host rack7" in flag["evidence"]["rule"]
-            assert "not reported as a proxy farm" in flag["evidence"]["rule"]
+            assert flag.evidence["declared_host"] == "rack7"
+            assert "declared to share host rack7" in flag.evidence["rule"]
+            assert "not reported as a proxy farm" in flag.evidence["rule"]
         # either kind counts as already flagged: the group is not re-confirmed each time
         assert rc.coord.screening._already_flagged(PROFILE.name, [A, B])
 

@@ -85,7 +85,8 @@ async def _backend(delay_s: float) -> AsyncIterator[str]:
 
 def _relay_flags(rc: RunningCoordinator) -> list[dict[str, Any]]:
     flags = rc.coord.screening.flags
-    return [flags.get_flag(int(f["flag_id"])) or {} for f in flags.list_flags(kind="relay")]
+    return [g.as_dict() for f in flags.list_flags(kind="relay")
+            if (g := flags.get_flag(f.flag_id)) is not None]  # fmt: skip
 
 
 async def test_relayed_probes_flagged_direct_node_not(tmp_path: Path) -> None:

@@ -80,9 +80,10 @@ async def test_identical_results_raise_result_sharing_flag(tmp_path: Path) -> No
         assert len(report.flags) == 1
         flag = rc.coord.screening.flags.get_flag(report.flags[0])
         assert flag is not None
-        assert (flag["kind"], flag["status"]) == ("result-sharing", "confirmed")
-        assert flag["node_keys"] == sorted([keys["a"], keys["b"]])
-        ev = flag["evidence"]
+        assert (flag.kind, flag.status) == ("result-sharing", "confirmed")
+        assert list(flag.node_keys) == sorted([keys["a"], keys["b"]])
+        ev = flag.evidence
+        assert ev is not None
         assert ev["evidence"] == "commitment" and ev["round_id"] == report.round_id
         assert all(r["signature"] and r["session_id"] for r in ev["receipts"])
 
@@ -96,7 +97,11 @@ async def test_capacity_strikes_raise_one_flag(tmp_path: Path) -> None:
         fs = rc.coord.screening.flags
 
         def capacity_flags(report: Any) -> list[int]:  # "ok" answers wrong: answer-failure
-            return [f for f in report.flags if (fs.get_flag(f) or {})["kind"] == "capacity"]
+            return [
+                f
+                for f in report.flags
+                if (g := fs.get_flag(f)) is not None and g.kind == "capacity"
+            ]
 
         first = await run_round(rc.coord, PROFILE.name)
         assert capacity_flags(first) == []
@@ -105,10 +110,11 @@ async def test_capacity_strikes_raise_one_flag(tmp_path: Path) -> None:
         third = await run_round(rc.coord, PROFILE.name)
         assert capacity_flags(third) == []  # the same strikes are already covered
         flag = rc.coord.screening.flags.get_flag(capacity_flags(second)[0])
-        assert flag is not None and flag["kind"] == "capacity"
-        assert flag["node_keys"] == [keys["bad"]]
-        assert (flag["statistic"], flag["threshold"]) == (2.0, 2.0)
-        assert flag["evidence"]["strike_rounds"] == [second.round_id, first.round_id]
+        assert flag is not None and flag.kind == "capacity"
+        assert flag.node_keys == (keys["bad"],)
+        assert (flag.statistic, flag.threshold) == (2.0, 2.0)
+        assert flag.evidence is not None
+        assert flag.evidence["strike_rounds"] == [second.round_id, first.round_id]
 
 
 async def test_admin_screening_and_flag_routes(tmp_path: Path) -> None:

@@ -27,8 +27,9 @@ def test_a_repeat_finding_adds_to_the_open_flag(flags: FlagStore) -> None:
     assert (new_a, new_b) == (True, False) and a == b
     assert len(flags.list_flags(kind="capacity")) == 1
     flag = flags.get_flag(a)
-    assert flag is not None and flag["statistic"] == 4.0
-    e = flag["evidence"]
+    assert flag is not None and flag.statistic == 4.0
+    e = flag.evidence
+    assert e is not None
     assert e["rounds"] == ["r1", "r2", "r3"] and e["strike_rounds"] == ["r1", "r2"]
     assert set(e["latencies"]) == {"r1", "r2", "r3"}
     assert [o["statistic"] for o in e["occurrences"]] == [3.0, 4.0]
@@ -67,7 +68,7 @@ def test_pending_becomes_confirmed_and_cleared_records_never_merge(flags: FlagSt
     a, _ = raise_flag(flags, "relay", "pending", "p", ["n1"], 3.0, 3.0, ev("r1"))
     raise_flag(flags, "relay", "confirmed", "p", ["n1"], 0.2, 0.01, ev("r2"))
     flag = flags.get_flag(a)
-    assert flag is not None and flag["status"] == "confirmed"
+    assert flag is not None and flag.status == "confirmed"
     c1, _ = raise_flag(flags, "shared-backend", "cleared", "p", ["n1", "n2"], 0.3, 1e-3, ev("r1"))
     c2, _ = raise_flag(flags, "shared-backend", "cleared", "p", ["n1", "n2"], 0.3, 1e-3, ev("r2"))
     assert c1 != c2

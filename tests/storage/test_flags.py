@@ -7,7 +7,7 @@ import math
 import pytest
 
 from netcheck.errors import StorageError
-from netcheck.records import Assignment, NodeOutcome, RoundPlan, Verdict
+from netcheck.records import Assignment, FlagStatus, NodeOutcome, RoundPlan, Verdict
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore, jsonable
 
@@ -50,9 +50,9 @@ def test_add_and_get_flag_round_trips_evidence(flags: FlagStore) -> None:
     )  # fmt: skip
     flag = flags.get_flag(fid)
     assert flag is not None
-    assert flag["node_keys"] == ["n1", "n2"]
-    assert flag["statistic"] == pytest.approx(1e-6) and flag["threshold"] == pytest.approx(5e-4)
-    assert flag["evidence"] == {"rounds": ["r1"], "p": None, "sig": "0001"}
+    assert flag.node_keys == ("n1", "n2")
+    assert flag.statistic == pytest.approx(1e-6) and flag.threshold == pytest.approx(5e-4)
+    assert flag.evidence == {"rounds": ["r1"], "p": None, "sig": "0001"}
     assert flags.get_flag(fid + 100) is None
 
 
@@ -61,19 +61,20 @@ def test_list_flags_filters_and_omits_evidence(flags: FlagStore) -> None:
     a = flags.add_flag("capacity", "confirmed", "p", ["n1"], 3.0, 3.0, {})
     b = flags.add_flag("shared-backend", "cleared", "p", ["n1", "n2"], 0.1, 0.01, {})
     c = flags.add_flag("relay", "pending", "p", ["n3"], math.inf, 0.015, {})
-    assert [f["flag_id"] for f in flags.list_flags()] == [c, b, a]
-    assert "evidence" not in flags.list_flags()[0]
-    assert [f["flag_id"] for f in flags.list_flags(kind="capacity")] == [a]
-    assert [f["flag_id"] for f in flags.list_flags(status="cleared")] == [b]
-    assert [f["flag_id"] for f in flags.list_flags(node_key="n1")] == [b, a]
-    assert flags.list_flags(kind="relay")[0]["statistic"] is None  # inf is not JSON
+    assert [f.flag_id for f in flags.list_flags()] == [c, b, a]
+    assert flags.list_flags()[0].evidence is None
+    assert "evidence" not in flags.list_flags()[0].as_dict()
+    assert [f.flag_id for f in flags.list_flags(kind="capacity")] == [a]
+    assert [f.flag_id for f in flags.list_flags(status="cleared")] == [b]
+    assert [f.flag_id for f in flags.list_flags(node_key="n1")] == [b, a]
+    assert flags.list_flags(kind="relay")[0].statistic is None  # inf is not JSON
 
 
 def test_set_status_and_validation(flags: FlagStore) -> None:
     """Status changes are stored; unknown statuses and empty node sets are refused."""
     fid = flags.add_flag("relay", "pending", "p", ["n1"], 0.1, 0.015, {})
     assert flags.set_status(fid, "cleared")
-    assert flags.list_flags()[0]["status"] == "cleared"
+    assert flags.list_flags()[0].status == FlagStatus.CLEARED
     assert not flags.set_status(fid + 1, "cleared")
     with pytest.raises(ValueError):
         flags.add_flag("relay", "bogus", "p", ["n1"], None, None, {})

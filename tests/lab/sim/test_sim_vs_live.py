@@ -67,8 +67,8 @@ async def test_live_and_simulated_screening_raise_the_same_flags(tmp_path: Path)
         await rc.coord.screening.run(PROFILE.name, ROUNDS)
         stored = rc.coord.screening.flags.list_flags(limit=100)
     role = {key: name.split("-")[0] for name, key in names.items()}
-    live = _roles([(f["kind"], f["status"], frozenset(f["node_keys"])) for f in stored
-                   if f["status"] != "cleared"], role)  # fmt: skip
+    live = _roles([(f.kind, f.status, frozenset(f.node_keys)) for f in stored
+                   if f.status != "cleared"], role)  # fmt: skip
 
     spec = PopulationSpec(
         n_nodes=6, farm_sizes=(2,), cohosted_pairs=0, sigma_w=0.02, sigma_spread=0.0,
