@@ -101,6 +101,18 @@ class NodeOutcome:
     canaries_checked: int
     canaries_matched: int
 
+    def to_json(self) -> dict[str, Any]:
+        """The verdict as a JSON-ready dict (the verdict as its text): the form of the
+        ``verdicts`` table row, the spool entry and the round report."""
+        return {
+            "node_key": self.node_key,
+            "verdict": str(self.verdict),
+            "reason": self.reason,
+            "elapsed_s": self.elapsed_s,
+            "canaries_checked": self.canaries_checked,
+            "canaries_matched": self.canaries_matched,
+        }
+
 
 @dataclass(frozen=True)
 class Assignment:
@@ -215,16 +227,7 @@ class RoundReport:
             "flags": self.flags,
             "phases": self.phases,
             "verdicts": [
-                {
-                    "node_key": o.node_key,
-                    "verdict": str(o.verdict),
-                    "reason": o.reason,
-                    "elapsed_s": o.elapsed_s,
-                    "canaries_checked": o.canaries_checked,
-                    "canaries_matched": o.canaries_matched,
-                    "timing": self.timings.get(o.node_key),
-                }
-                for o in self.outcomes
+                {**o.to_json(), "timing": self.timings.get(o.node_key)} for o in self.outcomes
             ],
         }
 

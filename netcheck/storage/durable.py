@@ -40,14 +40,7 @@ REPLAY_EVERY_S = 5.0
 
 def outcome_entry(o: NodeOutcome) -> dict[str, Any]:
     """A verdict as a JSON-able dict (the spool's form)."""
-    return {
-        "node_key": o.node_key,
-        "verdict": str(o.verdict),
-        "reason": o.reason,
-        "elapsed_s": o.elapsed_s,
-        "canaries_checked": o.canaries_checked,
-        "canaries_matched": o.canaries_matched,
-    }
+    return o.to_json()
 
 
 def outcome_of(d: Mapping[str, Any]) -> NodeOutcome:

@@ -471,12 +471,7 @@ class Store:
                 [
                     {
                         "round_id": round_id,
-                        "node_key": o.node_key,
-                        "verdict": str(o.verdict),
-                        "reason": o.reason,
-                        "elapsed_s": o.elapsed_s,
-                        "canaries_checked": o.canaries_checked,
-                        "canaries_matched": o.canaries_matched,
+                        **o.to_json(),
                         "recorded_at": now,
                         "passed": str(o.verdict) == "pass",
                     }

@@ -40,3 +40,24 @@ def test_rejects_short_secret_and_nul() -> None:
         load_bit(b"short", "r", "n")
     with pytest.raises(ValueError):
         load_bit(SECRET, "r\0x", "n")
+
+
+def test_pair_coverage_bounds_what_any_detector_can_link() -> None:
+    """The exact chance that a pair has >= 2 rounds in each of the three arms a mutual
+    edge needs: matches a Monte Carlo of the same design and the session-2 figures."""
+    import random
+
+    from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
+
+    assert round(pair_coverage(12), 4) == 0.5584
+    assert round(pair_coverage(24), 4) == 0.9729
+    assert pair_coverage(5) == 0.0 and pair_coverage(6) == 4**-6 * 90
+    rng = random.Random(3)
+    hits = 0
+    for _ in range(20_000):
+        arms = [0, 0, 0, 0]
+        for _ in range(12):
+            arms[rng.getrandbits(2)] += 1
+        hits += min(arms[1:]) >= 2
+    assert abs(hits / 20_000 - pair_coverage(12)) < 0.02
+    assert rounds_for_coverage(0.95) == 22 and pair_coverage(22) >= 0.95 > pair_coverage(21)

@@ -57,3 +57,6 @@ def test_analysis_line_is_plain_about_its_level() -> None:
     assert "1 edges, 0 suspect groups" in line
     assert "p < 0.0119, i.e. 0.5 spread over 42 pairs" in line
     assert "flagged only after confirmation rounds" in line
+    assert "linked only with probability 0.81 after 16; 22 screening rounds give 0.95" in line
+    enough = {**seven, "n_rounds": 24}
+    assert "Too few screening rounds" not in analysis_line(enough)

@@ -22,8 +22,6 @@ Computed failure rate: about 5e-5 (< 1e-3).
 
 from __future__ import annotations
 
-import random
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +31,7 @@ from netcheck.config import DeadlineParams, Profile
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
 from netcheck.lab.sim.live import LiveConfig, LiveSimulation
 from netcheck.lab.sim.population import PopulationSpec, make_population
-from netcheck.lab.testing import canary_store, running_coordinator
+from netcheck.lab.testing import CanaryAnswering, canary_store, running_coordinator
 
 pytestmark = pytest.mark.slow
 
@@ -48,19 +46,6 @@ FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
 ROUNDS = 64
 
 
-class Answering:
-    """Answers canaries correctly and other prompts with its own random tokens."""
-
-    fingerprint = FP
-
-    def __init__(self) -> None:
-        self.rng = random.Random()
-
-    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
-        return [[1] * T if p.startswith("canary") else
-                [self.rng.randrange(258) for _ in range(T)] for p in prompts]  # fmt: skip
-
-
 def _roles(flags: list[tuple[str, str, frozenset[str]]], role: dict[str, str]) -> set[tuple[str, str, frozenset[str]]]:  # fmt: skip
     return {(kind, status, frozenset(role[k] for k in keys)) for kind, status, keys in flags}
 
@@ -71,9 +56,12 @@ async def test_live_and_simulated_screening_raise_the_same_flags(tmp_path: Path)
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
         shared = EmulatedGPU(0.2, beta=1.0)
-        workers = {f"honest-{i}": EmulatedWorker(Answering(), EmulatedGPU(0.3)) for i in range(4)}
-        workers |= {"proxy-a": EmulatedWorker(Answering(), shared),
-                    "proxy-b": EmulatedWorker(Answering(), shared)}  # fmt: skip
+        workers = {
+            f"honest-{i}": EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(0.3))
+            for i in range(4)
+        }
+        workers |= {"proxy-a": EmulatedWorker(CanaryAnswering(FP, T), shared),
+                    "proxy-b": EmulatedWorker(CanaryAnswering(FP, T), shared)}  # fmt: skip
         names = rc.start_named(workers, PROFILE.name)
         await rc.wait_connected(len(workers))
         await rc.coord.screening.run(PROFILE.name, ROUNDS)
