@@ -15,7 +15,9 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
 
@@ -27,15 +29,21 @@ from netcheck.logs import node_label
 from netcheck.protocol.codec import DEFAULT_LIMITS, Limits
 from netcheck.protocol.messages import (
     Ack,
+    Auth,
     Bye,
     Echo,
     EchoReply,
     Error,
+    Hello,
+    Job,
     Message,
     Probe,
     ProbeReply,
     ProfileClaim,
+    Release,
     Result,
+    VerdictNotice,
+    Welcome,
 )
 from netcheck.protocol.transport import Transport
 from netcheck.text import untrusted
@@ -364,50 +372,66 @@ class NodeSession:
         return (t1 - t0) / 1e9, answer
 
     def _dispatch(self, opened: Opened, arrived_ns: int, source: str = "reader") -> None:
-        """Route one decrypted message to its waiter; unexpected ones are protocol errors."""
-        msg = opened.message
-        if isinstance(msg, Ack):
-            fut = self._acks.get(msg.round_id)
-            if fut is None or fut.done():
-                raise ProtocolError(
-                    CloseCode.UNEXPECTED_MESSAGE, f"ack for unknown round {msg.round_id!r}"
-                )
-            fut.set_result(arrived_ns)
-        elif isinstance(msg, Result | Error):
-            rfut = self._results.get(msg.round_id)
-            if rfut is None or rfut.done():
-                raise ProtocolError(
-                    CloseCode.UNEXPECTED_MESSAGE, f"result for unknown round {msg.round_id!r}"
-                )
-            done_ns = time.monotonic_ns()
-            if isinstance(msg, Result):
-                rfut.set_result(
-                    Arrival(
-                        arrived_ns,
-                        msg,
-                        None,
-                        done_ns,
-                        opened.commitment_ok,
-                        opened.signature_ok,
-                        source,
-                    )
-                )
-            else:
-                rfut.set_result(
-                    Arrival(arrived_ns, None, untrusted(msg.reason), done_ns, stamp_source=source)
-                )
-        elif isinstance(msg, EchoReply):
-            efut = self._echoes.get(msg.nonce)
-            if efut is not None and not efut.done():
-                efut.set_result(arrived_ns)
-        elif isinstance(msg, ProbeReply):
-            pfut = self._probes.get(msg.nonce)
-            if pfut is not None and not pfut.done():
-                pfut.set_result((arrived_ns, msg.answer))
-        else:
+        """Route one decrypted message to its handler in :data:`FROM_NODE`; any other
+        type (:data:`REFUSED_FROM_NODE`) is a protocol error.
+
+        Raises:
+            ProtocolError: UNEXPECTED_MESSAGE for a type a node may not send now, or an
+                answer to a round nobody waits for.
+        """
+        handler = FROM_NODE.get(type(opened.message))
+        if handler is None:
             raise ProtocolError(
-                CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} not allowed from a node"
+                CloseCode.UNEXPECTED_MESSAGE,
+                f"{type(opened.message).__name__} not allowed from a node",
             )
+        handler(self, opened, arrived_ns, source)
+
+    def _on_ack(self, opened: Opened, arrived_ns: int, source: str) -> None:
+        msg = cast(Ack, opened.message)
+        fut = self._acks.get(msg.round_id)
+        if fut is None or fut.done():
+            raise ProtocolError(
+                CloseCode.UNEXPECTED_MESSAGE, f"ack for unknown round {msg.round_id!r}"
+            )
+        fut.set_result(arrived_ns)
+
+    def _on_result(self, opened: Opened, arrived_ns: int, source: str) -> None:
+        msg = cast(Result | Error, opened.message)
+        rfut = self._results.get(msg.round_id)
+        if rfut is None or rfut.done():
+            raise ProtocolError(
+                CloseCode.UNEXPECTED_MESSAGE, f"result for unknown round {msg.round_id!r}"
+            )
+        done_ns = time.monotonic_ns()
+        if isinstance(msg, Result):
+            rfut.set_result(
+                Arrival(
+                    arrived_ns,
+                    msg,
+                    None,
+                    done_ns,
+                    opened.commitment_ok,
+                    opened.signature_ok,
+                    source,
+                )
+            )
+        else:
+            rfut.set_result(
+                Arrival(arrived_ns, None, untrusted(msg.reason), done_ns, stamp_source=source)
+            )
+
+    def _on_echo_reply(self, opened: Opened, arrived_ns: int, source: str) -> None:
+        msg = cast(EchoReply, opened.message)
+        efut = self._echoes.get(msg.nonce)
+        if efut is not None and not efut.done():
+            efut.set_result(arrived_ns)
+
+    def _on_probe_reply(self, opened: Opened, arrived_ns: int, source: str) -> None:
+        msg = cast(ProbeReply, opened.message)
+        pfut = self._probes.get(msg.nonce)
+        if pfut is not None and not pfut.done():
+            pfut.set_result((arrived_ns, msg.answer))
 
     async def read_loop(self) -> CloseCode:
         """Read frames until the session ends; returns the close code to use.
@@ -431,7 +455,7 @@ class NodeSession:
                 arrived_ns = self.stamps.take(wsmsg.data) or fallback_ns
                 source = self.stamps.last_source
                 opened = await self.opener.open(self.transport, wsmsg.data, self.node_key_raw)
-                if isinstance(opened.message, Bye):
+                if isinstance(opened.message, Bye):  # ENDS_SESSION
                     reason = untrusted(opened.message.reason)
                     log.info("node %s said bye: %s", self.label, reason)
                     break
@@ -464,3 +488,22 @@ class NodeSession:
                 if not fut.done():
                     fut.set_exception(NodeDisconnected(self.node_key))
             waiters.clear()
+
+
+#: What a node may send after the handshake, by message type: the :class:`NodeSession`
+#: method that handles it (``Bye`` is in :data:`ENDS_SESSION`: ``read_loop`` stops).
+#: A new message type is one entry here or in :data:`REFUSED_FROM_NODE`
+#: (tests/coordinator/test_session_dispatch.py checks that every type is in one of them).
+FROM_NODE: dict[type[Message], Callable[[NodeSession, Opened, int, str], None]] = {
+    Ack: NodeSession._on_ack,
+    Result: NodeSession._on_result,
+    Error: NodeSession._on_result,
+    EchoReply: NodeSession._on_echo_reply,
+    ProbeReply: NodeSession._on_probe_reply,
+}
+#: Ends the session: ``read_loop`` logs the node's reason and returns.
+ENDS_SESSION: frozenset[type[Message]] = frozenset({Bye})
+#: Never valid from a node after the handshake: closed with UNEXPECTED_MESSAGE.
+REFUSED_FROM_NODE: frozenset[type[Message]] = frozenset(
+    {Hello, Welcome, Auth, Job, Release, Echo, Probe, VerdictNotice}
+)

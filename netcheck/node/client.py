@@ -24,7 +24,9 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import cast
 
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -47,10 +49,12 @@ from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.limits import job_payload_limits, node_receive_limits
 from netcheck.protocol.messages import (
     Ack,
+    Auth,
     Bye,
     Echo,
     EchoReply,
     Error,
+    Hello,
     Job,
     Message,
     Probe,
@@ -449,38 +453,56 @@ class NodeClient:
         return cc if cc is not None else CloseCode.NORMAL
 
     async def _handle(self, session: _Session, msg: Message) -> None:
-        if isinstance(msg, Job):
-            if msg.round_id in session.jobs:
-                raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"second job for {msg.round_id}")
-            session.jobs[msg.round_id] = msg
-            await session.send(Ack(round_id=msg.round_id))
-        elif isinstance(msg, Release):
-            job = session.jobs.pop(msg.round_id, None)
-            if job is None:
-                raise ProtocolError(
-                    CloseCode.UNEXPECTED_MESSAGE, f"release for unknown {msg.round_id}"
-                )
-            prompts = open_job(
-                job.ciphertext, msg.job_key, job.round_id, job.nonce, self.payload_limits
-            )
-            task = asyncio.get_running_loop().create_task(self._run_job(session, job, prompts))
-            session.tasks.add(task)
-            task.add_done_callback(session.tasks.discard)
-        elif isinstance(msg, Echo):
-            await session.send(EchoReply(nonce=msg.nonce))
-        elif isinstance(msg, Probe):
-            task = asyncio.get_running_loop().create_task(self._answer_probe(session, msg))
-            session.tasks.add(task)
-            task.add_done_callback(session.tasks.discard)
-        elif isinstance(msg, VerdictNotice):
-            self._note_verdict(session, msg)
-        elif isinstance(msg, Bye):
-            session.bye_reason = untrusted(msg.reason)
-            await session.ws.close()
-        elif not isinstance(msg, EchoReply | ProbeReply):
+        """Route one message from the coordinator to its handler in
+        :data:`FROM_COORDINATOR`; :data:`IGNORED_FROM_COORDINATOR` types are dropped.
+
+        Raises:
+            ProtocolError: UNEXPECTED_MESSAGE for a type the coordinator may not send
+                (:data:`REFUSED_FROM_COORDINATOR`) or a job/release out of order.
+        """
+        handler = FROM_COORDINATOR.get(type(msg))
+        if handler is not None:
+            await handler(self, session, msg)
+        elif type(msg) not in IGNORED_FROM_COORDINATOR:
             raise ProtocolError(
                 CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} from coordinator"
             )
+
+    async def _on_job(self, session: _Session, msg: Message) -> None:
+        job = cast(Job, msg)
+        if job.round_id in session.jobs:
+            raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"second job for {job.round_id}")
+        session.jobs[job.round_id] = job
+        await session.send(Ack(round_id=job.round_id))
+
+    async def _on_release(self, session: _Session, msg: Message) -> None:
+        release = cast(Release, msg)
+        job = session.jobs.pop(release.round_id, None)
+        if job is None:
+            raise ProtocolError(
+                CloseCode.UNEXPECTED_MESSAGE, f"release for unknown {release.round_id}"
+            )
+        prompts = open_job(
+            job.ciphertext, release.job_key, job.round_id, job.nonce, self.payload_limits
+        )
+        task = asyncio.get_running_loop().create_task(self._run_job(session, job, prompts))
+        session.tasks.add(task)
+        task.add_done_callback(session.tasks.discard)
+
+    async def _on_echo(self, session: _Session, msg: Message) -> None:
+        await session.send(EchoReply(nonce=cast(Echo, msg).nonce))
+
+    async def _on_probe(self, session: _Session, msg: Message) -> None:
+        task = asyncio.get_running_loop().create_task(self._answer_probe(session, cast(Probe, msg)))
+        session.tasks.add(task)
+        task.add_done_callback(session.tasks.discard)
+
+    async def _on_verdict(self, session: _Session, msg: Message) -> None:
+        self._note_verdict(session, cast(VerdictNotice, msg))
+
+    async def _on_bye(self, session: _Session, msg: Message) -> None:
+        session.bye_reason = untrusted(cast(Bye, msg).reason)
+        await session.ws.close()
 
     def _note_verdict(self, session: _Session, notice: VerdictNotice) -> None:
         """Check the coordinator's signature, log the verdict, append it to the log.
@@ -541,3 +563,25 @@ class NodeClient:
             return
         self.rounds_served += 1
         log.info("%s: round %s answered (%d outputs)", self.label, job.round_id, len(packed))
+
+
+#: What the coordinator may send after the handshake, by message type: the
+#: :class:`NodeClient` method that handles it. A new message type is one entry here,
+#: in :data:`IGNORED_FROM_COORDINATOR` or in :data:`REFUSED_FROM_COORDINATOR`
+#: (tests/node/test_client_dispatch.py checks that every type is in exactly one).
+FROM_COORDINATOR: dict[
+    type[Message], Callable[[NodeClient, _Session, Message], Awaitable[None]]
+] = {
+    Job: NodeClient._on_job,
+    Release: NodeClient._on_release,
+    Echo: NodeClient._on_echo,
+    Probe: NodeClient._on_probe,
+    VerdictNotice: NodeClient._on_verdict,
+    Bye: NodeClient._on_bye,
+}
+#: Accepted and dropped (replies to nothing the node asked; kept as before).
+IGNORED_FROM_COORDINATOR: frozenset[type[Message]] = frozenset({EchoReply, ProbeReply})
+#: Never valid from the coordinator after the handshake: closed with UNEXPECTED_MESSAGE.
+REFUSED_FROM_COORDINATOR: frozenset[type[Message]] = frozenset(
+    {Hello, Welcome, Auth, Ack, Result, Error}
+)
