@@ -15,7 +15,7 @@ Routes:
   done), ``DELETE`` the same path cancels it after the round in flight
   (:mod:`netcheck.coordinator.jobs`).
 - ``POST /admin/screening``       — run screening rounds, the analysis and confirmation;
-  body ``{"rounds": N, "profile": NAME}`` (both optional; N defaults to 16). Returns
+  body ``{"rounds": N, "profile": NAME}`` (both optional; N defaults to 32). Returns
   the rounds, the detector summary, the confirmations and the flags raised.
 - ``GET  /admin/flags``           — flags, newest first, without evidence; query
   parameters ``kind``, ``status``, ``node``, ``limit`` (1..10000, default 200) filter them.
@@ -74,7 +74,8 @@ FLAG_KINDS = (
     "shared-backend", "declared-host", "capacity", "result-sharing", "relay", "answer-failure",
 )  # fmt: skip
 
-DEFAULT_SCREENING_ROUNDS = 16
+#: 32 rounds = 24 screening rounds: 97% of node pairs comparable (schedule.pair_coverage)
+DEFAULT_SCREENING_ROUNDS = 32
 MAX_SCREENING_ROUNDS = 1024
 
 
