@@ -67,3 +67,12 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 def pg_url(tmp_path: Path) -> Iterator[str]:
     """A fresh PostgreSQL schema URL (skipped when PostgreSQL is not configured)."""
     yield from backend_url("postgresql", tmp_path)
+
+
+@pytest.fixture
+def private_pg() -> Iterator[tuple[str, dict[str, str]]]:
+    """(URL, env) of a private PostgreSQL cluster that a test may stop, start or restart
+    (tests/pg_support.py); stopped and deleted afterwards."""
+    from pg_support import private_cluster
+
+    yield from private_cluster()

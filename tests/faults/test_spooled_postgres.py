@@ -9,57 +9,19 @@ restarts it with ``pg_ctl``. Skipped where PostgreSQL is not configured for the 
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fault_support import light_profile, wait_for
+from pg_support import pg_ctl
 from test_spooled_rounds import StartedWorker, computing, receipts_valid
 
 from netcheck.coordinator.rounds import run_round
-from netcheck.lab.demo import free_port
 from netcheck.lab.load import add_hash_references
 from netcheck.lab.testing import running_coordinator
 from netcheck.storage import Store
 
-ROOT = Path(__file__).resolve().parents[2]
 PROFILE = light_profile(result_timeout_s=8.0)
-
-
-@pytest.fixture
-def private_pg() -> Iterator[tuple[str, dict[str, str]]]:
-    """(URL, env) of a private PostgreSQL cluster, stopped and deleted afterwards."""
-    if not os.environ.get("NETCHECK_TEST_POSTGRES_URL"):
-        pytest.skip("PostgreSQL not configured: set NETCHECK_TEST_POSTGRES_URL")
-    pgdir = tempfile.mkdtemp(prefix="netcheck-pg-spool-")
-    env = {**os.environ, "NETCHECK_PG_DIR": pgdir, "NETCHECK_PG_PORT": str(free_port())}
-    script = str(ROOT / "scripts" / "postgres")
-    try:
-        url = subprocess.run(
-            [script], env=env, check=True, capture_output=True, text=True, timeout=120
-        ).stdout.strip()
-        yield url, env
-    finally:
-        subprocess.run([script, "stop"], env=env, check=False, timeout=120)
-
-
-def pg_ctl(env: dict[str, str], action: str) -> None:
-    """``pg_ctl <action>`` (stop/start/restart, fast mode) of the private cluster."""
-    bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-    pgdir = env["NETCHECK_PG_DIR"]
-    opts = (f"-p {env['NETCHECK_PG_PORT']} -k {pgdir} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c max_connections=200")  # fmt: skip
-    cmd = [str(bins[-1]), "-D", f"{pgdir}/data", "-l", f"{pgdir}/server.log", "-m", "fast",
-           "-w", "-o", opts, action]  # fmt: skip
-    if os.getuid() == 0:
-        cmd = ["runuser", "-u", "postgres", "--", *cmd]
-    # The server inherits pg_ctl's stdout: no pipe, or run() would wait for the server.
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=120)  # fmt: skip
 
 
 async def _round_with_nodes(tmp_path: Path, url: str, **kw: float) -> tuple[Store, object]:

@@ -10,22 +10,17 @@ PostgreSQL is not configured for the tests.
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gw_support import FAST, PROFILE, until
+from pg_support import pg_ctl
 
 from netcheck.keys import public_key_text
 from netcheck.lab.gateways import running_gateway
 from netcheck.lab.load import HashWorker, add_hash_references
 from netcheck.storage import Store
 from netcheck.storage.cluster import ClusterStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
-from test_spooled_postgres import pg_ctl, private_pg  # noqa: E402
-
-__all__ = ["private_pg"]  # the fixture, imported for pytest
 
 
 async def test_postgres_down_past_budget_gateways_spool_then_report(

@@ -9,54 +9,17 @@ cluster with ``scripts/postgres`` (its own directory and port) and restarts it w
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from gw_support import FAST, PROFILE, until
+from pg_support import pg_ctl
 
 from netcheck.keys import public_key_text
-from netcheck.lab.demo import free_port
 from netcheck.lab.gateways import running_gateway
 from netcheck.lab.load import HashWorker, add_hash_references
 from netcheck.storage import Store
 from netcheck.storage.cluster import ClusterStore
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def private_pg() -> Iterator[tuple[str, dict[str, str]]]:
-    """(URL, env) of a private PostgreSQL cluster, stopped and deleted afterwards."""
-    if not os.environ.get("NETCHECK_TEST_POSTGRES_URL"):
-        pytest.skip("PostgreSQL not configured: set NETCHECK_TEST_POSTGRES_URL")
-    pgdir = tempfile.mkdtemp(prefix="netcheck-pg-restart-")
-    env = {**os.environ, "NETCHECK_PG_DIR": pgdir, "NETCHECK_PG_PORT": str(free_port())}
-    script = str(ROOT / "scripts" / "postgres")
-    try:
-        url = subprocess.run(
-            [script], env=env, check=True, capture_output=True, text=True, timeout=120
-        ).stdout.strip()
-        yield url, env
-    finally:
-        subprocess.run([script, "stop"], env=env, check=False, timeout=120)
-
-
-def restart_postgres(env: dict[str, str]) -> None:
-    """``pg_ctl restart -m fast`` of the private cluster (as its owner)."""
-    bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-    pgdir = env["NETCHECK_PG_DIR"]
-    cmd = [str(bins[-1]), "-D", f"{pgdir}/data", "-l", f"{pgdir}/server.log", "-m", "fast",
-           "-w", "restart"]  # fmt: skip
-    if os.getuid() == 0:
-        cmd = ["runuser", "-u", "postgres", "--", *cmd]
-    # The server inherits pg_ctl's stdout: no pipe, or run() would wait for the server.
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   timeout=120)  # fmt: skip
 
 
 async def test_postgres_restart_mid_round(
@@ -91,7 +54,7 @@ async def test_postgres_restart_mid_round(
             return bool(found)
 
         await until(released, 30.0)
-        await asyncio.to_thread(restart_postgres, env)
+        await asyncio.to_thread(pg_ctl, env, "restart")
         outcome = await asyncio.gather(asyncio.wait_for(task, 120.0), return_exceptions=True)
         round_id = found[0]
 
