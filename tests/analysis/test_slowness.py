@@ -42,8 +42,8 @@ def test_padded_identity_is_flagged_and_coupled_honest_nodes_are_not() -> None:
     rng = np.random.default_rng(3)
     n = 24
     noise = lambda: np.exp(0.05 * rng.standard_normal(n))  # noqa: E731
-    coupled = T_REF * np.where(np.arange(n) % 2 == 0, 1.2, 1.0) * np.exp(
-        0.15 * rng.standard_normal(n)
+    coupled = (
+        T_REF * np.where(np.arange(n) % 2 == 0, 1.2, 1.0) * np.exp(0.15 * rng.standard_normal(n))
     )
     times = {"pad": list(T_REF * 1.5 * noise()), "coupled": list(coupled),
              "slow10": list(T_REF * 1.1 * noise()), "ok": list(T_REF * noise())}  # fmt: skip
