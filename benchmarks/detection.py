@@ -43,10 +43,12 @@ over >= 1,000 analyses with benign coupling up to 20%: honest nodes in shared-ba
 flags (FF) and honest slow flags (slH); honest capacity flags (capH) are printed
 beside.
 
-Run: ``.venv/bin/python benchmarks/detection.py [--seeds 2] [--quick] [--old]
-[--check] [--json PATH]``. ``--quick``: base and padded scenarios and the false-flag
-scenario only, fewer seeds (for iteration, about a minute); ``--old``: also the ``old``
-config.
+Run: ``.venv/bin/python benchmarks/detection.py [--seeds 2] [--quick] [--old] [--check]
+[--json PATH] [--from-json PATH...]``. ``--quick``: base and padded scenarios and the
+false-flag scenario only, 1 seed (for iteration, 1-2 minutes); ``--old``: also the
+``old`` config; ``--from-json``: table and goals over the rows of several runs (the
+grid split over processes so that each run stays under 10 minutes; docs/detection.md
+gives the split).
 """
 
 from __future__ import annotations
@@ -291,6 +293,28 @@ def goals(
     return out
 
 
+def print_goals(rows: list[dict[str, Any]], scs: list[Scenario], configs: tuple[str, ...]) -> bool:
+    """Print the goals of each config (MET / MISS, detail); True when ``new`` misses one."""
+    missed = print_goals(rows, scs, configs)
+    return missed
+
+
+def report_json(paths: list[str], scs: list[Scenario], check: bool) -> int:
+    """Table and goals over the rows of several ``--json`` files (``--from-json``)."""
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        with open(path) as fh:
+            rows += json.load(fh)
+    names = {r["scenario"] for r in rows}
+    configs = tuple(dict.fromkeys(r["config"] for r in rows))
+    print(
+        f"EMULATION — netcheck detection benchmark, rows of {len(paths)} runs: {', '.join(paths)}"
+    )
+    print(table(rows))
+    missed = print_goals(rows, [s for s in scs if s.name in names], configs)
+    return 1 if (missed and check) else 0
+
+
 def main() -> int:
     """Parse arguments, run, print the table and the goals; exit 1 if a goal is missed
     (only with ``--check``)."""
@@ -308,9 +332,14 @@ def main() -> int:
     parser.add_argument("--first-seed", type=int, default=0, help="of the false-flag runs")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument("--from-json", nargs="+", default=None, metavar="PATH",
+                        help="no runs: table and goals over the rows of these --json files "
+                             "(a grid split over processes)")  # fmt: skip
     args = parser.parse_args()
     start = time.perf_counter()
     scs = scenarios()
+    if args.from_json:
+        return report_json(args.from_json, [*scs, FALSE_FLAG], args.check)
     seeds, ff_seeds = args.seeds, args.ff_seeds
     if args.quick:
         scs, seeds, ff_seeds = [s for s in scs if s.name in QUICK], 1, 4
