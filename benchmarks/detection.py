@@ -328,7 +328,16 @@ def main() -> int:
     parser.add_argument("--tukey", action="store_true",
                         help="also the current config with Tukey's polish (tky)")  # fmt: skip
     parser.add_argument("--library", action="store_true", help="adversary library only, no grid")
-    parser.add_argument("--only", default=None, help="scenarios whose name contains this")
+    parser.add_argument(
+        "--only", default=None, help="scenarios whose name contains this (alternatives split by |)"
+    )
+    parser.add_argument("--skip", default=None, help="leave out scenarios whose name contains this")
+    parser.add_argument(
+        "--part",
+        default=None,
+        metavar="I/N",
+        help="only the I-th of N round-robin parts of the scenarios",
+    )
     parser.add_argument("--first-seed", type=int, default=0, help="of the false-flag runs")
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
@@ -346,7 +355,12 @@ def main() -> int:
     if args.library:
         scs = [s for s in scs if not s.name.startswith(("plain ", "jitter "))]
     if args.only:
-        scs = [s for s in scs if args.only in s.name]
+        scs = [s for s in scs if any(part in s.name for part in args.only.split("|"))]
+    if args.skip:
+        scs = [s for s in scs if args.skip not in s.name]
+    if args.part:
+        i, n = (int(x) for x in args.part.split("/"))
+        scs = scs[i - 1 :: n]
     configs = ("new", "old") if args.old else (("old",) if args.old_only else ("new",))
     if args.tukey:
         configs = (*configs, "tky")
