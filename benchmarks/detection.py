@@ -265,13 +265,13 @@ def goals(
     cls = [s for s in scs if s.claimed_class and s.spec.farm_sizes and (s.name, 32) in by]
     for key, label in (("caught", ""), ("c0", "before: ")):
         bad = [f"{s.name} k={k} {by[(s.name, 32)][f'{key}{k}']:.2f}" for s in cls
-               for k in SIZES if (key != "c0" or k == 2)
-               and by[(s.name, 32)][f"{key}{k}"] == by[(s.name, 32)][f"{key}{k}"]
+               for k in SIZES
+               if by[(s.name, 32)][f"{key}{k}"] == by[(s.name, 32)][f"{key}{k}"]
                and by[(s.name, 32)][f"{key}{k}"] < 1.0]  # fmt: skip
         if not label:
             detail, met = "; ".join(bad) or "all", not bad and bool(cls)
         else:
-            detail += f" | {label}(k=2) {'; '.join(bad) or 'all'}"
+            detail += f" | {label}{'; '.join(bad) or 'all'}"
     out.append(("G2 claimed-class farms caught by 32 rounds", met, detail))
     bad = []
     for s in scs:
