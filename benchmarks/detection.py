@@ -295,7 +295,12 @@ def goals(
 
 def print_goals(rows: list[dict[str, Any]], scs: list[Scenario], configs: tuple[str, ...]) -> bool:
     """Print the goals of each config (MET / MISS, detail); True when ``new`` misses one."""
-    missed = print_goals(rows, scs, configs)
+    missed = False
+    for config in configs:
+        print(f"\ngoals [{config}]:")
+        for name, ok, detail in goals(rows, scs, config):
+            print(f"  {'MET ' if ok else 'MISS'} {name}: {detail}")
+            missed |= config == "new" and not ok
     return missed
 
 
@@ -379,12 +384,7 @@ def main() -> int:
     print(f"EMULATION — netcheck detection benchmark (live round mix), {seeds} seeds, "
           f"false-flag scenario {ff_seeds} runs")  # fmt: skip
     print(table(rows))
-    missed = False
-    for config in configs:
-        print(f"\ngoals [{config}]:")
-        for name, ok, detail in goals(rows, scs, config):
-            print(f"  {'MET ' if ok else 'MISS'} {name}: {detail}")
-            missed |= config == "new" and not ok
+    missed = print_goals(rows, scs, configs)
     print(f"\n({time.perf_counter() - start:.0f} s)")
     if args.json_path:
         with open(args.json_path, "w") as fh:
