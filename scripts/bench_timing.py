@@ -107,7 +107,7 @@ def service_s(args: argparse.Namespace, n: int) -> float:
 
 
 def start_timed_hosts(run: LoadRun, n: int, vocab: int, args: argparse.Namespace) -> list[Path]:
-    hosts = max(1, -(-n // NODES_PER_HOST))
+    hosts = max(1, -(-n // (getattr(args, "per_host", None) or NODES_PER_HOST)))
     reports = []
     first = 0
     for i in range(hosts):
@@ -364,6 +364,12 @@ if __name__ == "__main__":
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
     ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["small", "h200"])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--per-host",
+        type=int,
+        default=NODES_PER_HOST,
+        help="emulated nodes per client host process (fewer = more processes, for more cores)",
+    )
     ap.add_argument(
         "--service", type=float,
         help="EMULATED service time (s); default 1 s + 20 ms per node, so every emulated "
