@@ -149,7 +149,8 @@ async def participate(gw: Gateway, round_id: str) -> None:
     without this gateway: the leader records its members ``disconnected``)."""
     pending: list[asyncio.Future[Any]] = []
     try:
-        await _participate(gw, round_id, pending)
+        with gw.rtt.holding():  # no RTT sample is taken while our nodes run the round
+            await _participate(gw, round_id, pending)
     except NetcheckError as exc:
         gw.stats.rounds["failed"] += 1
         log.error("gateway %s: round %s: %s", gw.gateway_id, round_id, exc)
@@ -196,7 +197,7 @@ async def _participate(gw: Gateway, round_id: str, pending: list[asyncio.Future[
     # 2. Join with the sessions that are really ours, after measuring their RTTs.
     sessions = await gw.reconcile(gw.connected(profile.name))
     timing = {s.node_key: NodeTiming() for s in sessions}
-    await _measure_rtts(sessions, timing)
+    await _measure_rtts(gw.rtt, sessions, timing)
     for s in sessions:
         timing[s.node_key].rtt_s = s.rtt_s
         timing[s.node_key].deadline_s = profile.deadline_s(s.rtt_s or 0.0)
