@@ -15,8 +15,8 @@ used by a round (within ``refresh_s / 4`` of that round's end) or aged past
 batch in one numpy call in a thread. A round (:meth:`RttProber.for_round`) *uses up*
 each node's set, so no two rounds share samples (the relay test counts rounds as
 independent evidence); sessions without a usable set (just connected, set too old, every
-echo unanswered) are sampled at that moment, all concurrently, under one deadline
-(:data:`INLINE_DEADLINE_S`). While a round holds the prober (:meth:`RttProber.holding`)
+echo unanswered) are sampled at that moment, all concurrently, no message of that step
+starting after one deadline (:data:`INLINE_DEADLINE_S`). While a round holds the prober (:meth:`RttProber.holding`)
 no new set is started, so no sample is taken while the node runs a job or while the
 coordinator releases and collects.
 
@@ -49,9 +49,10 @@ ECHO_TIMEOUT_S = 2.0
 #: Timeout: the smaller of PROBE_TIMEOUT_S and ECHO_TIMEOUT_S.
 PROBE_SAMPLES = 3
 PROBE_TIMEOUT_S = 1.0
-#: A round samples the nodes that have no usable set all at once; the whole step ends
-#: within this many seconds (the old per-node sequence could take 3 echo timeouts).
-INLINE_DEADLINE_S = 6.0
+#: A round samples the nodes that have no usable set all at once; no echo or probe of
+#: that step starts later than this many seconds after it began, so it ends within this
+#: plus one echo timeout (a silent node used to cost 3 echo timeouts on its own).
+INLINE_DEADLINE_S = 3.0
 #: The background prober looks for due sessions this often (seconds).
 TICK_S = 0.25
 #: A set older than ``MAX_AGE_FACTOR * refresh_s`` is not used: the node is re-sampled.
@@ -113,7 +114,8 @@ class _Raw:
 
 
 async def _take(s: NodeSession, deadline: float) -> _Raw:
-    """Take one set from ``s``; every wait ends by ``deadline`` (event-loop time)."""
+    """Take one set from ``s``; no echo or probe is *started* after ``deadline``
+    (event-loop time), each one in flight ends by its own timeout."""
     loop = asyncio.get_running_loop()
     started = time.monotonic_ns()
     echoes: list[float] = []
@@ -123,19 +125,17 @@ async def _take(s: NodeSession, deadline: float) -> _Raw:
     for i in range(max(ECHO_SAMPLES, PROBE_SAMPLES)):
         rtt = None
         if i < ECHO_SAMPLES:
-            left = deadline - loop.time()
-            if left <= 0:
+            if loop.time() >= deadline:
                 break
-            rtt = await s.measure_rtt(secrets.randbits(62), min(ECHO_TIMEOUT_S, left))
+            rtt = await s.measure_rtt(secrets.randbits(62), ECHO_TIMEOUT_S)
             if rtt is not None:
                 echoes.append(rtt)
         if probing and i < PROBE_SAMPLES and (rtt is not None or i >= ECHO_SAMPLES):
-            left = deadline - loop.time()
-            if left <= 0:
+            if loop.time() >= deadline:
                 break
             challenge = secrets.token_bytes(probe_mod.CHALLENGE_BYTES)
             got = await s.probe_rtt(
-                secrets.randbits(62), challenge, min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S, left)
+                secrets.randbits(62), challenge, min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S)
             )
             if got is None:
                 missed += 1
@@ -218,8 +218,8 @@ class RttProber:
     ) -> int:
         """Fill each session's :class:`NodeTiming` (and ``rtt_s``) from its unused set,
         and use the set up. Sessions without a usable set wait for a set in flight or are
-        sampled now, all concurrently; the wait ends by :data:`INLINE_DEADLINE_S`. A
-        node that answered no echo by then gets no RTT (``rtt_s`` stays as it was).
+        sampled now, all concurrently, starting no message after :data:`INLINE_DEADLINE_S`.
+        A node that answered no echo gets no RTT (``rtt_s`` stays as it was).
 
         Returns the number of sets taken inline by this call.
         """
@@ -240,8 +240,8 @@ class RttProber:
                 need.append(s)
         if need:
             waits += self._start(need, deadline, inline=True)
-        if waits:
-            await asyncio.wait(waits, timeout=max(0.0, deadline - loop.time()))
+        if waits:  # sets in flight (background or now) end by their own timeouts
+            await asyncio.wait(waits, timeout=INLINE_DEADLINE_S + ECHO_TIMEOUT_S + 1.0)
         now = time.monotonic_ns()
         for s in sessions:
             sid = s.session_id
@@ -368,7 +368,7 @@ class RttProber:
         batch = [s for _, s in due[:cap]]
         loop = asyncio.get_running_loop()
         # Background sets: each wait has its own timeout; the deadline only bounds a set.
-        self._start(batch, loop.time() + 2 * INLINE_DEADLINE_S, inline=False)
+        self._start(batch, loop.time() + 3 * ECHO_TIMEOUT_S, inline=False)
         return len(batch)
 
     async def run(self, stop: asyncio.Event) -> None:

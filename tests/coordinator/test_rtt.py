@@ -127,16 +127,17 @@ async def test_old_set_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_inline_sampling_ends_by_one_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Silent nodes sampled at the round cost one deadline in all, not three echo
-    timeouts each; they get no RTT."""
-    monkeypatch.setattr(rtt, "INLINE_DEADLINE_S", 0.3)
-    monkeypatch.setattr(rtt, "ECHO_TIMEOUT_S", 5.0)
+    """Silent nodes sampled at the round cost one deadline (plus the echo in flight) in
+    all, not three echo timeouts each; they get no RTT, the others theirs."""
+    monkeypatch.setattr(rtt, "INLINE_DEADLINE_S", 0.2)
+    monkeypatch.setattr(rtt, "ECHO_TIMEOUT_S", 1.0)
     fakes = [FakeSession(delay_s=None) for _ in range(20)] + [FakeSession()]
     p = _prober(fakes)
     timing = {f.node_key: NodeTiming() for f in fakes}
-    async with asyncio.timeout(3.0):  # old schedule: 3 x 5 s
+    async with asyncio.timeout(2.5):  # old schedule: 3 x 1 s
         assert await p.for_round(_sessions(fakes), timing) == 21
     assert all(timing[f.node_key].rtt_s is None for f in fakes[:-1])
+    assert all(f.echoes == 1 for f in fakes[:-1])
     assert timing[fakes[-1].node_key].rtt_s == 0.001
 
 
