@@ -219,7 +219,8 @@ async def bench_one(
     code: str, code_dir: Path, shape: str, n: int, args: argparse.Namespace, workdir: Path
 ) -> dict[str, Any]:
     vocab = SHAPES[shape]["vocab"]
-    with LoadRun(workdir, None, profile_overrides(shape)) as run:
+    extra = {} if args.decoy_workers is None else {"decoy_workers": args.decoy_workers}
+    with LoadRun(workdir, None, profile_overrides(shape), extra) as run:
         run.add_references(run.profile.canaries_max * n * (args.rounds + 2) + 100, vocab=vocab)
         old = os.environ.get("PYTHONPATH")
         # the coordinator runs the code under test; entries already on PYTHONPATH (e.g. a
@@ -371,6 +372,11 @@ if __name__ == "__main__":
         "--gap", type=float, default=0.5,
         help="seconds between rounds (the coordinator's background RTT prober replaces "
         "the sets a round used within rtt_refresh_s / 4 = 2.5 s by default)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--decoy-workers", type=int,
+        help="the coordinators' decoy_workers (default: theirs, 0 below 4 CPUs: decoys "
+        "are then generated in the planning thread, part of plan_draw_s)",
     )  # fmt: skip
     ap.add_argument("--json", help="also write the rows as JSON here")
     raise_fd_limit()
