@@ -6,8 +6,9 @@ K *writer* processes each hold N/K loopback websocket sessions (aiohttp server s
 uncompressed), connected from K *client* processes (one per writer, plain aiohttp
 clients that read and discard: the layout of ``scripts/bench_gateways``). For each
 repeat the parent picks an instant T on the machine's shared ``CLOCK_MONOTONIC`` and
-every writer sleeps until T - 2 ms, spins to T, turns the garbage collector off and
-writes one 112-byte payload (a sealed release frame's size) to each of its sessions:
+every writer turns the garbage collector off, waits for T as a gateway does
+(``netcheck.gateway.participant.sleep_until``) and writes one 112-byte payload (a
+sealed release frame's size) to each of its sessions:
 
 - ``raw``: a pre-built websocket frame written straight to the socket transport (what
   ``netcheck.gateway.participant.release_at`` does);
@@ -43,7 +44,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from netcheck.gateway.participant import SPIN_NS, ws_frame  # noqa: E402
+from netcheck.gateway.participant import sleep_until, ws_frame  # noqa: E402
 from netcheck.lab.load import raise_fd_limit, source_address  # noqa: E402
 
 PAYLOAD = bytes(112)
@@ -104,11 +105,8 @@ async def writer(n: int) -> None:
         target_s, mode = line.split()
         target = int(target_s)
         transports = [ws._writer.transport for ws in conns]  # type: ignore[union-attr]
-        while (left := target - time.monotonic_ns()) > SPIN_NS:
-            await asyncio.sleep((left - SPIN_NS) / 1e9)
         gc.disable()
-        while time.monotonic_ns() < target:
-            pass
+        await sleep_until(target)  # as the gateways wait for the release instant
         first = time.monotonic_ns()
         if mode == "raw":
             for t in transports:

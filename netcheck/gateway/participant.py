@@ -33,8 +33,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("netcheck.gateway")
 
-#: The last stretch before the release instant is spun, not slept (timer slack).
-SPIN_NS = 2_000_000
+#: Until this long before the release instant the gateway waits on the event loop
+#: (whose timers have ~1 ms resolution); then it sleeps in ``nanosleep`` (timer slack
+#: ~50 µs) to SPIN_NS before the instant and spins the rest. Spinning for milliseconds,
+#: as before, made K gateways on fewer than K cores take the CPU from each other right
+#: before the instant, so some started late.
+COARSE_NS = 5_000_000
+SPIN_NS = 100_000
+
+
+async def sleep_until(target_ns: int) -> None:
+    """Return at ``target_ns`` (``time.monotonic_ns()`` clock), within ~0.1 ms where the
+    process gets a CPU: event-loop sleep, then a short blocking sleep, then a spin of
+    at most :data:`SPIN_NS`. Blocks the event loop for the last :data:`COARSE_NS` only."""
+    while (left := target_ns - time.monotonic_ns()) > COARSE_NS:
+        await asyncio.sleep((left - COARSE_NS) / 1e9)
+    if (left := target_ns - time.monotonic_ns()) > SPIN_NS:
+        time.sleep((left - SPIN_NS) / 1e9)
+    while time.monotonic_ns() < target_ns:
+        pass
+
+
 _NS_FIELDS = ("job_sent_ns", "acked_ns", "release_start_ns", "release_end_ns", "arrived_ns")
 
 
@@ -104,13 +123,13 @@ async def release_at(
     target_mono_ns: int,
 ) -> ReleaseTimes:
     """Seal every ready node's release frame ahead, wait until ``target_mono_ns``
-    (sleep, then spin the last :data:`SPIN_NS`) and write them in one tight loop.
+    (:func:`sleep_until`) and write them in one tight loop.
 
     The frames are sealed *and* wrapped as websocket frames ahead while every session's
     send lock is held, and the loop writes each to its socket transport without an
     ``await`` in between (one ``write`` per node, usually one ``send`` syscall), so no
-    other task runs inside the loop; the garbage collector is off from the spin to the
-    loop's end (a collection in the loop would stall every write after it). A session
+    other task runs inside the loop; the garbage collector is off from the sealing to
+    the loop's end (a collection in the loop would stall every write after it). A session
     whose transport is not reachable that way falls back to ``send_bytes``.
     """
     sessions = [s for s, _ in ready]
@@ -122,11 +141,8 @@ async def release_at(
         plan = [(s, _raw_transport(s), f) for (s, _), f in zip(ready, sealed, strict=True)]
         raw = [ws_frame(f) if t is not None else f for _, t, f in plan]
         ready_ns = time.monotonic_ns()
-        while (left := target_mono_ns - time.monotonic_ns()) > SPIN_NS:
-            await asyncio.sleep((left - SPIN_NS) / 1e9)
         gc.disable()
-        while time.monotonic_ns() < target_mono_ns:
-            pass
+        await sleep_until(target_mono_ns)
         slow: list[tuple[NodeSession, bytes]] = []
         for (s, transport, frame), data in zip(plan, raw, strict=True):
             t = timing[s.node_key]
