@@ -23,8 +23,8 @@ $B/psql -h 127.0.0.1 -p 54329 -U netcheck -d postgres -qc "create database netch
 URL=postgresql+psycopg://netcheck@127.0.0.1:54329/netcheck
 step "timing: 1,000 nodes at once, 100 per client process, transmit-stamp split"
 timeout -k 5 200 python3 scripts/bench_timing.py --nodes 1000 --shapes h200 --mode instant \
-  --rounds 3 --per-host 100 --json "$OUT/timing_1000.json"
+  --rounds 3 --per-host 100 --gap 3 --json "$OUT/timing_1000.json"
 step "gateways: 1 and 4 gateways, 5,000 nodes"
-timeout -k 5 330 python3 scripts/bench_gateways --postgres "$URL" --gateways 1 4 --nodes 5000 \
+timeout -k 5 350 python3 scripts/bench_gateways --postgres "$URL" --gateways 1 4 --nodes 5000 --floor \
   --rounds 5 2>&1 | tee "$OUT/gateways_5000.txt"
 step done
