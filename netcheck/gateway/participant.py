@@ -25,7 +25,7 @@ from netcheck.coordinator.session import Arrival, NodeSession
 from netcheck.errors import NetcheckError
 from netcheck.gateway.clock import ClockEstimate, out_of_bounds, relative_to
 from netcheck.protocol.messages import Release
-from netcheck.records import Assignment, NodeOutcome, NodeTiming, RoundPlan, Verdict
+from netcheck.records import Assignment, NodeOutcome, NodeRecord, NodeTiming, RoundPlan, Verdict
 
 if TYPE_CHECKING:
     from netcheck.gateway.service import GatewayBase as Gateway
@@ -331,9 +331,10 @@ def _verify(
     clock: ClusterClock,
     est: ClockEstimate,
     local_failures: dict[str, str],
-) -> tuple[list[NodeOutcome], dict[str, dict[str, Any]]]:
+) -> tuple[list[NodeOutcome], dict[str, NodeRecord]]:
     outcomes: list[NodeOutcome] = []
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, NodeRecord] = {}
+    offset = {"clock_offset_s": est.offset_s}
     for a in plan.assignments:
         s, t = by_key[a.node_key], timing[a.node_key]
         fut = results.get(a.node_key)
@@ -343,7 +344,7 @@ def _verify(
                 None, len(a.canary_ids), 0,
             ))  # fmt: skip
             _to_cluster(t, clock)
-            records[a.node_key] = {"timing": t.as_dict(), "clock_offset_s": est.offset_s}
+            records[a.node_key] = NodeRecord(t, extra=dict(offset))
             continue
         if fut is None:
             gone = s.closed.is_set()
@@ -353,7 +354,7 @@ def _verify(
                 None, len(a.canary_ids), 0,
             ))  # fmt: skip
             _to_cluster(t, clock)
-            records[a.node_key] = {"timing": t.as_dict(), "clock_offset_s": est.offset_s}
+            records[a.node_key] = NodeRecord(t, extra=dict(offset))
             continue
         obs = _observe(s, a, plan.round_id, t, fut)  # sets t.arrived_ns (monotonic)
         _to_cluster(t, clock)
@@ -366,15 +367,15 @@ def _verify(
         outcomes.append(outcome)
         arrival = fut.result() if fut.done() and fut.exception() is None else None
         res = arrival.result if arrival else None
-        records[a.node_key] = {
-            "timing": t.as_dict(),
-            "clock_offset_s": est.offset_s,
-            "session_id": s.session_id.hex(),
-            "outputs": [list(o) for o in res.outputs] if res else None,
-            "commitment": res.commitment.hex() if res else None,
-            "signature": res.signature.hex() if res else None,
-            "error": arrival.error if arrival else None,
-        }
+        records[a.node_key] = NodeRecord(
+            t,
+            session_id=s.session_id,
+            outputs=[list(o) for o in res.outputs] if res else None,
+            commitment=res.commitment if res else None,
+            signature=res.signature if res else None,
+            error=arrival.error if arrival else None,
+            extra=dict(offset),
+        )
     return outcomes, records
 
 

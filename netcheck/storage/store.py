@@ -44,8 +44,8 @@ from netcheck.storage.tables import (
 
 BUSY_TIMEOUT_MS = 5000
 _CHUNK = 500  # ids per IN (...) clause; far below every backend's parameter limit
-_RESULT_KEYS = ("released_ns", "arrived_ns", "rtt_s", "error")
-_HEX_KEYS = ("session_id", "commitment", "signature")
+#: Timing fields stored in their own ``results`` columns, not in ``extra``.
+_COLUMN_TIMING = ("arrived_ns", "rtt_s")
 
 
 def _describe(exc: SQLAlchemyError) -> str:
@@ -423,28 +423,25 @@ class Store:
         self,
         round_id: str,
         outcomes: Sequence[NodeOutcome],
-        timings: Mapping[str, Any],
+        records: Mapping[str, NodeRecord],
+        round_timing: Mapping[str, Any] | None = None,
     ) -> int:
         """Store results and verdicts of a round in one transaction; returns rows added.
 
-        ``timings`` maps a node key to its :class:`~netcheck.records.NodeRecord` (what the
-        round runner passes: ``released_ns`` is the timing's ``release_start_ns``; the
-        other timing fields go to ``extra``), or to a dict of that node's evidence, any of
-        ``released_ns`` (else ``release_start_ns``), ``arrived_ns`` (coordinator monotonic
-        ns), ``rtt_s``, ``error``, ``session_id``, ``commitment``, ``signature`` (bytes are
-        stored hex), ``outputs`` (list of token-id lists); a nested ``"timing"`` dict is
-        flattened into it; other keys go to the ``extra`` JSON column. Entries whose value
-        is not a mapping are round-level timings, stored on the round row.
+        ``records`` maps a node key to its :class:`~netcheck.records.NodeRecord`; each
+        outcome gets one ``results`` row: ``released_ns`` is the timing's
+        ``release_start_ns``, ``arrived_ns`` and ``rtt_s`` its own columns, the other
+        timing fields, the ``budget`` and the record's ``extra`` go to the ``extra`` JSON
+        column; the receipt bytes are stored hex. An outcome without a record gets a row
+        of NULLs. ``round_timing`` (JSON-able values) is merged into the round row's
+        ``timing``.
 
         Idempotent per (round, node): outcomes for a node already recorded in this round
         are ignored (the first record wins), so a retried call stores nothing twice.
 
         Raises StorageError if the round is unknown or the database failed.
         """
-        per_node = {k: v for k, v in timings.items() if isinstance(v, Mapping | NodeRecord)}
-        round_level = {
-            k: _jsonable(v) for k, v in timings.items() if not isinstance(v, Mapping | NodeRecord)
-        }
+        round_level = {str(k): _jsonable(v) for k, v in (round_timing or {}).items()}
         now = time.time()
         with self._write(f"record outcome {round_id}") as conn:
             row = conn.execute(select(rounds.c.timing).where(rounds.c.round_id == round_id)).first()
@@ -480,30 +477,31 @@ class Store:
             )
             conn.execute(
                 insert(results),
-                [self._result_values(round_id, k, per_node.get(k, {})) for k in fresh],
+                [self._result_values(round_id, k, records.get(k)) for k in fresh],
             )
         return len(fresh)
 
     @staticmethod
-    def _result_values(
-        round_id: str, node_key: str, record: NodeRecord | Mapping[str, Any]
-    ) -> dict[str, Any]:
-        ev = record.evidence() if isinstance(record, NodeRecord) else record
-        nested = ev.get("timing")
-        if isinstance(nested, Mapping):  # {"timing": {...}, ...}: flatten, top level wins
-            ev = {**nested, **{k: v for k, v in ev.items() if k != "timing"}}
-        if ev.get("released_ns") is None and ev.get("release_start_ns") is not None:
-            ev = {**ev, "released_ns": ev["release_start_ns"]}
-        outputs = ev.get("outputs")
-        known = {"outputs", *_RESULT_KEYS, *_HEX_KEYS}
-        extra = {str(k): _jsonable(v) for k, v in ev.items() if k not in known}
+    def _result_values(round_id: str, node_key: str, rec: NodeRecord | None) -> dict[str, Any]:
+        """The ``results`` row of one record (no record: a row of NULLs)."""
+        rec = rec or NodeRecord()
+        timing = rec.timing.as_dict() if rec.timing is not None else {}
+        extra = {k: v for k, v in timing.items() if k not in _COLUMN_TIMING}
+        if rec.budget is not None:
+            extra["budget"] = rec.budget
+        extra.update(rec.extra)
         return {
             "round_id": round_id,
             "node_key": node_key,
-            **{k: ev.get(k) for k in _RESULT_KEYS},
-            **{k: _hex(ev.get(k)) for k in _HEX_KEYS},
-            "outputs": None if outputs is None else [list(o) for o in outputs],
-            "extra": extra or None,
+            "released_ns": timing.get("release_start_ns"),
+            "arrived_ns": timing.get("arrived_ns"),
+            "rtt_s": timing.get("rtt_s"),
+            "error": rec.error,
+            "session_id": _hex(rec.session_id),
+            "commitment": _hex(rec.commitment),
+            "signature": _hex(rec.signature),
+            "outputs": None if rec.outputs is None else [list(o) for o in rec.outputs],
+            "extra": _jsonable(extra) or None,
         }
 
     def finish_round(
