@@ -35,7 +35,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 
 from netcheck.errors import ConfigError
-from netcheck.storage.store import Store, _jsonable
+from netcheck.storage.database import json_ready
+from netcheck.storage.store import Store
 from netcheck.storage.tables import reference_prompts, results, rounds
 
 cluster_metadata = MetaData()
@@ -402,7 +403,7 @@ class ClusterStore:
             conn.execute(
                 update(rounds)
                 .where(rounds.c.round_id == round_id)
-                .values(status="complete", summary=_jsonable(summary), finished_at=time.time())
+                .values(status="complete", summary=json_ready(summary), finished_at=time.time())
             )
             self._notify(conn, {"e": "closed", "round": round_id})
         return True

@@ -21,8 +21,9 @@ from sqlalchemy import select, update
 
 from netcheck.errors import StorageError, StorageUnavailable
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, RoundStatus, Verdict
+from netcheck.storage.database import json_ready
 from netcheck.storage.spool import Spool
-from netcheck.storage.store import Store, _jsonable
+from netcheck.storage.store import Store
 from netcheck.storage.tables import reference_prompts, rounds
 
 log = logging.getLogger("netcheck.spool")
@@ -54,7 +55,7 @@ def outcome_of(d: Mapping[str, Any]) -> NodeOutcome:
 def timings_entry(records: Mapping[str, NodeRecord]) -> dict[str, Any]:
     """A round's records as the spool entry's ``timings``: node key -> the record's
     evidence mapping (:meth:`NodeRecord.evidence`) as JSON (bytes as hex)."""
-    return {k: _jsonable(r.evidence()) for k, r in records.items()}
+    return {k: json_ready(r.evidence()) for k, r in records.items()}
 
 
 def records_of(timings: Mapping[str, Any]) -> tuple[dict[str, NodeRecord], dict[str, Any]]:
@@ -232,7 +233,7 @@ class Recorder:
                 "type": "round", "id": f"{round_id}/{part}", "round_id": round_id,
                 "outcomes": [outcome_entry(o) for o in outcomes],
                 "timings": timings_entry(records), "status": status,
-                "summary": _jsonable(summary or {}), "finished_at": finished_at,
+                "summary": json_ready(summary or {}), "finished_at": finished_at,
                 "canary_ids": sorted(canary_ids), "spooled_at": time.time(), "reason": str(exc),
             })  # fmt: skip
             self._dirty = True
