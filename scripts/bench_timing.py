@@ -19,6 +19,12 @@ result frame was written. Per round and node:
   over all nodes and rounds): loopback transit plus everything the coordinator does
   before it stamps. (The node's stamp *after* its write is not used: under load the
   node's event loop may resume the writing task long after the bytes left.)
+  Where the kernel gives transmit stamps (``netcheck.lab.txstamps``: the instant the
+  frame's last byte left the sending host's stack), the error is split into **sender**
+  = transmit stamp - write start (the emulated host's own stack: scheduling, pacing,
+  deferred softirq work; on one host with 1,000 senders this is not the coordinator)
+  and **path** = arrival stamp - transmit stamp (delivery plus everything the
+  coordinator does before it stamps).
 
 Also per run: release skew (first release write start to last write end, median of the
 rounds) next to the **floor**: the same number of ``send_bytes`` of a release-sized
@@ -101,7 +107,7 @@ def service_s(args: argparse.Namespace, n: int) -> float:
 
 
 def start_timed_hosts(run: LoadRun, n: int, vocab: int, args: argparse.Namespace) -> list[Path]:
-    hosts = max(1, -(-n // NODES_PER_HOST))
+    hosts = max(1, -(-n // (getattr(args, "per_host", None) or NODES_PER_HOST)))
     reports = []
     first = 0
     for i in range(hosts):
@@ -235,6 +241,7 @@ async def bench_one(
         await run.wait_connected(n, timeout_s=300)
         await run.run_round()  # warm-up, not counted
         errors, lags, designed_err, skews, plans, frames = [], [], [], [], [], []
+        sender, path = [], []  # split of the stamp error at the kernel's transmit stamp
         parts: list[dict[str, float]] = []
         sources: collections.Counter[str] = collections.Counter()
         partial = 0
@@ -254,6 +261,9 @@ async def bench_one(
                 designed_err.append((arrived - released) / 1e9 - s["service_s"])
                 frames.append(s["frame_bytes"])
                 partial += s.get("left_in_buffer", 0) > 0
+                if s.get("tx_snd_ns") is not None:
+                    sender.append((s["tx_snd_ns"] - s["send_start_ns"]) / 1e6)
+                    path.append((arrived - s["tx_snd_ns"]) / 1e6)
             skews.append(rep["phases"]["release_skew_s"])
             plans.append(rep["phases"]["plan_s"])
             parts.append({k: v for k, v in rep["phases"].items() if k.startswith("plan_")})
@@ -275,11 +285,25 @@ async def bench_one(
         "frame_kb": statistics.median(frames) / 1000 if frames else 0.0,
         "err_p50": pct(errors, 0.5), "err_p99": pct(errors, 0.99), "err_max": max(errors),
         "err_min": min(errors), "lag_p99": pct(lags, 0.99),
+        "tx_samples": len(path),
+        "sender_p50": pct(sender, 0.5) if sender else None,
+        "sender_p99": pct(sender, 0.99) if sender else None,
+        "path_p50": pct(path, 0.5) if path else None,
+        "path_p99": pct(path, 0.99) if path else None,
+        "path_max": max(path) if path else None,
         "vs_designed_p99_ms": 1e3 * pct(designed_err, 0.99),
         "skew_ms": 1e3 * statistics.median(skews), "floor_ms": 1e3 * floor,
         "plan_s": statistics.median(plans),
         "plan_parts": {k: statistics.median(p[k] for p in parts) for k in parts[0]},
     }  # fmt: skip
+
+
+def _split(row: dict[str, Any], part: str, *stats: str) -> str:
+    """``p50 / p99 [/ max]`` of one part of the stamp error, or ``n/a`` without
+    transmit stamps."""
+    if not row.get("tx_samples"):
+        return "n/a"
+    return " / ".join(f"{row[f'{part}_{q}']:.2f}" for q in stats) + f" ({row['tx_samples']})"
 
 
 def system_cc() -> str:
@@ -310,14 +334,16 @@ async def main(args: argparse.Namespace) -> None:
         f"mode={args.mode} service={args.service or '1 s + 20 ms/node'} spread={args.spread}s "
         f"rounds={args.rounds} node congestion control={args.node_congestion or system_cc()}\n"
         "| code | shape | nodes | frame KB | stamp error ms p50 / p99 / max (min) "
+        "| of which sender ms p50 / p99 | path ms p50 / p99 / max "
         "| release skew ms | send floor ms | skew/floor | plan s | node lag p99 ms | partial writes "
         "| stamp source (results) | load avg |"
     )
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|")
     for r in rows:
         print(
             f"| {r['code']} | {r['shape']} | {r['nodes']} | {r['frame_kb']:.1f} | "
             f"{r['err_p50']:.2f} / {r['err_p99']:.2f} / {r['err_max']:.2f} ({r['err_min']:.2f}) | "
+            f"{_split(r, 'sender', 'p50', 'p99')} | {_split(r, 'path', 'p50', 'p99', 'max')} | "
             f"{r['skew_ms']:.1f} | {r['floor_ms']:.1f} | {r['skew_ms'] / r['floor_ms']:.2f} | "
             f"{r['plan_s']:.2f} | {r['lag_p99']:.1f} | {r['partial']}/{r['samples']} | "
             f"{r['stamps']} | {r['load']} |"
@@ -338,6 +364,12 @@ if __name__ == "__main__":
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
     ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["small", "h200"])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--per-host",
+        type=int,
+        default=NODES_PER_HOST,
+        help="emulated nodes per client host process (fewer = more processes, for more cores)",
+    )
     ap.add_argument(
         "--service", type=float,
         help="EMULATED service time (s); default 1 s + 20 ms per node, so every emulated "
