@@ -20,7 +20,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from netcheck.analysis.verdicts import verify
-from netcheck.coordinator.rounds import _dispatch, _measure_rtts, _observe
+from netcheck.coordinator.collect import observe
+from netcheck.coordinator.dispatch import dispatch
+from netcheck.coordinator.rounds import _measure_rtts
 from netcheck.coordinator.session import Arrival, NodeSession
 from netcheck.errors import NetcheckError
 from netcheck.gateway.clock import ClockEstimate, out_of_bounds, relative_to
@@ -223,7 +225,7 @@ async def _participate(gw: Gateway, round_id: str, pending: list[asyncio.Future[
     t_planned = time.monotonic()
     plan = await gw.db(_my_plan, gw, round_id, set(by_key))
     local_failures: dict[str, str] = {}  # this gateway's own send failures: blame no node
-    acks = await _dispatch(plan, profile, by_key, timing, local_failures)
+    acks = await dispatch(plan, profile, by_key, timing, local_failures)
     pending.extend(acks.values())
     if acks:
         await asyncio.wait(acks.values(), timeout=profile.dispatch_timeout_s)
@@ -356,7 +358,7 @@ def _verify(
             _to_cluster(t, clock)
             records[a.node_key] = NodeRecord(t, extra=dict(offset))
             continue
-        obs = _observe(s, a, plan.round_id, t, fut)  # sets t.arrived_ns (monotonic)
+        obs = observe(s, a, plan.round_id, t, fut)  # sets t.arrived_ns (monotonic)
         _to_cluster(t, clock)
         obs = dataclasses.replace(
             obs, released_ns=t.release_start_ns, arrived_ns=clock.to_cluster(obs.arrived_ns)
