@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from netcheck.config.base import base_dir, check_key_text, load_model, read_toml, resolve_path
-from netcheck.config.profile import FileConfig
+from netcheck.config.base import base_dir, check_key_text, resolve_path
+from netcheck.config.profile import FileConfig, load_file_config
 from netcheck.errors import KeyFileError
 from netcheck.keys import parse_public_key
 
@@ -225,10 +225,7 @@ def load_coordinator_config(path: str | Path) -> CoordinatorConfig:
 
     Raises ConfigError naming file and field.
     """
-    path = Path(path)
-    cfg = load_model(CoordinatorConfig, path, read_toml(path))
-    cfg._config_dir = path.resolve().parent
-    return cfg
+    return load_file_config(CoordinatorConfig, path)
 
 
 def load_gateway_config(path: str | Path) -> GatewayConfig:
@@ -237,7 +234,4 @@ def load_gateway_config(path: str | Path) -> GatewayConfig:
     Raises:
         ConfigError: missing file, bad TOML or a bad field (named).
     """
-    p = Path(path)
-    cfg = load_model(GatewayConfig, p, read_toml(p))
-    cfg._config_dir = p.resolve().parent
-    return cfg
+    return load_file_config(GatewayConfig, path)

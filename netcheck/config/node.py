@@ -11,11 +11,9 @@ from yarl import URL
 from netcheck.config.base import (
     KEY_TEXT_PREFIX,
     check_key_text,
-    load_model,
-    read_toml,
     resolve_path,
 )
-from netcheck.config.profile import FileConfig, Profile
+from netcheck.config.profile import FileConfig, Profile, load_file_config
 
 
 class NodeConfig(FileConfig):
@@ -100,7 +98,4 @@ def load_node_config(path: str | Path) -> NodeConfig:
 
     Raises ConfigError naming file and field.
     """
-    path = Path(path)
-    cfg = load_model(NodeConfig, path, read_toml(path))
-    cfg._config_dir = path.resolve().parent
-    return cfg
+    return load_file_config(NodeConfig, path)

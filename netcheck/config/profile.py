@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
@@ -250,3 +250,19 @@ def load_profile(
     if by_name and data["name"] != text:
         raise ConfigError(f"{path}: name: {data['name']!r} does not match the profile name")
     return load_model(Profile, path, data)
+
+
+_F = TypeVar("_F", bound=FileConfig)
+
+
+def load_file_config(model: type[_F], path: str | Path) -> _F:
+    """A coordinator, gateway or node file as ``model``; relative paths in it resolve
+    against its folder, which the config remembers for profile lookup.
+
+    Raises:
+        ConfigError: missing file, bad TOML or a bad field (file and field named).
+    """
+    path = Path(path)
+    cfg = load_model(model, path, read_toml(path))
+    cfg._config_dir = path.resolve().parent
+    return cfg

@@ -58,6 +58,31 @@ def observe(
     )
 
 
+def received_record(
+    s: NodeSession,
+    t: NodeTiming,
+    fut: asyncio.Future[Arrival],
+    *,
+    budget: dict[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> NodeRecord:
+    """The record of a released node: its timing ``t``, and the result as received
+    (outputs, signed receipt, or the node's own error text, already escaped) where
+    ``fut`` holds one; ``budget`` and ``extra`` as :class:`~netcheck.records.NodeRecord`."""
+    arrival = fut.result() if fut.done() and fut.exception() is None else None
+    res = arrival.result if arrival else None
+    return NodeRecord(
+        timing=t,
+        session_id=s.session_id,
+        outputs=[list(o) for o in res.outputs] if res else None,
+        commitment=res.commitment if res else None,
+        signature=res.signature if res else None,
+        error=arrival.error if arrival else None,
+        budget=budget,
+        extra=dict(extra or {}),
+    )
+
+
 def judge(
     plan: RoundPlan,
     by_key: Mapping[str, NodeSession],
@@ -111,17 +136,7 @@ def judge(
             a, obs, max_new_tokens=plan.max_new_tokens, deadline_s=float(t.deadline_s or 0.0)
         )
         outcomes.append(outcome)
-        arrival = fut.result() if fut.done() and fut.exception() is None else None
-        res = arrival.result if arrival else None
-        records[a.node_key] = NodeRecord(
-            timing=t,
-            session_id=s.session_id,
-            outputs=[list(o) for o in res.outputs] if res else None,
-            commitment=res.commitment if res else None,
-            signature=res.signature if res else None,
-            error=arrival.error if arrival else None,  # the node's own text, escaped
-            budget=t.budget(first_release_ns),
-        )
+        records[a.node_key] = received_record(s, t, fut, budget=t.budget(first_release_ns))
     mismatch: dict[str, str] = {}  # node key -> the differing fingerprint fields
     for node_key, (verdict, why) in skipped.items():
         outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from netcheck.analysis.verdicts import verify
-from netcheck.coordinator.collect import observe
+from netcheck.coordinator.collect import observe, received_record
 from netcheck.coordinator.dispatch import dispatch
 from netcheck.coordinator.rounds import _measure_rtts
 from netcheck.coordinator.session import Arrival, NodeSession
@@ -367,17 +367,7 @@ def _verify(
             a, obs, max_new_tokens=plan.max_new_tokens, deadline_s=float(t.deadline_s or 0.0)
         )
         outcomes.append(outcome)
-        arrival = fut.result() if fut.done() and fut.exception() is None else None
-        res = arrival.result if arrival else None
-        records[a.node_key] = NodeRecord(
-            t,
-            session_id=s.session_id,
-            outputs=[list(o) for o in res.outputs] if res else None,
-            commitment=res.commitment if res else None,
-            signature=res.signature if res else None,
-            error=arrival.error if arrival else None,
-            extra=dict(offset),
-        )
+        records[a.node_key] = received_record(s, t, fut, extra=offset)
     return outcomes, records
 
 

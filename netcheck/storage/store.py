@@ -20,17 +20,8 @@ from netcheck.storage.tables import nodes
 
 
 class Store(ReferenceStore, RoundStore):
-    """Database access for nodes, references, rounds, results and verdicts.
-
-    Args:
-        url: SQLAlchemy URL, e.g. ``sqlite:///path/netcheck.db`` (parent directory created),
-            ``sqlite://`` (in memory) or ``postgresql+psycopg://...``. Tables are created
-            if missing.
-        busy_timeout_ms: how long a SQLite write waits for another writer's lock.
-
-    Raises:
-        StorageError: the database cannot be opened or initialised.
-    """
+    """Database access for nodes, references, rounds, results and verdicts, opened as
+    :class:`~netcheck.storage.database.Database` (its arguments and errors)."""
 
     def upsert_node(
         self,
