@@ -281,6 +281,9 @@ class NodeRecord:
     #: The node's timing budget (:meth:`NodeTiming.budget`), stored in ``extra``.
     budget: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The timing fields an evidence mapping held (:meth:`from_evidence` of an entry
+    #: written before a field was added); only these are stored. None: every field.
+    timing_keys: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         clash = sorted(set(self.extra) & {*_EVIDENCE_KEYS, *_TIMING_FIELDS})
@@ -294,7 +297,7 @@ class NodeRecord:
         :meth:`from_evidence`."""
         return {
             **self.extra,
-            **({"timing": self.timing.as_dict()} if self.timing is not None else {}),
+            **({"timing": self.timing_dict()} if self.timing is not None else {}),
             **({"budget": self.budget} if self.budget is not None else {}),
             "session_id": self.session_id,
             "outputs": self.outputs,
@@ -302,6 +305,13 @@ class NodeRecord:
             "signature": self.signature,
             "error": self.error,
         }
+
+    def timing_dict(self) -> dict[str, Any]:
+        """The timing's fields (only :attr:`timing_keys` where set); empty without timing."""
+        if self.timing is None:
+            return {}
+        t = self.timing.as_dict()
+        return t if self.timing_keys is None else {k: t[k] for k in self.timing_keys}
 
     @classmethod
     def from_evidence(cls, evidence: Mapping[str, Any]) -> NodeRecord:
@@ -313,7 +323,7 @@ class NodeRecord:
         flattened into the top level (the top level wins); the keys of
         :class:`NodeTiming` form the timing (``released_ns`` stands for
         ``release_start_ns`` where that is missing; no timing key at all means no
-        timing), fields the entry lacks get their defaults; ``session_id``,
+        timing), and only the fields the entry holds are stored (:attr:`timing_keys`); ``session_id``,
         ``commitment`` and ``signature`` may be bytes or hex; every other key goes to
         ``extra``.
 
@@ -334,7 +344,9 @@ class NodeRecord:
         if budget is not None and not isinstance(budget, Mapping):
             raise ValueError(f"evidence 'budget' is not a mapping: {type(budget).__name__}")
         outputs = flat.get("outputs")
+        present = tuple(k for k in NodeTiming.__dataclass_fields__ if k in flat)
         return cls(
+            timing_keys=None if not timed or len(present) == len(_TIMING_FIELDS) else present,
             timing=timing if timed else None,
             session_id=_raw(flat.get("session_id"), "session_id"),
             outputs=None if outputs is None else [list(o) for o in outputs],

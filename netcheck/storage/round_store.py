@@ -153,7 +153,7 @@ class RoundStore(Database):
     def _result_values(round_id: str, node_key: str, rec: NodeRecord | None) -> dict[str, Any]:
         """The ``results`` row of one record (no record: a row of NULLs)."""
         rec = rec or NodeRecord()
-        timing = rec.timing.as_dict() if rec.timing is not None else {}
+        timing = rec.timing_dict()
         extra = {k: v for k, v in timing.items() if k not in _COLUMN_TIMING}
         if rec.budget is not None:
             extra["budget"] = rec.budget
