@@ -109,9 +109,9 @@ def admin_call(
         ConfigError: the coordinator config is invalid.
         AdminError: as :func:`admin_request`.
     """
-    from netcheck.config import _read_toml, load_coordinator_config, load_gateway_config
+    from netcheck.config import load_coordinator_config, load_gateway_config, read_toml
 
-    gateway = "gateway_id" in _read_toml(Path(config_path))  # a gateway of several
+    gateway = "gateway_id" in read_toml(Path(config_path))  # a gateway of several
     cfg = load_gateway_config(config_path) if gateway else load_coordinator_config(config_path)
     return asyncio.run(admin_request(cfg, method, path, body, timeout_s=timeout_s))
 

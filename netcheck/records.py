@@ -236,17 +236,43 @@ class RoundReport:
         }
 
 
+#: The keys of a record's evidence mapping besides its free ``extra`` keys.
+_EVIDENCE_KEYS = ("timing", "budget", "session_id", "outputs", "commitment", "signature", "error")
+_TIMING_FIELDS = frozenset(NodeTiming.__dataclass_fields__)
+
+
+def _raw(value: object, key: str) -> bytes | None:
+    """Bytes from an evidence value: bytes kept, hex text decoded, None kept.
+
+    Raises:
+        ValueError: the value is neither (the key is named).
+    """
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return bytes.fromhex(value)
+        except ValueError:
+            raise ValueError(f"evidence {key!r} is not hex: {value[:40]!r}") from None
+    raise ValueError(f"evidence {key!r} is not bytes or hex: {type(value).__name__}")
+
+
 @dataclass
 class NodeRecord:
     """Everything the coordinator keeps of one node in one round besides its verdict:
     the raw timing, and the result as received (``None`` where there was none).
 
-    ``session_id``: the 16-byte session id the receipt binds; ``outputs``: B lists of
-    token ids; ``commitment`` (32 bytes) and ``signature`` (64 bytes): the signed
-    receipt; ``error``: the node's own error text (already made printable).
+    ``timing``: ``None`` where the coordinator never timed the node (e.g. the nodes of
+    a gateway lost mid-round); ``session_id``: the 16-byte session id the receipt binds;
+    ``outputs``: B lists of token ids; ``commitment`` (32 bytes) and ``signature`` (64
+    bytes): the signed receipt; ``error``: the node's own error text (already made
+    printable); ``extra``: free JSON-able facts stored with the record (in the
+    ``results.extra`` column beside the timing fields), e.g. ``{"gateway": id}``.
     """
 
-    timing: NodeTiming
+    timing: NodeTiming | None = None
     session_id: bytes | None = None
     outputs: list[list[int]] | None = None
     commitment: bytes | None = None
@@ -254,11 +280,24 @@ class NodeRecord:
     error: str | None = None
     #: The node's timing budget (:meth:`NodeTiming.budget`), stored in ``extra``.
     budget: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: The timing fields an evidence mapping held (:meth:`from_evidence` of an entry
+    #: written before a field was added); only these are stored. None: every field.
+    timing_keys: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        clash = sorted(set(self.extra) & {*_EVIDENCE_KEYS, *_TIMING_FIELDS})
+        if clash:
+            raise ValueError(f"NodeRecord.extra may not hold record fields: {clash}")
 
     def evidence(self) -> dict[str, Any]:
-        """The record as the storage evidence mapping (``timing`` nested, bytes kept)."""
+        """The record as one evidence mapping (``timing`` nested, absent where None;
+        ``budget`` absent where None; the ``extra`` keys at the top level; bytes kept):
+        what the spool stores as JSON (docs/spool.md), read back by
+        :meth:`from_evidence`."""
         return {
-            "timing": self.timing.as_dict(),
+            **self.extra,
+            **({"timing": self.timing_dict()} if self.timing is not None else {}),
             **({"budget": self.budget} if self.budget is not None else {}),
             "session_id": self.session_id,
             "outputs": self.outputs,
@@ -266,6 +305,61 @@ class NodeRecord:
             "signature": self.signature,
             "error": self.error,
         }
+
+    def timing_dict(self) -> dict[str, Any]:
+        """The timing's fields (only :attr:`timing_keys` where set); empty without timing."""
+        if self.timing is None:
+            return {}
+        t = self.timing.as_dict()
+        return t if self.timing_keys is None else {k: t[k] for k in self.timing_keys}
+
+    @classmethod
+    def from_evidence(cls, evidence: Mapping[str, Any]) -> NodeRecord:
+        """A record from an evidence mapping: :meth:`evidence`, also after a JSON round
+        trip (bytes as hex), as spool entries hold it.
+
+        Read as the store read the evidence mappings it took before records were typed,
+        so an old spool entry is stored as the same row: the nested ``timing`` dict is
+        flattened into the top level (the top level wins); the keys of
+        :class:`NodeTiming` form the timing (``released_ns`` stands for
+        ``release_start_ns`` where that is missing; no timing key at all means no
+        timing), and only the fields the entry holds are stored (:attr:`timing_keys`); ``session_id``,
+        ``commitment`` and ``signature`` may be bytes or hex; every other key goes to
+        ``extra``.
+
+        Raises:
+            ValueError: a field has the wrong type (bad hex, a ``timing`` or ``budget``
+                that is not a mapping).
+        """
+        nested = evidence.get("timing")
+        if nested is not None and not isinstance(nested, Mapping):
+            raise ValueError(f"evidence 'timing' is not a mapping: {type(nested).__name__}")
+        flat = {**(nested or {}), **{k: v for k, v in evidence.items() if k != "timing"}}
+        released = flat.pop("released_ns", None)
+        if flat.get("release_start_ns") is None and released is not None:
+            flat["release_start_ns"] = released
+        timed = nested is not None or any(k in _TIMING_FIELDS for k in flat)
+        timing = NodeTiming(**{k: v for k, v in flat.items() if k in _TIMING_FIELDS})
+        budget = flat.get("budget")
+        if budget is not None and not isinstance(budget, Mapping):
+            raise ValueError(f"evidence 'budget' is not a mapping: {type(budget).__name__}")
+        outputs = flat.get("outputs")
+        present = tuple(k for k in NodeTiming.__dataclass_fields__ if k in flat)
+        return cls(
+            timing_keys=None if not timed or len(present) == len(_TIMING_FIELDS) else present,
+            timing=timing if timed else None,
+            session_id=_raw(flat.get("session_id"), "session_id"),
+            outputs=None if outputs is None else [list(o) for o in outputs],
+            commitment=_raw(flat.get("commitment"), "commitment"),
+            signature=_raw(flat.get("signature"), "signature"),
+            error=flat.get("error"),
+            budget=None if budget is None else dict(budget),
+            extra={
+                str(k): v
+                for k, v in flat.items()
+                if k not in _TIMING_FIELDS and k not in _EVIDENCE_KEYS
+            },
+        )
 
 
 @dataclass(frozen=True)

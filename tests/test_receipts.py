@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from netcheck.keys import public_key_text
 from netcheck.protocol.jobs import commitment, sign_receipt, verify_receipt
 from netcheck.receipts import receipt, verify_stored_receipt
-from netcheck.records import NodeOutcome, RoundPlan, Verdict
+from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, Verdict
 from netcheck.storage import Store
 
 OUTPUTS = [[1, 2, 3], [4, 5, 6]]
@@ -149,13 +149,13 @@ def _store_result(url: str, signed: dict[str, str], *, outputs: list[list[int]])
     try:
         store.record_plan(RoundPlan(ROUND, "p", 2, 3, (), ()), started_at=1.0)
         outcome = NodeOutcome(signed["node_key"], Verdict.PASS, "ok", 0.5, 0, 0)
-        evidence = {
-            "session_id": bytes.fromhex(signed["session_id"]),
-            "commitment": bytes.fromhex(signed["commitment_hex"]),
-            "signature": bytes.fromhex(signed["signature_hex"]),
-            "outputs": outputs,
-        }
-        store.record_outcome(ROUND, [outcome], {signed["node_key"]: evidence})
+        record = NodeRecord(
+            session_id=bytes.fromhex(signed["session_id"]),
+            commitment=bytes.fromhex(signed["commitment_hex"]),
+            signature=bytes.fromhex(signed["signature_hex"]),
+            outputs=outputs,
+        )
+        store.record_outcome(ROUND, [outcome], {signed["node_key"]: record})
     finally:
         store.close()
 

@@ -19,6 +19,7 @@ from netcheck.records import (
     Verdict,
 )
 from netcheck.storage import Store
+from netcheck.storage.durable import timings_entry
 
 
 def test_enums_are_their_stored_text() -> None:
@@ -62,3 +63,29 @@ def test_flag_round_trips_its_row_and_refuses_unknown_kinds() -> None:
     assert Flag.from_row(bare).evidence is None and Flag.from_row(bare).as_dict() == bare
     with pytest.raises(ValueError):
         Flag.from_row({**row, "kind": "bogus"})
+
+
+def test_node_record_evidence_round_trips_through_json() -> None:
+    """``from_evidence`` reads back ``evidence()`` after JSON (bytes as hex), with and
+    without timing, and refuses bad hex with the key named."""
+    timing = NodeTiming(rtt_s=0.01, release_start_ns=100, arrival_stamp="kernel",
+                        echo_samples_s=[0.001], probe_missed=2)  # fmt: skip
+    recs = [
+        NodeRecord(
+            timing,
+            b"\x01" * 16,
+            [[1, 2]],
+            b"\xaa" * 32,
+            b"\xbb" * 64,
+            None,
+            budget={"release_index": 0},
+            extra={"gateway": "g"},
+        ),  # fmt: skip
+        NodeRecord(error="oom"),
+        NodeRecord(NodeTiming()),
+    ]
+    for rec in recs:
+        stored = json.loads(json.dumps(timings_entry({"n": rec})["n"]))
+        assert NodeRecord.from_evidence(stored) == rec
+    with pytest.raises(ValueError, match="'signature' is not hex"):
+        NodeRecord.from_evidence({"signature": "zz"})

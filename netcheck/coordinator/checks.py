@@ -150,7 +150,11 @@ def relay(flags: FlagStore, profile: Profile, records: Mapping[str, NodeRecord])
     node whose probe in this round exceeded the floor or went unanswered (a
     persistent excess shows in most rounds; docs/detection.md "Relay test")."""
     store = flags.store
-    suspects = [k for k, rec in records.items() if relay_suspect(rec.timing, profile.probe_ref_s)]
+    suspects = [
+        k
+        for k, rec in records.items()
+        if rec.timing is not None and relay_suspect(rec.timing, profile.probe_ref_s)
+    ]
     by_round: dict[str, dict[str, dict[str, Any]]] = {}
 
     def row(round_id: str, node_key: str) -> dict[str, Any] | None:

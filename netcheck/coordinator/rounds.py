@@ -30,25 +30,22 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from netcheck.analysis.verdicts import Observation, verify
 from netcheck.config import Profile
+from netcheck.coordinator.collect import judge, report_timing
+from netcheck.coordinator.dispatch import dispatch
 from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.notices import send_in_background
 from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.pool import classify_skip, warn_low_pool
 from netcheck.coordinator.rtt import RttProber
-from netcheck.coordinator.session import WRITE_TIMEOUT_S, Arrival, NodeDisconnected, NodeSession
+from netcheck.coordinator.session import WRITE_TIMEOUT_S, NodeSession
 from netcheck.errors import LocalProtocolError, RoundError, StorageError
 from netcheck.logs import node_label
-from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
-from netcheck.protocol.messages import Job, Release
+from netcheck.protocol.messages import Release
 from netcheck.records import (
     Assignment,
-    NodeOutcome,
-    NodeRecord,
     NodeTiming,
     RoundKind,
-    RoundPlan,
     RoundReport,
     RoundStatus,
     Verdict,
@@ -75,53 +72,6 @@ async def _measure_rtts(
     once, under one deadline; :mod:`netcheck.coordinator.rtt`). Returns how many sets
     were taken now."""
     return await rtt.for_round(sessions, timing)
-
-
-async def _dispatch(
-    plan: RoundPlan,
-    profile: Profile,
-    by_key: dict[str, NodeSession],
-    timing: dict[str, NodeTiming],
-    local_failures: dict[str, str],
-) -> dict[str, asyncio.Future[int]]:
-    """Send every job (bounded per node); returns the ack futures. A node the
-    coordinator itself failed to serve is put in ``local_failures`` (key -> reason)."""
-    acks: dict[str, asyncio.Future[int]] = {}
-
-    async def one(a: Assignment) -> None:
-        s = by_key[a.node_key]
-        t = timing[a.node_key]
-        job = Job(
-            round_id=plan.round_id,
-            nonce=a.job_nonce,
-            ciphertext=seal_job(a.prompts, a.job_key, plan.round_id, a.job_nonce),
-            batch_size=plan.batch_size,
-            max_new_tokens=plan.max_new_tokens,
-            deadline_s=float(t.deadline_s or 0.0),
-        )
-        acks[a.node_key] = s.expect_ack(plan.round_id)
-        t.job_sent_ns = time.monotonic_ns()
-        try:
-            # Bounded: a node that stops reading fills its socket buffers, and the write
-            # then waits for it to drain; without the bound one such node would hold up the
-            # dispatch (hence the release) of every node until its heartbeat timed out.
-            # The bound aborts that node's connection (it is then `disconnected`); it
-            # never cancels the write, which would poison the session (style.md rule 16).
-            await s.send(job, write_timeout_s=profile.dispatch_timeout_s)
-        except ConnectionError:
-            if s.abort_reason:
-                log.warning(
-                    "round %s: node %s not reading (job send blocked): %s",
-                    plan.round_id, s.label, s.abort_reason,
-                )  # fmt: skip
-            else:
-                log.warning("round %s: node %s gone during dispatch", plan.round_id, s.label)
-        except LocalProtocolError as exc:  # our own failure (e.g. counter exhausted)
-            local_failures[a.node_key] = f"coordinator could not send the job: {exc}"
-            log.error("round %s: node %s: %s", plan.round_id, s.label, exc)
-
-    await asyncio.gather(*(one(a) for a in plan.assignments))
-    return acks
 
 
 async def _release(
@@ -176,54 +126,7 @@ async def _release(
             s.send_lock.release()
 
 
-def _observe(
-    s: NodeSession, a: Assignment, round_id: str, t: NodeTiming, fut: asyncio.Future[Arrival] | None
-) -> Observation:
-    base: dict[str, Any] = {"released_ns": t.release_start_ns}
-    if fut is None or not fut.done():
-        return Observation(
-            arrived_ns=None, outputs=None, commitment=None, commitment_ok=False,
-            signature_ok=False, disconnected=s.closed.is_set(), error=None, **base,
-        )  # fmt: skip
-    exc = fut.exception()
-    if isinstance(exc, NodeDisconnected):
-        return Observation(
-            arrived_ns=None, outputs=None, commitment=None, commitment_ok=False,
-            signature_ok=False, disconnected=True, error=None, **base,
-        )  # fmt: skip
-    arrival = fut.result()
-    t.arrived_ns = arrival.arrived_ns
-    t.processed_ns = arrival.processed_ns
-    t.arrival_stamp = arrival.stamp_source
-    res = arrival.result
-    if res is None:
-        return Observation(
-            arrived_ns=arrival.arrived_ns, outputs=None, commitment=None, commitment_ok=False,
-            signature_ok=False, disconnected=False, error=arrival.error, **base,
-        )  # fmt: skip
-    c_ok, s_ok = arrival.commitment_ok, arrival.signature_ok
-    if c_ok is None or s_ok is None:  # not checked by the opener (cannot happen): check here
-        c_ok = commitment(res.outputs) == res.commitment
-        s_ok = verify_receipt(s.node_key_raw, res.signature, s.session_id, round_id, res.commitment)
-    return Observation(
-        arrived_ns=arrival.arrived_ns,
-        outputs=res.outputs,
-        commitment=res.commitment,
-        commitment_ok=c_ok,
-        signature_ok=s_ok,
-        disconnected=False,
-        error=None,
-        **base,
-    )
-
-
 ROUND_KINDS = tuple(k.value for k in RoundKind)
-
-
-def _report_timing(t: NodeTiming, first_release_ns: int | None) -> dict[str, Any]:
-    """A node's entry in the round report: raw stamps plus its timing budget."""
-    raw = {k: getattr(t, k) for k in ("release_start_ns", "arrived_ns", "processed_ns")}
-    return {**raw, **t.budget(first_release_ns)}
 
 
 async def run_round(
@@ -355,7 +258,7 @@ async def _run_locked(
 
     # Dispatch and wait for acknowledgements.
     local_failures: dict[str, str] = {}  # the coordinator's own failures: blame no node
-    acks = await _dispatch(plan, profile, by_key, timing, local_failures)
+    acks = await dispatch(plan, profile, by_key, timing, local_failures)
     if acks:
         await asyncio.wait(acks.values(), timeout=profile.dispatch_timeout_s)
     ready: list[tuple[NodeSession, Assignment]] = []
@@ -390,58 +293,9 @@ async def _run_locked(
         return RoundReport(round_id, profile.name, "aborted", kind=kind, schedule=schedule)
 
     # Verify (pure) and record.
-    outcomes: list[NodeOutcome] = []
-    records: dict[str, NodeRecord] = {}
-    for a in plan.assignments:
-        s, t = by_key[a.node_key], timing[a.node_key]
-        fut = results.get(a.node_key)
-        if a.node_key in local_failures:
-            why = local_failures[a.node_key]
-            outcomes.append(
-                NodeOutcome(a.node_key, Verdict.COORDINATOR_ERROR, why, None, len(a.canary_ids), 0)
-            )
-            records[a.node_key] = NodeRecord(t, budget=t.budget(first_release_ns))
-            continue
-        if fut is None:
-            gone = s.closed.is_set()
-            if gone:
-                why = s.abort_reason or "session closed before release"
-            else:
-                why = "no ack before dispatch deadline"
-            outcomes.append(
-                NodeOutcome(
-                    a.node_key,
-                    Verdict.DISCONNECTED if gone else Verdict.MISSING,
-                    why,
-                    None,
-                    len(a.canary_ids),
-                    0,
-                )  # fmt: skip
-            )
-            records[a.node_key] = NodeRecord(t, budget=t.budget(first_release_ns))
-            continue
-        obs = _observe(s, a, round_id, t, fut)
-        outcome = verify(
-            a, obs, max_new_tokens=plan.max_new_tokens, deadline_s=float(t.deadline_s or 0.0)
-        )
-        outcomes.append(outcome)
-        arrival = fut.result() if fut.done() and fut.exception() is None else None
-        res = arrival.result if arrival else None
-        records[a.node_key] = NodeRecord(
-            timing=t,
-            session_id=s.session_id,
-            outputs=[list(o) for o in res.outputs] if res else None,
-            commitment=res.commitment if res else None,
-            signature=res.signature if res else None,
-            error=arrival.error if arrival else None,  # the node's own text, escaped
-            budget=t.budget(first_release_ns),
-        )
-    mismatch: dict[str, str] = {}  # node key -> the differing fingerprint fields
-    for node_key, (verdict, why) in skipped.items():
-        outcomes.append(NodeOutcome(node_key, verdict, why, None, 0, 0))
-        if verdict is Verdict.PROFILE_MISMATCH and "differs from reference set" in why:
-            mismatch[node_key] = why[why.index("differs from reference set") :]
-        records[node_key] = NodeRecord(timing[node_key])
+    outcomes, records, mismatch = judge(
+        plan, by_key, timing, results, local_failures, skipped, first_release_ns
+    )
     t_verified = time.monotonic()
 
     starts = [t.release_start_ns for t in timing.values() if t.release_start_ns is not None]
@@ -487,7 +341,7 @@ async def _run_locked(
             flag_ids += await after(profile, plan, outcomes, records)
     report = RoundReport(
         round_id, profile.name, str(status), outcomes, phases, kind, schedule, flag_ids,
-        {k: _report_timing(t, first_release_ns) for k, t in timing.items()},
+        {k: report_timing(t, first_release_ns) for k, t in timing.items()},
     )  # fmt: skip
     for observe in coord.round_hooks.finished:
         observe(report)

@@ -266,7 +266,9 @@ async def _close(
         await gw.retry_write(
             f"record outcome {round_id}",
             lambda: store.record_outcome(
-                round_id, extra, {o.node_key: {"gateway": gateway_of[o.node_key]} for o in extra}
+                round_id,
+                extra,
+                {o.node_key: NodeRecord(extra={"gateway": gateway_of[o.node_key]}) for o in extra},
             ),
         )
     lost = sorted({gateway_of[o.node_key] for o in extra if o.verdict == Verdict.DISCONNECTED})

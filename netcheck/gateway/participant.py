@@ -21,12 +21,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from netcheck.analysis.verdicts import verify
-from netcheck.coordinator.rounds import _dispatch, _measure_rtts, _observe
+from netcheck.coordinator.collect import observe, received_record
+from netcheck.coordinator.dispatch import dispatch
+from netcheck.coordinator.rounds import _measure_rtts
 from netcheck.coordinator.session import Arrival, NodeSession
 from netcheck.errors import NetcheckError
 from netcheck.gateway.clock import ClockEstimate, out_of_bounds, relative_to
 from netcheck.protocol.messages import Release
-from netcheck.records import Assignment, NodeOutcome, NodeTiming, RoundPlan, Verdict
+from netcheck.records import Assignment, NodeOutcome, NodeRecord, NodeTiming, RoundPlan, Verdict
 
 if TYPE_CHECKING:
     from netcheck.gateway.service import GatewayBase as Gateway
@@ -262,7 +264,7 @@ async def _participate(gw: Gateway, round_id: str, pending: list[asyncio.Future[
     t_planned = time.monotonic()
     plan = await gw.db(_my_plan, gw, round_id, set(by_key))
     local_failures: dict[str, str] = {}  # this gateway's own send failures: blame no node
-    acks = await _dispatch(plan, profile, by_key, timing, local_failures)
+    acks = await dispatch(plan, profile, by_key, timing, local_failures)
     pending.extend(acks.values())
     if acks:
         await asyncio.wait(acks.values(), timeout=profile.dispatch_timeout_s)
@@ -378,9 +380,10 @@ def _verify(
     clock: ClusterClock,
     est: ClockEstimate,
     local_failures: dict[str, str],
-) -> tuple[list[NodeOutcome], dict[str, dict[str, Any]]]:
+) -> tuple[list[NodeOutcome], dict[str, NodeRecord]]:
     outcomes: list[NodeOutcome] = []
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, NodeRecord] = {}
+    offset = {"clock_offset_s": est.offset_s}
     for a in plan.assignments:
         s, t = by_key[a.node_key], timing[a.node_key]
         fut = results.get(a.node_key)
@@ -390,7 +393,7 @@ def _verify(
                 None, len(a.canary_ids), 0,
             ))  # fmt: skip
             _to_cluster(t, clock)
-            records[a.node_key] = {"timing": t.as_dict(), "clock_offset_s": est.offset_s}
+            records[a.node_key] = NodeRecord(t, extra=dict(offset))
             continue
         if fut is None:
             gone = s.closed.is_set()
@@ -400,9 +403,9 @@ def _verify(
                 None, len(a.canary_ids), 0,
             ))  # fmt: skip
             _to_cluster(t, clock)
-            records[a.node_key] = {"timing": t.as_dict(), "clock_offset_s": est.offset_s}
+            records[a.node_key] = NodeRecord(t, extra=dict(offset))
             continue
-        obs = _observe(s, a, plan.round_id, t, fut)  # sets t.arrived_ns (monotonic)
+        obs = observe(s, a, plan.round_id, t, fut)  # sets t.arrived_ns (monotonic)
         _to_cluster(t, clock)
         obs = dataclasses.replace(
             obs, released_ns=t.release_start_ns, arrived_ns=clock.to_cluster(obs.arrived_ns)
@@ -411,17 +414,7 @@ def _verify(
             a, obs, max_new_tokens=plan.max_new_tokens, deadline_s=float(t.deadline_s or 0.0)
         )
         outcomes.append(outcome)
-        arrival = fut.result() if fut.done() and fut.exception() is None else None
-        res = arrival.result if arrival else None
-        records[a.node_key] = {
-            "timing": t.as_dict(),
-            "clock_offset_s": est.offset_s,
-            "session_id": s.session_id.hex(),
-            "outputs": [list(o) for o in res.outputs] if res else None,
-            "commitment": res.commitment.hex() if res else None,
-            "signature": res.signature.hex() if res else None,
-            "error": arrival.error if arrival else None,
-        }
+        records[a.node_key] = received_record(s, t, fut, extra=offset)
     return outcomes, records
 
 

@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from netcheck.records import Assignment, NodeOutcome, RoundPlan, Verdict
+from netcheck.records import Assignment, NodeOutcome, NodeRecord, NodeTiming, RoundPlan, Verdict
 from netcheck.storage import Store
 
 
@@ -102,7 +102,7 @@ def fill_synthetic(
         proxies_on = sum(1 for n in on if n.behaviour == "proxy")
         clock_ns += 60 * 10**9
         outcomes: list[NodeOutcome] = []
-        timings: dict[str, Any] = {}
+        records: dict[str, NodeRecord] = {}
         release = clock_ns
         for n in on:
             release += rng.randint(20_000, 60_000)  # ~40 µs between release writes
@@ -120,20 +120,20 @@ def fill_synthetic(
             elif elapsed is not None and elapsed > deadline:
                 verdict, reason = Verdict.LATE, f"{elapsed:.3f} s > deadline {deadline:.3f} s"
             outcomes.append(NodeOutcome(n.key, verdict, reason, elapsed, 3, matched))
-            timings[n.key] = {
-                "timing": {
-                    "rtt_s": rtt,
-                    "deadline_s": deadline,
-                    "release_start_ns": release,
-                    "release_end_ns": release + 15_000,
-                    "arrived_ns": arrived,
-                },
-                "session_id": secrets.token_hex(16),
-                "outputs": [[rng.randrange(258) for _ in range(4)] for _ in range(2)],
-                "commitment": secrets.token_hex(32) if arrived else None,
-                "signature": secrets.token_hex(64) if arrived else None,
-            }
-        store.record_outcome(rid, outcomes, timings)
+            records[n.key] = NodeRecord(
+                NodeTiming(
+                    rtt_s=rtt,
+                    deadline_s=deadline,
+                    release_start_ns=release,
+                    release_end_ns=release + 15_000,
+                    arrived_ns=arrived,
+                ),
+                session_id=secrets.token_bytes(16),
+                outputs=[[rng.randrange(258) for _ in range(4)] for _ in range(2)],
+                commitment=secrets.token_bytes(32) if arrived else None,
+                signature=secrets.token_bytes(64) if arrived else None,
+            )
+        store.record_outcome(rid, outcomes, records)
         skew = (release + 15_000 - clock_ns) / 1e9
         elapsed_all = [o.elapsed_s for o in outcomes if o.elapsed_s is not None]
         store.finish_round(

@@ -21,8 +21,9 @@ from sqlalchemy import select, update
 
 from netcheck.errors import StorageError, StorageUnavailable
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, RoundStatus, Verdict
+from netcheck.storage.database import json_ready
 from netcheck.storage.spool import Spool
-from netcheck.storage.store import Store, _jsonable
+from netcheck.storage.store import Store
 from netcheck.storage.tables import reference_prompts, rounds
 
 log = logging.getLogger("netcheck.spool")
@@ -51,12 +52,32 @@ def outcome_of(d: Mapping[str, Any]) -> NodeOutcome:
     )  # fmt: skip
 
 
-def timings_entry(timings: Mapping[str, Any]) -> dict[str, Any]:
-    """``Store.record_outcome``'s ``timings`` as JSON (NodeRecords as their evidence
-    mapping, bytes as hex): the same columns are stored from either form."""
-    return {
-        k: _jsonable(v.evidence() if isinstance(v, NodeRecord) else v) for k, v in timings.items()
-    }
+def timings_entry(records: Mapping[str, NodeRecord]) -> dict[str, Any]:
+    """A round's records as the spool entry's ``timings``: node key -> the record's
+    evidence mapping (:meth:`NodeRecord.evidence`) as JSON (bytes as hex)."""
+    return {k: json_ready(r.evidence()) for k, r in records.items()}
+
+
+def records_of(timings: Mapping[str, Any]) -> tuple[dict[str, NodeRecord], dict[str, Any]]:
+    """The inverse of :func:`timings_entry`: the records of a spool entry's ``timings``,
+    and its round-level timings (values that are not mappings; spool files written
+    before records were typed could hold them). An entry written before records were
+    typed is stored as the same rows as then (:meth:`NodeRecord.from_evidence`).
+
+    Raises:
+        StorageError: an evidence mapping cannot be read (the entry stays in the spool).
+    """
+    records: dict[str, NodeRecord] = {}
+    round_level: dict[str, Any] = {}
+    for k, v in timings.items():
+        if not isinstance(v, Mapping):
+            round_level[k] = v
+            continue
+        try:
+            records[k] = NodeRecord.from_evidence(v)
+        except (TypeError, ValueError) as exc:
+            raise StorageError(f"spooled record of {k} cannot be read: {exc}") from exc
+    return records, round_level
 
 
 def spooled_status(
@@ -177,7 +198,7 @@ class Recorder:
         self,
         round_id: str,
         outcomes: Sequence[NodeOutcome],
-        timings: Mapping[str, Any],
+        records: Mapping[str, NodeRecord],
         *,
         status: str | None,
         summary: Mapping[str, Any] | None = None,
@@ -200,8 +221,8 @@ class Recorder:
         finished_at = time.time()
 
         def direct() -> None:
-            if outcomes or timings:
-                self.store.record_outcome(round_id, outcomes, timings)
+            if outcomes or records:
+                self.store.record_outcome(round_id, outcomes, records)
             if status is not None:
                 self.store.finish_round(round_id, status, summary or {}, finished_at=finished_at)
 
@@ -211,8 +232,8 @@ class Recorder:
             self.spool.append({
                 "type": "round", "id": f"{round_id}/{part}", "round_id": round_id,
                 "outcomes": [outcome_entry(o) for o in outcomes],
-                "timings": timings_entry(timings), "status": status,
-                "summary": _jsonable(summary or {}), "finished_at": finished_at,
+                "timings": timings_entry(records), "status": status,
+                "summary": json_ready(summary or {}), "finished_at": finished_at,
                 "canary_ids": sorted(canary_ids), "spooled_at": time.time(), "reason": str(exc),
             })  # fmt: skip
             self._dirty = True
@@ -285,7 +306,8 @@ class Recorder:
         round_id = entry["round_id"]
         outcomes = [outcome_of(d) for d in entry["outcomes"]]
         if outcomes or entry["timings"]:
-            self.store.record_outcome(round_id, outcomes, entry["timings"])
+            records, round_timing = records_of(entry["timings"])
+            self.store.record_outcome(round_id, outcomes, records, round_timing)
         if entry["canary_ids"]:
             self._ensure_spent(round_id, entry["canary_ids"])
         if entry["status"] is not None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from netcheck.storage.cluster import Deployment
+from netcheck.storage.cluster_tables import Deployment
 
 log = logging.getLogger("netcheck.gateway")
 

@@ -7,7 +7,15 @@ import math
 import pytest
 
 from netcheck.errors import StorageError
-from netcheck.records import Assignment, FlagStatus, NodeOutcome, RoundPlan, Verdict
+from netcheck.records import (
+    Assignment,
+    FlagStatus,
+    NodeOutcome,
+    NodeRecord,
+    NodeTiming,
+    RoundPlan,
+    Verdict,
+)
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore, jsonable
 
@@ -27,12 +35,12 @@ def _round(fs: FlagStore, rid: str, started: float, loaded: dict[str, bool], kin
     fs.store.record_plan(RoundPlan(rid, "p", 2, 2, assignments, ()), started)
     fs.record_schedule(rid, "p", kind, "explicit", loaded)
     outcomes = [NodeOutcome(a.node_key, Verdict.PASS, "ok", 0.5, 0, 0) for a in assignments]
-    timings = {
-        a.node_key: {"release_start_ns": 100, "arrived_ns": 600, "rtt_s": 0.01,
-                     "commitment": b"\x01" * 32, "signature": b"\x02" * 64}
+    records = {
+        a.node_key: NodeRecord(NodeTiming(release_start_ns=100, arrived_ns=600, rtt_s=0.01),
+                               commitment=b"\x01" * 32, signature=b"\x02" * 64)
         for a in assignments
     }  # fmt: skip
-    fs.store.record_outcome(rid, outcomes, timings)
+    fs.store.record_outcome(rid, outcomes, records)
     fs.store.finish_round(rid, "complete", {})
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_store import outcomes, plan, refs
 
-from netcheck.records import NodeOutcome, Verdict
+from netcheck.records import NodeOutcome, NodeRecord, NodeTiming, Verdict
 from netcheck.storage import Store
 from netcheck.storage.reader import Reader
 
@@ -17,7 +17,9 @@ def test_integrity_counts(db_url: str) -> None:
     reader = Reader(store)
     assert set(reader.integrity_counts().values()) == {0}
     store.record_plan(plan("R1", {"n1": ["r000", "r001"], "n2": ["r002"]}), started_at=1.0)
-    store.record_outcome("R1", outcomes(), {"n1": {"released_ns": 1}, "n2": {}})
+    store.record_outcome("R1", outcomes(), {
+        "n1": NodeRecord(NodeTiming(release_start_ns=1)), "n2": NodeRecord(),
+    })  # fmt: skip
     assert reader.integrity_counts() == {
         "rounds": 1, "results": 2, "results_distinct": 2, "verdicts": 2,
         "verdicts_distinct": 2, "canaries_spent": 3, "canaries_checked": 3,
@@ -37,10 +39,11 @@ def test_timing_matrix_uses_the_detectors_definitions(db_url: str) -> None:
         NodeOutcome("n2", Verdict.MISSING, "no ack", None, 1, 0),
         NodeOutcome("n3", Verdict.MISSING, "node error", None, 0, 0),
     ], {
-        "n1": {"released_ns": 100, "arrived_ns": 1_000_000_100, "rtt_s": 0.0,
-               "commitment": b"\xaa" * 32},
-        "n2": {"released_ns": None},
-        "n3": {"released_ns": 100, "arrived_ns": 200, "rtt_s": 0.0, "error": "oom"},
+        "n1": NodeRecord(NodeTiming(release_start_ns=100, arrived_ns=1_000_000_100, rtt_s=0.0),
+                         commitment=b"\xaa" * 32),
+        "n2": NodeRecord(NodeTiming()),
+        "n3": NodeRecord(NodeTiming(release_start_ns=100, arrived_ns=200, rtt_s=0.0),
+                         error="oom"),
     })  # fmt: skip
     m = Reader(store).timing_matrix(["n1", "n2", "n3"], ["R1"])
     assert m["loaded"] == {"n1": [True], "n2": [False], "n3": [True]}

@@ -10,7 +10,7 @@ import time
 import pytest
 from sqlalchemy import create_engine, text
 
-from netcheck.records import Assignment, NodeOutcome, RoundPlan, Verdict
+from netcheck.records import Assignment, NodeOutcome, NodeRecord, RoundPlan, Verdict
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore
 from netcheck.storage.reader import Reader
@@ -41,7 +41,7 @@ def _round(fs: FlagStore, clock: Clock, rid: str, verdict: Verdict) -> None:
     a = Assignment("n1", ("a", "b"), (), (), (), bytes(32), bytes(12))
     fs.store.record_plan(RoundPlan(rid, "p", 2, 2, (a,), ()), clock.now)
     fs.record_schedule(rid, "p", "screening", "explicit", {"n1": True})
-    fs.store.record_outcome(rid, [NodeOutcome("n1", verdict, "x", 0.5, 1, 1)], {"n1": {}})
+    fs.store.record_outcome(rid, [NodeOutcome("n1", verdict, "x", 0.5, 1, 1)], {"n1": NodeRecord()})
     fs.store.finish_round(rid, "complete", {})
     clock.now += 1.0
 

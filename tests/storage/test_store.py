@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from netcheck.errors import StorageError
-from netcheck.records import Assignment, NodeOutcome, RoundPlan, Verdict
+from netcheck.records import Assignment, NodeOutcome, NodeRecord, NodeTiming, RoundPlan, Verdict
 from netcheck.storage import ReferenceRow, Store
 
 FP = "f" * 64
@@ -115,18 +115,18 @@ def outcomes() -> list[NodeOutcome]:
 def test_record_outcome_idempotent(store: Store) -> None:
     """Recording the same (round, node) twice stores it once; the first record wins."""
     store.record_plan(plan("R1", {"n1": ["r000", "r001"], "n2": ["r002"]}), started_at=1.0)
-    timings = {
-        "n1": {
-            "timing": {"release_start_ns": 100, "release_end_ns": 120, "arrived_ns": 600},
-            "session_id": b"\x01" * 16,
-            "outputs": [[1, 2], [3, 4]],
-            "commitment": b"\xaa" * 32,
-            "signature": "bb" * 64,
-        },
-        "n2": {"released_ns": 5, "error": "engine failed"},
-        "release_skew_ns": 42,
+    records = {
+        "n1": NodeRecord(
+            NodeTiming(release_start_ns=100, release_end_ns=120, arrived_ns=600),
+            session_id=b"\x01" * 16,
+            outputs=[[1, 2], [3, 4]],
+            commitment=b"\xaa" * 32,
+            signature=b"\xbb" * 64,
+            extra={"gateway": "g1"},
+        ),
+        "n2": NodeRecord(NodeTiming(release_start_ns=5), error="engine failed"),
     }
-    assert store.record_outcome("R1", outcomes(), timings) == 2
+    assert store.record_outcome("R1", outcomes(), records, {"release_skew_ns": 42}) == 2
     redo = [NodeOutcome("n1", Verdict.LATE, "changed", 9.0, 2, 2)]
     assert store.record_outcome("R1", redo, {}) == 0
     rows = store.round_verdicts("R1")
@@ -137,9 +137,27 @@ def test_record_outcome_idempotent(store: Store) -> None:
     n1, n2 = rows
     assert (n1["released_ns"], n1["arrived_ns"]) == (100, 600)
     assert n1["session_id"] == "01" * 16 and n1["commitment"] == "aa" * 32
-    assert n1["extra"] == {"release_start_ns": 100, "release_end_ns": 120}
+    assert n1["signature"] == "bb" * 64
+    assert {k: v for k, v in n1["extra"].items() if v not in (None, 0, [])} == {
+        "release_start_ns": 100, "release_end_ns": 120, "gateway": "g1",
+    }  # fmt: skip
     assert (n2["released_ns"], n2["error"]) == (5, "engine failed")
     assert store.list_rounds()[0]["timing"] == {"release_skew_ns": 42}
+
+
+def test_untimed_record_stores_only_its_extra(store: Store) -> None:
+    """A record without timing (a lost gateway's node) stores NULL columns and only its
+    ``extra`` facts: the row the gateway leader's ``{"gateway": g}`` mapping gave."""
+    store.record_plan(plan("R1", {"n1": ["r000"]}), started_at=1.0)
+    lost = NodeOutcome("n1", Verdict.DISCONNECTED, "gateway gw-2 lost mid-round", None, 1, 0)
+    store.record_outcome("R1", [lost], {"n1": NodeRecord(extra={"gateway": "gw-2"})})
+    assert store.result_row("R1", "n1") == {
+        "id": 1, "round_id": "R1", "node_key": "n1", "session_id": None, "released_ns": None,
+        "arrived_ns": None, "rtt_s": None, "outputs": None, "commitment": None,
+        "signature": None, "error": None, "extra": {"gateway": "gw-2"},
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="may not hold record fields"):
+        NodeRecord(extra={"rtt_s": 1.0})
 
 
 def test_outcome_unknown_round(store: Store) -> None:

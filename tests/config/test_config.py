@@ -20,7 +20,7 @@ from netcheck.config import (
 from netcheck.errors import ConfigError
 from netcheck.keys import public_key_text
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 KEY = "ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"  # a real key (seed 0x42 * 32); not the all-zero placeholder of the examples
 
 PROFILE = """

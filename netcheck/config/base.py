@@ -1,0 +1,103 @@
+"""What every config model shares: the strict pydantic base, the file readers that
+turn every failure into a :class:`~netcheck.errors.ConfigError` naming file and field,
+path resolution against the file's folder, and the public-key text check."""
+
+from __future__ import annotations
+
+import base64
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
+
+from netcheck.errors import ConfigError, KeyFileError
+from netcheck.keys import load_public_bytes
+
+KEY_TEXT_PREFIX = "ed25519:"
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def check_key_text(text: str) -> str:
+    """Validate the text form of a public key: ``ed25519:<base64url, no padding, 32 bytes>``."""
+    if not text.startswith(KEY_TEXT_PREFIX):
+        raise ValueError(f"public key must start with {KEY_TEXT_PREFIX!r}")
+    body = text[len(KEY_TEXT_PREFIX) :]
+    if "=" in body or not re.fullmatch(r"[A-Za-z0-9_-]+", body):
+        raise ValueError("public key must be base64url without padding")
+    raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    if len(raw) != 32:
+        raise ValueError(f"public key must encode 32 bytes, got {len(raw)}")
+    try:
+        load_public_bytes(raw)  # refuses small-order and non-canonical points
+    except KeyFileError as exc:
+        raise ValueError(str(exc)) from None  # names the key
+    return text
+
+
+def base_dir(info: ValidationInfo) -> Path | None:
+    """The folder of the file being validated (the loaders' ``base_dir`` context)."""
+    context = info.context
+    if isinstance(context, dict) and isinstance(context.get("base_dir"), Path):
+        return context["base_dir"]
+    return None
+
+
+def resolve_path(value: Path, info: ValidationInfo) -> Path:
+    """``value`` with ``~`` expanded, relative to the file's folder when loaded from one."""
+    value = value.expanduser()
+    base = base_dir(info)
+    if base is not None and not value.is_absolute():
+        value = base / value
+    return value
+
+
+class Model(BaseModel):
+    """Base of every config model: frozen, unknown fields and non-finite floats refused."""
+
+    # allow_inf_nan=False: TOML has inf and nan, and no time, rate or size may be either.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def format_error(path: Path, exc: ValidationError) -> str:
+    """One line per pydantic error: ``<file>: <field>: <message>``."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        lines.append(f"{path}: {loc}: {msg}" if loc else f"{path}: {msg}")
+    return "\n".join(lines)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML document at ``path``.
+
+    Raises:
+        ConfigError: the file is missing, unreadable, not UTF-8 or not TOML (named).
+    """
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+
+
+def load_model(model: type[_M], path: Path, data: dict[str, Any]) -> _M:
+    """``model`` validated from ``data`` read at ``path`` (relative paths in it resolve
+    against the file's folder).
+
+    Raises:
+        ConfigError: a bad field, naming file and field (:func:`format_error`).
+    """
+    try:
+        return model.model_validate(data, context={"base_dir": path.resolve().parent})
+    except ValidationError as exc:
+        raise ConfigError(format_error(path, exc)) from None

@@ -1,0 +1,242 @@
+"""The coordinator's file (``configs/coordinator.toml``) and a gateway's (the same keys
+plus its cluster settings, docs/gateways.md)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from netcheck.config.base import base_dir, check_key_text, resolve_path
+from netcheck.config.profile import FileConfig, load_file_config
+from netcheck.errors import KeyFileError
+from netcheck.keys import parse_public_key
+
+PLACEHOLDER_ADMIN_TOKEN = "change-me-to-a-long-random-token"
+"""The ``admin_token`` shipped in ``configs/coordinator.toml``; refused, since the token
+guards the admin API."""
+MAX_MESSAGE_BYTES_LIMIT = 64 * 1024 * 1024
+"""Upper bound of ``max_message_bytes`` (64 MiB): larger caps only help a peer exhaust
+memory."""
+_SQLITE_URL = re.compile(r"^(sqlite(?:\+\w+)?:///)([^?]*)(\?.*)?$")
+
+
+class CoordinatorConfig(FileConfig):
+    """``configs/coordinator.toml``: the coordinator service."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8470, ge=0, le=65535)
+    identity_key: Path
+    allowed_nodes: list[str] = Field(default_factory=list)
+    """Node public keys in text form ``ed25519:<base64url-no-pad>``."""
+    node_names: dict[str, str] = Field(default_factory=dict)
+    """Operator-chosen display names, public key text -> name (shown in tables and the
+    dashboard). Names come from the operator, never from the node."""
+    node_hosts: dict[str, str] = Field(default_factory=dict)
+    """Declared co-hosting, public key text -> host label: identities the node operator
+    says run on one machine (one per card; ``netcheck node setup --cards N`` prints the
+    lines). Shown on the dashboard and given to detection: a confirmed slowdown inside
+    one declared host is a ``declared-host`` flag, not a ``shared-backend`` one
+    (docs/detection.md)."""
+    open_enrollment: bool = False
+    """Accept any node key; must be set explicitly when ``allowed_nodes`` is empty."""
+    database: str = Field(default="sqlite:///netcheck.db", validate_default=True)
+    admin_token: str = Field(min_length=16)
+    profiles: list[str] = Field(min_length=1)
+    """Profile names (looked up in :attr:`profile_dirs`) or paths to ``.toml`` files
+    (relative to this file's folder)."""
+    profiles_dir: Path | None = None
+    """Folder of profile files; None = ``profiles/`` next to this file, then the
+    installed ``configs/profiles`` (see :func:`profile_search_dirs`)."""
+    handshake_timeout_s: float = Field(default=5.0, gt=0)
+    trusted_proxies: list[str] = Field(default_factory=list)
+    """CIDR networks of reverse proxies in front of the coordinator. A connection from
+    one of them is charged to the rightmost untrusted ``X-Forwarded-For`` hop instead
+    of the proxy's address (docs/protocol.md §3.3b). Empty: the TCP peer address."""
+    request_header_timeout_s: float = Field(default=10.0, gt=0)
+    """A connection must deliver each complete HTTP request (the websocket upgrade, an
+    admin call) within this time of its accept or of the previous response, or it is
+    closed; idle keep-alive connections close after it too (aiohttp's
+    ``keepalive_timeout``, see ``Coordinator.make_runner``)."""
+    max_message_bytes: int = Field(default=8 * 1024 * 1024, gt=0, le=MAX_MESSAGE_BYTES_LIMIT)
+    """Largest websocket message accepted, bytes (at most 64 MiB)."""
+    # -- durable round results (docs/spool.md) ------------------------------------
+    storage_retry_s: float = Field(default=10.0, ge=0)
+    """A round write refused by a locked or unreachable database is retried with
+    backoff for this long, then its records go to the local spool."""
+    spool_file: Path | None = None
+    """The spool of round results waiting for the database (append-only, fsynced).
+    None = ``netcheck-spool.jsonl`` next to ``identity_key`` (a gateway:
+    ``spool-<gateway_id>.jsonl``)."""
+    spool_replay_s: float = Field(default=5.0, gt=0)
+    """While the spool holds entries, try to replay it this often (seconds)."""
+    decoy_workers: int | None = Field(default=None, ge=0, le=64)
+    """Worker processes that generate decoys ahead of each round
+    (:class:`netcheck.workloads.reservoir.DecoyReservoir`); 0 = generate them in the
+    planning thread; unset = a quarter of the CPUs, 1 to 8 (0 below 4 CPUs)."""
+    rtt_refresh_s: float = Field(default=10.0, ge=0)
+    """Echo and probe RTT sets are taken between rounds (docs/rtt-sampling.md): a node's
+    set is replaced within a quarter of this after a round used it, and when it is this
+    old (±25 %); a set older than 3x this is not used. 0 = no background sampling: each
+    round samples every node before planning."""
+    # -- detection (docs/detection.md) ----------------------------------------------
+    schedule_secret_file: Path | None = None
+    """Secret key of the screening schedule (32 random bytes, mode 0600), created on
+    first start if missing. None = ``schedule.secret`` next to ``identity_key``."""
+    screening_interval_s: float = Field(default=0.0, ge=0)
+    """Run one screening round per profile every this many seconds (0 = no timer)."""
+    screening_full_every: int = Field(default=4, ge=1)
+    """Every n-th screening round loads every node (a full-load capacity round)."""
+    screening_window_rounds: int = Field(default=128, ge=4)
+    """Analysis uses the most recent this many screening and full rounds."""
+    screening_analyze_every: int = Field(default=16, ge=1)
+    """With the timer: run the analysis and confirmation after this many rounds."""
+    confirm_cycles: int = Field(default=4, ge=3)
+    """Confirmation cycles (group, then each member alone) per look."""
+    confirm_max_cycles: int = Field(default=16, ge=3)
+    """Cycles before a suspect group is cleared."""
+    capacity_window: int = Field(default=8, ge=1)
+    """Capacity test: a node's most recent this many verdicts form the window."""
+    capacity_strikes: int = Field(default=3, ge=1)
+    """Capacity test: ``late``/``missing`` verdicts in the window that raise a flag."""
+    answer_failure_window: int = Field(default=8, ge=1)
+    """Answer-failure test: a node's most recent this many *checked* rounds (pass,
+    ``wrong-answer``, ``malformed``) form the window."""
+    answer_failure_strikes: int = Field(default=3, ge=1)
+    """Answer-failure test: ``wrong-answer``/``malformed`` verdicts in the window that
+    raise an ``answer-failure`` flag."""
+    relay_from_batch_times: bool = False
+    """Ignored: the provisional relay check from batch times was replaced by the
+    probe-based relay test (docs/detection.md); kept so that existing files load."""
+
+    @field_validator("identity_key", "schedule_secret_file", "profiles_dir", "spool_file")
+    @classmethod
+    def _resolve_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return None if value is None else resolve_path(value, info)
+
+    @property
+    def spool_path(self) -> Path:
+        """Where round results wait when the database is unavailable (``spool_file``)."""
+        if self.spool_file is not None:
+            return self.spool_file
+        gateway = getattr(self, "gateway_id", None)
+        name = f"spool-{gateway}.jsonl" if gateway else "netcheck-spool.jsonl"
+        return self.identity_key.parent / name
+
+    @property
+    def schedule_secret_path(self) -> Path:
+        """Where the screening schedule secret lives (see ``schedule_secret_file``)."""
+        if self.schedule_secret_file is not None:
+            return self.schedule_secret_file
+        return self.identity_key.parent / "schedule.secret"
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, value: list[str]) -> list[str]:
+        for i, text in enumerate(value):
+            try:
+                ipaddress.ip_network(text.strip(), strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"entry {i}: {text!r} is not an IP address or CIDR network"
+                ) from None
+        return value
+
+    @field_validator("allowed_nodes")
+    @classmethod
+    def _check_nodes(cls, value: list[str]) -> list[str]:
+        for i, text in enumerate(value):
+            try:
+                check_key_text(text)
+            except ValueError as exc:
+                raise ValueError(f"entry {i}: {exc}") from None
+        return value
+
+    @field_validator("node_names", "node_hosts")
+    @classmethod
+    def _check_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for text in value:
+            try:
+                parse_public_key(text)
+            except KeyFileError as exc:
+                raise ValueError(str(exc)) from None  # names the key
+        return value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _check_token(cls, value: str) -> str:
+        if value == PLACEHOLDER_ADMIN_TOKEN:
+            raise ValueError(
+                "still the placeholder: replace it with a long random token, e.g. the output "
+                'of python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
+            )
+        return value
+
+    @field_validator("database")
+    @classmethod
+    def _resolve_database(cls, value: str, info: ValidationInfo) -> str:
+        match = _SQLITE_URL.match(value)
+        base = base_dir(info)
+        if match is None or base is None:
+            return value
+        prefix, path, query = match.group(1), match.group(2), match.group(3) or ""
+        if path in ("", ":memory:") or path.startswith("/"):
+            return value
+        return f"{prefix}{(base / Path(path).expanduser()).as_posix()}{query}"
+
+    @model_validator(mode="after")
+    def _check_enrollment(self) -> CoordinatorConfig:
+        if not self.allowed_nodes and not self.open_enrollment:
+            raise ValueError("allowed_nodes is empty; list node keys or set open_enrollment = true")
+        if self.capacity_strikes > self.capacity_window:
+            raise ValueError("capacity_strikes must be <= capacity_window")
+        if self.answer_failure_strikes > self.answer_failure_window:
+            raise ValueError("answer_failure_strikes must be <= answer_failure_window")
+        if self.confirm_max_cycles < self.confirm_cycles:
+            raise ValueError("confirm_max_cycles must be >= confirm_cycles")
+        return self
+
+
+class GatewayConfig(CoordinatorConfig):
+    """A coordinator config (same keys, same identity key on every gateway) plus:"""
+
+    gateway_id: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._-]+$")
+    """This gateway's name, unique among the live gateways of the deployment."""
+    max_clock_offset_s: float = Field(default=0.010, gt=0)
+    """Sit a round out when the clock offset to the leader exceeds this (seconds)."""
+    max_clock_uncertainty_s: float = Field(default=0.025, gt=0)
+    """Sit a round out when the offset is known no better than this (seconds)."""
+    release_margin_s: float = Field(default=0.25, gt=0)
+    """The release instant is this far ahead of the leader's decision (≥ NOTIFY latency)."""
+    join_timeout_s: float = Field(default=20.0, gt=0)
+    """How long the leader waits for live gateways to join a round."""
+    close_grace_s: float = Field(default=5.0, ge=0)
+    """Extra wait for gateway reports after the result timeout."""
+    round_interval_s: float = Field(default=0.0, ge=0)
+    """When leader: start a full round of the first profile this often (0 = only on request)."""
+
+    @field_validator("database")
+    @classmethod
+    def _postgres_only(cls, value: str) -> str:
+        if not value.startswith("postgresql"):
+            raise ValueError("gateways share one PostgreSQL database: use postgresql+psycopg://...")
+        return value
+
+
+def load_coordinator_config(path: str | Path) -> CoordinatorConfig:
+    """Load ``coordinator.toml``; relative paths resolve against its directory.
+
+    Raises ConfigError naming file and field.
+    """
+    return load_file_config(CoordinatorConfig, path)
+
+
+def load_gateway_config(path: str | Path) -> GatewayConfig:
+    """Load and validate a gateway config TOML.
+
+    Raises:
+        ConfigError: missing file, bad TOML or a bad field (named).
+    """
+    return load_file_config(GatewayConfig, path)

@@ -1,0 +1,170 @@
+"""The database connection under every store of netcheck/storage: a SQLAlchemy Core 2.x
+engine, one write or read transaction per call, and the mapping of every SQLAlchemy
+exception to :class:`~netcheck.errors.StorageError`.
+
+SQLite by default (WAL journal, foreign keys on, ``busy_timeout``; write transactions
+start with ``BEGIN IMMEDIATE`` so two writers queue instead of failing on lock upgrade);
+PostgreSQL is a URL change. A failure that may pass (a lock, a lost connection) is
+:class:`~netcheck.errors.StorageUnavailable`, so callers can retry it
+(:mod:`netcheck.storage.durable`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Self
+
+from sqlalchemy import Connection, create_engine, event
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.pool import StaticPool
+
+from netcheck.errors import StorageError, StorageUnavailable
+from netcheck.storage import migrate
+from netcheck.storage.tables import metadata
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def _describe(exc: SQLAlchemyError) -> str:
+    detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    low = detail.lower()
+    if "locked" in low or "busy" in low or "lock timeout" in low:
+        return f"database is locked ({detail})"
+    if ("disk" in low and "full" in low) or "no space" in low:
+        return f"disk full ({detail})"
+    if isinstance(exc, IntegrityError):
+        return f"integrity constraint violated ({detail})"
+    return detail
+
+
+def _transient(exc: SQLAlchemyError) -> bool:
+    """True if the same write may succeed later: a lock held elsewhere, or the server
+    unreachable or restarting (a lost connection). Constraint violations are not."""
+    if isinstance(exc, IntegrityError):
+        return False
+    if isinstance(exc, OperationalError | InterfaceError):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+def hex_text(value: object) -> object:
+    """Bytes as lowercase hex; anything else unchanged (how receipt bytes are stored)."""
+    return value.hex() if isinstance(value, bytes | bytearray) else value
+
+
+def json_ready(value: object) -> object:
+    """``value`` for a JSON column: bytes as hex, mappings (text keys) and sequences
+    converted all the way down; other values unchanged."""
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    if isinstance(value, Mapping):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    return value
+
+
+class Database:
+    """A SQLAlchemy engine with netcheck's transaction and error rules, and its tables.
+
+    Args:
+        url: SQLAlchemy URL, e.g. ``sqlite:///path/netcheck.db`` (parent directory created),
+            ``sqlite://`` (in memory) or ``postgresql+psycopg://...``. Tables are created
+            if missing.
+        busy_timeout_ms: how long a SQLite write waits for another writer's lock.
+
+    Raises:
+        StorageError: the database cannot be opened or initialised.
+    """
+
+    def __init__(self, url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+        self.url = url
+        parsed = make_url(url)
+        self.backend: str = parsed.get_backend_name()
+        """``sqlite`` or ``postgresql`` (the SQLAlchemy backend name)."""
+        self._sqlite = self.backend == "sqlite"
+        kwargs: dict[str, Any] = {}
+        if self._sqlite:
+            database = parsed.database or ""
+            kwargs["connect_args"] = {"check_same_thread": False}
+            if database in ("", ":memory:"):
+                kwargs["poolclass"] = StaticPool
+            else:
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        elif parsed.get_backend_name() == "postgresql":
+            # The PostgreSQL analogue of busy_timeout: a write waits this long for a row or
+            # table lock held by another transaction, then fails as "database is locked".
+            opts = f"-c lock_timeout={max(1, int(busy_timeout_ms))}"  # 0 would mean forever
+            extra = parsed.query.get("options")
+            kwargs["connect_args"] = {"options": f"{extra} {opts}" if extra else opts}
+        try:
+            self._engine: Engine = create_engine(url, **kwargs)
+            if self._sqlite:
+                self._setup_sqlite(self._engine, busy_timeout_ms)
+            with self._errors("create tables"):
+                metadata.create_all(self._engine)
+            with self._read("check schema") as conn:
+                stale = migrate.needs_upgrade(conn)
+            if stale:
+                with self._write("upgrade schema (add rounds.seq)") as conn:
+                    migrate.upgrade(conn)
+        except StorageError:
+            raise
+        except Exception as exc:  # bad URL, missing driver
+            raise StorageError(f"cannot open database {url!r}: {exc}") from exc
+
+    @staticmethod
+    def _setup_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            write = conn.get_execution_options().get("netcheck_write", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except SQLAlchemyError as exc:
+            kind = StorageUnavailable if _transient(exc) else StorageError
+            raise kind(f"{action}: {_describe(exc)}") from exc
+
+    @contextmanager
+    def _write(self, action: str) -> Iterator[Connection]:
+        """One write transaction; commits on success, rolls back on any exception."""
+        with self._errors(action), self._engine.connect() as conn:
+            conn = conn.execution_options(netcheck_write=True)
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _read(self, action: str) -> Iterator[Connection]:
+        with self._errors(action), self._engine.connect() as conn, conn.begin():
+            yield conn
+
+    def close(self) -> None:
+        """Release all pooled connections."""
+        self._engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
