@@ -10,13 +10,15 @@ persisting as in the database. Snapshots at 16/32/64/128 screening rounds.
 Population (unless a scenario says otherwise): 200 identities = 8 farms of 2, 6 of 3, 4
 of 5 (54 farm identities) + 146 honest, 10 honest co-hosted pairs with 20% benign
 coupling (the worst case asked for), sigma_w 0.05 (per-node spread 0.3), beta 0.5,
-speed spread 5%, round effect 2%. n = 100 / 1,000 scale the farm counts.
+speed spread 5%, round effect 2%. n = 100 / 1,000 scale the farm counts. False-flag
+scenarios (``--ff-seeds`` runs each, ``--ff-sigma`` 0.05 and 0.15): 100 honest nodes,
+30 co-hosted pairs coupling 20%, no farm: every flag there is false.
 
 Columns per scenario x config x R x farm size k:
 ``found`` = farms with a confirmed shared-backend flag holding 2+ of their identities
 (contention); ``caught`` = found, or any identity capacity-, relay- or slow-flagged
 (the persistent-slowness test, :mod:`netcheck.analysis.slowness`; answer level never
-fires: the simulated farms compute their own batches); ``c-0`` (k = 2 only) = caught
+fires: the simulated farms compute their own batches); ``c-0`` (k = 2 shown) = caught
 without the slowness test (the path before it, same run: the test reads the stored
 rows and changes nothing else); per scenario x config x R: ``FF`` = honest nodes
 inside confirmed shared-backend flags (sum over seeds), ``mixed`` = flags naming
@@ -142,11 +144,14 @@ def scenarios() -> list[Scenario]:
 
 QUICK = ("plain", "pad", "pad s=0.15", "pad b=0.3")
 
-FALSE_FLAG = Scenario(
-    "honest only, 30 pairs at 20%",
-    PopulationSpec(n_nodes=100, farm_sizes=(), cohosted_pairs=30, benign_coupling=0.2),
-    "none", True,
-)  # fmt: skip
+
+def false_flag_scenario(sigma_w: float) -> Scenario:
+    """Honest nodes only (100, 30 co-hosted pairs coupling 20%) at timing noise
+    ``sigma_w``: every flag is false."""
+    name = "honest only, 30 pairs at 20%" + ("" if sigma_w == 0.05 else f", s={sigma_w:g}")
+    spec = PopulationSpec(n_nodes=100, farm_sizes=(), cohosted_pairs=30, benign_coupling=0.2,
+                          sigma_w=sigma_w)  # fmt: skip
+    return Scenario(name, spec, "none", True)
 
 
 def score(pop: Population, snap: Snapshot) -> dict[str, Any]:
@@ -326,6 +331,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--ff-seeds", type=int, default=125, help="runs of the false-flag scenario")
+    parser.add_argument(
+        "--ff-sigma",
+        default="0.05,0.15",
+        help="timing noise of the false-flag scenarios (one per value)",
+    )
     parser.add_argument("--quick", action="store_true",
                         help="base + padded + false-flag scenarios, 1 seed")  # fmt: skip
     parser.add_argument("--old", action="store_true", help="also the pre-issue-13 config")
@@ -353,10 +363,11 @@ def main() -> int:
     start = time.perf_counter()
     scs = scenarios()
     if args.from_json:
-        return report_json(args.from_json, [*scs, FALSE_FLAG], args.check)
+        ffs = [false_flag_scenario(x) for x in (0.05, 0.15)]
+        return report_json(args.from_json, [*scs, *ffs], args.check)
     seeds, ff_seeds = args.seeds, args.ff_seeds
     if args.quick:
-        scs, seeds, ff_seeds = [s for s in scs if s.name in QUICK], 1, 4
+        scs, seeds, ff_seeds = [s for s in scs if s.name in QUICK], 1, 2
     if args.library:
         scs = [s for s in scs if not s.name.startswith(("plain ", "jitter "))]
     if args.only:
@@ -378,9 +389,10 @@ def main() -> int:
                   file=sys.stderr, flush=True)  # fmt: skip
             print(json.dumps(got), file=sys.stderr, flush=True)  # partial results as they come
     if ff_seeds:
-        for config in configs:
-            rows += run_scenario(FALSE_FLAG, config, ff_seeds, args.first_seed)
-        scs = [*scs, FALSE_FLAG]
+        for ff in [false_flag_scenario(float(x)) for x in args.ff_sigma.split(",")]:
+            for config in configs:
+                rows += run_scenario(ff, config, ff_seeds, args.first_seed)
+            scs = [*scs, ff]
     print(f"EMULATION — netcheck detection benchmark (live round mix), {seeds} seeds, "
           f"false-flag scenario {ff_seeds} runs")  # fmt: skip
     print(table(rows))
