@@ -247,13 +247,14 @@ def g1_rounds(full_every: int = 4, level: float = 0.95) -> int:
 
 def goals(
     rows: list[dict[str, Any]], scs: list[Scenario], config: str
-) -> list[tuple[str, bool, str]]:
-    """The four goals of the module docstring, for one config: (goal, met, detail).
+) -> list[tuple[str, bool | None, str]]:
+    """The four goals of the module docstring, for one config: (goal, met, detail);
+    met is None when the run has no scenario the goal applies to (a split run).
 
     Each goal's detail ends with its value *before* the slowness test (G2-G4: the same
     run without it; G1: the issue's wording, 16 rounds)."""
     by = {(r["scenario"], r["rounds"]): r for r in rows if r["config"] == config}
-    out = []
+    out: list[tuple[str, bool | None, str]] = []
     r1 = g1_rounds()
     grid = [s for s in scs if s.grid and (s.name, r1) in by]
     bad = [f"{s.name} {by[(s.name, r1)]['found2']:.2f}" for s in grid
@@ -264,7 +265,7 @@ def goals(
     out.append((
         f"G1 plain/jitter pairs found >= 0.95 by {r1} rounds ({r1 - r1 // 4} screening, "
         f"pair coverage {pair_coverage(r1 - r1 // 4):.3f}; at 16 rounds coverage caps "
-        f"recall at {cov:.3f})", not bad and bool(grid),
+        f"recall at {cov:.3f})", (not bad) if grid else None,
         f"{'; '.join(bad) or 'all cells'} | at 16 rounds: {'; '.join(at16) or 'all cells'}",
     ))  # fmt: skip
     cls = [s for s in scs if s.claimed_class and s.spec.farm_sizes and (s.name, 32) in by]
@@ -274,7 +275,7 @@ def goals(
                if by[(s.name, 32)][f"{key}{k}"] == by[(s.name, 32)][f"{key}{k}"]
                and by[(s.name, 32)][f"{key}{k}"] < 1.0]  # fmt: skip
         if not label:
-            detail, met = "; ".join(bad) or "all", not bad and bool(cls)
+            detail, met = "; ".join(bad) or "all", (not bad) if cls else None
         else:
             detail += f" | {label}{'; '.join(bad) or 'all'}"
     out.append(("G2 claimed-class farms caught by 32 rounds", met, detail))
@@ -291,7 +292,7 @@ def goals(
     an = sum(r["an"] for r in last)
     out.append((
         "G4 zero confirmed false flags (shared-backend and slow) over >= 1,000 analyses",
-        ff == 0 and sl == 0 and an >= 1000,
+        (ff == 0 and sl == 0 and an >= 1000) if last else None,
         f"{ff} honest in shared-backend flags, {sl} honest slow flags over {an} analyses "
         f"(honest capacity flags: {cap}) | before: {ff} over {an}",
     ))  # fmt: skip
@@ -304,8 +305,9 @@ def print_goals(rows: list[dict[str, Any]], scs: list[Scenario], configs: tuple[
     for config in configs:
         print(f"\ngoals [{config}]:")
         for name, ok, detail in goals(rows, scs, config):
-            print(f"  {'MET ' if ok else 'MISS'} {name}: {detail}")
-            missed |= config == "new" and not ok
+            status = "N/A " if ok is None else ("MET " if ok else "MISS")
+            print(f"  {status} {name}: {detail}")
+            missed |= config == "new" and ok is False
     return missed
 
 
