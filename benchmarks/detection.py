@@ -42,8 +42,7 @@ rounds are 12 screening rounds (every 4th is a full round), after which a pair h
 is printed beside it. G2 every farm on a backend of the claimed class caught by 32
 rounds; G3 found and caught never fall as rounds grow; G4 zero confirmed false flags
 over >= 1,000 analyses with benign coupling up to 20%: honest nodes in shared-backend
-flags (FF) and honest slow flags (slH); honest capacity flags (capH) are printed
-beside.
+flags (FF), slow flags (slH) and capacity flags (capH).
 
 Run: ``.venv/bin/python benchmarks/detection.py [--seeds 2] [--quick] [--old] [--check]
 [--json PATH] [--from-json PATH...]``. ``--quick``: base and padded scenarios and the
@@ -291,10 +290,10 @@ def goals(
     ff, sl, cap = (sum(r[key] for r in last) for key in ("FF", "slH", "capH"))
     an = sum(r["an"] for r in last)
     out.append((
-        "G4 zero confirmed false flags (shared-backend and slow) over >= 1,000 analyses",
-        (ff == 0 and sl == 0 and an >= 1000) if last else None,
-        f"{ff} honest in shared-backend flags, {sl} honest slow flags over {an} analyses "
-        f"(honest capacity flags: {cap}) | before: {ff} over {an}",
+        "G4 zero confirmed false flags (shared-backend, slow, capacity) over >= 1,000 analyses",
+        (ff == 0 and sl == 0 and cap == 0 and an >= 1000) if last else None,
+        f"{ff} honest in shared-backend flags, {sl} honest slow flags, {cap} honest capacity "
+        f"flags over {an} analyses | before: {ff} shared-backend, {cap} capacity",
     ))  # fmt: skip
     return out
 
