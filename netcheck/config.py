@@ -331,6 +331,11 @@ class CoordinatorConfig(_FileConfig):
     """Worker processes that generate decoys ahead of each round
     (:class:`netcheck.workloads.reservoir.DecoyReservoir`); 0 = generate them in the
     planning thread; unset = a quarter of the CPUs, 1 to 8 (0 below 4 CPUs)."""
+    rtt_refresh_s: float = Field(default=10.0, ge=0)
+    """Echo and probe RTT sets are taken between rounds (docs/rtt-sampling.md): a node's
+    set is replaced within a quarter of this after a round used it, and when it is this
+    old (±25 %); a set older than 3x this is not used. 0 = no background sampling: each
+    round samples every node before planning."""
     # -- detection (docs/detection.md) ----------------------------------------------
     schedule_secret_file: Path | None = None
     """Secret key of the screening schedule (32 random bytes, mode 0600), created on
