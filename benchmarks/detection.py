@@ -10,13 +10,15 @@ persisting as in the database. Snapshots at 16/32/64/128 screening rounds.
 Population (unless a scenario says otherwise): 200 identities = 8 farms of 2, 6 of 3, 4
 of 5 (54 farm identities) + 146 honest, 10 honest co-hosted pairs with 20% benign
 coupling (the worst case asked for), sigma_w 0.05 (per-node spread 0.3), beta 0.5,
-speed spread 5%, round effect 2%. n = 100 / 1,000 scale the farm counts.
+speed spread 5%, round effect 2%. n = 100 / 1,000 scale the farm counts. False-flag
+scenarios (``--ff-seeds`` runs each, ``--ff-sigma`` 0.05 and 0.15): 100 honest nodes,
+30 co-hosted pairs coupling 20%, no farm: every flag there is false.
 
 Columns per scenario x config x R x farm size k:
 ``found`` = farms with a confirmed shared-backend flag holding 2+ of their identities
 (contention); ``caught`` = found, or any identity capacity-, relay- or slow-flagged
 (the persistent-slowness test, :mod:`netcheck.analysis.slowness`; answer level never
-fires: the simulated farms compute their own batches); ``c-0`` (k = 2 only) = caught
+fires: the simulated farms compute their own batches); ``c-0`` (k = 2 shown) = caught
 without the slowness test (the path before it, same run: the test reads the stored
 rows and changes nothing else); per scenario x config x R: ``FF`` = honest nodes
 inside confirmed shared-backend flags (sum over seeds), ``mixed`` = flags naming
@@ -40,8 +42,7 @@ rounds are 12 screening rounds (every 4th is a full round), after which a pair h
 is printed beside it. G2 every farm on a backend of the claimed class caught by 32
 rounds; G3 found and caught never fall as rounds grow; G4 zero confirmed false flags
 over >= 1,000 analyses with benign coupling up to 20%: honest nodes in shared-backend
-flags (FF) and honest slow flags (slH); honest capacity flags (capH) are printed
-beside.
+flags (FF), slow flags (slH) and capacity flags (capH).
 
 Run: ``.venv/bin/python benchmarks/detection.py [--seeds 2] [--quick] [--old] [--check]
 [--json PATH] [--from-json PATH...]``. ``--quick``: base and padded scenarios and the
@@ -142,11 +143,14 @@ def scenarios() -> list[Scenario]:
 
 QUICK = ("plain", "pad", "pad s=0.15", "pad b=0.3")
 
-FALSE_FLAG = Scenario(
-    "honest only, 30 pairs at 20%",
-    PopulationSpec(n_nodes=100, farm_sizes=(), cohosted_pairs=30, benign_coupling=0.2),
-    "none", True,
-)  # fmt: skip
+
+def false_flag_scenario(sigma_w: float) -> Scenario:
+    """Honest nodes only (100, 30 co-hosted pairs coupling 20%) at timing noise
+    ``sigma_w``: every flag is false."""
+    name = "honest only, 30 pairs at 20%" + ("" if sigma_w == 0.05 else f", s={sigma_w:g}")
+    spec = PopulationSpec(n_nodes=100, farm_sizes=(), cohosted_pairs=30, benign_coupling=0.2,
+                          sigma_w=sigma_w)  # fmt: skip
+    return Scenario(name, spec, "none", True)
 
 
 def score(pop: Population, snap: Snapshot) -> dict[str, Any]:
@@ -242,13 +246,14 @@ def g1_rounds(full_every: int = 4, level: float = 0.95) -> int:
 
 def goals(
     rows: list[dict[str, Any]], scs: list[Scenario], config: str
-) -> list[tuple[str, bool, str]]:
-    """The four goals of the module docstring, for one config: (goal, met, detail).
+) -> list[tuple[str, bool | None, str]]:
+    """The four goals of the module docstring, for one config: (goal, met, detail);
+    met is None when the run has no scenario the goal applies to (a split run).
 
     Each goal's detail ends with its value *before* the slowness test (G2-G4: the same
     run without it; G1: the issue's wording, 16 rounds)."""
     by = {(r["scenario"], r["rounds"]): r for r in rows if r["config"] == config}
-    out = []
+    out: list[tuple[str, bool | None, str]] = []
     r1 = g1_rounds()
     grid = [s for s in scs if s.grid and (s.name, r1) in by]
     bad = [f"{s.name} {by[(s.name, r1)]['found2']:.2f}" for s in grid
@@ -259,7 +264,7 @@ def goals(
     out.append((
         f"G1 plain/jitter pairs found >= 0.95 by {r1} rounds ({r1 - r1 // 4} screening, "
         f"pair coverage {pair_coverage(r1 - r1 // 4):.3f}; at 16 rounds coverage caps "
-        f"recall at {cov:.3f})", not bad and bool(grid),
+        f"recall at {cov:.3f})", (not bad) if grid else None,
         f"{'; '.join(bad) or 'all cells'} | at 16 rounds: {'; '.join(at16) or 'all cells'}",
     ))  # fmt: skip
     cls = [s for s in scs if s.claimed_class and s.spec.farm_sizes and (s.name, 32) in by]
@@ -269,7 +274,7 @@ def goals(
                if by[(s.name, 32)][f"{key}{k}"] == by[(s.name, 32)][f"{key}{k}"]
                and by[(s.name, 32)][f"{key}{k}"] < 1.0]  # fmt: skip
         if not label:
-            detail, met = "; ".join(bad) or "all", not bad and bool(cls)
+            detail, met = "; ".join(bad) or "all", (not bad) if cls else None
         else:
             detail += f" | {label}{'; '.join(bad) or 'all'}"
     out.append(("G2 claimed-class farms caught by 32 rounds", met, detail))
@@ -285,10 +290,10 @@ def goals(
     ff, sl, cap = (sum(r[key] for r in last) for key in ("FF", "slH", "capH"))
     an = sum(r["an"] for r in last)
     out.append((
-        "G4 zero confirmed false flags (shared-backend and slow) over >= 1,000 analyses",
-        ff == 0 and sl == 0 and an >= 1000,
-        f"{ff} honest in shared-backend flags, {sl} honest slow flags over {an} analyses "
-        f"(honest capacity flags: {cap}) | before: {ff} over {an}",
+        "G4 zero confirmed false flags (shared-backend, slow, capacity) over >= 1,000 analyses",
+        (ff == 0 and sl == 0 and cap == 0 and an >= 1000) if last else None,
+        f"{ff} honest in shared-backend flags, {sl} honest slow flags, {cap} honest capacity "
+        f"flags over {an} analyses | before: {ff} shared-backend, {cap} capacity",
     ))  # fmt: skip
     return out
 
@@ -299,8 +304,9 @@ def print_goals(rows: list[dict[str, Any]], scs: list[Scenario], configs: tuple[
     for config in configs:
         print(f"\ngoals [{config}]:")
         for name, ok, detail in goals(rows, scs, config):
-            print(f"  {'MET ' if ok else 'MISS'} {name}: {detail}")
-            missed |= config == "new" and not ok
+            status = "N/A " if ok is None else ("MET " if ok else "MISS")
+            print(f"  {status} {name}: {detail}")
+            missed |= config == "new" and ok is False
     return missed
 
 
@@ -326,6 +332,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--ff-seeds", type=int, default=125, help="runs of the false-flag scenario")
+    parser.add_argument(
+        "--ff-sigma",
+        default="0.05,0.15",
+        help="timing noise of the false-flag scenarios (one per value)",
+    )
     parser.add_argument("--quick", action="store_true",
                         help="base + padded + false-flag scenarios, 1 seed")  # fmt: skip
     parser.add_argument("--old", action="store_true", help="also the pre-issue-13 config")
@@ -353,10 +364,11 @@ def main() -> int:
     start = time.perf_counter()
     scs = scenarios()
     if args.from_json:
-        return report_json(args.from_json, [*scs, FALSE_FLAG], args.check)
+        ffs = [false_flag_scenario(x) for x in (0.05, 0.15)]
+        return report_json(args.from_json, [*scs, *ffs], args.check)
     seeds, ff_seeds = args.seeds, args.ff_seeds
     if args.quick:
-        scs, seeds, ff_seeds = [s for s in scs if s.name in QUICK], 1, 4
+        scs, seeds, ff_seeds = [s for s in scs if s.name in QUICK], 1, 2
     if args.library:
         scs = [s for s in scs if not s.name.startswith(("plain ", "jitter "))]
     if args.only:
@@ -378,9 +390,10 @@ def main() -> int:
                   file=sys.stderr, flush=True)  # fmt: skip
             print(json.dumps(got), file=sys.stderr, flush=True)  # partial results as they come
     if ff_seeds:
-        for config in configs:
-            rows += run_scenario(FALSE_FLAG, config, ff_seeds, args.first_seed)
-        scs = [*scs, FALSE_FLAG]
+        for ff in [false_flag_scenario(float(x)) for x in args.ff_sigma.split(",")]:
+            for config in configs:
+                rows += run_scenario(ff, config, ff_seeds, args.first_seed)
+            scs = [*scs, ff]
     print(f"EMULATION — netcheck detection benchmark (live round mix), {seeds} seeds, "
           f"false-flag scenario {ff_seeds} runs")  # fmt: skip
     print(table(rows))
