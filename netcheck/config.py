@@ -217,6 +217,13 @@ class Profile(_Model):
             )
         return self
 
+    @property
+    def reference_t_s(self) -> float:
+        """One card of the profile's class, one batch, seconds: the calibrated t(1) of
+        ``[capacity]`` when recorded, else ``deadline.t_ref_s`` (the persistent-slowness
+        test's reference, netcheck.analysis.slowness)."""
+        return self.capacity.t_s[0] if self.capacity is not None else self.deadline.t_ref_s
+
     def deadline_s(self, rtt_s: float) -> float:
         """Result deadline after release, seconds, for a node with round-trip time ``rtt_s``.
 

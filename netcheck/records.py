@@ -57,6 +57,7 @@ class FlagKind(StrEnum):
     RELAY = "relay"
     ANSWER_FAILURE = "answer-failure"
     DECLARED_HOST = "declared-host"
+    SLOW = "slow"
 
 
 class FlagStatus(StrEnum):

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netcheck.gateway.participant import sleep_until, ws_frame  # noqa: E402
-from netcheck.lab.load import raise_fd_limit, source_address  # noqa: E402
+from netcheck.lab.load import env_with_code, raise_fd_limit, source_address  # noqa: E402
 
 PAYLOAD = bytes(112)
 MODES = ("raw", "send_bytes")
@@ -138,7 +138,7 @@ async def parallel_floor(k: int, n: int, repeats: int = 5, clients_nice: int = 0
     """Median skew, start spread and longest loop (ms) of K writers x N/K sessions, per
     mode (:data:`MODES`), alternating; see the module docstring."""
     per = [n // k + (1 if i < n % k else 0) for i in range(k)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = env_with_code(ROOT)
     logdir = Path(tempfile.mkdtemp(prefix="release-floor-"))
     writers = [
         await asyncio.create_subprocess_exec(

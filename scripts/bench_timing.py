@@ -67,7 +67,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netcheck.lab.demo import free_port  # noqa: E402
-from netcheck.lab.load import raise_fd_limit, source_address  # noqa: E402
+from netcheck.lab.load import env_with_code, raise_fd_limit, source_address  # noqa: E402
 from netcheck.lab.loadrun import LoadRun  # noqa: E402
 from netcheck.storage.tables import results  # noqa: E402
 
@@ -231,7 +231,7 @@ async def bench_one(
         old = os.environ.get("PYTHONPATH")
         # the coordinator runs the code under test; entries already on PYTHONPATH (e.g. a
         # folder of carried wheels on the device machine) stay behind it
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(code_dir), *([old] if old else [])])
+        os.environ["PYTHONPATH"] = env_with_code(code_dir)["PYTHONPATH"]
         try:
             run.start_coordinator()
         finally:
