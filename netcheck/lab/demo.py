@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -41,6 +42,14 @@ from rich.table import Table
 from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
+from netcheck.lab.demo_refs import DemoReferences
+from netcheck.lab.demo_sizing import (
+    describe,
+    emulated_batch_time,
+    host_cores,
+    load_average,
+    write_demo_profile,
+)
 from netcheck.report import console as report_console
 from netcheck.report import print_round, verdict_text
 
@@ -144,21 +153,16 @@ def write_configs(
 
 def build_demo_references(cfg: CoordinatorConfig, profile_name: str, count: int) -> None:
     """Answer ``count`` prompts on this machine (the trusted side) into the database."""
-    from netcheck.engines import load_engine
     from netcheck.progress import progress_bar
-    from netcheck.references.build import build_references
-    from netcheck.storage import Store
 
     profile = load_profile(profile_name)
     with console.status("loading the reference engine (synthesizes the model if needed)"):
-        engine = load_engine(profile)
-    store = Store(cfg.database)
+        refs = DemoReferences(cfg, profile)
     try:
         with progress_bar("building reference answers", total=count) as advance:
-            build_references(profile, engine, store, count, progress=advance)
+            refs.rest(count, refs.threads(host_cores()), lambda n: advance(n, count))
     finally:
-        store.close()
-        engine.close()
+        refs.close()
 
 
 class Processes:
@@ -169,11 +173,16 @@ class Processes:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, *args: str) -> None:
+    def start(self, name: str, *args: str, nice: int = 0) -> None:
+        """Start ``python -m netcheck *args`` as ``name`` (log in ``logs/<name>.log``);
+        ``nice`` > 0 lowers its CPU priority (``os.setpriority``)."""
         log = (self.logs / f"{name}.log").open("wb")
-        self.procs[name] = subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "netcheck", *args], stdout=log, stderr=subprocess.STDOUT
         )
+        self.procs[name] = proc
+        if nice > 0:
+            os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
 
     def check_alive(self) -> None:
         for name, p in self.procs.items():
@@ -270,32 +279,27 @@ async def _serve_until_interrupted(cfg: CoordinatorConfig) -> None:
     await stop.wait()
 
 
-async def _run(
-    workdir: Path, rounds: int, profile_name: str, procs: Processes, serve: bool = False
-) -> bool:
-    profile = load_profile(profile_name)
-    node_names = [n.name for n in demo_nodes(profile_name)]
-    coord_path, names = write_configs(workdir, profile_name, node_names)
-    cfg = load_coordinator_config(coord_path)
-    nodes = demo_nodes(profile_name)
-    count = rounds * len(nodes) * profile.canaries_max
-    await asyncio.to_thread(build_demo_references, cfg, profile_name, count)
+CHEATER_NICE = 10
+"""CPU priority of the demo's cheaters that compute (the wrong-dtype node, the proxy pair's
+farm backend): on one shared CPU their real compute must not slow the honest nodes,
+whose timing the emulated GPUs stand for. Verdicts do not depend on it: wrong answers
+are wrong at any speed, and the proxy pair's emulated shared GPU alone makes it late.
+Not 19: under other load a nice-19 process gets almost no CPU and would time out."""
 
-    batch_time = profile.deadline.t_ref_s
-    console.print(
-        f"[bold]EMULATION[/bold]: each node's GPU serves a batch in {batch_time:.2f} s "
-        f"(profile t_ref_s); the proxy pair shares one emulated GPU."
-    )
-    procs.start("coordinator", "coordinator", "serve", "--config", str(coord_path))
+
+async def _start_nodes(
+    workdir: Path, nodes: Sequence[DemoNode], profile_arg: str, batch_time: float,
+    procs: Processes,
+) -> None:  # fmt: skip
     backend_port = free_port()
     procs.start(
-        "backend", "node", "backend", "--profile", profile_name, "--port", str(backend_port),
-        "--emulate-batch-time", str(batch_time), "--beta", "1.0",
+        "backend", "node", "backend", "--profile", profile_arg, "--port", str(backend_port),
+        "--emulate-batch-time", str(batch_time), "--beta", "1.0", nice=CHEATER_NICE,
     )  # fmt: skip
     await asyncio.sleep(0.5)
+    backend_url = f"http://127.0.0.1:{backend_port}"
     for n in nodes:
         args = ["node", "run", "--config", str(workdir / f"{n.name}.toml")]
-        backend_url = f"http://127.0.0.1:{backend_port}"
         if n.adversary == "proxy":
             args += ["--adversary", "proxy", "--backend", backend_url]
         else:
@@ -304,7 +308,49 @@ async def _run(
                 args += ["--adversary", n.adversary]
             if n.adversary == "made-up":  # copies the backend's fingerprint: no engine load
                 args += ["--backend", backend_url]
-        procs.start(n.name, *args)
+        nice = CHEATER_NICE if n.adversary == "wrong-dtype" else 0
+        procs.start(n.name, *args, nice=nice)
+
+
+async def _run(
+    workdir: Path, rounds: int, profile_name: str, procs: Processes, serve: bool = False
+) -> bool:
+    from netcheck.progress import progress_bar
+
+    profile = load_profile(profile_name)
+    nodes = demo_nodes(profile_name)
+    coord_path, names = write_configs(workdir, profile_name, [n.name for n in nodes])
+    cfg = load_coordinator_config(coord_path)
+    count = rounds * len(nodes) * profile.canaries_max
+    cores = host_cores()
+    console.print(f"host: {cores} CPUs, load average {load_average()} (1 min)")
+    with console.status("loading the reference engine (converts or synthesizes the model once)"):
+        refs = await asyncio.to_thread(DemoReferences, cfg, profile)
+    try:
+        with console.status("answering the first reference batch (timed: sizes the emulation)"):
+            batch_wall = await asyncio.to_thread(refs.first_batch)
+        honest = sum(1 for n in nodes if n.adversary is None)
+        batch_time = emulated_batch_time(profile.deadline.t_ref_s, batch_wall, honest, cores)
+        profile_arg = profile_name
+        if batch_time != profile.deadline.t_ref_s:
+            why = f"sized to this host (one real batch {batch_wall:.2f} s, {cores} CPUs)"
+            profile_arg = str(write_demo_profile(profile_name, workdir, batch_time, why))
+        console.print(
+            f"[bold]EMULATION[/bold]: {describe(profile, batch_time, batch_wall, cores)}; "
+            f"the proxy pair shares one emulated GPU; the cheaters that compute run at "
+            f"nice {CHEATER_NICE}."
+        )
+        procs.start("coordinator", "coordinator", "serve", "--config", str(coord_path))
+        await _start_nodes(workdir, nodes, profile_arg, batch_time, procs)
+        threads = refs.threads(cores)
+        with progress_bar(
+            f"building reference answers ({threads} threads) while the nodes load",
+            total=count,
+        ) as advance:
+            advance(refs.stored, count)
+            await asyncio.to_thread(refs.rest, count, threads, lambda n: advance(n, count))
+    finally:
+        refs.close()
     with console.status(f"waiting for {len(nodes)} nodes to join (they load their engines)"):
         await wait_connected(cfg, procs, len(nodes), timeout_s=300)
     console.print(f"all {len(nodes)} nodes joined over signed sessions")
