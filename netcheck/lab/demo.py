@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
 import shutil
 import signal
@@ -48,6 +47,7 @@ from netcheck.lab.demo_sizing import (
     emulated_batch_time,
     host_cores,
     load_average,
+    renice_tree,
     write_demo_profile,
 )
 from netcheck.report import console as report_console
@@ -173,16 +173,16 @@ class Processes:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, name: str, *args: str, nice: int = 0) -> None:
-        """Start ``python -m netcheck *args`` as ``name`` (log in ``logs/<name>.log``);
-        ``nice`` > 0 lowers its CPU priority (``os.setpriority``)."""
+    def start(self, name: str, *args: str) -> None:
         log = (self.logs / f"{name}.log").open("wb")
-        proc = subprocess.Popen(
+        self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "netcheck", *args], stdout=log, stderr=subprocess.STDOUT
         )
-        self.procs[name] = proc
-        if nice > 0:
-            os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
+
+    def renice(self, names: Sequence[str], nice: int) -> None:
+        """Lower the CPU priority of processes ``names`` (all threads and children)."""
+        for name in names:
+            renice_tree(self.procs[name].pid, nice)
 
     def check_alive(self) -> None:
         for name, p in self.procs.items():
@@ -280,11 +280,13 @@ async def _serve_until_interrupted(cfg: CoordinatorConfig) -> None:
 
 
 CHEATER_NICE = 10
-"""CPU priority of the demo's cheaters that compute (the wrong-dtype node, the proxy pair's
-farm backend): on one shared CPU their real compute must not slow the honest nodes,
-whose timing the emulated GPUs stand for. Verdicts do not depend on it: wrong answers
-are wrong at any speed, and the proxy pair's emulated shared GPU alone makes it late.
-Not 19: under other load a nice-19 process gets almost no CPU and would time out."""
+"""CPU priority, once every node has joined, of the demo's cheaters that compute (the
+wrong-dtype node, the proxy pair's farm backend): on one shared CPU their real compute
+must not slow the honest nodes, whose timing the emulated GPUs stand for. Verdicts do not
+depend on it: wrong answers are wrong at any speed, and the proxy pair's emulated shared
+GPU alone makes it late. Set after joining, not at start: a low-priority engine load
+under other load took over 300 s (the made-up and proxy nodes gave up waiting for it)."""
+CHEATERS_THAT_COMPUTE = ("backend", "wrong-dtype")
 
 
 async def _start_nodes(
@@ -294,7 +296,7 @@ async def _start_nodes(
     backend_port = free_port()
     procs.start(
         "backend", "node", "backend", "--profile", profile_arg, "--port", str(backend_port),
-        "--emulate-batch-time", str(batch_time), "--beta", "1.0", nice=CHEATER_NICE,
+        "--emulate-batch-time", str(batch_time), "--beta", "1.0",
     )  # fmt: skip
     await asyncio.sleep(0.5)
     backend_url = f"http://127.0.0.1:{backend_port}"
@@ -308,8 +310,7 @@ async def _start_nodes(
                 args += ["--adversary", n.adversary]
             if n.adversary == "made-up":  # copies the backend's fingerprint: no engine load
                 args += ["--backend", backend_url]
-        nice = CHEATER_NICE if n.adversary == "wrong-dtype" else 0
-        procs.start(n.name, *args, nice=nice)
+        procs.start(n.name, *args)
 
 
 async def _run(
@@ -337,22 +338,24 @@ async def _run(
             profile_arg = str(write_demo_profile(profile_name, workdir, batch_time, why))
         console.print(
             f"[bold]EMULATION[/bold]: {describe(profile, batch_time, batch_wall, cores)}; "
-            f"the proxy pair shares one emulated GPU; the cheaters that compute run at "
-            f"nice {CHEATER_NICE}."
+            f"the proxy pair shares one emulated GPU; once joined, the cheaters that "
+            f"compute run at nice {CHEATER_NICE}."
         )
         procs.start("coordinator", "coordinator", "serve", "--config", str(coord_path))
         await _start_nodes(workdir, nodes, profile_arg, batch_time, procs)
         threads = refs.threads(cores)
+        total = -(-count // profile.batch_size) * profile.batch_size
         with progress_bar(
             f"building reference answers ({threads} threads) while the nodes load",
-            total=count,
+            total=total,
         ) as advance:
-            advance(refs.stored, count)
-            await asyncio.to_thread(refs.rest, count, threads, lambda n: advance(n, count))
+            advance(refs.stored, total)
+            await asyncio.to_thread(refs.rest, count, threads, lambda n: advance(n, total))
     finally:
         refs.close()
     with console.status(f"waiting for {len(nodes)} nodes to join (they load their engines)"):
         await wait_connected(cfg, procs, len(nodes), timeout_s=300)
+    procs.renice([p for p in CHEATERS_THAT_COMPUTE if p in procs.procs], CHEATER_NICE)
     console.print(f"all {len(nodes)} nodes joined over signed sessions")
 
     reports = []

@@ -157,3 +157,29 @@ def describe(profile: Profile, batch_time_s: float, batch_wall_s: float, cores: 
         f"{profile.deadline.t_ref_s:.2f} s: one real batch took {batch_wall_s:.2f} s on this "
         f"host ({cores} CPUs), so a faster emulated GPU would time the host, not the method"
     )
+
+
+def renice_tree(pid: int, nice: int) -> int:
+    """Set the nice value of every thread of process ``pid`` and of its descendants
+    (Linux ``/proc/<pid>/task/*/children``; elsewhere the process alone), so work already
+    running in thread pools is lowered too: on Linux ``setpriority`` acts on one thread.
+    Processes or threads that exit meanwhile are skipped. Returns the threads changed.
+    """
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+            return 1
+        except OSError:
+            return 0
+    changed = 0
+    for task in tasks.iterdir():
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+            changed += 1
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            changed += renice_tree(int(child), nice)
+    return changed

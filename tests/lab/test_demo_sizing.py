@@ -72,3 +72,44 @@ def test_describe_says_why_the_gpu_is_slower() -> None:
     text = describe(profile, 38.0, 19.0, 2)
     assert "38.00 s" in text and "20.00 s" in text and "19.00 s" in text
     assert "profile t_ref_s" in describe(profile, 20.0, 5.0, 2)
+
+
+def _nice_of(tid: int) -> int:
+    return int(Path(f"/proc/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_renice_tree_lowers_threads_and_children() -> None:
+    """Every thread of the process and of its child is reniced: on Linux setpriority
+    on a pid changes one thread, and an engine computes in pool threads."""
+    import subprocess
+    import sys
+    import time
+
+    from netcheck.lab.demo_sizing import renice_tree
+
+    code = (
+        "import subprocess, sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "print('ready', flush=True); time.sleep(30)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(0.2)
+        assert renice_tree(proc.pid, 7) >= 3  # main thread, sleeper thread, child
+        tasks = [int(t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()]
+        children = [
+            int(c)
+            for t in tasks
+            for c in Path(f"/proc/{proc.pid}/task/{t}/children").read_text().split()
+        ]
+        assert len(tasks) >= 2 and len(children) == 1
+        assert {_nice_of(t) for t in tasks} == {7}
+        assert _nice_of(children[0]) == 7
+    finally:
+        for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+            subprocess.run(["kill", c], check=False)
+        proc.kill()
+        proc.wait()
