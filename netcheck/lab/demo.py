@@ -36,8 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
@@ -51,7 +49,7 @@ from netcheck.lab.demo_sizing import (
     write_demo_profile,
 )
 from netcheck.report import console as report_console
-from netcheck.report import print_round, verdict_text
+from netcheck.report import print_round
 
 console = report_console()
 
@@ -220,53 +218,6 @@ async def wait_connected(
     raise RuntimeError(f"only {connected}/{n} nodes connected after {timeout_s:.0f} s")
 
 
-def report_overruns(procs: Processes) -> int:
-    """Print how many batches overran the emulated GPU (``EMULATION OVERRUN`` lines in the
-    node logs, :class:`netcheck.lab.emulation.EmulatedWorker`); returns that count."""
-    counts = {
-        name: (procs.logs / f"{name}.log").read_text(errors="replace").count("EMULATION OVERRUN")
-        for name in procs.procs
-    }
-    total = sum(counts.values())
-    if total:
-        where = ", ".join(f"{n} {c}" for n, c in sorted(counts.items()) if c)
-        console.print(
-            f"[yellow]EMULATION OVERRUN[/yellow] in {total} "
-            f"{'batch' if total == 1 else 'batches'} ({where}): real compute "
-            "on this machine outlasted the emulated GPU, so those timings show the host CPU "
-            "(too slow or too busy), not the emulated GPU"
-        )
-    return total
-
-
-def summarize(reports: list[dict[str, Any]], names: dict[str, str]) -> bool:
-    """Print the per-node summary; True when honest nodes passed and cheaters failed."""
-    by_name = {n.name: n for n in NODES}
-    table = Table(title="demo summary: verdict per round")
-    table.add_column("node")
-    table.add_column("role")
-    for i in range(len(reports)):
-        table.add_column(f"round {i + 1}")
-    table.add_column("outcome")
-    ok_all = True
-    for key, name in sorted(names.items(), key=lambda kv: kv[1]):
-        verdicts = []
-        for rep in reports:
-            v = next((v["verdict"] for v in rep["verdicts"] if v["node_key"] == key), "absent")
-            verdicts.append(v)
-        node = by_name[name]
-        if node.adversary is None:
-            ok = all(v == "pass" for v in verdicts)
-            outcome = "[green]passed as expected[/green]" if ok else "[red]FALSE ALARM[/red]"
-        else:
-            ok = all(v != "pass" for v in verdicts)
-            outcome = "[green]caught every round[/green]" if ok else "[red]ESCAPED a round[/red]"
-        ok_all &= ok
-        table.add_row(name, node.role, *(verdict_text(v) for v in verdicts), outcome)
-    console.print(table)
-    return ok_all
-
-
 async def _serve_until_interrupted(cfg: CoordinatorConfig) -> None:
     url = f"http://127.0.0.1:{cfg.port}/dashboard/nodes?token={cfg.admin_token}"
     console.print(
@@ -364,6 +315,8 @@ async def _run(
             report = await admin_request(cfg, "POST", "/admin/rounds", {"profile": profile_name})
         print_round(report, names)
         reports.append(report)
+    from netcheck.lab.demo_report import report_overruns, summarize
+
     ok = summarize(reports, names)
     report_overruns(procs)
     if serve:
