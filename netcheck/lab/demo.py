@@ -36,13 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
+from netcheck.lab.demo_refs import DemoReferences
+from netcheck.lab.demo_sizing import (
+    describe,
+    emulated_batch_time,
+    host_cores,
+    load_average,
+    renice_tree,
+    write_demo_profile,
+)
 from netcheck.report import console as report_console
-from netcheck.report import print_round, verdict_text
+from netcheck.report import print_round
 
 console = report_console()
 
@@ -144,21 +151,16 @@ def write_configs(
 
 def build_demo_references(cfg: CoordinatorConfig, profile_name: str, count: int) -> None:
     """Answer ``count`` prompts on this machine (the trusted side) into the database."""
-    from netcheck.engines import load_engine
     from netcheck.progress import progress_bar
-    from netcheck.references.build import build_references
-    from netcheck.storage import Store
 
     profile = load_profile(profile_name)
     with console.status("loading the reference engine (synthesizes the model if needed)"):
-        engine = load_engine(profile)
-    store = Store(cfg.database)
+        refs = DemoReferences(cfg, profile)
     try:
         with progress_bar("building reference answers", total=count) as advance:
-            build_references(profile, engine, store, count, progress=advance)
+            refs.rest(count, refs.threads(host_cores()), lambda n: advance(n, count))
     finally:
-        store.close()
-        engine.close()
+        refs.close()
 
 
 class Processes:
@@ -174,6 +176,11 @@ class Processes:
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "netcheck", *args], stdout=log, stderr=subprocess.STDOUT
         )
+
+    def renice(self, names: Sequence[str], nice: int) -> None:
+        """Lower the CPU priority of processes ``names`` (all threads and children)."""
+        for name in names:
+            renice_tree(self.procs[name].pid, nice)
 
     def check_alive(self) -> None:
         for name, p in self.procs.items():
@@ -211,53 +218,6 @@ async def wait_connected(
     raise RuntimeError(f"only {connected}/{n} nodes connected after {timeout_s:.0f} s")
 
 
-def report_overruns(procs: Processes) -> int:
-    """Print how many batches overran the emulated GPU (``EMULATION OVERRUN`` lines in the
-    node logs, :class:`netcheck.lab.emulation.EmulatedWorker`); returns that count."""
-    counts = {
-        name: (procs.logs / f"{name}.log").read_text(errors="replace").count("EMULATION OVERRUN")
-        for name in procs.procs
-    }
-    total = sum(counts.values())
-    if total:
-        where = ", ".join(f"{n} {c}" for n, c in sorted(counts.items()) if c)
-        console.print(
-            f"[yellow]EMULATION OVERRUN[/yellow] in {total} "
-            f"{'batch' if total == 1 else 'batches'} ({where}): real compute "
-            "on this machine outlasted the emulated GPU, so those timings show the host CPU "
-            "(too slow or too busy), not the emulated GPU"
-        )
-    return total
-
-
-def summarize(reports: list[dict[str, Any]], names: dict[str, str]) -> bool:
-    """Print the per-node summary; True when honest nodes passed and cheaters failed."""
-    by_name = {n.name: n for n in NODES}
-    table = Table(title="demo summary: verdict per round")
-    table.add_column("node")
-    table.add_column("role")
-    for i in range(len(reports)):
-        table.add_column(f"round {i + 1}")
-    table.add_column("outcome")
-    ok_all = True
-    for key, name in sorted(names.items(), key=lambda kv: kv[1]):
-        verdicts = []
-        for rep in reports:
-            v = next((v["verdict"] for v in rep["verdicts"] if v["node_key"] == key), "absent")
-            verdicts.append(v)
-        node = by_name[name]
-        if node.adversary is None:
-            ok = all(v == "pass" for v in verdicts)
-            outcome = "[green]passed as expected[/green]" if ok else "[red]FALSE ALARM[/red]"
-        else:
-            ok = all(v != "pass" for v in verdicts)
-            outcome = "[green]caught every round[/green]" if ok else "[red]ESCAPED a round[/red]"
-        ok_all &= ok
-        table.add_row(name, node.role, *(verdict_text(v) for v in verdicts), outcome)
-    console.print(table)
-    return ok_all
-
-
 async def _serve_until_interrupted(cfg: CoordinatorConfig) -> None:
     url = f"http://127.0.0.1:{cfg.port}/dashboard/nodes?token={cfg.admin_token}"
     console.print(
@@ -270,32 +230,29 @@ async def _serve_until_interrupted(cfg: CoordinatorConfig) -> None:
     await stop.wait()
 
 
-async def _run(
-    workdir: Path, rounds: int, profile_name: str, procs: Processes, serve: bool = False
-) -> bool:
-    profile = load_profile(profile_name)
-    node_names = [n.name for n in demo_nodes(profile_name)]
-    coord_path, names = write_configs(workdir, profile_name, node_names)
-    cfg = load_coordinator_config(coord_path)
-    nodes = demo_nodes(profile_name)
-    count = rounds * len(nodes) * profile.canaries_max
-    await asyncio.to_thread(build_demo_references, cfg, profile_name, count)
+CHEATER_NICE = 10
+"""CPU priority, once every node has joined, of the demo's cheaters that compute (the
+wrong-dtype node, the proxy pair's farm backend): on one shared CPU their real compute
+must not slow the honest nodes, whose timing the emulated GPUs stand for. Verdicts do not
+depend on it: wrong answers are wrong at any speed, and the proxy pair's emulated shared
+GPU alone makes it late. Set after joining, not at start: a low-priority engine load
+under other load took over 300 s (the made-up and proxy nodes gave up waiting for it)."""
+CHEATERS_THAT_COMPUTE = ("backend", "wrong-dtype")
 
-    batch_time = profile.deadline.t_ref_s
-    console.print(
-        f"[bold]EMULATION[/bold]: each node's GPU serves a batch in {batch_time:.2f} s "
-        f"(profile t_ref_s); the proxy pair shares one emulated GPU."
-    )
-    procs.start("coordinator", "coordinator", "serve", "--config", str(coord_path))
+
+async def _start_nodes(
+    workdir: Path, nodes: Sequence[DemoNode], profile_arg: str, batch_time: float,
+    procs: Processes,
+) -> None:  # fmt: skip
     backend_port = free_port()
     procs.start(
-        "backend", "node", "backend", "--profile", profile_name, "--port", str(backend_port),
+        "backend", "node", "backend", "--profile", profile_arg, "--port", str(backend_port),
         "--emulate-batch-time", str(batch_time), "--beta", "1.0",
     )  # fmt: skip
     await asyncio.sleep(0.5)
+    backend_url = f"http://127.0.0.1:{backend_port}"
     for n in nodes:
         args = ["node", "run", "--config", str(workdir / f"{n.name}.toml")]
-        backend_url = f"http://127.0.0.1:{backend_port}"
         if n.adversary == "proxy":
             args += ["--adversary", "proxy", "--backend", backend_url]
         else:
@@ -305,8 +262,51 @@ async def _run(
             if n.adversary == "made-up":  # copies the backend's fingerprint: no engine load
                 args += ["--backend", backend_url]
         procs.start(n.name, *args)
+
+
+async def _run(
+    workdir: Path, rounds: int, profile_name: str, procs: Processes, serve: bool = False
+) -> bool:
+    from netcheck.progress import progress_bar
+
+    profile = load_profile(profile_name)
+    nodes = demo_nodes(profile_name)
+    coord_path, names = write_configs(workdir, profile_name, [n.name for n in nodes])
+    cfg = load_coordinator_config(coord_path)
+    count = rounds * len(nodes) * profile.canaries_max
+    cores = host_cores()
+    console.print(f"host: {cores} CPUs, load average {load_average()} (1 min)")
+    with console.status("loading the reference engine (converts or synthesizes the model once)"):
+        refs = await asyncio.to_thread(DemoReferences, cfg, profile)
+    try:
+        with console.status("answering the first reference batch (timed: sizes the emulation)"):
+            batch_wall = await asyncio.to_thread(refs.first_batch)
+        honest = sum(1 for n in nodes if n.adversary is None)
+        batch_time = emulated_batch_time(profile.deadline.t_ref_s, batch_wall, honest, cores)
+        profile_arg = profile_name
+        if batch_time != profile.deadline.t_ref_s:
+            why = f"sized to this host (one real batch {batch_wall:.2f} s, {cores} CPUs)"
+            profile_arg = str(write_demo_profile(profile_name, workdir, batch_time, why))
+        console.print(
+            f"[bold]EMULATION[/bold]: {describe(profile, batch_time, batch_wall, cores)}; "
+            f"the proxy pair shares one emulated GPU; once joined, the cheaters that "
+            f"compute run at nice {CHEATER_NICE}."
+        )
+        procs.start("coordinator", "coordinator", "serve", "--config", str(coord_path))
+        await _start_nodes(workdir, nodes, profile_arg, batch_time, procs)
+        threads = refs.threads(cores)
+        total = -(-count // profile.batch_size) * profile.batch_size
+        with progress_bar(
+            f"building reference answers ({threads} threads) while the nodes load",
+            total=total,
+        ) as advance:
+            advance(refs.stored, total)
+            await asyncio.to_thread(refs.rest, count, threads, lambda n: advance(n, total))
+    finally:
+        refs.close()
     with console.status(f"waiting for {len(nodes)} nodes to join (they load their engines)"):
         await wait_connected(cfg, procs, len(nodes), timeout_s=300)
+    procs.renice([p for p in CHEATERS_THAT_COMPUTE if p in procs.procs], CHEATER_NICE)
     console.print(f"all {len(nodes)} nodes joined over signed sessions")
 
     reports = []
@@ -315,6 +315,8 @@ async def _run(
             report = await admin_request(cfg, "POST", "/admin/rounds", {"profile": profile_name})
         print_round(report, names)
         reports.append(report)
+    from netcheck.lab.demo_report import report_overruns, summarize
+
     ok = summarize(reports, names)
     report_overruns(procs)
     if serve:
