@@ -45,6 +45,8 @@ from netcheck.protocol.messages import (
     VerdictNotice,
     Welcome,
 )
+from netcheck.protocol.session import Session
+from netcheck.protocol.states import Role
 from netcheck.protocol.transport import Transport
 from netcheck.text import untrusted
 
@@ -101,6 +103,10 @@ class NodeDisconnected(Exception):
     """The node's session ended while a round was waiting for it."""
 
 
+class NodeReportedError(Exception):
+    """The node answered a job with ``error`` instead of ``ack`` (its reason)."""
+
+
 @dataclass(frozen=True)
 class Arrival:
     """A result (or a node-reported error) with its arrival time.
@@ -140,6 +146,8 @@ class NodeSession:
         fingerprint_id: SHA-256 hex of the claimed engine fingerprint.
         ws: the aiohttp websocket.
         transport: the sans-I/O encrypted transport.
+        protocol: the sans-I/O session over ``transport`` (:mod:`netcheck.protocol.session`):
+            every frame sent or received walks the protocol state table there.
         peer: remote address, for logs.
         tcp: the connection's transport; :meth:`abort` cuts it (None in unit tests).
         abort_reason: why the coordinator aborted the connection, if it did.
@@ -165,6 +173,10 @@ class NodeSession:
     _writes: set[asyncio.Task[int]] = field(default_factory=set)
     stamps: ArrivalStamps = field(default_factory=ArrivalStamps)
     opener: FrameOpener = field(default_factory=lambda: FrameOpener(workers=0))
+    protocol: Session = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.protocol = Session(Role.COORDINATOR, self.transport)
 
     @property
     def session_id(self) -> bytes:
@@ -217,12 +229,21 @@ class NodeSession:
             async with self.send_lock:
                 if self.abort_reason is not None or self.ws.closed:
                     raise ConnectionError(f"session of {self.label} is closed")
-                frame = self.transport.seal(msg)
+                frame = self.protocol.send(msg)
                 sent_ns = time.monotonic_ns()
                 await self._send_frame(frame, msg.TYPE)
                 return sent_ns
         finally:
             watchdog.cancel()
+
+    def seal(self, msg: Message) -> bytes:
+        """Seal ``msg`` through the session's state table (the caller holds
+        ``send_lock`` and writes the frame before releasing it, e.g. the release loop).
+
+        Raises:
+            LocalProtocolError: ``msg`` may not be sent now, or as :meth:`Transport.seal`.
+        """
+        return self.protocol.send(msg)
 
     def _watchdog(self, timeout_s: float, what: str) -> asyncio.TimerHandle:
         return asyncio.get_running_loop().call_later(
@@ -303,6 +324,7 @@ class NodeSession:
         """Drop waiters of a finished round (late frames are then unexpected)."""
         self._acks.pop(round_id, None)
         self._results.pop(round_id, None)
+        self.protocol.forget(round_id)
 
     async def measure_rtt(self, nonce: int, timeout_s: float) -> float | None:
         """Round-trip time to the node *process* via an application echo, in seconds.
@@ -399,6 +421,11 @@ class NodeSession:
     def _on_result(self, opened: Opened, arrived_ns: int, source: str) -> None:
         msg = cast(Result | Error, opened.message)
         rfut = self._results.get(msg.round_id)
+        afut = self._acks.get(msg.round_id)
+        if rfut is None and isinstance(msg, Error) and afut is not None and not afut.done():
+            # an error instead of an ack (allowed by the table, §6.2): not ready
+            afut.set_exception(NodeReportedError(untrusted(msg.reason)))
+            return
         if rfut is None or rfut.done():
             raise ProtocolError(
                 CloseCode.UNEXPECTED_MESSAGE, f"result for unknown round {msg.round_id!r}"
@@ -447,14 +474,16 @@ class NodeSession:
             async for wsmsg in self.ws:
                 fallback_ns = time.monotonic_ns()
                 if wsmsg.type == WSMsgType.ERROR and is_too_big(self.ws.exception()):
-                    raise ProtocolError(CloseCode.MESSAGE_TOO_LARGE, "websocket message too big")
+                    self.protocol.refuse(CloseCode.MESSAGE_TOO_LARGE, "websocket message too big")
                 if wsmsg.type != WSMsgType.BINARY:
-                    raise ProtocolError(
+                    self.protocol.refuse(
                         CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame, expected binary"
                     )
                 arrived_ns = self.stamps.take(wsmsg.data) or fallback_ns
                 source = self.stamps.last_source
-                opened = await self.opener.open(self.transport, wsmsg.data, self.node_key_raw)
+                # admitted in order here, opened in the pool, then checked against the
+                # state table (protocol.session): an out-of-order message raises
+                opened = await self.opener.open(self.protocol, wsmsg.data, self.node_key_raw)
                 if isinstance(opened.message, Bye):  # ENDS_SESSION
                     reason = untrusted(opened.message.reason)
                     log.info("node %s said bye: %s", self.label, reason)

@@ -136,7 +136,7 @@ class TimedClient(LoadClient):
         base = self.clock.anchor(job.round_id, read_ns) if self.clock.mode == "instant" else read_ns
         target_ns = base + int(self.service_s * 1e9)
         async with session.lock:
-            frame = session.transport.seal(result)
+            frame = session.seal(result)
             wait = (target_ns - time.monotonic_ns()) / 1e9
             if wait > 0:
                 await asyncio.sleep(wait)

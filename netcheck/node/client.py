@@ -41,9 +41,17 @@ from netcheck.errors import (
     ProtocolError,
 )
 from netcheck.keys import public_key_text
+from netcheck.node.refusals import (
+    REFUSAL_BACKOFF_S,
+    REFUSAL_CODES,
+    not_an_endpoint,
+    presented_coordinator_key,
+    refusal_message,
+    wrong_endpoint_message,
+)
 from netcheck.node.verdicts import append as append_verdict
 from netcheck.node.workers import Worker, run_probe
-from netcheck.protocol.codec import DEFAULT_LIMITS, Limits, decode_message
+from netcheck.protocol.codec import DEFAULT_LIMITS, Limits
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, NodeHandshake
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.limits import job_payload_limits, node_receive_limits
@@ -65,19 +73,14 @@ from netcheck.protocol.messages import (
     VerdictNotice,
     Welcome,
 )
+from netcheck.protocol.session import Session, close_code_for, close_reason
+from netcheck.protocol.states import Role
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES, Transport
 from netcheck.protocol.verdicts import verify_verdict
 from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.node")
 
-#: Close codes that say the coordinator refuses this node's configuration. They are not
-#: authenticated (docs/protocol.md §8.1), so they are retried, with REFUSAL_BACKOFF_S.
-REFUSAL_CODES = frozenset(
-    {CloseCode.UNKNOWN_NODE_KEY, CloseCode.WRONG_COORDINATOR_KEY, CloseCode.PROFILE_MISMATCH}
-)
-#: Backoff after a refusal, seconds: (first wait, cap); doubled per refusal, jittered.
-REFUSAL_BACKOFF_S = (30.0, 300.0)
 #: Reconnect backoff otherwise, seconds: (first wait, cap).
 RECONNECT_BACKOFF_S = (0.5, 30.0)
 #: Prefix of the reason of a sealed ``bye`` by which the coordinator refuses the claimed
@@ -90,100 +93,6 @@ HEARTBEAT_S = 15.0
 IDLE_TIMEOUT_S = 75.0
 
 
-#: Path of the coordinator's node endpoint (docs/protocol.md; coordinator.server.WS_PATH).
-WS_PATH = "/v1/ws"
-
-#: HTTP statuses of a failed websocket upgrade that a retry may fix (the server or a
-#: proxy in front of it is overloaded, restarting or rate limiting).
-RETRYABLE_UPGRADE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
-
-
-def not_an_endpoint(status: int) -> bool:
-    """True if a websocket upgrade answered with HTTP ``status`` means the URL is not a
-    netcheck node endpoint (a page, a redirect, 404, ...): retrying cannot fix it."""
-    return status not in RETRYABLE_UPGRADE_STATUSES
-
-
-def wrong_endpoint_message(url: str, status: int) -> str:
-    """What to tell the node operator when ``url`` answered a websocket upgrade with an
-    HTTP ``status`` instead of switching protocols."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    hint = ""
-    if parts.path.rstrip("/") != WS_PATH:
-        fixed = parts._replace(path=WS_PATH, query="", fragment="").geturl()
-        hint = f'; the node endpoint\'s path is {WS_PATH}: set coordinator_url = "{fixed}"'
-    return (
-        f"coordinator_url {url} is not a netcheck node endpoint: the server answered "
-        f"the websocket upgrade with HTTP {status}{hint}. Not retrying."
-    )
-
-
-def refusal_message(
-    code: CloseCode,
-    *,
-    url: str,
-    pinned_key: str,
-    node_key: str,
-    profile: str,
-    fingerprint: str | None = None,
-    presented_key: str | None = None,
-) -> str:
-    """What an operator of the node must read after a refusal (``REFUSAL_CODES``):
-    the cause, the values involved and what to change. Starts with the code's name.
-
-    Args:
-        code: the close code, sent by the coordinator or raised by our handshake.
-        url: the coordinator URL dialled.
-        pinned_key: ``coordinator_key`` from the node config (key text).
-        node_key: this node's public key text.
-        profile: the profile claimed.
-        fingerprint: engine fingerprint id claimed, if known.
-        presented_key: the key the server proved in ``welcome``, if it sent one.
-    """
-    if code is CloseCode.WRONG_COORDINATOR_KEY:
-        presented = (
-            f"it presented {presented_key}"
-            if presented_key
-            else "it refused the pinned key without naming its own"
-        )
-        return (
-            f"{code.name}: the server at {url} does not hold the coordinator key pinned as "
-            f"coordinator_key in the node config ({pinned_key}); {presented}. Check "
-            "coordinator_url, or set coordinator_key to the public key the coordinator's "
-            "operator gives you (what `netcheck keygen` printed for its identity key)"
-        )
-    if code is CloseCode.UNKNOWN_NODE_KEY:
-        return (
-            f"{code.name}: the coordinator at {url} does not admit this node's key "
-            f"{node_key}; ask the operator to add it to allowed_nodes"
-        )
-    if code is CloseCode.PROFILE_MISMATCH:
-        fp = f" or this node's engine fingerprint {fingerprint[:12]}" if fingerprint else ""
-        return (
-            f"{code.name}: the coordinator at {url} does not accept the claimed profile "
-            f"{profile!r}{fp}; set profile in the node config to one the coordinator lists "
-            "in its profiles, running the engine that profile names"
-        )
-    return f"coordinator refused this node: {code.name}"
-
-
-def presented_coordinator_key(welcome: bytes) -> str | None:
-    """The coordinator key text a ``welcome`` message names, or None if it does not
-    decode (used only to explain a refusal)."""
-    try:
-        msg = decode_message(welcome)
-    except ProtocolError:
-        return None
-    if not isinstance(msg, Welcome):
-        return None
-    try:
-        return public_key_text(Ed25519PublicKey.from_public_bytes(msg.coordinator_key))
-    except ValueError:
-        return None
-
-
 class _Refused(Exception):
     """A refusal seen during the handshake (not authenticated): code and message."""
 
@@ -193,19 +102,27 @@ class _Refused(Exception):
 
 
 class _Session:
-    """One live session: transport, send lock and pending jobs."""
+    """One live session: the websocket, the sans-I/O session (``protocol``: every
+    message sent or received walks the state table there), the send lock and the held
+    job payloads."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> None:
         self.ws = ws
         self.transport = transport
+        self.protocol = Session(Role.NODE, transport)
         self.lock = asyncio.Lock()
         self.jobs: dict[str, Job] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.bye_reason = ""  # the reason of the coordinator's sealed bye, if one came
 
+    def seal(self, msg: Message) -> bytes:
+        """Seal ``msg`` through the state table; the caller holds ``lock`` and writes
+        the frame before releasing it. Raises LocalProtocolError if not allowed now."""
+        return self.protocol.send(msg)
+
     async def send(self, msg: Message) -> None:
         async with self.lock:
-            await self.ws.send_bytes(self.transport.seal(msg))
+            await self.ws.send_bytes(self.protocol.send(msg))
 
 
 def ws_max_msg_size(max_message_bytes: int) -> int:
@@ -343,7 +260,7 @@ class NodeClient:
                 return exc.code
             except ProtocolError as exc:
                 log.error("%s: handshake failed: %s", self.label, exc)
-                await ws.close(code=exc.code, message=exc.code.name.lower().encode())
+                await ws.close(code=exc.code, message=close_reason(exc.code))
                 if exc.code in REFUSAL_CODES:
                     self._refused(self.refusal(exc.code))
                 return exc.code
@@ -375,7 +292,7 @@ class NodeClient:
             if exc.code is not CloseCode.WRONG_COORDINATOR_KEY:
                 raise
             log.error("%s: handshake failed: %s", self.label, exc)
-            await ws.close(code=exc.code, message=exc.code.name.lower().encode())
+            await ws.close(code=exc.code, message=close_reason(exc.code))
             presented = presented_coordinator_key(welcome)
             raise _Refused(exc.code, self.refusal(exc.code, presented)) from exc
         await ws.send_bytes(auth)
@@ -422,13 +339,14 @@ class NodeClient:
                     reason = untrusted(str(wsmsg.extra or "")) if wsmsg.type is closing[0] else ""
                     break
                 if wsmsg.type != aiohttp.WSMsgType.BINARY:
-                    raise ProtocolError(CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame")
-                msg = session.transport.open(wsmsg.data)
+                    session.protocol.refuse(CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame")
+                msg = session.protocol.receive_frame(wsmsg.data)  # the state table's check
                 await self._handle(session, msg)
         except ProtocolError as exc:
             log.error("%s: closing session: %s", self.label, exc)
-            await ws.close(code=exc.code, message=exc.code.name.lower().encode())
-            return exc.code
+            closing_code = close_code_for(exc)
+            await ws.close(code=closing_code, message=close_reason(closing_code))
+            return closing_code
         except TimeoutError:
             log.warning(
                 "%s: coordinator silent for %.0f s, reconnecting", self.label, IDLE_TIMEOUT_S
@@ -469,9 +387,7 @@ class NodeClient:
             )
 
     async def _on_job(self, session: _Session, msg: Message) -> None:
-        job = cast(Job, msg)
-        if job.round_id in session.jobs:
-            raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"second job for {job.round_id}")
+        job = cast(Job, msg)  # a second job for a round in flight: refused by the table
         session.jobs[job.round_id] = job
         await session.send(Ack(round_id=job.round_id))
 
@@ -513,7 +429,7 @@ class NodeClient:
         sid = session.transport.session_id
         node_key = self.identity.public_key().public_bytes_raw()
         if not verify_verdict(self.coordinator_key, sid, node_key, notice):
-            raise ProtocolError(CloseCode.BAD_SIGNATURE, "verdict notice: bad signature")
+            session.protocol.refuse(CloseCode.BAD_SIGNATURE, "verdict notice: bad signature")
         self.verdicts.append(notice)
         del self.verdicts[:-100]
         secs = "-" if notice.elapsed_s is None else f"{notice.elapsed_s:.3f} s"
