@@ -65,6 +65,8 @@ async def test_warm_up_runs_full_batches_of_fresh_prompts() -> None:
         ((3.0, 1.0), logging.INFO, "warm-up batches took 3.00, 1.00 s (t_ref 1.00 s"),
         ((1.0, 1.3), logging.WARNING, "the last is 1.30x the profile's reference batch time"),
         ((2.5, 2.1), logging.ERROR, "over the profile's deadline of 2.00 s"),
+        ((2.5,), logging.WARNING, "a first batch carries one-time costs"),
+        ((1.1,), logging.INFO, "warm-up batches took 1.10 s"),
         ((), logging.INFO, "no warm-up batch"),
     ],
 )
@@ -72,7 +74,8 @@ def test_assess_compares_the_last_batch_with_t_ref_and_deadline(
     batch_s: tuple[float, ...], level: int, text: str
 ) -> None:
     """Only the last (warm) batch counts: ERROR over the deadline at zero RTT (every
-    round late), WARNING over 1.2 x t_ref, else INFO."""
+    round late), WARNING over 1.2 x t_ref, else INFO; a lone batch is the cold one, so
+    over the deadline it is only a WARNING (an H200's first batch is 1.24x a warm one)."""
     result = assess(batch_s, PROFILE)
     assert result.level == level and text in result.message
 
@@ -103,7 +106,11 @@ async def test_node_warms_up_the_engine_before_joining(
     caplog.set_level(logging.INFO, logger="netcheck")
     task = asyncio.create_task(run_node(_config(tmp_path, warmup), make_worker))
     async with asyncio.timeout(20):
-        while "connecting" not in caplog.text.lower() and "retry" not in caplog.text.lower():
+        # the client's own lines ("cannot reach coordinator", "reconnecting in"): the
+        # preflight's warning also says "retrying", and comes before the warm-up
+        while (
+            "cannot reach coordinator" not in caplog.text and "reconnecting in" not in caplog.text
+        ):
             await asyncio.sleep(0.02)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
