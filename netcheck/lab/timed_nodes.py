@@ -45,7 +45,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.keys import parse_public_key, public_key_text
 from netcheck.lab.load import HashWorker, LoadClient, raise_fd_limit, source_address
-from netcheck.node.client import _Session
+from netcheck.node.serving import OpenSession
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.messages import Job, Message, Release, Result
 
@@ -89,7 +89,7 @@ class TimedClient(LoadClient):
         self.service_s = service_s
         self.clock = clock
 
-    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> _Session:
+    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> OpenSession:
         session = await super()._handshake(ws)
         # A send buffer large enough for a whole result: the frame leaves in the one
         # send() call right after ``send_start_ns`` instead of partly waiting in user
@@ -107,7 +107,7 @@ class TimedClient(LoadClient):
                 sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, self.clock.congestion.encode())
         return session
 
-    async def _handle(self, session: _Session, msg: Message) -> None:
+    async def _handle(self, session: OpenSession, msg: Message) -> None:
         if not isinstance(msg, Release) or msg.round_id not in session.jobs:
             await super()._handle(session, msg)
             return
@@ -117,7 +117,7 @@ class TimedClient(LoadClient):
         session.tasks.add(task)
         task.add_done_callback(session.tasks.discard)
 
-    async def _answer(self, session: _Session, job: Job, release: Release, read_ns: int) -> None:
+    async def _answer(self, session: OpenSession, job: Job, release: Release, read_ns: int) -> None:
         # Compute only after the coordinator's release loop is over, so this host's CPU
         # work does not compete with it (the benchmark compares that loop with a floor
         # measured against clients that only read).
