@@ -77,7 +77,9 @@ print(json.dumps(out))
 
 
 def measure(code_dir: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(code_dir)}
+    # carried wheels (device machine) stay on the path, behind the code under test
+    path = [str(code_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     proc = subprocess.run(
         [sys.executable, "-c", CHILD],
         env=env,

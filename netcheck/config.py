@@ -217,6 +217,13 @@ class Profile(_Model):
             )
         return self
 
+    @property
+    def reference_t_s(self) -> float:
+        """One card of the profile's class, one batch, seconds: the calibrated t(1) of
+        ``[capacity]`` when recorded, else ``deadline.t_ref_s`` (the persistent-slowness
+        test's reference, netcheck.analysis.slowness)."""
+        return self.capacity.t_s[0] if self.capacity is not None else self.deadline.t_ref_s
+
     def deadline_s(self, rtt_s: float) -> float:
         """Result deadline after release, seconds, for a node with round-trip time ``rtt_s``.
 
@@ -324,6 +331,11 @@ class CoordinatorConfig(_FileConfig):
     """Worker processes that generate decoys ahead of each round
     (:class:`netcheck.workloads.reservoir.DecoyReservoir`); 0 = generate them in the
     planning thread; unset = a quarter of the CPUs, 1 to 8 (0 below 4 CPUs)."""
+    rtt_refresh_s: float = Field(default=10.0, ge=0)
+    """Echo and probe RTT sets are taken between rounds (docs/rtt-sampling.md): a node's
+    set is replaced within a quarter of this after a round used it, and when it is this
+    old (±25 %); a set older than 3x this is not used. 0 = no background sampling: each
+    round samples every node before planning."""
     # -- detection (docs/detection.md) ----------------------------------------------
     schedule_secret_file: Path | None = None
     """Secret key of the screening schedule (32 random bytes, mode 0600), created on

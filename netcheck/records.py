@@ -57,6 +57,7 @@ class FlagKind(StrEnum):
     RELAY = "relay"
     ANSWER_FAILURE = "answer-failure"
     DECLARED_HOST = "declared-host"
+    SLOW = "slow"
 
 
 class FlagStatus(StrEnum):
@@ -172,6 +173,9 @@ class NodeTiming:
     probe_rtt_s: float | None = None
     probe_missed: int = 0
     probe_wrong: int = 0
+    #: Seconds from the start of the sample set these RTTs come from to the round's plan
+    #: (sets are taken between rounds: netcheck.coordinator.rtt); None: no set.
+    rtt_age_s: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}

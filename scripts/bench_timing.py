@@ -19,6 +19,12 @@ result frame was written. Per round and node:
   over all nodes and rounds): loopback transit plus everything the coordinator does
   before it stamps. (The node's stamp *after* its write is not used: under load the
   node's event loop may resume the writing task long after the bytes left.)
+  Where the kernel gives transmit stamps (``netcheck.lab.txstamps``: the instant the
+  frame's last byte left the sending host's stack), the error is split into **sender**
+  = transmit stamp - write start (the emulated host's own stack: scheduling, pacing,
+  deferred softirq work; on one host with 1,000 senders this is not the coordinator)
+  and **path** = arrival stamp - transmit stamp (delivery plus everything the
+  coordinator does before it stamps).
 
 Also per run: release skew (first release write start to last write end, median of the
 rounds) next to the **floor**: the same number of ``send_bytes`` of a release-sized
@@ -61,7 +67,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netcheck.lab.demo import free_port  # noqa: E402
-from netcheck.lab.load import raise_fd_limit, source_address  # noqa: E402
+from netcheck.lab.load import env_with_code, raise_fd_limit, source_address  # noqa: E402
 from netcheck.lab.loadrun import LoadRun  # noqa: E402
 from netcheck.storage.tables import results  # noqa: E402
 
@@ -101,7 +107,7 @@ def service_s(args: argparse.Namespace, n: int) -> float:
 
 
 def start_timed_hosts(run: LoadRun, n: int, vocab: int, args: argparse.Namespace) -> list[Path]:
-    hosts = max(1, -(-n // NODES_PER_HOST))
+    hosts = max(1, -(-n // (getattr(args, "per_host", None) or NODES_PER_HOST)))
     reports = []
     first = 0
     for i in range(hosts):
@@ -219,12 +225,13 @@ async def bench_one(
     code: str, code_dir: Path, shape: str, n: int, args: argparse.Namespace, workdir: Path
 ) -> dict[str, Any]:
     vocab = SHAPES[shape]["vocab"]
-    with LoadRun(workdir, None, profile_overrides(shape)) as run:
+    extra = {} if args.decoy_workers is None else {"decoy_workers": args.decoy_workers}
+    with LoadRun(workdir, None, profile_overrides(shape), extra) as run:
         run.add_references(run.profile.canaries_max * n * (args.rounds + 2) + 100, vocab=vocab)
         old = os.environ.get("PYTHONPATH")
         # the coordinator runs the code under test; entries already on PYTHONPATH (e.g. a
         # folder of carried wheels on the device machine) stay behind it
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(code_dir), *([old] if old else [])])
+        os.environ["PYTHONPATH"] = env_with_code(code_dir)["PYTHONPATH"]
         try:
             run.start_coordinator()
         finally:
@@ -235,11 +242,12 @@ async def bench_one(
         await run.wait_connected(n, timeout_s=300)
         await run.run_round()  # warm-up, not counted
         errors, lags, designed_err, skews, plans, frames = [], [], [], [], [], []
+        sender, path = [], []  # split of the stamp error at the kernel's transmit stamp
         parts: list[dict[str, float]] = []
         sources: collections.Counter[str] = collections.Counter()
         partial = 0
         for _ in range(args.rounds):
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(args.gap)
             rep = await run.run_round()
             rid = rep["round_id"]
             coord = coordinator_stamps(run, rid)
@@ -254,6 +262,9 @@ async def bench_one(
                 designed_err.append((arrived - released) / 1e9 - s["service_s"])
                 frames.append(s["frame_bytes"])
                 partial += s.get("left_in_buffer", 0) > 0
+                if s.get("tx_snd_ns") is not None:
+                    sender.append((s["tx_snd_ns"] - s["send_start_ns"]) / 1e6)
+                    path.append((arrived - s["tx_snd_ns"]) / 1e6)
             skews.append(rep["phases"]["release_skew_s"])
             plans.append(rep["phases"]["plan_s"])
             parts.append({k: v for k, v in rep["phases"].items() if k.startswith("plan_")})
@@ -266,8 +277,11 @@ async def bench_one(
                 print(f"# {code} {shape} {n}: {len(bad)} not pass, e.g. {bad[0]}", file=sys.stderr)
         floor = await measure_floor(n, 5, workdir)
         log_path = run.workdir / "logs" / "coordinator.log"
-        said = [line for line in log_path.read_text(errors="replace").splitlines()
-                if "arrival stamps:" in line]  # fmt: skip
+        lines = log_path.read_text(errors="replace").splitlines()
+        said = [line for line in lines if "arrival stamps:" in line]
+        # nodes sampled by the round itself, per round (code with a background prober)
+        inline = [line.rsplit("RTT sets taken now", 1)[1].strip() for line in lines
+                  if "RTT sets taken now" in line]  # fmt: skip
     return {
         "stamps": " ".join(f"{k}:{c}" for k, c in sorted(sources.items()) if c) or "n/a",
         "stamps_log": said[-1].split("arrival stamps:", 1)[1].strip()[:60] if said else "",
@@ -275,11 +289,26 @@ async def bench_one(
         "frame_kb": statistics.median(frames) / 1000 if frames else 0.0,
         "err_p50": pct(errors, 0.5), "err_p99": pct(errors, 0.99), "err_max": max(errors),
         "err_min": min(errors), "lag_p99": pct(lags, 0.99),
+        "tx_samples": len(path),
+        "sender_p50": pct(sender, 0.5) if sender else None,
+        "sender_p99": pct(sender, 0.99) if sender else None,
+        "path_p50": pct(path, 0.5) if path else None,
+        "path_p99": pct(path, 0.99) if path else None,
+        "path_max": max(path) if path else None,
         "vs_designed_p99_ms": 1e3 * pct(designed_err, 0.99),
         "skew_ms": 1e3 * statistics.median(skews), "floor_ms": 1e3 * floor,
         "plan_s": statistics.median(plans),
+        "rtt_inline": ",".join(inline[-args.rounds:]) if inline else "n/a",
         "plan_parts": {k: statistics.median(p[k] for p in parts) for k in parts[0]},
     }  # fmt: skip
+
+
+def _split(row: dict[str, Any], part: str, *stats: str) -> str:
+    """``p50 / p99 [/ max]`` of one part of the stamp error, or ``n/a`` without
+    transmit stamps."""
+    if not row.get("tx_samples"):
+        return "n/a"
+    return " / ".join(f"{row[f'{part}_{q}']:.2f}" for q in stats) + f" ({row['tx_samples']})"
 
 
 def system_cc() -> str:
@@ -308,19 +337,33 @@ async def main(args: argparse.Namespace) -> None:
                 )
     print(
         f"mode={args.mode} service={args.service or '1 s + 20 ms/node'} spread={args.spread}s "
-        f"rounds={args.rounds} node congestion control={args.node_congestion or system_cc()}\n"
+        f"rounds={args.rounds} gap={args.gap}s "
+        f"node congestion control={args.node_congestion or system_cc()}\n"
         "| code | shape | nodes | frame KB | stamp error ms p50 / p99 / max (min) "
+        "| of which sender ms p50 / p99 | path ms p50 / p99 / max "
         "| release skew ms | send floor ms | skew/floor | plan s | node lag p99 ms | partial writes "
         "| stamp source (results) | load avg |"
     )
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|")
+    print("|---|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|---|")
     for r in rows:
         print(
             f"| {r['code']} | {r['shape']} | {r['nodes']} | {r['frame_kb']:.1f} | "
             f"{r['err_p50']:.2f} / {r['err_p99']:.2f} / {r['err_max']:.2f} ({r['err_min']:.2f}) | "
+            f"{_split(r, 'sender', 'p50', 'p99')} | {_split(r, 'path', 'p50', 'p99', 'max')} | "
             f"{r['skew_ms']:.1f} | {r['floor_ms']:.1f} | {r['skew_ms'] / r['floor_ms']:.2f} | "
             f"{r['plan_s']:.2f} | {r['lag_p99']:.1f} | {r['partial']}/{r['samples']} | "
             f"{r['stamps']} | {r['load']} |"
+        )
+    print("\nplan s (median of the rounds): total = sampling + pool + draw + persist")
+    for r in rows:
+        pp = r["plan_parts"]
+        print(
+            f"# {r['code']} {r['shape']} {r['nodes']}: plan {pp['plan_s']:.3f} = sampling "
+            f"{pp.get('plan_sampling_s', float('nan')):.3f} + pool "
+            f"{pp.get('plan_pool_s', float('nan')):.3f} + draw "
+            f"{pp.get('plan_draw_s', float('nan')):.3f} + persist "
+            f"{pp.get('plan_persist_s', float('nan')):.3f}; nodes sampled by the round "
+            f"itself (per round): {r['rtt_inline']}"
         )
     for r in rows:
         if r["stamps_log"]:
@@ -339,6 +382,12 @@ if __name__ == "__main__":
     ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["small", "h200"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
+        "--per-host",
+        type=int,
+        default=NODES_PER_HOST,
+        help="emulated nodes per client host process (fewer = more processes, for more cores)",
+    )
+    ap.add_argument(
         "--service", type=float,
         help="EMULATED service time (s); default 1 s + 20 ms per node, so every emulated "
         "node has its result sealed before the common send instant on 2 busy cores",
@@ -351,6 +400,16 @@ if __name__ == "__main__":
         help="TCP congestion control of the emulated nodes' sockets (e.g. reno: no "
         "sender pacing; default: the system's, shown in the table header)",
     )
+    ap.add_argument(
+        "--gap", type=float, default=0.5,
+        help="seconds between rounds (the coordinator's background RTT prober replaces "
+        "the sets a round used within rtt_refresh_s / 4 = 2.5 s by default)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--decoy-workers", type=int,
+        help="the coordinators' decoy_workers (default: theirs, 0 below 4 CPUs: decoys "
+        "are then generated in the planning thread, part of plan_draw_s)",
+    )  # fmt: skip
     ap.add_argument("--json", help="also write the rows as JSON here")
     raise_fd_limit()
     asyncio.run(main(ap.parse_args()))

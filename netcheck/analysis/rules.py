@@ -120,6 +120,25 @@ def answer_failure(window: Any, strikes: Any) -> str:
     )
 
 
+def slow(floor: Any, alpha: Any, min_rounds: Any) -> str:
+    """Rule of ``slow`` flags (netcheck.analysis.slowness)."""
+    f = _num(floor, 1.25)
+    return (
+        "In the screening rounds that loaded it, the node's service time (result arrival "
+        "minus release minus its echo round trip) was more often above "
+        f"{f:g} times the profile's reference time t_ref (one card of the claimed class, "
+        "one batch) than below it, by a one-sided sign test (rounds without a result count "
+        "as above). An honest card of the class, even slowed a little by a co-hosted "
+        f"neighbour in some rounds, takes at most {f:g} t_ref in at least half of its "
+        "rounds; identities sharing one card, each held back to the card's slowest answer "
+        "(padding), do not. The test is repeated at every analysis; its level is split "
+        f"across the repeats so that it sums to {_num(alpha, 0.01):g} over all of them "
+        f"(at least {_count(min_rounds)} rounds per test). "
+        + tail("the sign test's p-value", "the p-value this analysis had to stay below",
+               "at most")
+    )  # fmt: skip
+
+
 def rule_text(kind: str, evidence: Mapping[str, Any], threshold: Any) -> str | None:
     """The rule of a stored flag of ``kind`` from its evidence's parameters and its
     ``threshold``; None for a kind this module does not know."""
@@ -138,4 +157,6 @@ def rule_text(kind: str, evidence: Mapping[str, Any], threshold: Any) -> str | N
         return relay(evidence.get("floor_s"), evidence.get("mad_k"), evidence.get("min_rounds"))
     if kind == "answer-failure":
         return answer_failure(evidence.get("window"), threshold)
+    if kind == "slow":
+        return slow(evidence.get("floor"), evidence.get("alpha"), evidence.get("min_rounds"))
     return None

@@ -72,6 +72,7 @@ log = logging.getLogger("netcheck.admin")
 #: Flag kinds a filter may name (docs/detection.md; docs/admin-api.md).
 FLAG_KINDS = (
     "shared-backend", "declared-host", "capacity", "result-sharing", "relay", "answer-failure",
+    "slow",
 )  # fmt: skip
 
 #: 32 rounds = 24 screening rounds: 97% of node pairs comparable (schedule.pair_coverage)

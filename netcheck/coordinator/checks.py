@@ -10,7 +10,9 @@
   ``answer-failure`` flag (:mod:`netcheck.analysis.failures`);
 - :func:`relay`: the relay test (:func:`~netcheck.analysis.screening.relay_check`) over
   the recent rounds of each node whose probe this round exceeded the floor or went
-  unanswered -> ``relay`` flag, ``confirmed`` or ``pending``.
+  unanswered -> ``relay`` flag, ``confirmed`` or ``pending``;
+- :func:`slowness`: after every analysis, the persistent-slowness test's findings
+  (:mod:`netcheck.analysis.slowness`) -> ``slow`` flag.
 
 A finding is stored with :func:`~netcheck.storage.flag_merge.raise_flag`: a repeat of
 an open flag (same kind and nodes, not resolved) adds its evidence to that flag instead
@@ -47,9 +49,10 @@ from netcheck.analysis.screening import (
     relay_check,
     relay_suspect,
 )
+from netcheck.analysis.slowness import SLOW, SlownessReport, slowness_evidence
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.logs import node_label as who
-from netcheck.records import FlagStatus, NodeOutcome, NodeRecord, RoundPlan
+from netcheck.records import FlagStatus, NodeOutcome, NodeRecord, RoundPlan, StoredRounds
 from netcheck.storage.flag_merge import raise_flag
 from netcheck.storage.flags import FlagStore
 
@@ -184,6 +187,33 @@ def relay(flags: FlagStore, profile: Profile, records: Mapping[str, NodeRecord])
             ids.append(fid)
             log.warning("node %s: relay (pending): probes unanswered in %d rounds: %s",
                         who(node), len(pairs.unanswered), _raised(fid, new))  # fmt: skip
+    return ids
+
+
+def slowness(
+    flags: FlagStore, profile: Profile, stored: StoredRounds, report: SlownessReport
+) -> list[int]:
+    """A ``slow`` flag (``confirmed``) for every node the persistent-slowness test flags,
+    unless a ``slow`` flag of that node already covers a round of its window; returns
+    flag ids. A failed reference check is logged (``t_ref`` does not describe the
+    population) and flags nothing."""
+    if not report.reference_ok:
+        log.warning("profile %s: persistent-slowness test skipped: the median node takes "
+                    "%.2f x t_ref (%.3f s), above the floor %.2f; is t_ref right?",
+                    profile.name, report.population_median_ratio, report.t_ref_s,
+                    report.floor)  # fmt: skip
+        return []
+    ids = []
+    for node in report.flagged:
+        if _covered(flags, SLOW, "rounds", node.node_key, node.round_ids):
+            continue
+        evidence = slowness_evidence(node, report, stored.results)
+        fid, new = raise_flag(flags, SLOW, FlagStatus.CONFIRMED, profile.name, [node.node_key],
+                              node.p_value, node.level, evidence)  # fmt: skip
+        ids.append(fid)
+        log.warning("node %s: slow (%d of %d screening rounds above %.2f x t_ref, p = %.2g "
+                    "<= %.2g): %s", who(node.node_key), node.above, node.n, report.floor,
+                    node.p_value, node.level, _raised(fid, new))  # fmt: skip
     return ids
 
 

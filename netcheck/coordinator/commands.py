@@ -287,8 +287,8 @@ def flags() -> None:
 @click.option(
     "--kind",
     default=None,
-    help="shared-backend, declared-host, capacity, result-sharing, relay or answer-failure "
-    "(another name is an error, exit 2).",
+    help="shared-backend, declared-host, capacity, result-sharing, relay, answer-failure or "
+    "slow (another name is an error, exit 2).",
 )
 @click.option("--status", default=None, help="confirmed, pending or cleared.")
 @click.option("--node", "node_key", default=None, help="Only flags naming this node key.")

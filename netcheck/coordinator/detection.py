@@ -19,7 +19,9 @@ them to live rounds and to storage:
    judged by :func:`judge_confirmation` after every ``confirm_cycles`` cycles until
    confirmed or ``confirm_max_cycles``; a confirmed group becomes a ``shared-backend``
    flag, an unconfirmed one a ``cleared`` record (it stays in screening).
-4. **After every round** (:meth:`Screening.after_round`): the per-round checks of
+4. **Persistent slowness** after every analysis, over the same window
+   (:func:`~netcheck.analysis.slowness.persistent_slowness`; ``slow`` flags).
+5. **After every round** (:meth:`Screening.after_round`): the per-round checks of
    :mod:`netcheck.coordinator.checks` (answer-level proof, capacity strikes, the relay
    test).
 """
@@ -54,6 +56,7 @@ from netcheck.analysis.screening import (
     hmac_load_rule,
     round_kind,
 )
+from netcheck.analysis.slowness import SlownessConfig, persistent_slowness
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator import checks
 from netcheck.coordinator.hooks import RoundHost
@@ -115,6 +118,8 @@ class Screening:
         )
         self.detector = DetectorConfig()
         self.confirm = ConfirmConfig()
+        self.slowness = SlownessConfig()
+        self._analyses: dict[str, int] = {}
         self.lock = asyncio.Lock()
         self._index: dict[str, int] = {}
         self._timer: asyncio.Task[None] | None = None
@@ -270,6 +275,7 @@ class Screening:
                     "flag_ids": []}  # fmt: skip
         analysis = await asyncio.to_thread(analyse, stored, deadline_s, self.detector)
         summary = ev.detection_summary(analysis)
+        flag_ids += await self._slowness(profile, stored)
         log.info(
             "screening analysis %s: %d nodes x %d rounds, %d edges, %d suspect groups",
             profile.name, summary["n_nodes"], summary["n_rounds"], len(summary["edges"]),
@@ -292,6 +298,17 @@ class Screening:
                                   "flag_ids": ids})  # fmt: skip
         return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
                 "flag_ids": flag_ids}  # fmt: skip
+
+    async def _slowness(self, profile: Profile, stored: StoredRounds) -> list[int]:
+        """The persistent-slowness test over ``stored`` as the next look: the larger of
+        this process's analyses of the profile and the stored screening and full rounds
+        / ``screening_analyze_every`` (survives a restart); returns flag ids."""
+        count = await asyncio.to_thread(self.flags.count_rounds, profile.name, SCREEN_KINDS)
+        look = max(self._analyses.get(profile.name, 0) + 1,
+                   -(-count // self.config.screening_analyze_every))  # fmt: skip
+        self._analyses[profile.name] = look
+        report = persistent_slowness(stored, profile.reference_t_s, look, self.slowness)
+        return await asyncio.to_thread(checks.slowness, self.flags, profile, stored, report)
 
     def _shared_flags(self, profile: str, status: FlagStatus | None) -> list[list[str]]:
         """Node sets of the ``shared-backend`` and ``declared-host`` flags of ``profile``."""

@@ -13,6 +13,7 @@ from typing import Protocol
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import Profile
+from netcheck.coordinator.rtt import RttProber
 from netcheck.coordinator.session import NodeSession
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, RoundReport
 from netcheck.storage import Store
@@ -78,6 +79,11 @@ class RoundHost(Protocol):
     @property
     def decoys(self) -> DecoyReservoir:
         """Decoys generated ahead of each round (the planner's decoy source)."""
+        ...
+
+    @property
+    def rtt(self) -> RttProber:
+        """Each node's echo and probe RTT sets, taken between rounds."""
         ...
 
     def connected(self, profile: str | None = None) -> list[NodeSession]: ...

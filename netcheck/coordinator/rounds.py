@@ -36,8 +36,8 @@ from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.notices import send_in_background
 from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.pool import classify_skip, warn_low_pool
+from netcheck.coordinator.rtt import RttProber
 from netcheck.coordinator.session import WRITE_TIMEOUT_S, Arrival, NodeDisconnected, NodeSession
-from netcheck.engines import probe as probe_mod
 from netcheck.errors import LocalProtocolError, RoundError, StorageError
 from netcheck.logs import node_label
 from netcheck.protocol.jobs import commitment, seal_job, verify_receipt
@@ -58,17 +58,6 @@ from netcheck.workloads.reservoir import decoy_target
 
 log = logging.getLogger("netcheck.round")
 
-#: Echo samples per node before a round; the minimum is used (detection.md §2).
-ECHO_SAMPLES = 3
-ECHO_TIMEOUT_S = 2.0
-#: Compute probes (docs/protocol.md §5.9) per node before a round, interleaved with the
-#: echoes. A probe follows only an answered echo, and after the first unanswered probe
-#: the round sends no more, so a silent node costs no probe timeout and a node that
-#: ignores probes one. Timeout: the smaller of PROBE_TIMEOUT_S and ECHO_TIMEOUT_S.
-PROBE_SAMPLES = 3
-PROBE_TIMEOUT_S = 1.0
-
-
 #: A load set, or a rule that draws one from the round id and the connected node keys.
 LoadSpec = Collection[str] | Callable[[str, Sequence[str]], Collection[str]]
 
@@ -78,59 +67,14 @@ def new_round_id() -> str:
     return time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-async def _measure_rtts(sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]) -> None:
-    """Echo RTT (min of ``ECHO_SAMPLES``) and compute-probe RTTs per node, interleaved
-    (echo, probe, echo, probe, ...) so both see the same network; raw samples go to the
-    node's :class:`NodeTiming`.
-
-    Every node is sampled concurrently. The expected probe answers are computed for all
-    challenges at once in a thread while the samples are in flight
-    (:func:`netcheck.engines.probe.answers`), and the replies are checked against them at
-    the end, so the event loop does no probe arithmetic (docs/scaling.md, "Planning").
-    """
-    challenges = {
-        s.node_key: [secrets.token_bytes(32) for _ in range(PROBE_SAMPLES)] for s in sessions
-    }
-    flat = [c for cs in challenges.values() for c in cs]
-    expected_task = asyncio.ensure_future(asyncio.to_thread(probe_mod.answers, flat))
-    replies: dict[str, list[tuple[float, bytes, bytes]]] = {s.node_key: [] for s in sessions}
-
-    async def one(s: NodeSession) -> None:
-        t = timing[s.node_key]
-        samples = []
-        probing = True
-        for i in range(max(ECHO_SAMPLES, PROBE_SAMPLES)):
-            rtt = None
-            if i < ECHO_SAMPLES:
-                rtt = await s.measure_rtt(secrets.randbits(62), ECHO_TIMEOUT_S)
-                if rtt is not None:
-                    samples.append(rtt)
-            if probing and i < PROBE_SAMPLES and (rtt is not None or i >= ECHO_SAMPLES):
-                challenge = challenges[s.node_key][i]
-                got = await s.probe_rtt(
-                    secrets.randbits(62), challenge, min(PROBE_TIMEOUT_S, ECHO_TIMEOUT_S)
-                )
-                if got is None:
-                    t.probe_missed += 1
-                    probing = False
-                else:
-                    replies[s.node_key].append((got[0], got[1], challenge))
-        s.rtt_s = min(samples) if samples else s.rtt_s
-        t.echo_samples_s = samples
-
-    try:
-        await asyncio.gather(*(one(s) for s in sessions))
-    finally:
-        expected = dict(zip(flat, await expected_task, strict=True))
-    for s in sessions:
-        t = timing[s.node_key]
-        for rtt, answer, challenge in replies[s.node_key]:
-            if answer == expected[challenge]:
-                t.probe_samples_s.append(rtt)
-            else:
-                t.probe_wrong += 1
-                log.warning("node %s: wrong probe answer", s.label)
-        t.probe_rtt_s = min(t.probe_samples_s) if t.probe_samples_s else None
+async def _measure_rtts(
+    rtt: RttProber, sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]
+) -> int:
+    """Each node's echo and probe RTTs for the round: the sample set the background
+    prober took since the node's previous round, or one taken now (all such nodes at
+    once, under one deadline; :mod:`netcheck.coordinator.rtt`). Returns how many sets
+    were taken now."""
+    return await rtt.for_round(sessions, timing)
 
 
 async def _dispatch(
@@ -318,9 +262,10 @@ async def run_round(
     if rule is None:
         rule = "all" if load is None else "explicit"
     async with coord.round_lock:
-        return await _run_locked(
-            coord, profile, rng or random.SystemRandom(), load, kind, rule, context
-        )
+        with coord.rtt.holding():  # no RTT sample is taken while nodes run a round
+            return await _run_locked(
+                coord, profile, rng or random.SystemRandom(), load, kind, rule, context
+            )
 
 
 async def _run_locked(
@@ -350,7 +295,7 @@ async def _run_locked(
     store = coord.store
     t0 = time.monotonic()
 
-    await _measure_rtts(sessions, timing)
+    inline_sets = await _measure_rtts(coord.rtt, sessions, timing)
     t_sampled = time.monotonic()
     for s in sessions:
         timing[s.node_key].rtt_s = s.rtt_s
@@ -403,8 +348,9 @@ async def _run_locked(
         raise
     t_planned = time.monotonic()
     log.info(
-        "round %s (%s) planned: %d of %d nodes loaded, %d skipped, B=%d",
+        "round %s (%s) planned: %d of %d nodes loaded, %d skipped, B=%d, RTT sets taken now %d",
         round_id, kind, len(plan.assignments), len(keys), len(plan.skipped), plan.batch_size,
+        inline_sets,
     )  # fmt: skip
 
     # Dispatch and wait for acknowledgements.

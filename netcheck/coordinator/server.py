@@ -24,6 +24,7 @@ from netcheck.coordinator.arrivals import FrameOpener
 from netcheck.coordinator.detection import Screening
 from netcheck.coordinator.hooks import RoundHooks
 from netcheck.coordinator.limits import HandshakeLimiter, client_address, parse_networks
+from netcheck.coordinator.rtt import RttProber
 from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode, HandshakeError, ProtocolError, StorageError
@@ -121,6 +122,10 @@ class Coordinator:
         #: Opens large received frames off the event loop (coordinator/arrivals.py).
         self.opener = FrameOpener()
         self.decoys = DecoyReservoir(config.decoy_workers)  # decoys made ahead of rounds
+        #: Echo and probe RTT sets taken between rounds (coordinator/rtt.py).
+        self.rtt = RttProber(lambda: self.sessions.values(), config.rtt_refresh_s)
+        self._rtt_stop = asyncio.Event()
+        self._rtt_task: asyncio.Task[None] | None = None
         self.round_hooks.after_round.append(self.screening.after_round)
         self.round_hooks.finished.append(observe_round)  # Prometheus metrics
 
@@ -338,9 +343,11 @@ class Coordinator:
         )
 
     async def on_startup(self, app: web.Application) -> None:
-        """Start the background spool replay (docs/spool.md)."""
+        """Start the background spool replay (docs/spool.md) and the RTT prober."""
         self._replayer_stop.clear()
         self._replayer = asyncio.ensure_future(self.recorder.run_replayer(self._replayer_stop))
+        self._rtt_stop.clear()
+        self._rtt_task = asyncio.ensure_future(self.rtt.run(self._rtt_stop))
 
     async def on_shutdown(self, app: web.Application) -> None:
         """Close every session with SHUTDOWN; a round in flight ends as aborted."""
@@ -351,10 +358,13 @@ class Coordinator:
         )
 
     async def on_cleanup(self, app: web.Application) -> None:
-        """Stop the spool replay and the frame opener's worker threads."""
+        """Stop the spool replay, the RTT prober and the frame opener's worker threads."""
         self._replayer_stop.set()
+        self._rtt_stop.set()
         if self._replayer is not None:
             await self._replayer
+        if self._rtt_task is not None:
+            await self._rtt_task
         await asyncio.to_thread(self.opener.close)
         self.decoys.close()
 

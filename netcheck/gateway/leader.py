@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from netcheck.config import Profile
@@ -288,9 +288,11 @@ async def _close(
         # The skew's two parts: when the gateways started writing (clock offsets and
         # wake-up jitter) and the longest one gateway's loop took (n_g x per-frame cost).
         "release_start_spread_s": (max(wf) - min(wf)) / 1e9 if wf else 0.0,
-        "release_loop_max_s": max(
-            ((r["phases"] or {}).get("release_loop_s", 0.0) for r in gw_rows), default=0.0
-        ),
+        "release_loop_max_s": _gw_phase(gw_rows, "release_loop_s", max),
+        # ... and what set the start: the latest first write after the instant, the
+        # least margin left after sealing (participant.ReleaseTimes).
+        "release_late_max_s": _gw_phase(gw_rows, "release_late_s", max),
+        "release_ready_lead_min_s": _gw_phase(gw_rows, "release_ready_lead_s", min),
         "compute_median_s": elapsed[len(elapsed) // 2] if elapsed else 0.0,
         # Counts, not seconds: nested, so that views of the phases in seconds skip them.
         "cluster": {"gateways": len(gw_rows), "reported": len(reported), "lost": lost},
@@ -354,3 +356,9 @@ async def take_over(gw: Gateway) -> None:
                             r["leader_id"])  # fmt: skip
     except StorageError as exc:
         log.error("gateway %s: cannot close rounds of the lost leader: %s", gw.gateway_id, exc)
+
+
+def _gw_phase(rows: list[dict[str, Any]], key: str, pick: Callable[..., float]) -> float:
+    """``pick`` (max or min) of one phase over the gateways' reports (0.0 if none)."""
+    vals = [float(v) for r in rows if (v := (r["phases"] or {}).get(key)) is not None]
+    return pick(vals) if vals else 0.0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import struct
 import time
@@ -32,8 +33,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("netcheck.gateway")
 
-#: The last stretch before the release instant is spun, not slept (timer slack).
-SPIN_NS = 2_000_000
+#: Until this long before the release instant the gateway waits on the event loop
+#: (whose timers have ~1 ms resolution); then it sleeps in ``nanosleep`` (timer slack
+#: ~50 µs) to SPIN_NS before the instant and spins the rest. Spinning for milliseconds,
+#: as before, made K gateways on fewer than K cores take the CPU from each other right
+#: before the instant, so some started late.
+COARSE_NS = 5_000_000
+SPIN_NS = 100_000
+
+
+async def sleep_until(target_ns: int) -> None:
+    """Return at ``target_ns`` (``time.monotonic_ns()`` clock), within ~0.1 ms where the
+    process gets a CPU: event-loop sleep, then a short blocking sleep, then a spin of
+    at most :data:`SPIN_NS`. Blocks the event loop for the last :data:`COARSE_NS` only."""
+    while (left := target_ns - time.monotonic_ns()) > COARSE_NS:
+        await asyncio.sleep((left - COARSE_NS) / 1e9)
+    if (left := target_ns - time.monotonic_ns()) > SPIN_NS:
+        time.sleep((left - SPIN_NS) / 1e9)
+    while time.monotonic_ns() < target_ns:
+        pass
+
+
 _NS_FIELDS = ("job_sent_ns", "acked_ns", "release_start_ns", "release_end_ns", "arrived_ns")
 
 
@@ -81,34 +101,48 @@ def _raw_transport(s: NodeSession) -> asyncio.WriteTransport | None:
     return transport
 
 
+@dataclasses.dataclass(frozen=True)
+class ReleaseTimes:
+    """When one gateway's release happened (monotonic ns; None without a ready node).
+
+    ``ready_ns``: every frame sealed and framed; ``first_ns``/``last_ns``: the first
+    write's start and the last write's end. Skew diagnostics: ``target - ready_ns`` is
+    the margin left after sealing (negative: the gateway started late because of it),
+    ``first_ns - target`` how late the timer woke it (docs/scaling.md)."""
+
+    target_ns: int
+    ready_ns: int
+    first_ns: int | None
+    last_ns: int | None
+
+
 async def release_at(
     round_id: str,
     ready: Sequence[tuple[NodeSession, Assignment]],
     timing: dict[str, NodeTiming],
     target_mono_ns: int,
-) -> tuple[int | None, int | None]:
+) -> ReleaseTimes:
     """Seal every ready node's release frame ahead, wait until ``target_mono_ns``
-    (sleep, then spin the last :data:`SPIN_NS`) and write them in one tight loop.
+    (:func:`sleep_until`) and write them in one tight loop.
 
     The frames are sealed *and* wrapped as websocket frames ahead while every session's
     send lock is held, and the loop writes each to its socket transport without an
     ``await`` in between (one ``write`` per node, usually one ``send`` syscall), so no
-    other task runs inside the loop. A session whose transport is not reachable that
-    way falls back to ``send_bytes``.
-
-    Returns (first write start, last write end) on the monotonic clock (None if no node).
+    other task runs inside the loop; the garbage collector is off from the sealing to
+    the loop's end (a collection in the loop would stall every write after it). A session
+    whose transport is not reachable that way falls back to ``send_bytes``.
     """
     sessions = [s for s, _ in ready]
     for s in sessions:
         await s.send_lock.acquire()
+    gc_was_enabled = gc.isenabled()
     try:
         sealed = [s.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready]
         plan = [(s, _raw_transport(s), f) for (s, _), f in zip(ready, sealed, strict=True)]
         raw = [ws_frame(f) if t is not None else f for _, t, f in plan]
-        while (left := target_mono_ns - time.monotonic_ns()) > SPIN_NS:
-            await asyncio.sleep((left - SPIN_NS) / 1e9)
-        while time.monotonic_ns() < target_mono_ns:
-            pass
+        ready_ns = time.monotonic_ns()
+        gc.disable()
+        await sleep_until(target_mono_ns)
         slow: list[tuple[NodeSession, bytes]] = []
         for (s, transport, frame), data in zip(plan, raw, strict=True):
             t = timing[s.node_key]
@@ -121,6 +155,8 @@ async def release_at(
             else:
                 transport.write(data)
             t.release_end_ns = time.monotonic_ns()
+        if gc_was_enabled:
+            gc.enable()
         for s, frame in slow:
             t = timing[s.node_key]
             t.release_start_ns = time.monotonic_ns()
@@ -130,13 +166,15 @@ async def release_at(
                 log.warning("round %s: node %s gone at release", round_id, s.label)
             t.release_end_ns = time.monotonic_ns()
     finally:
+        if gc_was_enabled:
+            gc.enable()
         for s in sessions:
             s.send_lock.release()
-    starts = [timing[s.node_key].release_start_ns for s in sessions]
-    ends = [timing[s.node_key].release_end_ns for s in sessions]
-    if not sessions:
-        return None, None
-    return min(x for x in starts if x is not None), max(x for x in ends if x is not None)
+    starts = [x for s in sessions if (x := timing[s.node_key].release_start_ns) is not None]
+    ends = [x for s in sessions if (x := timing[s.node_key].release_end_ns) is not None]
+    return ReleaseTimes(
+        target_mono_ns, ready_ns, min(starts, default=None), max(ends, default=None)
+    )
 
 
 async def _state(gw: Gateway, round_id: str, states: set[str]) -> dict[str, Any] | None:
@@ -149,7 +187,8 @@ async def participate(gw: Gateway, round_id: str) -> None:
     without this gateway: the leader records its members ``disconnected``)."""
     pending: list[asyncio.Future[Any]] = []
     try:
-        await _participate(gw, round_id, pending)
+        with gw.rtt.holding():  # no RTT sample is taken while our nodes run the round
+            await _participate(gw, round_id, pending)
     except NetcheckError as exc:
         gw.stats.rounds["failed"] += 1
         log.error("gateway %s: round %s: %s", gw.gateway_id, round_id, exc)
@@ -196,7 +235,7 @@ async def _participate(gw: Gateway, round_id: str, pending: list[asyncio.Future[
     # 2. Join with the sessions that are really ours, after measuring their RTTs.
     sessions = await gw.reconcile(gw.connected(profile.name))
     timing = {s.node_key: NodeTiming() for s in sessions}
-    await _measure_rtts(sessions, timing)
+    await _measure_rtts(gw.rtt, sessions, timing)
     for s in sessions:
         timing[s.node_key].rtt_s = s.rtt_s
         timing[s.node_key].deadline_s = profile.deadline_s(s.rtt_s or 0.0)
@@ -252,11 +291,13 @@ async def _participate(gw: Gateway, round_id: str, pending: list[asyncio.Future[
                     gw.gateway_id, round_id, "timeout" if st is None else st["state"])  # fmt: skip
         return
     target = clock.to_monotonic(int(st["release_at_ns"]))
-    late_ms = (time.monotonic_ns() - target) / 1e6
+    seen_ns = time.monotonic_ns()
+    late_ms = (seen_ns - target) / 1e6
     if late_ms > 0:
         log.warning("gateway %s: round %s release instant already %.1f ms past",
                     gw.gateway_id, round_id, late_ms)  # fmt: skip
-    first, last = await release_at(round_id, ready, timing, target)
+    rel = await release_at(round_id, ready, timing, target)
+    first, last = rel.first_ns, rel.last_ns
     wall_delta = clock.delta_ns - round(est.offset_s * 1e9)
     t_released = time.monotonic()
     if results:
@@ -286,6 +327,12 @@ async def _participate(gw: Gateway, round_id: str, pending: list[asyncio.Future[
         "collect_s": t_collected - t_released,
         "verify_record_s": time.monotonic() - t_collected,
         "release_loop_s": ((last - first) / 1e9) if first is not None and last is not None else 0.0,
+        # Where a late start comes from: the instant was learnt this long before it
+        # (NOTIFY, wake-up, the state read), the frames were ready this long before it,
+        # and the first write started this long after it.
+        "release_notice_s": (target - seen_ns) / 1e9,
+        "release_ready_lead_s": (target - rel.ready_ns) / 1e9,
+        "release_late_s": (first - target) / 1e9 if first is not None else 0.0,
     }
     await gw.retry_write(
         "report outcome",

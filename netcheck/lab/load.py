@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import resource
 import secrets
 import signal
@@ -135,6 +136,16 @@ class LoadClient(NodeClient):
         if self.handshake_done_at is None:
             self.handshake_done_at = time.monotonic()
         return session
+
+
+def env_with_code(code: Path | str) -> dict[str, str]:
+    """This process's environment with ``code`` (a checkout) first on ``PYTHONPATH``.
+
+    Entries already there stay behind it: on the device machine they hold the carried
+    wheels, and a child that lost them failed to import (bench_timing, then
+    bench_release_floor's writers: "a writer process exited")."""
+    old = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), *([old] if old else [])])}
 
 
 def raise_fd_limit(want: int = 65536) -> int:

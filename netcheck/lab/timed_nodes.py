@@ -18,7 +18,8 @@ Node ``i`` (global index) has service time ``service_s + spread_s * i / (total -
 After each round, one JSON line per node goes to ``--stamps``: ``node_key``,
 ``round_id``, ``service_s`` (designed), ``release_read_ns``, ``target_ns`` (when it
 meant to send), ``send_start_ns`` and ``written_ns`` (before and after the websocket
-write), all ``time.monotonic_ns()``. On Linux ``CLOCK_MONOTONIC`` is one clock for all
+write), ``tx_sched_ns``/``tx_snd_ns`` (the kernel's transmit stamps of the frame's last
+byte, :mod:`netcheck.lab.txstamps`; None where unavailable), all on the monotonic clock. On Linux ``CLOCK_MONOTONIC`` is one clock for all
 processes of a machine, so these compare directly with the coordinator's stamps.
 
     python -m netcheck.lab.timed_nodes --url ws://... --coordinator-key ed25519:... \\
@@ -45,6 +46,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.keys import parse_public_key, public_key_text
 from netcheck.lab.load import HashWorker, LoadClient, raise_fd_limit, source_address
+from netcheck.lab.txstamps import TxStamps
 from netcheck.node.serving import OpenSession
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.messages import Job, Message, Release, Result
@@ -88,6 +90,7 @@ class TimedClient(LoadClient):
         super().__init__(*args, **kwargs)
         self.service_s = service_s
         self.clock = clock
+        self.tx: dict[int, TxStamps] = {}  # per session (id), when the kernel allows
 
     async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> OpenSession:
         session = await super()._handshake(ws)
@@ -98,6 +101,10 @@ class TimedClient(LoadClient):
         sock = _transport(ws).get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF_BYTES)
+            try:  # kernel transmit stamps: split the stamp error into sender and path
+                self.tx[id(session)] = TxStamps(sock)
+            except OSError as exc:
+                log.debug("no transmit timestamps: %s", exc)
             if self.clock.congestion:
                 # e.g. "reno": no internal pacing. With BBR (and no fq qdisc) the kernel
                 # paces each socket with an hrtimer whose work runs in softirq context;
@@ -140,6 +147,9 @@ class TimedClient(LoadClient):
             wait = (target_ns - time.monotonic_ns()) / 1e9
             if wait > 0:
                 await asyncio.sleep(wait)
+            tx = self.tx.get(id(session))
+            if tx is not None:
+                tx.drain()  # older stamps (pongs, acks of the job) are not this frame's
             start = time.monotonic_ns()
             try:
                 await session.ws.send_bytes(frame)
@@ -147,6 +157,7 @@ class TimedClient(LoadClient):
                 return
             written = time.monotonic_ns()
             left = _transport(session.ws).get_write_buffer_size()
+            sent = await _tx_stamps(tx, left)
         self.rounds_served += 1
         self.clock.record(
             {
@@ -159,8 +170,23 @@ class TimedClient(LoadClient):
                 "written_ns": written,
                 "frame_bytes": len(frame),
                 "left_in_buffer": left,  # bytes not yet handed to the kernel (0 wanted)
+                **sent,  # tx_sched_ns / tx_snd_ns: kernel transmit stamps, or None
             }
         )
+
+
+async def _tx_stamps(tx: TxStamps | None, left: int) -> dict[str, int | None]:
+    """The frame's kernel transmit stamps (monotonic ns), waiting up to 1 s for its
+    last byte to leave this host's stack; None values when they cannot be had."""
+    none: dict[str, int | None] = {"tx_sched_ns": None, "tx_snd_ns": None}
+    if tx is None or left:
+        return none
+    for _ in range(1000):
+        if not tx.unsent():
+            return tx.last_sent(0)
+        await asyncio.sleep(0.001)
+    tx.drain()
+    return none
 
 
 def _transport(ws: aiohttp.ClientWebSocketResponse) -> Any:

@@ -34,6 +34,7 @@ from sqlalchemy import (
     Integer,
     String,
     Table,
+    func,
     insert,
     select,
     update,
@@ -185,6 +186,17 @@ class FlagStore:
             {r.round_id: dict(r.schedule) for r in picked},
             tuple(self.round_results(ids)),
         )
+
+    def count_rounds(self, profile: str, kinds: Collection[str]) -> int:
+        """How many rounds of ``profile`` with a kind in ``kinds`` are stored (any status)."""
+        s = round_schedules.c
+        query = (
+            select(func.count())
+            .select_from(round_schedules)
+            .where(s.profile == profile, s.kind.in_(list(kinds)))
+        )
+        with self.store._read("count rounds") as conn:
+            return int(conn.execute(query).scalar_one())
 
     def round_results(self, round_ids: Sequence[str]) -> list[dict[str, Any]]:
         """Raw ``results`` rows (timing and receipt columns) of the given rounds."""

@@ -10,7 +10,7 @@ import pytest
 from netcheck.analysis import rules
 from netcheck.analysis.failures import answer_failure_check
 
-KINDS = ("shared-backend", "capacity", "result-sharing", "relay", "answer-failure")
+KINDS = ("shared-backend", "capacity", "result-sharing", "relay", "answer-failure", "slow")
 JARGON = ("detector a", "detector b", "effect_floor", "p_threshold", "capacity_window",
           "capacity_strikes", "min_rounds", "floor_s", "mad_k", ">=", "H0")  # fmt: skip
 

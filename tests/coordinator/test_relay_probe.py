@@ -18,7 +18,7 @@ from aiohttp import web
 
 from netcheck.analysis.screening import RELAY_MIN_ROUNDS
 from netcheck.config import DeadlineParams, Profile
-from netcheck.coordinator import rounds
+from netcheck.coordinator import rtt
 from netcheck.coordinator.rounds import run_round
 from netcheck.engines import probe
 from netcheck.keys import parse_public_key, public_key_bytes
@@ -152,7 +152,7 @@ async def test_node_ignoring_or_faking_probes_gets_pending_relay_flag(
 ) -> None:
     """Echoes answered but probes dropped (or answered wrongly) in RELAY_MIN_ROUNDS
     rounds: a ``pending`` relay flag; wrong answers are counted, never used as RTTs."""
-    monkeypatch.setattr(rounds, "PROBE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(rtt, "PROBE_TIMEOUT_S", 0.2)
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
         silent = rc.start_named(
             {"silent": MadeUpWorker(FP, T)}, PROFILE.name, client_cls=IgnoresProbes

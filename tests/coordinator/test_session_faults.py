@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from netcheck.coordinator import rounds, server
+from netcheck.coordinator import rtt, server
 from netcheck.coordinator.rounds import run_round
 from netcheck.keys import public_key_text
 from netcheck.lab.adversary import MadeUpWorker
@@ -111,7 +111,7 @@ async def test_truncation_mid_round(tmp_path: Path, cut: str) -> None:
 async def test_silent_peer_in_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A node that completes the handshake, then never answers, is MISSING in the round
     (bounded by the echo and dispatch timeouts); the other node is served."""
-    monkeypatch.setattr(rounds, "ECHO_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(rtt, "ECHO_TIMEOUT_S", 0.2)
     identity = Ed25519PrivateKey.generate()
     node_key = public_key_text(identity)
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:

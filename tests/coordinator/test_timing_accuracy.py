@@ -61,6 +61,13 @@ async def test_latencies_of_200_simultaneous_answers_agree_with_ground_truth(
             )
             assert len(errs) == NODES
             assert errs[0] > 0  # causality: nothing is stamped before it was written
+            # ... nor before its last byte left the node's kernel (transmit stamp)
+            path = [
+                (arrived - nodes[k]["tx_snd_ns"]) / 1e6
+                for k, (_, arrived) in coord.items()
+                if nodes.get(k, {}).get("tx_snd_ns") is not None
+            ]
+            assert path and min(path) >= -0.01, path[:5]
             summaries.append((statistics.median(errs), errs[int(0.99 * (NODES - 1))]))
             if summaries[-1][0] <= STAMP_P50_BOUND_MS and summaries[-1][1] <= STAMP_P99_BOUND_MS:
                 return

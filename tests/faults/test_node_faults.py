@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fault_support import RawNode, key_of, light_profile, node_process, wait_for
 
-from netcheck.coordinator import rounds
+from netcheck.coordinator import rounds, rtt
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import CloseCode
 from netcheck.lab.load import HashWorker, add_hash_references
@@ -152,7 +152,7 @@ async def test_slow_reader_does_not_stall_release(
     """Two nodes stop reading (one before its job, one after its ack) with full socket
     buffers: dispatch is bounded, the other nodes are released within milliseconds of
     each other and pass, and the round ends on its timeouts, not on the heartbeat."""
-    monkeypatch.setattr(rounds, "ECHO_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(rtt, "ECHO_TIMEOUT_S", 0.3)
     # B = 6,000 prompts: a ~0.5 MB job frame, more than the (shrunken) socket buffers and
     # the transport's 64 KiB high-water mark hold, so the job write to a non-reader must
     # wait (2,000 prompts were not enough: the warning asserted below did not appear).

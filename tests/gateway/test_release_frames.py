@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import gc
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from aiohttp import WSMsgType
 from aiohttp._websocket.writer import WebSocketWriter
 
-from netcheck.gateway.participant import ws_frame
+from netcheck.gateway.participant import release_at, sleep_until, ws_frame
+from netcheck.protocol.messages import Release
+from netcheck.records import NodeTiming
 
 
 class _Sink(asyncio.WriteTransport):
@@ -32,3 +38,80 @@ async def test_ws_frame_matches_aiohttp(size: int) -> None:
     payload = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
     await writer.send_frame(payload, WSMsgType.BINARY)
     assert ws_frame(payload) == sink.data
+
+
+class _Transport:
+    """The sans-I/O transport's ``seal``, recording when it was called."""
+
+    def __init__(self) -> None:
+        self.sealed_ns: list[int] = []
+
+    def seal(self, msg: Release) -> bytes:
+        self.sealed_ns.append(time.monotonic_ns())
+        return b"sealed:" + msg.job_key
+
+
+class _TimedSink(_Sink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written_ns: list[int] = []
+        self.gc_on: list[bool] = []
+
+    def write(self, data: Any) -> None:
+        self.written_ns.append(time.monotonic_ns())
+        self.gc_on.append(gc.isenabled())
+        super().write(data)
+
+
+@dataclass
+class _Session:
+    node_key: str
+    transport: _Transport = field(default_factory=_Transport)
+    send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    sink: _TimedSink = field(default_factory=_TimedSink)
+
+    @property
+    def label(self) -> str:
+        return self.node_key
+
+    @property
+    def ws(self) -> Any:
+        return SimpleNamespace(_writer=SimpleNamespace(transport=self.sink, compress=0,
+                                                       use_mask=False))  # fmt: skip
+
+
+async def test_release_frames_are_sealed_and_framed_before_the_instant() -> None:
+    """Every release frame is sealed and framed before the scheduled instant; at the
+    instant the loop only writes (no write before it, none missing), with the garbage
+    collector off during the loop and back on after."""
+    sessions = [_Session(f"n{i}") for i in range(50)]
+    ready = [(s, SimpleNamespace(job_key=bytes([i]) * 32)) for i, s in enumerate(sessions)]
+    timing = {s.node_key: NodeTiming() for s in sessions}
+    target = time.monotonic_ns() + 50_000_000
+    rel = await release_at("r1", cast(Any, ready), timing, target)
+    assert gc.isenabled()
+    assert rel.ready_ns < target <= cast(int, rel.first_ns) <= cast(int, rel.last_ns)
+    for s, a in ready:
+        assert len(s.transport.sealed_ns) == 1 and s.transport.sealed_ns[0] < target
+        assert s.sink.written_ns[0] >= target and s.sink.gc_on == [False]
+        assert s.sink.data == ws_frame(b"sealed:" + a.job_key)
+        t = timing[s.node_key]
+        assert t.release_start_ns is not None and t.release_start_ns >= target
+    # one loop, no other task in between: all writes within one pass, in order
+    assert [s.sink.written_ns[0] for s in sessions] == sorted(
+        s.sink.written_ns[0] for s in sessions
+    )
+
+
+async def test_sleep_until_never_returns_early_nor_busy_waits() -> None:
+    """The release wait returns at or after its instant, whatever the distance, and
+    sleeps rather than spins: a gateway that burns its CPU for milliseconds before the
+    instant takes it from the other gateways on the same cores."""
+    for ahead_ns in (0, 50_000, 1_000_000, 8_000_000):
+        target = time.monotonic_ns() + ahead_ns
+        await sleep_until(target)
+        assert time.monotonic_ns() >= target
+    cpu0 = time.thread_time_ns()
+    for _ in range(3):
+        await sleep_until(time.monotonic_ns() + 30_000_000)
+    assert time.thread_time_ns() - cpu0 < 1_500_000  # a 2 ms spin: ~2 ms of CPU each

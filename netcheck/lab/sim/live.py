@@ -23,6 +23,8 @@ round, through the same code paths; only the nodes are simulated
   turned into an observation by
   :func:`~netcheck.coordinator.screening.confirmation_observation`, with the attempt
   count of earlier confirmations (error spending);
+- the persistent-slowness test (:func:`~netcheck.analysis.slowness.persistent_slowness`)
+  at every analysis over the same window, against the profile's reference time;
 - the relay test after every round for nodes whose probe exceeded the floor
   (:func:`~netcheck.coordinator.screening.relay_check`).
 
@@ -55,6 +57,7 @@ from netcheck.analysis.screening import (
     relay_check,
     round_kind,
 )
+from netcheck.analysis.slowness import SlownessConfig, persistent_slowness
 from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
 from netcheck.lab.sim.population import Population
 from netcheck.records import StoredRounds
@@ -75,7 +78,8 @@ class LiveConfig:
     ``checkpoints``: round counts at which :class:`Snapshot` s are taken (they must be
     analysis rounds). ``legacy_confirm``: the previous confirmation behaviour
     (:class:`ConfirmationRun` ``legacy``), for the before/after baseline.
-    ``probe_ref_s``: the profile's reference probe time.
+    ``probe_ref_s``: the profile's reference probe time. ``slowness``: the
+    persistent-slowness test's settings (None: not run, the behaviour before it).
     """
 
     full_every: int = field(default_factory=lambda: _default("screening_full_every"))
@@ -89,6 +93,7 @@ class LiveConfig:
     confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
     legacy_confirm: bool = False
     probe_ref_s: float = 0.005
+    slowness: SlownessConfig | None = field(default_factory=SlownessConfig)
 
 
 def legacy_config() -> LiveConfig:
@@ -98,6 +103,7 @@ def legacy_config() -> LiveConfig:
         detector=DetectorConfig(alpha=0.01, grouping="components", drop_full_rounds=False),
         confirm=ConfirmConfig(floor_test=False),
         legacy_confirm=True,
+        slowness=None,
     )
 
 
@@ -120,7 +126,8 @@ class Snapshot:
     """State after ``rounds`` screening rounds (and their confirmations).
 
     ``shared_flags``: confirmed ``shared-backend`` flags so far (member keys);
-    ``cleared``: cleared records so far; ``capacity``/``relay``: nodes flagged so far;
+    ``cleared``: cleared records so far; ``capacity``/``relay``/``slow``: nodes flagged
+    so far (``slow``: the persistent-slowness test);
     ``suspects``: members of suspect groups at each analysis so far;
     ``confirmation_rounds``: spent so far; ``analyses``: analyses so far.
     """
@@ -133,6 +140,7 @@ class Snapshot:
     suspects: tuple[frozenset[str], ...]
     confirmation_rounds: int
     analyses: int
+    slow: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -147,6 +155,7 @@ class _State:
     probes: dict[str, deque[tuple[str, float, float]]] = field(default_factory=dict)
     capacity: dict[str, set[str]] = field(default_factory=dict)
     relay: set[str] = field(default_factory=set)
+    slow: set[str] = field(default_factory=set)
     shared: list[tuple[str, ...]] = field(default_factory=list)
     tested: list[tuple[str, ...]] = field(default_factory=list)
     cleared: int = 0
@@ -270,6 +279,10 @@ class LiveSimulation:
             return
         analysis = analyse(stored, self.censor_s, self.cfg.detector)
         st.analyses += 1
+        if self.cfg.slowness is not None:  # Screening.slowness: look = the analysis index
+            report = persistent_slowness(stored, self.profile.reference_t_s, st.analyses,
+                                         self.cfg.slowness)  # fmt: skip
+            st.slow.update(n.node_key for n in report.flagged)
         st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
         for group in analysis.detection.groups:
             if self._covered(group.members):
@@ -310,7 +323,7 @@ class LiveSimulation:
         return Snapshot(
             self.index, tuple(st.shared), st.cleared,
             frozenset(k for k, rounds in st.capacity.items() if rounds), frozenset(st.relay),
-            tuple(st.suspects), st.confirmation_rounds, st.analyses,
+            tuple(st.suspects), st.confirmation_rounds, st.analyses, frozenset(st.slow),
         )  # fmt: skip
 
     def run(self, checkpoints: Sequence[int]) -> list[Snapshot]:

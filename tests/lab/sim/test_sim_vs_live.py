@@ -52,7 +52,8 @@ def _roles(flags: list[tuple[str, str, frozenset[str]]], role: dict[str, str]) -
 
 async def test_live_and_simulated_screening_raise_the_same_flags(tmp_path: Path) -> None:
     """64 screening rounds + analyses + confirmation: live and simulated flags agree
-    (one shared-backend flag on the pair, nothing on honest nodes, no capacity flag)."""
+    (one shared-backend flag on the pair, nothing on honest nodes, no capacity or slow
+    flag)."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
         shared = EmulatedGPU(0.2, beta=1.0)
@@ -81,7 +82,8 @@ async def test_live_and_simulated_screening_raise_the_same_flags(tmp_path: Path)
     sim_role = {k: ("honest" if k in pop.honest else "proxy") for k in pop.node_keys}
     simulated = _roles(
         [("shared-backend", "confirmed", frozenset(f)) for f in snap.shared_flags]
-        + [("capacity", "confirmed", frozenset({k})) for k in snap.capacity],
+        + [("capacity", "confirmed", frozenset({k})) for k in snap.capacity]
+        + [("slow", "confirmed", frozenset({k})) for k in snap.slow],
         sim_role,
     )
     want = {("shared-backend", "confirmed", frozenset({"proxy"}))}

@@ -1,0 +1,222 @@
+"""Persistent slowness against the profile's reference time (pure: no I/O, no clock).
+
+A *padding* farm holds every identity's answer back to the farm's worst case (all k
+identities loaded), so an identity's time does not depend on which others are loaded:
+the contention tests see nothing. What it cannot hide is that every identity is slow
+*in every round*: one card of the claimed class serving k batches takes about
+``t_ref * (1 + beta * (k - 1))``. This module tests, per node, whether its service time
+is persistently above what one card of the class gives (docs/detection.md, "Persistent
+slowness").
+
+Test (per node, over its loaded ``screening`` rounds of the analysis window; full and
+confirmation rounds are left out: a full round loads every co-hosted neighbour, which
+slows an honest node by the benign coupling in *every* such round):
+
+- ``ratio[r] = service_s[r] / t_ref_s`` with ``service_s`` as everywhere
+  (:meth:`~netcheck.analysis.timing.TimingRow.service_s`: arrival - release - echo
+  RTT); a loaded round without a result counts as above the floor (it delivered
+  nothing in time);
+- ``H0``: ``P(ratio > floor) <= 1/2`` in every round — the node's median time is at
+  most ``floor * t_ref`` (``floor`` 1.25: the spread between cards of one class, a few
+  %, plus benign co-hosting coupling of up to 20% in the rounds where a neighbour is
+  loaded too); ``H1``: above. The **sign test**: with ``above`` of ``n`` rounds above
+  the floor, ``p = P(Binomial(n, 1/2) >= above)`` (exact; rounds independent, no
+  assumption on the shape of the noise, so heavy-tailed or bimodal honest timing does
+  not inflate it; Conover, *Practical Nonparametric Statistics*, 3rd ed., §3.4). As for
+  the contention floor (:mod:`netcheck.analysis.confirm`), the floor is the null
+  hypothesis, not a threshold on a point estimate.
+- **Error spending across analyses**: the window is re-tested at every analysis; the
+  ``look``-th test of a node runs at ``alpha * 6 / (pi^2 look^2)``, which sums to
+  ``alpha`` over all looks, so a node whose median sits at the floor is flagged with
+  probability at most ``alpha`` over its whole life (:func:`spent_level`).
+- **Reference check**: when the median over nodes of their median ratio is above the
+  floor, ``t_ref`` does not describe this population (a stale or wrong profile, a slow
+  coordinator): nothing is flagged and the report says so.
+
+What escapes (docs/detection.md): a farm whose padded time is within the floor (for
+example two identities on a card of the class at ``beta <= 0.25``, or any farm on a
+backend fast enough that ``t_ref * (1 + beta (k - 1)) / f <= floor * t_ref``); a
+plain (unpadded) pair is slow only in the half of its rounds where its sibling is
+loaded, like a co-hosted honest pair, so this test does not see it (contention does).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scipy import stats
+
+from netcheck.analysis import rules
+from netcheck.analysis.evidence import latency, receipt
+from netcheck.analysis.screening import timing_rows
+from netcheck.records import FlagKind, RoundKind, StoredRounds
+
+SLOW = FlagKind.SLOW
+
+
+@dataclass(frozen=True)
+class SlownessConfig:
+    """Settings of the persistent-slowness test (module docstring).
+
+    ``floor``: the ratio to ``t_ref`` an honest node's median stays below (1.25);
+    ``alpha``: a node's lifetime false-flag level at the floor, spent over looks
+    (0.01); ``min_rounds``: loaded screening rounds a node needs to be tested (8).
+
+    Raises:
+        ValueError: ``floor <= 1``, ``alpha`` outside (0, 1) or ``min_rounds < 1``.
+    """
+
+    floor: float = 1.25
+    alpha: float = 0.01
+    min_rounds: int = 8
+
+    def __post_init__(self) -> None:
+        if not self.floor > 1.0 or not 0.0 < self.alpha < 1.0 or self.min_rounds < 1:
+            raise ValueError("need floor > 1, 0 < alpha < 1 and min_rounds >= 1")
+
+
+def spent_level(alpha: float, look: int) -> float:
+    """The level of the ``look``-th test (1-based): ``alpha * 6 / (pi^2 look^2)``;
+    the levels of all looks sum to ``alpha``.
+
+    Raises:
+        ValueError: ``look < 1``.
+    """
+    if look < 1:
+        raise ValueError("look is 1-based")
+    return alpha * 6.0 / (math.pi**2 * look**2)
+
+
+def sign_test_p(above: int, n: int) -> float:
+    """One-sided sign test: ``P(Binomial(n, 1/2) >= above)`` (1.0 for ``n == 0``)."""
+    if n <= 0:
+        return 1.0
+    return float(stats.binom.sf(above - 1, n, 0.5))
+
+
+@dataclass(frozen=True)
+class NodeSlowness:
+    """The test of one node: the rounds used (oldest first), ``ratios`` (service time /
+    ``t_ref``; None = loaded, no result), rounds ``above`` the floor out of ``n``, the
+    median ratio (inf when half or more have no result), the sign test's ``p_value``,
+    the ``level`` it was held to and whether it was ``flagged``."""
+
+    node_key: str
+    round_ids: tuple[str, ...]
+    ratios: tuple[float | None, ...]
+    above: int
+    n: int
+    median_ratio: float
+    p_value: float
+    level: float
+    flagged: bool
+
+
+@dataclass(frozen=True)
+class SlownessReport:
+    """Every tested node of one analysis, with the settings and the reference check
+    (``population_median_ratio``: median over tested nodes of their median ratio;
+    ``reference_ok``: it is within the floor)."""
+
+    t_ref_s: float
+    floor: float
+    alpha: float
+    look: int
+    level: float
+    min_rounds: int
+    population_median_ratio: float
+    reference_ok: bool
+    nodes: tuple[NodeSlowness, ...]
+
+    @property
+    def flagged(self) -> tuple[NodeSlowness, ...]:
+        """The nodes the test flags."""
+        return tuple(n for n in self.nodes if n.flagged)
+
+
+def _median(ratios: Sequence[float | None]) -> float:
+    return statistics.median(math.inf if r is None else r for r in ratios)
+
+
+def persistent_slowness(
+    stored: StoredRounds, t_ref_s: float, look: int, cfg: SlownessConfig | None = None
+) -> SlownessReport:
+    """The persistent-slowness test of every node over the ``screening`` rounds of
+    ``stored`` (module docstring), as the ``look``-th test (1-based) of these nodes.
+
+    ``t_ref_s``: the profile's reference batch time, seconds (its ``[capacity]`` t(1),
+    else ``deadline.t_ref_s``). Nodes with fewer than ``cfg.min_rounds`` loaded
+    screening rounds are not tested (not in the report).
+
+    Raises:
+        ValueError: ``t_ref_s <= 0`` or ``look < 1``.
+    """
+    cfg = cfg or SlownessConfig()
+    if not t_ref_s > 0:
+        raise ValueError("t_ref_s must be positive")
+    level = spent_level(cfg.alpha, look)
+    screening = {r for r in stored.round_ids if stored.kinds.get(r) == RoundKind.SCREENING}
+    order = {r: i for i, r in enumerate(stored.round_ids)}
+    per_node: dict[str, list[tuple[str, float | None]]] = {}
+    for row in timing_rows(stored):
+        if not row.loaded or row.round_id not in screening:
+            continue
+        service = row.service_s()
+        ratio = None if service is None else max(service, 0.0) / t_ref_s
+        per_node.setdefault(row.node_key, []).append((row.round_id, ratio))
+    tested: list[tuple[str, tuple[str, ...], tuple[float | None, ...], int]] = []
+    for key in sorted(per_node):
+        obs = sorted(per_node[key], key=lambda o: order[o[0]])
+        if len(obs) < cfg.min_rounds:
+            continue
+        ratios = tuple(r for _, r in obs)
+        above = sum(1 for r in ratios if r is None or r > cfg.floor)
+        tested.append((key, tuple(rid for rid, _ in obs), ratios, above))
+    medians = [_median(t[2]) for t in tested]
+    pop = statistics.median(medians) if medians else math.nan
+    ok = not pop > cfg.floor
+    nodes = []
+    for (key, rids, ratios, above), med in zip(tested, medians, strict=True):
+        p = sign_test_p(above, len(ratios))
+        nodes.append(NodeSlowness(key, rids, ratios, above, len(ratios), med, p, level,
+                                  ok and p <= level))  # fmt: skip
+    return SlownessReport(t_ref_s, cfg.floor, cfg.alpha, look, level, cfg.min_rounds, pop, ok,
+                          tuple(nodes))  # fmt: skip
+
+
+def slowness_evidence(
+    node: NodeSlowness, report: SlownessReport, rows: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """Evidence of a ``slow`` flag: the rule, the settings, per round the ratio and the
+    raw latencies, the counts and p-value, the population's median ratio, and the
+    receipts of those rounds. ``rows``: the node's stored result rows of
+    ``node.round_ids``. To re-check: recompute ``service_s / t_ref_s`` from the
+    latencies, count the rounds above ``floor`` and take the binomial tail."""
+    mine = {r["round_id"]: r for r in rows if r.get("node_key") == node.node_key}
+    return {
+        "rule": rules.slow(report.floor, report.alpha, report.min_rounds),
+        "test": "one-sided sign test, H0: P(service_s / t_ref_s > floor) <= 1/2 per round",
+        "t_ref_s": report.t_ref_s,
+        "floor": report.floor,
+        "alpha": report.alpha,
+        "look": report.look,
+        "level": report.level,
+        "min_rounds": report.min_rounds,
+        "rounds": list(node.round_ids),
+        "ratios": list(node.ratios),
+        "above": node.above,
+        "n": node.n,
+        "median_ratio": node.median_ratio,
+        "p_value": node.p_value,
+        "population_median_ratio": report.population_median_ratio,
+        "latencies": {rid: latency(mine[rid]) for rid in node.round_ids if rid in mine},
+        "receipts": [
+            receipt(mine[rid])
+            for rid in node.round_ids
+            if rid in mine and mine[rid].get("signature")
+        ],  # fmt: skip
+    }

@@ -1,0 +1,117 @@
+"""Tests for netcheck.analysis.slowness (the persistent-slowness test against t_ref)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from netcheck.analysis import rules
+from netcheck.analysis.slowness import (
+    SlownessConfig,
+    persistent_slowness,
+    sign_test_p,
+    slowness_evidence,
+    spent_level,
+)
+from netcheck.records import StoredRounds
+
+T_REF = 2.0
+
+
+def stored_rounds(times: dict[str, list[float | None]], kinds: list[str]) -> StoredRounds:
+    """Every node loaded in every round; ``times[node][r]`` its service time (None = no
+    result); echo RTT 10 ms."""
+    rids = tuple(f"r{i:03d}" for i in range(len(kinds)))
+    rows = []
+    for key, ts in times.items():
+        for rid, t in zip(rids, ts, strict=True):
+            arrived = None if t is None else 1_000 + round((t + 0.01) * 1e9)
+            rows.append({"round_id": rid, "node_key": key, "released_ns": 1_000,
+                         "arrived_ns": arrived, "rtt_s": 0.01,
+                         "commitment": None if t is None else "c", "signature": "s"})  # fmt: skip
+    return StoredRounds(rids, dict(zip(rids, kinds, strict=True)),
+                        {r: dict.fromkeys(times, True) for r in rids}, tuple(rows))  # fmt: skip
+
+
+def test_padded_identity_is_flagged_and_coupled_honest_nodes_are_not() -> None:
+    """A padded identity (1.5 t_ref in every round) is flagged; honest nodes of the
+    class, one slowed 20% in half its rounds by a co-hosted neighbour and noisy
+    (sigma 0.15), are not, nor is a node 10% slow."""
+    rng = np.random.default_rng(3)
+    n = 24
+    noise = lambda: np.exp(0.05 * rng.standard_normal(n))  # noqa: E731
+    coupled = (
+        T_REF * np.where(np.arange(n) % 2 == 0, 1.2, 1.0) * np.exp(0.15 * rng.standard_normal(n))
+    )
+    times = {"pad": list(T_REF * 1.5 * noise()), "coupled": list(coupled),
+             "slow10": list(T_REF * 1.1 * noise()), "ok": list(T_REF * noise())}  # fmt: skip
+    report = persistent_slowness(stored_rounds(times, ["screening"] * n), T_REF, look=2)
+    assert report.reference_ok
+    assert [x.node_key for x in report.flagged] == ["pad"]
+    pad = next(x for x in report.nodes if x.node_key == "pad")
+    assert (pad.above, pad.n) == (24, 24)
+    assert pad.p_value == pytest.approx(0.5**24)
+    assert pad.level == pytest.approx(0.01 * 6 / math.pi**2 / 4)
+
+
+def test_missing_results_count_as_above_and_full_rounds_are_not_used() -> None:
+    """A node that returns nothing in screening rounds is flagged; a node slow only in
+    full rounds (every neighbour loaded) is not; full rounds are not in its counts."""
+    kinds = ["screening", "screening", "screening", "full"] * 8
+    times: dict[str, list[float | None]] = {
+        "silent": [None if k == "screening" else T_REF for k in kinds],
+        "full-slow": [T_REF * (1.4 if k == "full" else 1.0) for k in kinds],
+        "ok": [T_REF] * len(kinds),
+    }
+    report = persistent_slowness(stored_rounds(times, kinds), T_REF, look=1)
+    assert [x.node_key for x in report.flagged] == ["silent"]
+    full_slow = next(x for x in report.nodes if x.node_key == "full-slow")
+    assert (full_slow.above, full_slow.n) == (0, 24)
+
+
+def test_a_wrong_reference_flags_nobody() -> None:
+    """When the median node is above the floor, t_ref does not describe the population:
+    no node is flagged and the report says so."""
+    times = {k: [T_REF * 1.4] * 16 for k in ("a", "b", "c")}
+    report = persistent_slowness(stored_rounds(times, ["screening"] * 16), T_REF, look=1)
+    assert not report.reference_ok and report.population_median_ratio == pytest.approx(1.4)
+    assert report.flagged == ()
+    assert all(x.p_value < report.level for x in report.nodes)
+
+
+def test_too_few_rounds_are_not_tested() -> None:
+    """Nodes with fewer than min_rounds loaded screening rounds are left out."""
+    times = {"pad": [T_REF * 2.0] * 7}
+    assert persistent_slowness(stored_rounds(times, ["screening"] * 7), T_REF, 1).nodes == ()
+
+
+def test_spent_levels_sum_to_alpha_and_sign_test_is_exact() -> None:
+    """alpha 6 / (pi^2 k^2) sums to alpha over all looks; the sign test is the binomial
+    tail; bad settings are refused."""
+    assert sum(spent_level(0.01, k) for k in range(1, 200_000)) == pytest.approx(0.01, rel=1e-4)
+    assert sign_test_p(10, 12) == pytest.approx((1 + 12 + 66) / 4096)
+    assert sign_test_p(0, 0) == 1.0
+    with pytest.raises(ValueError):
+        spent_level(0.01, 0)
+    with pytest.raises(ValueError):
+        SlownessConfig(floor=1.0)
+    with pytest.raises(ValueError):
+        persistent_slowness(stored_rounds({}, []), 0.0, 1)
+
+
+def test_evidence_lets_an_analyst_recompute_the_test() -> None:
+    """The evidence holds per round the ratio and raw latencies, the counts, p-value,
+    level, receipts and the rule; the ratios recompute from the latencies."""
+    times = {"pad": [T_REF * 1.6] * 12, "ok": [T_REF] * 12, "ok2": [T_REF * 1.1] * 12}
+    stored = stored_rounds(times, ["screening"] * 12)
+    report = persistent_slowness(stored, T_REF, look=1)
+    [node] = report.flagged
+    ev = slowness_evidence(node, report, list(stored.results))
+    assert ev["above"] == 12 and ev["n"] == 12 and ev["p_value"] == pytest.approx(0.5**12)
+    assert len(ev["receipts"]) == 12 and set(ev["latencies"]) == set(ev["rounds"])
+    for rid, ratio in zip(ev["rounds"], ev["ratios"], strict=True):
+        assert ev["latencies"][rid]["service_s"] / ev["t_ref_s"] == pytest.approx(ratio)
+    assert ev["rule"] == rules.rule_text("slow", ev, node.level)
+    assert "1.25 times the profile's reference time" in ev["rule"]
