@@ -84,6 +84,10 @@ class ProtocolError(NetcheckError):
         self.code = code
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type[ProtocolError], tuple[CloseCode, str]]:
+        # picklable with its own arguments (frames are opened in worker processes)
+        return (type(self), (self.code, self.reason))
+
 
 class HandshakeError(ProtocolError):
     """The handshake failed (signature, identity, version, size, order)."""

@@ -37,9 +37,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import multiprocessing
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,10 +53,11 @@ from netcheck.coordinator.rxstamps import (
     StampingSocket,
     stamping_socket,
 )
-from netcheck.errors import LocalProtocolError
+from netcheck.errors import LocalProtocolError, ProtocolError
 from netcheck.protocol.jobs import commitment, verify_receipt
 from netcheck.protocol.messages import Message, Result
-from netcheck.protocol.transport import Transport
+from netcheck.protocol.session import Session
+from netcheck.protocol.transport import AdmittedFrame, Transport, open_admitted
 
 log = logging.getLogger("netcheck.coordinator")
 
@@ -205,61 +207,114 @@ class Opened:
     opened_ns: int = 0
 
 
-def open_frame(transport: Transport, frame: bytes, node_key: bytes) -> Opened:
-    """Open ``frame`` with ``transport`` and check a result's commitment and receipt.
-
-    Runs in a worker thread or inline; one session's frames must be opened one at a
-    time, in order (the session's reader awaits each).
+def open_checked(admitted: AdmittedFrame, node_key: bytes) -> Opened:
+    """Open an admitted frame (:func:`~netcheck.protocol.transport.open_admitted`) and
+    check a result's commitment and receipt. Pure: runs inline, in a worker thread or
+    in a worker process (its argument and result are picklable).
 
     Raises:
-        ProtocolError: as :meth:`Transport.open`.
+        ProtocolError: as :func:`~netcheck.protocol.transport.open_admitted`.
     """
-    msg = transport.open(frame)
+    msg = open_admitted(admitted)
     if isinstance(msg, Result):
         try:
             c_ok = commitment(msg.outputs) == msg.commitment
         except LocalProtocolError:  # cannot happen: decoding checked the token ids
             c_ok = False
         s_ok = verify_receipt(
-            node_key, msg.signature, transport.session_id, msg.round_id, msg.commitment
+            node_key, msg.signature, admitted.session_id, msg.round_id, msg.commitment
         )
         return Opened(msg, c_ok, s_ok, time.monotonic_ns())
     return Opened(msg, opened_ns=time.monotonic_ns())
 
 
+def open_frame(transport: Transport, frame: bytes, node_key: bytes) -> Opened:
+    """Admit ``frame`` on ``transport`` and :func:`open_checked` it, in one call (the
+    benchmarks' and tests' form; a session uses :meth:`FrameOpener.open`).
+
+    Raises:
+        ProtocolError: as :meth:`Transport.open`.
+    """
+    admitted = transport.admit(frame)
+    try:
+        return open_checked(admitted, node_key)
+    except ProtocolError as exc:
+        transport.fail(exc, admitted)
+        raise
+
+
+#: Kinds of :class:`FrameOpener` pool.
+OPENER_KINDS = ("thread", "process")
+
+
 class FrameOpener:
-    """Opens received frames: small ones inline, large ones in ``workers`` threads.
+    """Opens received frames: small ones inline, large ones in a pool of ``workers``.
+
+    The session admits each frame on the event loop, in arrival order (its counter and
+    key schedule: :meth:`Session.admit`); only the AEAD, decoding and the result's
+    checks (:func:`open_checked`) go to the pool, then the message walks the session's
+    state table (:meth:`Session.receive_message`), again on the loop.
 
     Args:
-        workers: worker threads (bounded pool; 0 opens every frame inline, the old
-            behaviour, kept for comparison in ``scripts/bench_timing.py``).
+        workers: pool size (bounded; 0 opens every frame inline, the old behaviour, kept
+            for comparison in ``scripts/bench_timing.py``).
         inline_bytes: frames up to this size are opened on the event loop.
+        kind: ``"thread"`` (default: threads holding the GIL for most of the work) or
+            ``"process"`` (worker processes: the loop thread only unpickles the opened
+            message; ``benchmarks/opener_pool.py`` compares the two).
+
+    Raises:
+        ValueError: unknown ``kind``.
     """
 
-    def __init__(self, workers: int = OPEN_WORKERS, inline_bytes: int = INLINE_FRAME_BYTES):
+    def __init__(
+        self, workers: int = OPEN_WORKERS, inline_bytes: int = INLINE_FRAME_BYTES,
+        kind: str = "thread",
+    ):  # fmt: skip
+        if kind not in OPENER_KINDS:
+            raise ValueError(f"frame opener kind must be one of {OPENER_KINDS}, not {kind!r}")
         self.workers = workers
         self.inline_bytes = inline_bytes
-        self._executor: ThreadPoolExecutor | None = None
+        self.kind = kind
+        self._executor: Executor | None = None
         self._switch_interval: float | None = None
 
-    async def open(self, transport: Transport, frame: bytes, node_key: bytes) -> Opened:
-        """Open one frame (see :func:`open_frame`).
+    def _pool(self) -> Executor:
+        if self._executor is None:
+            if self.kind == "process":
+                ctx = multiprocessing.get_context("spawn")  # no fork of a running loop
+                self._executor = ProcessPoolExecutor(self.workers, mp_context=ctx)
+            else:
+                self._executor = ThreadPoolExecutor(
+                    self.workers, thread_name_prefix="netcheck-open"
+                )
+                self._switch_interval = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL_S))
+        return self._executor
+
+    async def open(self, session: Session, frame: bytes, node_key: bytes) -> Opened:
+        """Admit, open and check one frame of ``session`` and take its transition.
 
         Raises:
-            ProtocolError: as :meth:`Transport.open`.
+            ProtocolError: as :meth:`Transport.open` and :meth:`Session.receive_message`;
+                the session is then failed.
         """
-        if self.workers <= 0 or len(frame) <= self.inline_bytes:
-            return open_frame(transport, frame, node_key)
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="netcheck-open")
-            self._switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(min(self._switch_interval, SWITCH_INTERVAL_S))
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, open_frame, transport, frame, node_key)
+        admitted = session.admit(frame)
+        try:
+            if self.workers <= 0 or len(frame) <= self.inline_bytes:
+                opened = open_checked(admitted, node_key)
+            else:
+                loop = asyncio.get_running_loop()
+                opened = await loop.run_in_executor(self._pool(), open_checked, admitted, node_key)
+        except ProtocolError as exc:
+            session.fail(exc, admitted)
+            raise
+        session.receive_message(opened.message)
+        return opened
 
     def close(self) -> None:
-        """Stop the worker threads (pending frames finish first) and restore the GIL
-        switch interval."""
+        """Stop the workers (pending frames finish first) and restore the GIL switch
+        interval."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None

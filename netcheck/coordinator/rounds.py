@@ -101,7 +101,7 @@ async def _release(
         frames: list[bytes | None] = []
         for s, a in ready:
             try:
-                frames.append(s.transport.seal(Release(round_id=round_id, job_key=a.job_key)))
+                frames.append(s.seal(Release(round_id=round_id, job_key=a.job_key)))
             except LocalProtocolError as exc:  # our failure (counter exhausted), not the node's
                 if local_failures is not None:
                     local_failures[s.node_key] = f"coordinator could not send the release: {exc}"

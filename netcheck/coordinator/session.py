@@ -7,6 +7,13 @@ the reader, decrypted or checked (:mod:`netcheck.coordinator.arrivals`; docs/pro
 "Timing"); the reader then opens large frames in a worker pool, off the event loop.
 Waiters for acknowledgements, results, echo and probe replies are futures keyed by
 round id or nonce; a disconnect fails all of them at once.
+
+Whether a frame may come or be sent now is not decided here: every frame is admitted,
+checked against the protocol state table and sealed by the session's sans-I/O core
+(:class:`netcheck.protocol.session.Session`, ``NodeSession.protocol``); an illegal one
+raises the close code there. The sending side (bounded writes, aborts) is the
+:class:`~netcheck.coordinator.writes.BoundedWrites` mixin; the values handed to rounds
+are in :mod:`netcheck.coordinator.session_types`.
 """
 
 from __future__ import annotations
@@ -19,14 +26,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from aiohttp import WebSocketError, WSCloseCode, WSMsgType, web
+from aiohttp import WSMsgType, web
 
-from netcheck.config import Profile
 from netcheck.coordinator.arrivals import ArrivalStamps, FrameOpener, Opened
+from netcheck.coordinator.session_types import (
+    Arrival,
+    NodeDisconnected,
+    NodeReportedError,
+    ProbeSample,
+    is_too_big,
+    receive_limits,
+)
+from netcheck.coordinator.writes import CLOSE_TIMEOUT_S, WRITE_TIMEOUT_S, BoundedWrites
 from netcheck.engines import probe as probe_mod
 from netcheck.errors import CloseCode, ProtocolError
-from netcheck.logs import node_label
-from netcheck.protocol.codec import DEFAULT_LIMITS, Limits
 from netcheck.protocol.messages import (
     Ack,
     Auth,
@@ -45,92 +58,31 @@ from netcheck.protocol.messages import (
     VerdictNotice,
     Welcome,
 )
+from netcheck.protocol.session import Session
+from netcheck.protocol.states import Role
 from netcheck.protocol.transport import Transport
 from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.coordinator")
 
-#: A write to a node (echo, probe, ...) that has not reached the socket after this long
-#: means the node stopped reading: the connection is aborted (never a cancelled write,
-#: style.md rule 16). Dispatch and release use the profile's ``dispatch_timeout_s``.
-WRITE_TIMEOUT_S = 10.0
-#: A close handshake (superseded, shutdown, idle) that has not finished after this long
-#: is cut by aborting the transport.
-CLOSE_TIMEOUT_S = 2.0
-
-
-def receive_limits(profile: Profile, cap: Limits = DEFAULT_LIMITS) -> Limits:
-    """Decoder limits for what a node of ``profile`` may send (docs/protocol.md §4.2).
-
-    The largest legitimate node message is a result: B outputs of ``max_new_tokens``
-    token ids (msgpack uint32: at most 5 bytes each), a 32-byte commitment, a 64-byte
-    signature and a round id. Anything bigger is refused by its length before
-    decryption, and the object budget stops decoding work early (adversarial review #4).
-    """
-    b, n = profile.batch_size, profile.max_new_tokens
-    return Limits(
-        max_message_bytes=min(cap.max_message_bytes, 5 * b * n + 5 * b + 4096),
-        max_array_len=min(cap.max_array_len, max(b, n, 16)),
-        max_map_len=min(cap.max_map_len, 16),
-        max_str_len=min(cap.max_str_len, 4096),
-        max_bin_len=min(cap.max_bin_len, 1024),
-        max_depth=min(cap.max_depth, 4),
-        max_objects=min(cap.max_objects, b * n + 2 * b + 256),
-    )
-
-
-def is_too_big(exc: BaseException | None) -> bool:
-    """True if aiohttp rejected a websocket message for exceeding ``max_msg_size``."""
-    return isinstance(exc, WebSocketError) and exc.code == WSCloseCode.MESSAGE_TOO_BIG
-
-
-@dataclass(frozen=True)
-class ProbeSample:
-    """One compute probe (docs/protocol.md §5.9).
-
-    Attributes:
-        rtt_s: seconds from just before the ``probe`` write to the arrival of the reply.
-        correct: the answer equals the coordinator's CPU recomputation.
-    """
-
-    rtt_s: float
-    correct: bool
-
-
-class NodeDisconnected(Exception):
-    """The node's session ended while a round was waiting for it."""
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """A result (or a node-reported error) with its arrival time.
-
-    Attributes:
-        arrived_ns: when the bytes completing the frame arrived (``time.monotonic_ns()``
-            clock): the kernel's receive stamp where available, else when they were read
-            off the socket (before decryption; :mod:`netcheck.coordinator.arrivals`).
-        result: the decoded result, or None when the node reported an error.
-        error: the node's error reason, if any.
-        processed_ns: ``time.monotonic_ns()`` when the frame was opened and checked and
-            handed to the round (``processed_ns - arrived_ns`` is the coordinator's own
-            delay for this frame, shown in the node's timing budget).
-        commitment_ok, signature_ok: the result's checks, done in the worker pool (None
-            for an error or when not checked).
-        stamp_source: where ``arrived_ns`` came from: ``"kernel"`` (kernel receive
-            stamp), ``"read"`` (socket read callback) or ``"reader"`` (reader task).
-    """
-
-    arrived_ns: int
-    result: Result | None
-    error: str | None = None
-    processed_ns: int | None = None
-    commitment_ok: bool | None = None
-    signature_ok: bool | None = None
-    stamp_source: str = "reader"
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "ENDS_SESSION",
+    "FROM_NODE",
+    "REFUSED_FROM_NODE",
+    "WRITE_TIMEOUT_S",
+    "Arrival",
+    "NodeDisconnected",
+    "NodeReportedError",
+    "NodeSession",
+    "ProbeSample",
+    "is_too_big",
+    "receive_limits",
+]
 
 
 @dataclass
-class NodeSession:
+class NodeSession(BoundedWrites):
     """State of one authenticated node session (coordinator side).
 
     Attributes:
@@ -140,6 +92,8 @@ class NodeSession:
         fingerprint_id: SHA-256 hex of the claimed engine fingerprint.
         ws: the aiohttp websocket.
         transport: the sans-I/O encrypted transport.
+        protocol: the sans-I/O session over ``transport`` (:mod:`netcheck.protocol.session`):
+            every frame sent or received walks the protocol state table there.
         peer: remote address, for logs.
         tcp: the connection's transport; :meth:`abort` cuts it (None in unit tests).
         abort_reason: why the coordinator aborted the connection, if it did.
@@ -165,121 +119,10 @@ class NodeSession:
     _writes: set[asyncio.Task[int]] = field(default_factory=set)
     stamps: ArrivalStamps = field(default_factory=ArrivalStamps)
     opener: FrameOpener = field(default_factory=lambda: FrameOpener(workers=0))
+    protocol: Session = field(init=False)
 
-    @property
-    def session_id(self) -> bytes:
-        """16-byte session id from the key schedule (docs/protocol.md §2.4)."""
-        return self.transport.session_id
-
-    @property
-    def label(self) -> str:
-        """Short name for logs: the node's configured name and key prefix, else its key
-        prefix (:func:`netcheck.logs.node_label`)."""
-        return node_label(self.node_key)
-
-    async def send(self, msg: Message, write_timeout_s: float = WRITE_TIMEOUT_S) -> None:
-        """Seal and write one message; the lock keeps counters in write order.
-
-        Safe to cancel or to bound with a timeout: the write itself runs in its own task
-        (:meth:`start_send`) that no caller can cancel, because a cancelled write would
-        cancel the drain future every writer of this connection shares (aiohttp), which
-        poisons the session. A write still blocked after ``write_timeout_s`` aborts the
-        connection instead (:meth:`abort`).
-
-        Raises:
-            ConnectionError: the connection is gone or was aborted.
-        """
-        await asyncio.shield(self.start_send(msg, write_timeout_s))
-
-    def start_send(
-        self, msg: Message, write_timeout_s: float = WRITE_TIMEOUT_S
-    ) -> asyncio.Task[int]:
-        """Start writing ``msg`` in a session-owned task; its result is
-        ``time.monotonic_ns()`` just before the bytes went to the socket.
-
-        The task raises ConnectionError if the connection is gone or was aborted."""
-        task = asyncio.get_running_loop().create_task(self._write(msg, write_timeout_s))
-        self._writes.add(task)
-        task.add_done_callback(self._write_done)
-        return task
-
-    def _write_done(self, task: asyncio.Task[int]) -> None:
-        self._writes.discard(task)
-        if not task.cancelled():
-            task.exception()  # retrieved: a failed write is logged by the abort, not here
-
-    async def _write(self, msg: Message, write_timeout_s: float) -> int:
-        # The bound covers the wait for the lock too: a message that has not reached the
-        # socket after write_timeout_s, whoever holds the lock, means the node is not
-        # reading.
-        watchdog = self._watchdog(write_timeout_s, msg.TYPE)
-        try:
-            async with self.send_lock:
-                if self.abort_reason is not None or self.ws.closed:
-                    raise ConnectionError(f"session of {self.label} is closed")
-                frame = self.transport.seal(msg)
-                sent_ns = time.monotonic_ns()
-                await self._send_frame(frame, msg.TYPE)
-                return sent_ns
-        finally:
-            watchdog.cancel()
-
-    def _watchdog(self, timeout_s: float, what: str) -> asyncio.TimerHandle:
-        return asyncio.get_running_loop().call_later(
-            timeout_s, self.abort, f"stopped reading: {what} write blocked for {timeout_s:g} s"
-        )
-
-    async def write_bounded(self, frame: bytes, timeout_s: float, what: str = "frame") -> None:
-        """Write ``frame`` (the caller holds ``send_lock``); if the write is still blocked
-        on a node that stopped reading after ``timeout_s``, abort the connection, which
-        makes the write fail with ConnectionError. Never cancels the write.
-
-        Raises:
-            ConnectionError: the connection is gone or was aborted.
-        """
-        watchdog = self._watchdog(timeout_s, what)
-        try:
-            await self._send_frame(frame, what)
-        finally:
-            watchdog.cancel()
-
-    async def _send_frame(self, frame: bytes, what: str) -> None:
-        try:
-            await self.ws.send_bytes(frame)
-            if self.abort_reason is not None:  # aborted while blocked: drain returned
-                raise ConnectionError(self.abort_reason)
-        except asyncio.CancelledError:
-            # Only reachable when the task itself is cancelled (shutdown): the shared
-            # drain future may be cancelled with it, so the connection cannot be reused.
-            self.abort(f"{what} write interrupted")
-            raise
-
-    def abort(self, reason: str) -> None:
-        """Cut the connection now (no close handshake) and fail every waiter. Pending
-        writes then fail with ConnectionError and the reader task ends, which
-        unregisters the session. Idempotent; the first reason is kept."""
-        if self.abort_reason is not None:
-            return
-        self.abort_reason = reason
-        log.warning("node %s: aborting connection: %s", self.label, reason)
-        self.fail_waiters()
-        if self.tcp is not None:
-            self.tcp.abort()
-
-    async def close_bounded(
-        self, code: CloseCode, message: bytes, timeout_s: float = CLOSE_TIMEOUT_S
-    ) -> None:
-        """Close with ``code``; a close handshake not done within ``timeout_s`` (a node
-        that stopped reading) is cut by :meth:`abort`."""
-        watchdog = asyncio.get_running_loop().call_later(
-            timeout_s, self.abort, f"close ({code.name}) not completed in {timeout_s:g} s"
-        )
-        try:
-            await self.ws.close(code=code, message=message)
-        except ConnectionError:
-            pass
-        finally:
-            watchdog.cancel()
+    def __post_init__(self) -> None:
+        self.protocol = Session(Role.COORDINATOR, self.transport)
 
     def expect_ack(self, round_id: str) -> asyncio.Future[int]:
         """Future resolved with the arrival time (ns) of the node's ``ack`` for a round."""
@@ -303,6 +146,7 @@ class NodeSession:
         """Drop waiters of a finished round (late frames are then unexpected)."""
         self._acks.pop(round_id, None)
         self._results.pop(round_id, None)
+        self.protocol.forget(round_id)
 
     async def measure_rtt(self, nonce: int, timeout_s: float) -> float | None:
         """Round-trip time to the node *process* via an application echo, in seconds.
@@ -399,6 +243,11 @@ class NodeSession:
     def _on_result(self, opened: Opened, arrived_ns: int, source: str) -> None:
         msg = cast(Result | Error, opened.message)
         rfut = self._results.get(msg.round_id)
+        afut = self._acks.get(msg.round_id)
+        if rfut is None and isinstance(msg, Error) and afut is not None and not afut.done():
+            # an error instead of an ack (allowed by the table, §6.2): not ready
+            afut.set_exception(NodeReportedError(untrusted(msg.reason)))
+            return
         if rfut is None or rfut.done():
             raise ProtocolError(
                 CloseCode.UNEXPECTED_MESSAGE, f"result for unknown round {msg.round_id!r}"
@@ -447,14 +296,16 @@ class NodeSession:
             async for wsmsg in self.ws:
                 fallback_ns = time.monotonic_ns()
                 if wsmsg.type == WSMsgType.ERROR and is_too_big(self.ws.exception()):
-                    raise ProtocolError(CloseCode.MESSAGE_TOO_LARGE, "websocket message too big")
+                    self.protocol.refuse(CloseCode.MESSAGE_TOO_LARGE, "websocket message too big")
                 if wsmsg.type != WSMsgType.BINARY:
-                    raise ProtocolError(
+                    self.protocol.refuse(
                         CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame, expected binary"
                     )
                 arrived_ns = self.stamps.take(wsmsg.data) or fallback_ns
                 source = self.stamps.last_source
-                opened = await self.opener.open(self.transport, wsmsg.data, self.node_key_raw)
+                # admitted in order here, opened in the pool, then checked against the
+                # state table (protocol.session): an out-of-order message raises
+                opened = await self.opener.open(self.protocol, wsmsg.data, self.node_key_raw)
                 if isinstance(opened.message, Bye):  # ENDS_SESSION
                     reason = untrusted(opened.message.reason)
                     log.info("node %s said bye: %s", self.label, reason)

@@ -139,7 +139,7 @@ async def release_at(
         await s.send_lock.acquire()
     gc_was_enabled = gc.isenabled()
     try:
-        sealed = [s.transport.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready]
+        sealed = [s.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready]
         plan = [(s, _raw_transport(s), f) for (s, _), f in zip(ready, sealed, strict=True)]
         raw = [ws_frame(f) if t is not None else f for _, t, f in plan]
         ready_ns = time.monotonic_ns()

@@ -37,7 +37,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from netcheck.config import Profile
 from netcheck.keys import load_private_key, parse_public_key
-from netcheck.node.client import NodeClient, _Session
+from netcheck.node.client import NodeClient
+from netcheck.node.serving import OpenSession
 from netcheck.storage import ReferenceRow, Store
 
 log = logging.getLogger("netcheck.lab.load")
@@ -130,7 +131,7 @@ class LoadClient(NodeClient):
 
     handshake_done_at: float | None = None
 
-    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> _Session:
+    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> OpenSession:
         session = await super()._handshake(ws)
         if self.handshake_done_at is None:
             self.handshake_done_at = time.monotonic()

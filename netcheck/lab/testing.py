@@ -24,12 +24,13 @@ from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
 from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.coordinator.server import WS_PATH, Coordinator
+from netcheck.coordinator.session import NodeSession
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.keys import public_key_text
 from netcheck.node.client import NodeClient
 from netcheck.node.workers import Worker
 from netcheck.protocol.handshake import NodeHandshake
-from netcheck.protocol.messages import ProfileClaim
+from netcheck.protocol.messages import Ack, Job, ProfileClaim, Release
 from netcheck.protocol.transport import Transport
 from netcheck.storage import ReferenceRow, Store
 
@@ -128,6 +129,33 @@ async def raw_session(
     welcome = await ws.receive(timeout=5.0)
     await ws.send_bytes(hs.receive_welcome(welcome.data))
     return http, ws, hs.transport()
+
+
+async def walk_raw_to_running(
+    session: NodeSession,
+    ws: aiohttp.ClientWebSocketResponse,
+    transport: Transport,
+    round_id: str,
+    timeout_s: float = 5.0,
+) -> None:
+    """Take round ``round_id`` of a :func:`raw_session` to RUNNING on both sides the
+    protocol's way (docs/protocol.md §6.2): the coordinator's ``session`` sends a job,
+    the raw node acknowledges it, the coordinator sends the release and the raw node
+    reads it. The raw node may then send its ``result`` (or ``error``) for the round.
+
+    Raises:
+        TimeoutError: a step took longer than ``timeout_s``.
+        AssertionError: the raw node read something else than the job or release.
+    """
+    ack = session.expect_ack(round_id)
+    await session.send(Job(round_id, bytes(12), bytes(32), 1, 1, 1.0))
+    job = transport.open((await ws.receive(timeout=timeout_s)).data)
+    assert isinstance(job, Job) and job.round_id == round_id, job
+    await ws.send_bytes(transport.seal(Ack(round_id)))
+    await asyncio.wait_for(ack, timeout_s)
+    await session.send(Release(round_id, bytes(32)))
+    release = transport.open((await ws.receive(timeout=timeout_s)).data)
+    assert isinstance(release, Release) and release.round_id == round_id, release
 
 
 @dataclass

@@ -47,7 +47,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from netcheck.keys import parse_public_key, public_key_text
 from netcheck.lab.load import HashWorker, LoadClient, raise_fd_limit, source_address
 from netcheck.lab.txstamps import TxStamps
-from netcheck.node.client import _Session
+from netcheck.node.serving import OpenSession
 from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.messages import Job, Message, Release, Result
 
@@ -92,7 +92,7 @@ class TimedClient(LoadClient):
         self.clock = clock
         self.tx: dict[int, TxStamps] = {}  # per session (id), when the kernel allows
 
-    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> _Session:
+    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> OpenSession:
         session = await super()._handshake(ws)
         # A send buffer large enough for a whole result: the frame leaves in the one
         # send() call right after ``send_start_ns`` instead of partly waiting in user
@@ -114,7 +114,7 @@ class TimedClient(LoadClient):
                 sock.setsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, self.clock.congestion.encode())
         return session
 
-    async def _handle(self, session: _Session, msg: Message) -> None:
+    async def _handle(self, session: OpenSession, msg: Message) -> None:
         if not isinstance(msg, Release) or msg.round_id not in session.jobs:
             await super()._handle(session, msg)
             return
@@ -124,7 +124,7 @@ class TimedClient(LoadClient):
         session.tasks.add(task)
         task.add_done_callback(session.tasks.discard)
 
-    async def _answer(self, session: _Session, job: Job, release: Release, read_ns: int) -> None:
+    async def _answer(self, session: OpenSession, job: Job, release: Release, read_ns: int) -> None:
         # Compute only after the coordinator's release loop is over, so this host's CPU
         # work does not compete with it (the benchmark compares that loop with a floor
         # measured against clients that only read).
@@ -143,7 +143,7 @@ class TimedClient(LoadClient):
         base = self.clock.anchor(job.round_id, read_ns) if self.clock.mode == "instant" else read_ns
         target_ns = base + int(self.service_s * 1e9)
         async with session.lock:
-            frame = session.transport.seal(result)
+            frame = session.seal(result)
             wait = (target_ns - time.monotonic_ns()) / 1e9
             if wait > 0:
                 await asyncio.sleep(wait)

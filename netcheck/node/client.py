@@ -9,13 +9,10 @@ logged as an error naming what to fix and retried with a slower backoff
 coordinator refused it inside the authenticated session (a sealed ``bye`` whose reason
 starts with ``profile_mismatch``, then close 4017).
 
-Per round (docs/protocol.md §5): ``job`` → store it and ``ack`` (the prompts stay
-encrypted); ``release`` → decrypt with the job key, run the batch on the worker, reply
-``result`` with the commitment and a signed receipt. ``echo`` is answered at once from
-the reader loop, so it measures the path to this process, not to a relay. ``probe``
-(§5.9) is answered from a task that runs the known-answer computation on the worker's
-device (:func:`netcheck.node.workers.run_probe`), so its round trip covers the path to
-the device; the reader keeps reading meanwhile.
+After the handshake every frame goes through the session's sans-I/O core
+(:class:`netcheck.protocol.session.Session`: the state table decides whether a message
+may come now) and then to its handler (:mod:`netcheck.node.serving`, per round:
+``job`` → ``ack``, ``release`` → run → ``result``; ``echo``, ``probe``, ``verdict``).
 """
 
 from __future__ import annotations
@@ -24,9 +21,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import cast
 
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -35,49 +30,51 @@ from netcheck import __version__
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import (
     CloseCode,
-    EngineError,
-    LocalProtocolError,
     NodeFatalError,
     ProtocolError,
 )
 from netcheck.keys import public_key_text
-from netcheck.node.verdicts import append as append_verdict
-from netcheck.node.workers import Worker, run_probe
-from netcheck.protocol.codec import DEFAULT_LIMITS, Limits, decode_message
+from netcheck.node.refusals import (
+    REFUSAL_BACKOFF_S,
+    REFUSAL_CODES,
+    not_an_endpoint,
+    presented_coordinator_key,
+    refusal_message,
+    wrong_endpoint_message,
+)
+from netcheck.node.serving import (
+    FROM_COORDINATOR,
+    IGNORED_FROM_COORDINATOR,
+    REFUSED_FROM_COORDINATOR,
+    OpenSession,
+    RoundServing,
+)
+from netcheck.node.workers import Worker
+from netcheck.protocol.codec import DEFAULT_LIMITS, Limits
 from netcheck.protocol.handshake import MAX_HANDSHAKE_BYTES, NodeHandshake
-from netcheck.protocol.jobs import commitment, open_job, sign_receipt
 from netcheck.protocol.limits import job_payload_limits, node_receive_limits
 from netcheck.protocol.messages import (
-    Ack,
-    Auth,
-    Bye,
-    Echo,
-    EchoReply,
-    Error,
-    Hello,
-    Job,
-    Message,
-    Probe,
-    ProbeReply,
     ProfileClaim,
-    Release,
-    Result,
     VerdictNotice,
-    Welcome,
 )
-from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES, Transport
-from netcheck.protocol.verdicts import verify_verdict
+from netcheck.protocol.session import close_code_for, close_reason
+from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
 from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.node")
 
-#: Close codes that say the coordinator refuses this node's configuration. They are not
-#: authenticated (docs/protocol.md §8.1), so they are retried, with REFUSAL_BACKOFF_S.
-REFUSAL_CODES = frozenset(
-    {CloseCode.UNKNOWN_NODE_KEY, CloseCode.WRONG_COORDINATOR_KEY, CloseCode.PROFILE_MISMATCH}
-)
-#: Backoff after a refusal, seconds: (first wait, cap); doubled per refusal, jittered.
-REFUSAL_BACKOFF_S = (30.0, 300.0)
+__all__ = [
+    "FROM_COORDINATOR",
+    "IGNORED_FROM_COORDINATOR",
+    "REFUSED_FROM_COORDINATOR",
+    "NodeClient",
+    "NodeFatalError",
+    "OpenSession",
+    "not_an_endpoint",
+    "refusal_message",
+    "ws_max_msg_size",
+]
+
 #: Reconnect backoff otherwise, seconds: (first wait, cap).
 RECONNECT_BACKOFF_S = (0.5, 30.0)
 #: Prefix of the reason of a sealed ``bye`` by which the coordinator refuses the claimed
@@ -90,122 +87,12 @@ HEARTBEAT_S = 15.0
 IDLE_TIMEOUT_S = 75.0
 
 
-#: Path of the coordinator's node endpoint (docs/protocol.md; coordinator.server.WS_PATH).
-WS_PATH = "/v1/ws"
-
-#: HTTP statuses of a failed websocket upgrade that a retry may fix (the server or a
-#: proxy in front of it is overloaded, restarting or rate limiting).
-RETRYABLE_UPGRADE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
-
-
-def not_an_endpoint(status: int) -> bool:
-    """True if a websocket upgrade answered with HTTP ``status`` means the URL is not a
-    netcheck node endpoint (a page, a redirect, 404, ...): retrying cannot fix it."""
-    return status not in RETRYABLE_UPGRADE_STATUSES
-
-
-def wrong_endpoint_message(url: str, status: int) -> str:
-    """What to tell the node operator when ``url`` answered a websocket upgrade with an
-    HTTP ``status`` instead of switching protocols."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    hint = ""
-    if parts.path.rstrip("/") != WS_PATH:
-        fixed = parts._replace(path=WS_PATH, query="", fragment="").geturl()
-        hint = f'; the node endpoint\'s path is {WS_PATH}: set coordinator_url = "{fixed}"'
-    return (
-        f"coordinator_url {url} is not a netcheck node endpoint: the server answered "
-        f"the websocket upgrade with HTTP {status}{hint}. Not retrying."
-    )
-
-
-def refusal_message(
-    code: CloseCode,
-    *,
-    url: str,
-    pinned_key: str,
-    node_key: str,
-    profile: str,
-    fingerprint: str | None = None,
-    presented_key: str | None = None,
-) -> str:
-    """What an operator of the node must read after a refusal (``REFUSAL_CODES``):
-    the cause, the values involved and what to change. Starts with the code's name.
-
-    Args:
-        code: the close code, sent by the coordinator or raised by our handshake.
-        url: the coordinator URL dialled.
-        pinned_key: ``coordinator_key`` from the node config (key text).
-        node_key: this node's public key text.
-        profile: the profile claimed.
-        fingerprint: engine fingerprint id claimed, if known.
-        presented_key: the key the server proved in ``welcome``, if it sent one.
-    """
-    if code is CloseCode.WRONG_COORDINATOR_KEY:
-        presented = (
-            f"it presented {presented_key}"
-            if presented_key
-            else "it refused the pinned key without naming its own"
-        )
-        return (
-            f"{code.name}: the server at {url} does not hold the coordinator key pinned as "
-            f"coordinator_key in the node config ({pinned_key}); {presented}. Check "
-            "coordinator_url, or set coordinator_key to the public key the coordinator's "
-            "operator gives you (what `netcheck keygen` printed for its identity key)"
-        )
-    if code is CloseCode.UNKNOWN_NODE_KEY:
-        return (
-            f"{code.name}: the coordinator at {url} does not admit this node's key "
-            f"{node_key}; ask the operator to add it to allowed_nodes"
-        )
-    if code is CloseCode.PROFILE_MISMATCH:
-        fp = f" or this node's engine fingerprint {fingerprint[:12]}" if fingerprint else ""
-        return (
-            f"{code.name}: the coordinator at {url} does not accept the claimed profile "
-            f"{profile!r}{fp}; set profile in the node config to one the coordinator lists "
-            "in its profiles, running the engine that profile names"
-        )
-    return f"coordinator refused this node: {code.name}"
-
-
-def presented_coordinator_key(welcome: bytes) -> str | None:
-    """The coordinator key text a ``welcome`` message names, or None if it does not
-    decode (used only to explain a refusal)."""
-    try:
-        msg = decode_message(welcome)
-    except ProtocolError:
-        return None
-    if not isinstance(msg, Welcome):
-        return None
-    try:
-        return public_key_text(Ed25519PublicKey.from_public_bytes(msg.coordinator_key))
-    except ValueError:
-        return None
-
-
 class _Refused(Exception):
     """A refusal seen during the handshake (not authenticated): code and message."""
 
     def __init__(self, code: CloseCode, message: str) -> None:
         super().__init__(message)
         self.code, self.message = code, message
-
-
-class _Session:
-    """One live session: transport, send lock and pending jobs."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> None:
-        self.ws = ws
-        self.transport = transport
-        self.lock = asyncio.Lock()
-        self.jobs: dict[str, Job] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.bye_reason = ""  # the reason of the coordinator's sealed bye, if one came
-
-    async def send(self, msg: Message) -> None:
-        async with self.lock:
-            await self.ws.send_bytes(self.transport.seal(msg))
 
 
 def ws_max_msg_size(max_message_bytes: int) -> int:
@@ -226,7 +113,7 @@ def _shape(fingerprint: object) -> tuple[int, int] | None:
     return None
 
 
-class NodeClient:
+class NodeClient(RoundServing):
     """Joins the coordinator at ``url`` and serves rounds with ``worker``.
 
     Args:
@@ -343,7 +230,7 @@ class NodeClient:
                 return exc.code
             except ProtocolError as exc:
                 log.error("%s: handshake failed: %s", self.label, exc)
-                await ws.close(code=exc.code, message=exc.code.name.lower().encode())
+                await ws.close(code=exc.code, message=close_reason(exc.code))
                 if exc.code in REFUSAL_CODES:
                     self._refused(self.refusal(exc.code))
                 return exc.code
@@ -358,7 +245,7 @@ class NodeClient:
                 task.cancel()
             return code
 
-    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> _Session:
+    async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> OpenSession:
         claim = ProfileClaim(
             profile=self.profile,
             fingerprint=dict(self.worker.fingerprint),
@@ -375,13 +262,13 @@ class NodeClient:
             if exc.code is not CloseCode.WRONG_COORDINATOR_KEY:
                 raise
             log.error("%s: handshake failed: %s", self.label, exc)
-            await ws.close(code=exc.code, message=exc.code.name.lower().encode())
+            await ws.close(code=exc.code, message=close_reason(exc.code))
             presented = presented_coordinator_key(welcome)
             raise _Refused(exc.code, self.refusal(exc.code, presented)) from exc
         await ws.send_bytes(auth)
         transport = hs.transport()
         transport.limit_receive(self.limits)  # sends keep the codec's limits
-        return _Session(ws, transport)
+        return OpenSession(ws, transport)
 
     def refusal(self, code: CloseCode, presented_key: str | None = None) -> str:
         """:func:`refusal_message` for this node's settings."""
@@ -410,7 +297,7 @@ class NodeClient:
                 raise _Refused(cc, self.refusal(cc))
         raise ConnectionError(f"coordinator closed the connection (code {code})")
 
-    async def _serve(self, session: _Session) -> CloseCode:
+    async def _serve(self, session: OpenSession) -> CloseCode:
         ws = session.ws
         closing = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED)
         reason = ""
@@ -422,13 +309,14 @@ class NodeClient:
                     reason = untrusted(str(wsmsg.extra or "")) if wsmsg.type is closing[0] else ""
                     break
                 if wsmsg.type != aiohttp.WSMsgType.BINARY:
-                    raise ProtocolError(CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame")
-                msg = session.transport.open(wsmsg.data)
+                    session.protocol.refuse(CloseCode.PROTOCOL_ERROR, f"{wsmsg.type.name} frame")
+                msg = session.protocol.receive_frame(wsmsg.data)  # the state table's check
                 await self._handle(session, msg)
         except ProtocolError as exc:
             log.error("%s: closing session: %s", self.label, exc)
-            await ws.close(code=exc.code, message=exc.code.name.lower().encode())
-            return exc.code
+            closing_code = close_code_for(exc)
+            await ws.close(code=closing_code, message=close_reason(closing_code))
+            return closing_code
         except TimeoutError:
             log.warning(
                 "%s: coordinator silent for %.0f s, reconnecting", self.label, IDLE_TIMEOUT_S
@@ -451,137 +339,3 @@ class NodeClient:
                 message += f" (the coordinator said: {reason})"
             self._refused(message)
         return cc if cc is not None else CloseCode.NORMAL
-
-    async def _handle(self, session: _Session, msg: Message) -> None:
-        """Route one message from the coordinator to its handler in
-        :data:`FROM_COORDINATOR`; :data:`IGNORED_FROM_COORDINATOR` types are dropped.
-
-        Raises:
-            ProtocolError: UNEXPECTED_MESSAGE for a type the coordinator may not send
-                (:data:`REFUSED_FROM_COORDINATOR`) or a job/release out of order.
-        """
-        handler = FROM_COORDINATOR.get(type(msg))
-        if handler is not None:
-            await handler(self, session, msg)
-        elif type(msg) not in IGNORED_FROM_COORDINATOR:
-            raise ProtocolError(
-                CloseCode.UNEXPECTED_MESSAGE, f"{type(msg).__name__} from coordinator"
-            )
-
-    async def _on_job(self, session: _Session, msg: Message) -> None:
-        job = cast(Job, msg)
-        if job.round_id in session.jobs:
-            raise ProtocolError(CloseCode.UNEXPECTED_MESSAGE, f"second job for {job.round_id}")
-        session.jobs[job.round_id] = job
-        await session.send(Ack(round_id=job.round_id))
-
-    async def _on_release(self, session: _Session, msg: Message) -> None:
-        release = cast(Release, msg)
-        job = session.jobs.pop(release.round_id, None)
-        if job is None:
-            raise ProtocolError(
-                CloseCode.UNEXPECTED_MESSAGE, f"release for unknown {release.round_id}"
-            )
-        prompts = open_job(
-            job.ciphertext, release.job_key, job.round_id, job.nonce, self.payload_limits
-        )
-        task = asyncio.get_running_loop().create_task(self._run_job(session, job, prompts))
-        session.tasks.add(task)
-        task.add_done_callback(session.tasks.discard)
-
-    async def _on_echo(self, session: _Session, msg: Message) -> None:
-        await session.send(EchoReply(nonce=cast(Echo, msg).nonce))
-
-    async def _on_probe(self, session: _Session, msg: Message) -> None:
-        task = asyncio.get_running_loop().create_task(self._answer_probe(session, cast(Probe, msg)))
-        session.tasks.add(task)
-        task.add_done_callback(session.tasks.discard)
-
-    async def _on_verdict(self, session: _Session, msg: Message) -> None:
-        self._note_verdict(session, cast(VerdictNotice, msg))
-
-    async def _on_bye(self, session: _Session, msg: Message) -> None:
-        session.bye_reason = untrusted(cast(Bye, msg).reason)
-        await session.ws.close()
-
-    def _note_verdict(self, session: _Session, notice: VerdictNotice) -> None:
-        """Check the coordinator's signature, log the verdict, append it to the log.
-
-        Raises:
-            ProtocolError: BAD_SIGNATURE if the notice is not signed by the pinned key.
-        """
-        sid = session.transport.session_id
-        node_key = self.identity.public_key().public_bytes_raw()
-        if not verify_verdict(self.coordinator_key, sid, node_key, notice):
-            raise ProtocolError(CloseCode.BAD_SIGNATURE, "verdict notice: bad signature")
-        self.verdicts.append(notice)
-        del self.verdicts[:-100]
-        secs = "-" if notice.elapsed_s is None else f"{notice.elapsed_s:.3f} s"
-        limit = "-" if notice.deadline_s is None else f"{notice.deadline_s:.3f} s"
-        level = logging.INFO if notice.verdict in ("pass", "unchecked") else logging.WARNING
-        log.log(
-            level, "%s: round %s verdict %s (elapsed %s, deadline %s): %s", self.label,
-            notice.round_id, notice.verdict, secs, limit, untrusted(notice.reason),
-        )  # fmt: skip
-        if self.verdict_log is not None:
-            try:
-                append_verdict(self.verdict_log, notice, sid, node_key)
-            except OSError as exc:
-                log.warning("%s: verdict log %s not written: %s", self.label, self.verdict_log, exc)
-
-    async def _answer_probe(self, session: _Session, probe: Probe) -> None:
-        """Run the compute probe on the worker's device and reply; a failed probe gets
-        no reply (the coordinator times it out and records a missing sample)."""
-        try:
-            answer = await run_probe(self.worker, probe.challenge)
-            await session.send(ProbeReply(nonce=probe.nonce, answer=answer))
-        except EngineError as exc:
-            log.error("%s: probe failed: %s", self.label, exc)
-        except (ConnectionError, LocalProtocolError):  # session gone or exhausted
-            log.debug("%s: session gone before a probe reply was sent", self.label)
-
-    async def _run_job(self, session: _Session, job: Job, prompts: list[str]) -> None:
-        try:
-            outputs = await self.worker.run(prompts)
-        except EngineError as exc:
-            log.error("%s: round %s failed: %s", self.label, job.round_id, exc)
-            await session.send(Error(round_id=job.round_id, reason="engine error"))
-            return
-        packed = tuple(tuple(int(t) for t in o) for o in outputs)
-        digest = commitment(packed)
-        signature = sign_receipt(self.identity, session.transport.session_id, job.round_id, digest)
-        try:
-            await session.send(
-                Result(
-                    round_id=job.round_id, outputs=packed, commitment=digest, signature=signature
-                )
-            )
-        except ConnectionError:
-            log.warning(
-                "%s: session gone before the result of %s was sent", self.label, job.round_id
-            )
-            return
-        self.rounds_served += 1
-        log.info("%s: round %s answered (%d outputs)", self.label, job.round_id, len(packed))
-
-
-#: What the coordinator may send after the handshake, by message type: the
-#: :class:`NodeClient` method that handles it. A new message type is one entry here,
-#: in :data:`IGNORED_FROM_COORDINATOR` or in :data:`REFUSED_FROM_COORDINATOR`
-#: (tests/node/test_client_dispatch.py checks that every type is in exactly one).
-FROM_COORDINATOR: dict[
-    type[Message], Callable[[NodeClient, _Session, Message], Awaitable[None]]
-] = {
-    Job: NodeClient._on_job,
-    Release: NodeClient._on_release,
-    Echo: NodeClient._on_echo,
-    Probe: NodeClient._on_probe,
-    VerdictNotice: NodeClient._on_verdict,
-    Bye: NodeClient._on_bye,
-}
-#: Accepted and dropped (replies to nothing the node asked; kept as before).
-IGNORED_FROM_COORDINATOR: frozenset[type[Message]] = frozenset({EchoReply, ProbeReply})
-#: Never valid from the coordinator after the handshake: closed with UNEXPECTED_MESSAGE.
-REFUSED_FROM_COORDINATOR: frozenset[type[Message]] = frozenset(
-    {Hello, Welcome, Auth, Ack, Result, Error}
-)

@@ -31,7 +31,7 @@ from netcheck import __version__
 from netcheck.config import NodeConfig
 from netcheck.errors import CloseCode, HandshakeError, NetcheckError
 from netcheck.keys import load_private_key, parse_public_key, public_key_text
-from netcheck.node.client import (
+from netcheck.node.refusals import (
     REFUSAL_CODES,
     not_an_endpoint,
     presented_coordinator_key,

@@ -22,6 +22,7 @@ import math
 import struct
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -71,6 +72,59 @@ def next_key(key: bytes) -> bytes:
         32 bytes.
     """
     return HKDFExpand(hashes.SHA256(), length=32, info=KEY_UPDATE_INFO).derive(key)
+
+
+@dataclass(frozen=True)
+class AdmittedFrame:
+    """A received frame whose place in the sequence was checked and taken by
+    :meth:`Transport.admit`, with everything :func:`open_admitted` needs (plain data:
+    picklable, so opening may run in a worker process).
+
+    Attributes:
+        frame: the whole frame (type, counter, ciphertext and tag).
+        key: the 32-byte receive key in force for this frame (§3.5).
+        session_id: 16 bytes, bound into the AAD.
+        sender: the peer's role (the AAD's direction byte).
+        limits: decoder limits in force when the frame was admitted.
+        allowed: message types the sender may send in a frame (§6.1).
+    """
+
+    frame: bytes
+    key: bytes
+    session_id: bytes
+    sender: Role
+    limits: Limits
+    allowed: frozenset[str]
+
+
+def open_admitted(admitted: AdmittedFrame) -> Message:
+    """Decrypt (ChaCha20-Poly1305, RFC 8439) and decode an admitted frame: the pure
+    second half of :meth:`Transport.open` (docs/protocol.md §3.4 after the counter
+    check). Keeps no state; the caller reports a failure with :meth:`Transport.fail`.
+
+    Raises:
+        FrameError: DECRYPT_FAILED (bad tag, wrong key, direction or epoch, type changed).
+        MessageError: MALFORMED_MESSAGE, MESSAGE_TOO_LARGE, or UNEXPECTED_MESSAGE for a
+            handshake type or a type the sender may not send.
+    """
+    frame = admitted.frame
+    frame_type, counter_bytes = frame[0], frame[1:HEADER_BYTES]
+    try:
+        plaintext = ChaCha20Poly1305(admitted.key).decrypt(
+            bytes(4) + counter_bytes,
+            frame[HEADER_BYTES:],
+            _aad(admitted.session_id, admitted.sender, counter_bytes, frame_type),
+        )
+    except InvalidTag:
+        raise FrameError(CloseCode.DECRYPT_FAILED, "authentication tag mismatch") from None
+    try:
+        return decode_message(plaintext, limits=admitted.limits, allowed=admitted.allowed)
+    except MessageError as exc:
+        if exc.code is CloseCode.UNEXPECTED_MESSAGE:
+            raise MessageError(
+                exc.code, f"{admitted.sender} may not send {exc.reason.split(' ', 1)[0]} in a frame"
+            ) from None
+        raise
 
 
 class Transport:
@@ -126,7 +180,6 @@ class Transport:
         self._send_key = send_key
         self._recv_key = recv_key
         self._seal_aead = ChaCha20Poly1305(send_key)
-        self._open_aead = ChaCha20Poly1305(recv_key)
         self._limits = limits
         self._recv_limits = limits
         self._max_counter = max_counter
@@ -193,9 +246,10 @@ class Transport:
         return frame
 
     def open(self, frame: bytes) -> Message:
-        """Authenticate, decrypt and decode one received frame (docs/protocol.md §3.4).
-        After an authentic key-update frame (type 0x02) the receive key is ratcheted
-        (§3.5), so later frames under the old key fail with DECRYPT_FAILED.
+        """Authenticate, decrypt and decode one received frame (docs/protocol.md §3.4):
+        :meth:`admit` then :func:`open_admitted`. After an authentic key-update frame
+        (type 0x02) the receive key is ratcheted (§3.5), so later frames under the old
+        key fail with DECRYPT_FAILED.
 
         Raises:
             FrameError: MESSAGE_TOO_LARGE, PROTOCOL_ERROR (unknown frame type),
@@ -206,15 +260,49 @@ class Transport:
                 or a type the peer may not send.
             After any failure every later call raises the same class and code.
         """
+        admitted = self.admit(frame)
+        try:
+            return open_admitted(admitted)
+        except ProtocolError as exc:
+            self.fail(exc, admitted)
+            raise
+
+    def admit(self, frame: bytes) -> AdmittedFrame:
+        """The ordering half of :meth:`open`: check size, frame type, counter limit and
+        ``counter == expected`` (§3.4, all before decryption), then take the frame's
+        place: advance the receive counter and, for a key-update frame, ratchet the
+        receive key (§3.5). The AEAD and decoding half is :func:`open_admitted`, a pure
+        function of the returned value (which may run in another thread or process).
+
+        Frames must be admitted in arrival order; they may be opened later, in any
+        order. A frame that then fails to open must be reported with :meth:`fail`
+        (the session is over: §3.4 "any failure is permanent").
+
+        Raises:
+            FrameError: as :meth:`open`, for the checks above. After any failure every
+                later call raises the same class and code.
+        """
         if self._failed is not None:
             raise type(self._failed)(self._failed.code, "transport failed earlier")
         try:
-            return self._open(frame)
+            return self._admit(frame)
         except ProtocolError as exc:
             self._failed = exc
             raise
 
-    def _open(self, frame: bytes) -> Message:
+    def fail(self, exc: ProtocolError, admitted: AdmittedFrame | None = None) -> None:
+        """Record that ``admitted`` (a frame :meth:`admit` returned) failed to open with
+        ``exc``: the transport is then failed (the first failure is kept) and every
+        later call raises it. The frame is taken out of :meth:`statistics`, which count
+        frames that opened."""
+        if self._failed is None:
+            self._failed = exc
+            if admitted is not None:
+                self._recv_counter -= 1
+                self._bytes_received -= len(admitted.frame)
+                self._updates_received -= admitted.frame[0] == FRAME_KEY_UPDATE
+
+    def _admit(self, frame: bytes) -> AdmittedFrame:
         if len(frame) > self._recv_limits.max_message_bytes + HEADER_BYTES + TAG_BYTES:
             raise FrameError(CloseCode.MESSAGE_TOO_LARGE, f"frame of {len(frame)} bytes")
         if len(frame) < HEADER_BYTES + TAG_BYTES:
@@ -224,34 +312,25 @@ class Transport:
             raise FrameError(CloseCode.PROTOCOL_ERROR, f"unknown frame type {frame_type:#04x}")
         if self._recv_counter >= self._max_counter:
             raise FrameError(CloseCode.COUNTER_EXHAUSTED, "receive counter exhausted")
-        counter_bytes = frame[1:HEADER_BYTES]
-        (counter,) = _COUNTER.unpack(counter_bytes)
+        (counter,) = _COUNTER.unpack_from(frame, 1)
         if counter != self._recv_counter:
             raise FrameError(
                 CloseCode.COUNTER_MISMATCH, f"counter {counter}, expected {self._recv_counter}"
             )
-        try:
-            plaintext = self._open_aead.decrypt(
-                bytes(4) + counter_bytes,
-                frame[HEADER_BYTES:],
-                _aad(self.session_id, self.peer, counter_bytes, frame_type),
-            )
-        except InvalidTag:
-            raise FrameError(CloseCode.DECRYPT_FAILED, "authentication tag mismatch") from None
+        admitted = AdmittedFrame(
+            frame=frame,
+            key=self._recv_key,
+            session_id=self.session_id,
+            sender=self.peer,
+            limits=self._recv_limits,
+            allowed=self._peer_types,
+        )
         self._recv_counter += 1
         self._bytes_received += len(frame)
         if frame_type == FRAME_KEY_UPDATE:
             self._recv_key = next_key(self._recv_key)
-            self._open_aead = ChaCha20Poly1305(self._recv_key)
             self._updates_received += 1
-        try:
-            return decode_message(plaintext, limits=self._recv_limits, allowed=self._peer_types)
-        except MessageError as exc:
-            if exc.code is CloseCode.UNEXPECTED_MESSAGE:
-                raise MessageError(
-                    exc.code, f"{self.peer} may not send {exc.reason.split(' ', 1)[0]} in a frame"
-                ) from None
-            raise
+        return admitted
 
     @property
     def failed(self) -> bool:

@@ -11,10 +11,11 @@ from aiohttp import ClientSession, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.coordinator.arrivals import ArrivalStamps, FrameOpener, open_frame
-from netcheck.errors import FrameError
+from netcheck.errors import CloseCode, FrameError, MessageError
 from netcheck.keys import public_key_bytes
 from netcheck.protocol.jobs import commitment, sign_receipt
-from netcheck.protocol.messages import EchoReply, Result
+from netcheck.protocol.messages import Ack, EchoReply, Job, Release, Result
+from netcheck.protocol.session import Session
 from netcheck.protocol.states import Role
 from netcheck.protocol.transport import Transport
 
@@ -84,11 +85,12 @@ def _pair() -> tuple[Transport, Transport]:
     return Transport(Role.NODE, K1, K2, SID), Transport(Role.COORDINATOR, K2, K1, SID)
 
 
-def _result(key: Ed25519PrivateKey, outputs: tuple[tuple[int, ...], ...]) -> Result:
+def _result(
+    key: Ed25519PrivateKey, outputs: tuple[tuple[int, ...], ...], round_id: str = "r1"
+) -> Result:
     c = commitment(outputs)
-    return Result(
-        round_id="r1", outputs=outputs, commitment=c, signature=sign_receipt(key, SID, "r1", c)
-    )
+    signature = sign_receipt(key, SID, round_id, c)
+    return Result(round_id=round_id, outputs=outputs, commitment=c, signature=signature)
 
 
 async def test_opener_checks_results_in_the_pool_and_small_frames_inline():
@@ -98,15 +100,19 @@ async def test_opener_checks_results_in_the_pool_and_small_frames_inline():
     key = Ed25519PrivateKey.generate()
     node, coord = _pair()
     opener = FrameOpener(workers=1, inline_bytes=100)
+    session = Session(Role.COORDINATOR, coord)
     try:
         outputs = tuple(tuple(range(i, i + 64)) for i in range(16))
-        good = await opener.open(coord, node.seal(_result(key, outputs)), public_key_bytes(key))
+        _released(session, "r1", "r2")
+        good = await opener.open(session, node.seal(_result(key, outputs)), public_key_bytes(key))
         assert isinstance(good.message, Result)
         assert good.commitment_ok and good.signature_ok and opener._executor is not None
         other = Ed25519PrivateKey.generate()
-        bad = await opener.open(coord, node.seal(_result(other, outputs)), public_key_bytes(key))
+        bad = await opener.open(
+            session, node.seal(_result(other, outputs, "r2")), public_key_bytes(key)
+        )
         assert bad.commitment_ok and bad.signature_ok is False
-        small = await opener.open(coord, node.seal(EchoReply(nonce=7)), public_key_bytes(key))
+        small = await opener.open(session, node.seal(EchoReply(nonce=7)), public_key_bytes(key))
         assert small.message == EchoReply(nonce=7) and small.signature_ok is None
         frame = bytearray(node.seal(EchoReply(nonce=8)))
         frame[-1] ^= 1
@@ -114,3 +120,35 @@ async def test_opener_checks_results_in_the_pool_and_small_frames_inline():
             open_frame(coord, bytes(frame), public_key_bytes(key))
     finally:
         opener.close()
+
+
+def _released(session: Session, *round_ids: str) -> None:
+    """Walk ``session`` (coordinator) to RUNNING for each round: job, ack, release."""
+    for r in round_ids:
+        session.send(Job(r, bytes(12), b"x" * 32, 4, 4, 1.0))
+        session.receive_message(Ack(r))
+        session.send(Release(r, bytes(32)))
+
+
+async def test_process_opener_gives_what_the_thread_opener_gives():
+    """A process-pool opener returns the same opened result and checks as the thread
+    pool, and a result out of order still closes UNEXPECTED_MESSAGE after opening."""
+    key = Ed25519PrivateKey.generate()
+    outputs = tuple(tuple(range(i, i + 64)) for i in range(16))
+    got = []
+    for kind in ("thread", "process"):
+        node, coord = _pair()
+        session = Session(Role.COORDINATOR, coord)
+        opener = FrameOpener(workers=1, inline_bytes=100, kind=kind)
+        try:
+            _released(session, "r1")
+            opened = await opener.open(
+                session, node.seal(_result(key, outputs)), public_key_bytes(key)
+            )
+            got.append((opened.message, opened.commitment_ok, opened.signature_ok))
+            with pytest.raises(MessageError) as err:  # r1 is over: a second result
+                await opener.open(session, node.seal(_result(key, outputs)), public_key_bytes(key))
+            assert err.value.code is CloseCode.UNEXPECTED_MESSAGE
+        finally:
+            opener.close()
+    assert got[0] == got[1] and got[0][1:] == (True, True)

@@ -27,7 +27,7 @@ def _ready(n: int, log: list[str]) -> list[tuple[Any, Any]]:
             node_key=key,
             label=key,
             send_lock=asyncio.Lock(),
-            transport=SimpleNamespace(seal=lambda msg: b"frame"),
+            seal=lambda msg: b"frame",
             ws=ws,
             write_bounded=lambda frame, timeout_s, what, ws=ws: ws.send_bytes(frame),
         )

@@ -20,7 +20,8 @@ from netcheck.keys import public_key_text
 from netcheck.lab.adversary import ClaimingWorker, MadeUpWorker
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
 from netcheck.lab.testing import running_coordinator
-from netcheck.node.client import NodeClient, _Session
+from netcheck.node.client import NodeClient
+from netcheck.node.serving import OpenSession
 from netcheck.node.workers import EngineWorker
 from netcheck.protocol.messages import Job, Message
 from netcheck.references.build import build_references
@@ -80,7 +81,7 @@ class Vanishing:
 class IgnoresJobs(NodeClient):
     """Never acknowledges a job (the coordinator releases without it)."""
 
-    async def _handle(self, session: _Session, msg: Message) -> None:
+    async def _handle(self, session: OpenSession, msg: Message) -> None:
         if not isinstance(msg, Job):
             await super()._handle(session, msg)
 

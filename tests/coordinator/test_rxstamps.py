@@ -35,7 +35,13 @@ from netcheck.coordinator.rxstamps import (
     kernel_stamps_unsupported,
     parse_rx_timestamp,
 )
-from netcheck.lab.testing import canary_store, raw_session, running_coordinator, small_profile
+from netcheck.lab.testing import (
+    canary_store,
+    raw_session,
+    running_coordinator,
+    small_profile,
+    walk_raw_to_running,
+)
 from netcheck.protocol.jobs import commitment, sign_receipt
 from netcheck.protocol.messages import ProfileClaim, Result
 
@@ -271,6 +277,7 @@ async def test_result_is_stamped_on_arrival_while_the_coordinator_loop_is_blocke
         try:
             await rc.wait_connected(1)
             (session,) = rc.coord.sessions.values()
+            await walk_raw_to_running(session, ws, transport, "r1")  # a result needs it
             fut = session.expect_result("r1")
             outputs = tuple(tuple(random.randrange(128_256) for _ in range(32)) for _ in range(240))
             c = commitment(outputs)

@@ -74,6 +74,9 @@ class _Session:
     def label(self) -> str:
         return self.node_key
 
+    def seal(self, msg: Release) -> bytes:
+        return self.transport.seal(msg)  # NodeSession.seal: through the session's table
+
     @property
     def ws(self) -> Any:
         return SimpleNamespace(_writer=SimpleNamespace(transport=self.sink, compress=0,
