@@ -10,7 +10,15 @@ from netcheck.analysis.slowness import persistent_slowness
 from netcheck.config import CapacityRecord
 from netcheck.coordinator import checks
 from netcheck.lab.testing import small_profile
-from netcheck.records import Assignment, FlagStatus, NodeOutcome, RoundPlan, Verdict
+from netcheck.records import (
+    Assignment,
+    FlagStatus,
+    NodeOutcome,
+    NodeRecord,
+    NodeTiming,
+    RoundPlan,
+    Verdict,
+)
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore
 
@@ -30,12 +38,15 @@ def store_round(fs: FlagStore, rid: str, kind: str) -> None:
     fs.store.record_plan(RoundPlan(rid, PROFILE.name, 4, 4, assignments, ()), 1.0)
     fs.record_schedule(rid, PROFILE.name, kind, "explicit", dict.fromkeys(NODES, True))
     outcomes = [NodeOutcome(k, Verdict.PASS, "ok", 0.5, 0, 0) for k in NODES]
-    timings = {
-        k: {"release_start_ns": 1_000, "arrived_ns": 1_000 + round((r * T_REF + 0.01) * 1e9),
-            "rtt_s": 0.01, "commitment": b"\x01" * 32, "signature": b"\x02" * 64}
+    records = {
+        k: NodeRecord(
+            NodeTiming(release_start_ns=1_000, rtt_s=0.01,
+                       arrived_ns=1_000 + round((r * T_REF + 0.01) * 1e9)),
+            commitment=b"\x01" * 32, signature=b"\x02" * 64,
+        )
         for k, r in NODES.items()
     }  # fmt: skip
-    fs.store.record_outcome(rid, outcomes, timings)
+    fs.store.record_outcome(rid, outcomes, records)
     fs.store.finish_round(rid, "complete", {})
 
 
