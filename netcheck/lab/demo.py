@@ -40,6 +40,7 @@ from netcheck.admin_client import AdminError, admin_request
 from netcheck.config import CoordinatorConfig, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
 from netcheck.lab.demo_refs import DemoReferences
+from netcheck.lab.demo_report import report_overruns, summarize
 from netcheck.lab.demo_sizing import (
     describe,
     emulated_batch_time,
@@ -315,10 +316,8 @@ async def _run(
             report = await admin_request(cfg, "POST", "/admin/rounds", {"profile": profile_name})
         print_round(report, names)
         reports.append(report)
-    from netcheck.lab.demo_report import report_overruns, summarize
-
-    ok = summarize(reports, names)
-    report_overruns(procs)
+    ok = summarize(console, NODES, reports, names)
+    report_overruns(console, procs.logs, procs.procs)
     if serve:
         await _serve_until_interrupted(cfg)
     return ok

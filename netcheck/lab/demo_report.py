@@ -3,20 +3,23 @@ count of batches whose real compute outlasted the emulated GPU."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Table
 
-from netcheck.lab.demo import NODES, Processes, console
 from netcheck.report import verdict_text
 
 
-def report_overruns(procs: Processes) -> int:
+def report_overruns(console: Console, logs: Path, names: Iterable[str]) -> int:
     """Print how many batches overran the emulated GPU (``EMULATION OVERRUN`` lines in the
-    node logs, :class:`netcheck.lab.emulation.EmulatedWorker`); returns that count."""
+    node logs ``logs/<name>.log``, :class:`netcheck.lab.emulation.EmulatedWorker`);
+    returns that count."""
     counts = {
-        name: (procs.logs / f"{name}.log").read_text(errors="replace").count("EMULATION OVERRUN")
-        for name in procs.procs
+        name: (logs / f"{name}.log").read_text(errors="replace").count("EMULATION OVERRUN")
+        for name in names
     }
     total = sum(counts.values())
     if total:
@@ -30,9 +33,12 @@ def report_overruns(procs: Processes) -> int:
     return total
 
 
-def summarize(reports: list[dict[str, Any]], names: dict[str, str]) -> bool:
-    """Print the per-node summary; True when honest nodes passed and cheaters failed."""
-    by_name = {n.name: n for n in NODES}
+def summarize(
+    console: Console, nodes: Sequence[Any], reports: list[dict[str, Any]], names: dict[str, str]
+) -> bool:
+    """Print the per-node summary of the demo's ``nodes`` (``name``, ``role``,
+    ``adversary``); True when honest nodes passed and cheaters failed."""
+    by_name = {n.name: n for n in nodes}
     table = Table(title="demo summary: verdict per round")
     table.add_column("node")
     table.add_column("role")
