@@ -45,7 +45,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netcheck.gateway.participant import sleep_until, ws_frame  # noqa: E402
-from netcheck.lab.load import env_with_code, raise_fd_limit, source_address  # noqa: E402
+from netcheck.lab.load import (  # noqa: E402
+    env_with_code,
+    raise_fd_limit,
+    sink_server,
+    source_address,
+)
 
 PAYLOAD = bytes(112)
 MODES = ("raw", "send_bytes")
@@ -76,23 +81,7 @@ async def writer(n: int) -> None:
     """``--writer``: serve ``n`` sessions; print the port, then ``ready``; then per line
     ``T mode`` on stdin write to every session at T and print the stamps as JSON."""
     raise_fd_limit()
-    conns: list[web.WebSocketResponse] = []
-    all_in = asyncio.Event()
-
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(compress=False)
-        await ws.prepare(request)
-        conns.append(ws)
-        if len(conns) == n:
-            all_in.set()
-        async for _ in ws:
-            pass
-        return ws
-
-    app = web.Application()
-    app.router.add_get("/", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+    runner, conns, all_in = await sink_server(n, "/")
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]

@@ -24,28 +24,13 @@ from aiohttp import web
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from netcheck.gateway.participant import ws_frame  # noqa: E402
+from netcheck.lab.load import sink_server  # noqa: E402
 
 PAYLOAD = bytes(112)
 
 
 async def main(n: int, repeats: int) -> None:
-    server_ws: list[web.WebSocketResponse] = []
-    ready = asyncio.Event()
-
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(compress=False)
-        await ws.prepare(request)
-        server_ws.append(ws)
-        if len(server_ws) == n:
-            ready.set()
-        async for _ in ws:
-            pass
-        return ws
-
-    app = web.Application()
-    app.router.add_get("/", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+    runner, server_ws, ready = await sink_server(n, "/")
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]

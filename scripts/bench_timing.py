@@ -67,7 +67,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from netcheck.lab.demo import free_port  # noqa: E402
-from netcheck.lab.load import env_with_code, raise_fd_limit, source_address  # noqa: E402
+from netcheck.lab.load import (  # noqa: E402
+    env_with_code,
+    raise_fd_limit,
+    sink_server,
+    source_address,
+)
 from netcheck.lab.loadrun import LoadRun  # noqa: E402
 from netcheck.storage.tables import results  # noqa: E402
 
@@ -175,23 +180,7 @@ async def floor_client(url: str, n: int, ready: Path) -> None:
 
 async def measure_floor(n: int, reps: int, workdir: Path) -> float:
     """Median over ``reps`` of (last send_bytes end - first start) to ``n`` sessions."""
-    conns: list[web.WebSocketResponse] = []
-    all_in = asyncio.Event()
-
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(compress=False)
-        await ws.prepare(request)
-        conns.append(ws)
-        if len(conns) == n:
-            all_in.set()
-        async for _ in ws:
-            pass
-        return ws
-
-    app = web.Application()
-    app.router.add_get("/ws", handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
+    runner, conns, all_in = await sink_server(n, "/ws")
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     ready = workdir / "floor.ready"

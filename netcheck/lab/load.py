@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from netcheck.config import Profile
@@ -146,6 +147,33 @@ def env_with_code(code: Path | str) -> dict[str, str]:
     bench_release_floor's writers: "a writer process exited")."""
     old = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), *([old] if old else [])])}
+
+
+async def sink_server(
+    n: int, path: str = "/"
+) -> tuple[web.AppRunner, list[web.WebSocketResponse], asyncio.Event]:
+    """A plain aiohttp websocket server (no netcheck code, uncompressed) that keeps every
+    session it accepts on ``path`` and discards what they send: the release-skew floor
+    the benchmarks compare against. Returns the set-up runner (add a site), the list of
+    accepted sessions and an event set once ``n`` are in."""
+    conns: list[web.WebSocketResponse] = []
+    all_in = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(compress=False)
+        await ws.prepare(request)
+        conns.append(ws)
+        if len(conns) == n:
+            all_in.set()
+        async for _ in ws:
+            pass
+        return ws
+
+    app = web.Application()
+    app.router.add_get(path, handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    return runner, conns, all_in
 
 
 def raise_fd_limit(want: int = 65536) -> int:
