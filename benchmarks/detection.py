@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -63,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from netcheck.analysis.confirm import ConfirmConfig
 from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage
 from netcheck.lab.sim.live import LiveConfig, LiveSimulation, Snapshot, legacy_config
@@ -187,6 +189,16 @@ CONFIGS: dict[str, Any] = {
     # current defaults with Tukey's median polish (round effects unshrunk): the
     # baseline of DetectorConfig.round_prior_cells
     "tky": lambda: LiveConfig(detector=DetectorConfig(round_prior_cells=0)),
+    # the behaviour at the end of session 3 (the "before" of session 4, same run): each
+    # confirmation attempt judged on its own rounds, 4 / 16 cycles, no futility stop, no
+    # mutual pair test
+    "s3": lambda: LiveConfig(
+        pool_rounds=0,
+        confirm_cycles=4,
+        confirm_max_cycles=16,
+        confirm=ConfirmConfig(futility_stop=False),
+        detector=DetectorConfig(mutual_test=False),
+    ),  # fmt: skip
 }
 
 
@@ -310,12 +322,35 @@ def print_goals(rows: list[dict[str, Any]], scs: list[Scenario], configs: tuple[
     return missed
 
 
+def merge_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of one (scenario, config, rounds) from runs over different seeds, as one:
+    counts summed, rates and means weighted by seeds (first-seen order kept)."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["scenario"], r["config"], r["rounds"]), []).append(r)
+    out = []
+    for parts in groups.values():
+        row = dict(parts[0])
+        seeds = sum(p["seeds"] for p in parts)
+        row["seeds"] = seeds
+        for key in ("FF", "mixed", "capH", "slH", "an"):
+            row[key] = int(sum(p[key] for p in parts))
+        rates = ["HS", "conf"] + [f"{w}{k}" for k in SIZES for w in ("found", "caught", "c0")]
+        for key in rates:
+            vals = [(p[key], p["seeds"]) for p in parts if p[key] == p[key]]
+            row[key] = sum(v * w for v, w in vals) / sum(w for _, w in vals) if vals else math.nan
+        out.append(row)
+    return out
+
+
 def report_json(paths: list[str], scs: list[Scenario], check: bool) -> int:
-    """Table and goals over the rows of several ``--json`` files (``--from-json``)."""
+    """Table and goals over the rows of several ``--json`` files (``--from-json``); rows
+    of one scenario split over seeds are merged (:func:`merge_rows`)."""
     rows: list[dict[str, Any]] = []
     for path in paths:
         with open(path) as fh:
             rows += json.load(fh)
+    rows = merge_rows(rows)
     names = {r["scenario"] for r in rows}
     configs = tuple(dict.fromkeys(r["config"] for r in rows))
     print(
@@ -348,13 +383,18 @@ def main() -> int:
         "--only", default=None, help="scenarios whose name contains this (alternatives split by |)"
     )
     parser.add_argument("--skip", default=None, help="leave out scenarios whose name contains this")
+    parser.add_argument("--scenario", action="append", default=None, metavar="NAME",
+                        help="only the scenario of exactly this name (repeatable)")  # fmt: skip
+    parser.add_argument("--config", action="append", default=None, choices=sorted(CONFIGS),
+                        help="run these configs instead (repeatable; s3 = before session 4)")  # fmt: skip
     parser.add_argument(
         "--part",
         default=None,
         metavar="I/N",
         help="only the I-th of N round-robin parts of the scenarios",
     )
-    parser.add_argument("--first-seed", type=int, default=0, help="of the false-flag runs")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="first seed of every scenario (to split seeds over processes)")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--from-json", nargs="+", default=None, metavar="PATH",
@@ -375,16 +415,20 @@ def main() -> int:
         scs = [s for s in scs if any(part in s.name for part in args.only.split("|"))]
     if args.skip:
         scs = [s for s in scs if args.skip not in s.name]
+    if args.scenario:
+        scs = [s for s in scs if s.name in args.scenario]
     if args.part:
         i, n = (int(x) for x in args.part.split("/"))
         scs = scs[i - 1 :: n]
     configs = ("new", "old") if args.old else (("old",) if args.old_only else ("new",))
     if args.tukey:
         configs = (*configs, "tky")
+    if args.config:
+        configs = tuple(args.config)
     rows: list[dict[str, Any]] = []
     for sc in scs:
         for config in configs:
-            got = run_scenario(sc, config, seeds)
+            got = run_scenario(sc, config, seeds, args.first_seed)
             rows += got
             print(f"  {sc.name} [{config}] done ({time.perf_counter() - start:.0f} s)",
                   file=sys.stderr, flush=True)  # fmt: skip

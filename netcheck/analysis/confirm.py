@@ -41,6 +41,9 @@ class ConfirmConfig:
       estimate above the floor and ``H0: effect <= 0`` rejected), under which a real
       coupling just below the floor (honest co-hosted GPUs) passes about half the time
       once the data make it significant.
+    - ``futility_stop`` (True): :class:`~netcheck.analysis.confirm_run.ConfirmationRun`
+      stops a group phase, from its second look on, when fewer than ``min_members``
+      members have a slowdown estimate above the floor (never raises the error).
     """
 
     effect_floor: float = math.log(1.25)
@@ -48,6 +51,7 @@ class ConfirmConfig:
     min_rounds: int = 3
     min_members: int = 2
     floor_test: bool = True
+    futility_stop: bool = True
 
     def __post_init__(self) -> None:
         if self.effect_floor < 0 or not 0 < self.alpha < 1:

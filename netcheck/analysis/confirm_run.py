@@ -30,6 +30,21 @@ Design (docs/detection.md "Confirmation"):
 4. **Error spending across analyses**: the ``attempt``-th confirmation of a group whose
    pairs were tested before gets ``alpha * 6 / (pi^2 attempt^2)`` (a convergent series
    summing to ``alpha``): a cleared group cannot get fresh chances forever.
+5. **Evidence accumulates across attempts** (``prior``): the rounds of earlier
+   confirmations that loaded only members of this group (the whole group, a pair of it,
+   or one member alone) are judged together with this attempt's rounds. Each attempt is
+   then one more look at a growing sample (a group-sequential design), and the union
+   bound over every look of every attempt still holds the family-wise error at
+   ``alpha`` (the looks' levels sum to at most ``alpha`` whatever the dependence between
+   them). Before, each attempt started from nothing and threw its rounds away, so a
+   farm whose per-attempt evidence fell short (jittered or noisy timing, a slowdown
+   close to the floor) was re-nominated and re-cleared at an ever smaller level.
+6. **Futility stop**: from the second look of the group phase on, the run stops (cleared)
+   when fewer than ``min_members`` members have a slowdown *estimate* above the floor:
+   the group can hardly pass, and honest co-hosted pairs (coupling below the floor)
+   stop after two looks instead of running to ``max_cycles``. Stopping without a
+   rejection never raises the error; with pooling (5) the rounds are not lost: a group
+   nominated again resumes from them.
 
 ``legacy=True`` reproduces the previous behaviour for baselines (stop at the first look
 with 2+ passing members, the whole passing set as one flag, no split, no spending).
@@ -91,6 +106,9 @@ class ConfirmationRun:
         cfg: thresholds; ``cfg.alpha`` is the level of one attempt before spending.
         attempt: 1-based count of confirmations of this group's pairs, this one included.
         legacy: the previous behaviour (module docstring), for baselines.
+        prior: observations of earlier confirmation rounds (any groups, oldest first);
+            those whose loaded set is a non-empty subset of ``members`` are judged with
+            this attempt's (module docstring, point 5); ignored when ``legacy``.
 
     Raises:
         ValueError: fewer than 2 members, ``cycles < 1`` or ``max_cycles < cycles``.
@@ -102,6 +120,7 @@ class ConfirmationRun:
     cfg: ConfirmConfig = field(default_factory=ConfirmConfig)
     attempt: int = 1
     legacy: bool = False
+    prior: tuple[ConfirmationObservation, ...] = ()
     observations: list[ConfirmationObservation] = field(default_factory=list)
     group_result: ConfirmationResult | None = None
     pair_results: dict[tuple[str, str], ConfirmationResult] = field(default_factory=dict)
@@ -109,13 +128,22 @@ class ConfirmationRun:
     done: bool = False
     phase: str = "group"
     _looks_done: int = 0
-    _split_obs: list[ConfirmationObservation] = field(default_factory=list)
     _last_passed: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.members = tuple(dict.fromkeys(self.members))
         if len(self.members) < 2 or self.cycles < 1 or self.max_cycles < self.cycles:
             raise ValueError("need 2+ members, cycles >= 1 and max_cycles >= cycles")
+        whole = frozenset(self.members)
+        self.prior = () if self.legacy else tuple(
+            o for o in self.prior if o.loaded and o.loaded <= whole
+        )  # fmt: skip
+
+    @property
+    def judged(self) -> list[ConfirmationObservation]:
+        """Every observation the judgement uses: :attr:`prior` (earlier attempts' rounds
+        within this group), then this attempt's rounds."""
+        return [*self.prior, *self.observations]
 
     @property
     def looks(self) -> int:
@@ -162,16 +190,14 @@ class ConfirmationRun:
         if self.done:
             raise ValueError("confirmation already done")
         self._looks_done += 1
+        self.observations.extend(block)
         if self.phase == "group":
-            self.observations.extend(block)
             self._judge_group()
         else:
-            self.observations.extend(block)
-            self._split_obs.extend(block)
             self._judge_split()
 
     def _judge_group(self) -> None:
-        res = judge_confirmation(self.members, self.observations, self.judge_config())
+        res = judge_confirmation(self.members, self.judged, self.judge_config())
         self.group_result = res
         last = self._looks_done >= self.looks
         if self.legacy:
@@ -181,6 +207,11 @@ class ConfirmationRun:
             return
         all_passed = len(res.confirmed_members) == len(self.members)
         settled = res.confirmed_members == self._last_passed and len(self._last_passed) >= 2
+        above = sum(1 for t in res.members if t.effect > res.effect_floor)
+        futile = self.cfg.futility_stop and self._looks_done >= 2 and above < self.cfg.min_members
+        if futile:  # fewer than 2 members even estimated above the floor: stop (point 6)
+            self.done = True
+            return
         self._last_passed = res.confirmed_members
         if not (all_passed or settled or last):
             return
@@ -201,7 +232,7 @@ class ConfirmationRun:
         confirmed: list[tuple[str, str]] = []
         for a, b in pairs:
             allowed = ({a, b}, {a}, {b})
-            obs = [o for o in self._split_obs if set(o.loaded) in allowed]
+            obs = [o for o in self.judged if set(o.loaded) in allowed]
             res = judge_confirmation((a, b), obs, cfg)
             self.pair_results[(a, b)] = res
             if len(res.confirmed_members) == 2:

@@ -96,7 +96,7 @@ class Selection:
     with_partners: tuple[int, ...] = ()
 
 
-def _prior_variance(e: FloatArray) -> float:
+def prior_variance(e: FloatArray) -> float:
     """Median over nodes of each node's residual variance (the moderation prior)."""
     counts = np.isfinite(e).sum(axis=1)
     rows = e[counts >= 3]
@@ -105,7 +105,7 @@ def _prior_variance(e: FloatArray) -> float:
     return float(np.median(np.nanvar(rows, axis=1, ddof=1)))
 
 
-def _moderate(s2: FloatArray, dof: float, s0_sq: float, prior_df: float) -> FloatArray:
+def moderate(s2: FloatArray, dof: float | FloatArray, s0_sq: float, prior_df: float) -> FloatArray:
     """Moderated residual variance, only ever raised (Smyth 2004; see DetectorConfig)."""
     if prior_df <= 0:
         return s2
@@ -118,7 +118,7 @@ def _count_t(
     """Slope and t of the residual on one count regressor (``sxx``, ``sxy``: its sums)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         slope = sxy / sxx
-        s2 = _moderate(np.maximum(yy - sxy * slope, 0.0) / dof, dof, s0_sq, prior_df)
+        s2 = moderate(np.maximum(yy - sxy * slope, 0.0) / dof, dof, s0_sq, prior_df)
         t = slope / np.sqrt(s2 / sxx)
     return slope, np.where(np.isfinite(t), t, -np.inf)
 
@@ -146,7 +146,7 @@ def _admissible(
         cu = (gjj * bu - guv * bv) / det
         cv = (guu * bv - guv * bu) / det
         rss2 = np.maximum(yy - cu * bu - cv * bv, 0.0)
-        s22 = _moderate(rss2 / (dof - 1), dof - 1, s0_sq, cfg.prior_df)
+        s22 = moderate(rss2 / (dof - 1), dof - 1, s0_sq, cfg.prior_df)
         tv = cv / np.sqrt(s22 * guu / det)
         members_ok = (det > 1e-9 * guu * gjj) & (cv > cfg.effect_floor / 2.0) & (tv > guard_t)
     ok = (slope > cfg.effect_floor) & np.isfinite(t_count) & np.all(members_ok, axis=1)
@@ -256,7 +256,7 @@ def forward_selection(e: FloatArray, loaded: BoolArray, cfg: DetectorConfig) -> 
     p_single = cfg.p_crit_single(n)
     sizes = range(2, cfg.group_step + 1)
     p_group = {s: cfg.p_crit_group(n, s) for s in sizes}
-    s0_sq = _prior_variance(e) if cfg.prior_df > 0 else 0.0
+    s0_sq = prior_variance(e) if cfg.prior_df > 0 else 0.0
     crit: dict[tuple[float, float], float] = {}
 
     def t_crit(p: float, df: float) -> float:
@@ -293,7 +293,7 @@ def forward_selection(e: FloatArray, loaded: BoolArray, cfg: DetectorConfig) -> 
             with np.errstate(divide="ignore", invalid="ignore"):
                 coef = cy / cc
                 rss = np.maximum(yy - cy * cy / cc, 0.0)
-                s2 = _moderate(rss / dof, dof, s0_sq, cfg.prior_df)
+                s2 = moderate(rss / dof, dof, s0_sq, cfg.prior_df)
                 t_all = np.where(usable & np.isfinite(coef), coef / np.sqrt(s2 / cc), -np.inf)
             df_t = dof + cfg.prior_df
             t = np.where(coef > cfg.effect_floor, t_all, -np.inf)
@@ -380,7 +380,7 @@ def reverse_tests(
     independent data).
     """
     level = cfg.p_crit_reverse(len(one_way))
-    s0_sq = _prior_variance(e) if cfg.prior_df > 0 else 0.0
+    s0_sq = prior_variance(e) if cfg.prior_df > 0 else 0.0
     out: list[ReverseTest] = []
     for sel in one_way:
         i, j = sel.i, sel.j
@@ -400,7 +400,7 @@ def reverse_tests(
             out.append(ReverseTest(i, j, count_of, nan, nan, nan, nan, n_j, level, False))
             continue
         slope = sxy / sxx
-        s2 = float(_moderate(np.asarray(max(float(y @ y) - slope * sxy, 0.0) / dof), dof,
+        s2 = float(moderate(np.asarray(max(float(y @ y) - slope * sxy, 0.0) / dof), dof,
                              s0_sq, cfg.prior_df))  # fmt: skip
         t = slope / math.sqrt(s2 / sxx) if s2 > 0 else (math.inf if slope > 0 else -math.inf)
         df = dof + cfg.prior_df

@@ -60,6 +60,10 @@ class DetectorConfig:
       loaded nodes among i and the partners i selected together with j, at level
       ``alpha / 2 / m`` (Bonferroni over the ``m`` one-way selections tested; see
       :func:`reverse_tests`). The selection steps then share the other ``alpha / 2``.
+    - ``mutual_test`` (True): the mutual pair test (:mod:`netcheck.analysis.mutual`):
+      both directions of a pair combined (Stouffer), at its own level ``alpha`` over the
+      ``n (n - 1) / 2`` unordered pairs (like Detector B), for pairs whose evidence falls
+      short in each row alone (noisy or jittered timing, short windows).
     - ``grouping`` (``"cliques"``): suspect groups are the maximal cliques of the edge
       graph, so a group never holds two nodes without an edge between them (a chain
       a-b, b-c gives the groups {a, b} and {b, c}); ``"components"`` = the previous
@@ -95,6 +99,7 @@ class DetectorConfig:
     group_pool: int = 48
     group_guard_p: float = 0.01
     reverse_test: bool = True
+    mutual_test: bool = True
     grouping: str = "cliques"
     drop_full_rounds: bool = True
     round_prior_cells: int = 8
@@ -143,6 +148,11 @@ class DetectorConfig:
         """Level of each of ``n_tests`` reverse tests: ``alpha / 2 / n_tests``."""
         return self.alpha / 2.0 / max(n_tests, 1)
 
+    def p_crit_mutual(self, n_nodes: int) -> float:
+        """Level of the mutual pair test: ``alpha / (n (n - 1) / 2)`` (Bonferroni over
+        unordered pairs)."""
+        return self.alpha / max(n_nodes * (n_nodes - 1) / 2.0, 1.0)
+
     def z_crit(self, n_nodes: int) -> float:
         """``Phi^-1(1 - alpha / (n (n - 1)))``: the Bonferroni bound as a normal deviate."""
         return -NormalDist().inv_cdf(self.p_crit(n_nodes))
@@ -152,9 +162,11 @@ class DetectorConfig:
 class Edge:
     """One detector's evidence that ``a`` and ``b`` share a backend.
 
-    ``detector``: ``"A"`` (forward selection), ``"A-welch"`` (plain pairwise Welch) or
+    ``detector``: ``"A"`` (forward selection), ``"A-group"``, ``"A-reverse"``,
+    ``"A-mutual"`` (the mutual pair test), ``"A-welch"`` (plain pairwise Welch) or
     ``"B"`` (residual correlation). ``statistic``: the smaller of the two directions'
-    t (A) or the Fisher z (B); ``df``: its degrees of freedom (``inf`` for z).
+    t (A), the combined Stouffer z (A-mutual) or the Fisher z (B); ``df``: its degrees
+    of freedom (``inf`` for z).
     ``p_value``: its one-sided p-value; ``p_threshold``: the Bonferroni level.
     ``effect``: the smaller log-slowdown (A) or the correlation r (B);
     ``effect_floor``: the floor it cleared. ``n_rounds``: rounds used (the smaller

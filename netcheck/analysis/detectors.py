@@ -49,6 +49,7 @@ from netcheck.analysis.detector_a import (
     reverse_tests,
 )
 from netcheck.analysis.detector_config import Detection, DetectorConfig, Edge, SuspectGroup
+from netcheck.analysis.mutual import mutual_hits, mutual_test
 from netcheck.analysis.tails import normal_sf
 
 __all__ = [
@@ -242,6 +243,15 @@ def detect(
                 float(min(pw.effect[i, j], pw.effect[j, i])), cfg.effect_floor,
                 int(min(pw.n1[i, j] + pw.n0[i, j], pw.n1[j, i] + pw.n0[j, i])),
             )  # fmt: skip
+    if cfg.mutual_test and n > 1:
+        mt = mutual_test(e, loaded, cfg)
+        level = cfg.p_crit_mutual(n)
+        for i, j in zip(*np.nonzero(mutual_hits(mt, cfg)), strict=True):
+            edges.setdefault((int(i), int(j)), Edge(
+                node_keys[i], node_keys[j], "A-mutual", float(mt.z[i, j]), math.inf,
+                float(mt.p[i, j]), level, float(min(mt.effect[i, j], mt.effect[j, i])),
+                cfg.effect_floor, int(min(mt.n_rounds[i, j], mt.n_rounds[j, i])),
+            ))  # fmt: skip
     if cfg.use_correlation:
         e_b = e if censored is None else np.where(censored, np.nan, e)
         ct = residual_correlation(e_b, cfg.min_coloaded_rounds)

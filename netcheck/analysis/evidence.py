@@ -101,7 +101,8 @@ def shared_backend_evidence(
     and the confirmation rounds of both phases. The caller adds ``confirmed_members``
     (the flag's members)."""
     members = list(group.members)
-    observations = run.observations
+    observations = run.judged  # earlier attempts' rounds within the group first
+    pooled = {o.round_id for o in run.prior}
     conf_ids = [o.round_id for o in observations]
     lat_s, rec_s = member_evidence(members, stored.round_ids, stored.results)
     lat_c, rec_c = member_evidence(members, conf_ids, conf_rows)
@@ -135,6 +136,7 @@ def shared_backend_evidence(
                     "loaded": sorted(o.loaded),
                     "schedule": schedules[o.round_id],
                     "log_service": dict(o.log_service),
+                    "pooled": o.round_id in pooled,
                 }
                 for o in observations
             ],  # fmt: skip

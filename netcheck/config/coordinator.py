@@ -93,10 +93,17 @@ class CoordinatorConfig(FileConfig):
     """Analysis uses the most recent this many screening and full rounds."""
     screening_analyze_every: int = Field(default=16, ge=1)
     """With the timer: run the analysis and confirmation after this many rounds."""
-    confirm_cycles: int = Field(default=4, ge=3)
+    confirm_cycles: int = Field(default=8, ge=3)
     """Confirmation cycles (group, then each member alone) per look."""
-    confirm_max_cycles: int = Field(default=16, ge=3)
-    """Cycles before a suspect group is cleared."""
+    confirm_max_cycles: int = Field(default=64, ge=3)
+    """Cycles before a suspect group is cleared (a group phase also stops early when all
+    members pass, or, from its second look, when fewer than 2 are even estimated above
+    the floor)."""
+    confirm_pool_rounds: int = Field(default=4096, ge=0)
+    """Confirmation judges a group on its own rounds plus the earlier confirmation rounds,
+    among this many most recent ones, that loaded only members of the group (evidence
+    accumulates across attempts; docs/detection.md "Confirmation"); 0 = each attempt
+    alone."""
     capacity_window: int = Field(default=8, ge=1)
     """Capacity test: a node's most recent this many verdicts form the window."""
     capacity_strikes: int = Field(default=3, ge=1)

@@ -42,6 +42,7 @@ from netcheck.analysis import rules
 from netcheck.analysis.confirm import (
     CLEARED,
     SHARED_BACKEND,
+    ConfirmationObservation,
     ConfirmConfig,
 )
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
@@ -335,11 +336,14 @@ class Screening:
         clique, or one ``cleared`` record; returns the run and the flag ids."""
         members = list(group.members)
         earlier = await asyncio.to_thread(self._shared_flags, profile.name, None)
+        schedules: dict[str, dict[str, bool]] = {}
+        prior = await asyncio.to_thread(
+            self._prior_observations, profile.name, members, analysis.deadline_s, schedules
+        )
         run = ConfirmationRun(
             tuple(members), self.config.confirm_cycles, self.config.confirm_max_cycles,
-            self.confirm, attempt=prior_attempts(members, earlier) + 1,
+            self.confirm, attempt=prior_attempts(members, earlier) + 1, prior=prior,
         )  # fmt: skip
-        schedules: dict[str, dict[str, bool]] = {}
         look = 0
         while not run.done:
             block = []
@@ -365,11 +369,34 @@ class Screening:
                     ids)  # fmt: skip
         return run, ids
 
+    def _prior_observations(
+        self, profile: str, members: Sequence[str], deadline_s: float,
+        schedules: dict[str, dict[str, bool]],
+    ) -> tuple[ConfirmationObservation, ...]:  # fmt: skip
+        """Earlier confirmation rounds of ``profile`` (the ``confirm_pool_rounds`` most
+        recent) that loaded only members of the group, as observations, oldest first;
+        their schedules are added to ``schedules`` (for the evidence)."""
+        if self.config.confirm_pool_rounds <= 0:
+            return ()
+        want = set(members)
+        stored = self.flags.recent_rounds(
+            profile, [str(RoundKind.CONFIRMATION)], self.config.confirm_pool_rounds
+        )
+        out = []
+        for rid in stored.round_ids:
+            schedule = stored.schedules[rid]
+            loaded = {k for k, on in schedule.items() if on}
+            if not loaded or not loaded <= want:
+                continue
+            schedules[rid] = schedule
+            out.append(confirmation_observation(rid, schedule, stored.results, deadline_s))
+        return tuple(out)
+
     def _store_group_flags(
         self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
         run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
     ) -> list[int]:  # fmt: skip
-        conf_rows = self.flags.round_results([o.round_id for o in run.observations])
+        conf_rows = self.flags.round_results([o.round_id for o in run.judged])
         evidence = ev.shared_backend_evidence(
             group, stored, analysis, self.detector, run, schedules, conf_rows
         )

@@ -129,7 +129,7 @@ def test_group_step_finds_a_triple_in_few_rounds() -> None:
     det = detect(e, loaded, keys, DetectorConfig())
     assert [set(g.members) for g in det.groups] == [{"n4", "n21", "n50"}]
     single = detect(e, loaded, keys, DetectorConfig(group_step=1, reverse_test=False,
-                                                    use_correlation=False))  # fmt: skip
+                                                    use_correlation=False, mutual_test=False))  # fmt: skip
     assert single.groups == ()
 
 

@@ -46,7 +46,7 @@ def store_confirmed(rc: RunningCoordinator, members: tuple[str, ...], mp: Any) -
     mp.setattr(ev, "flag_statistic", lambda run, flag: (1e-5, 1e-3))
     group_res = SimpleNamespace(effect_floor=math.log(1.25), members=[], p_threshold=1e-3,
                                 confirmed_members=members)  # fmt: skip
-    run = SimpleNamespace(flags=[members], group_result=group_res, observations=[])
+    run = SimpleNamespace(flags=[members], group_result=group_res, observations=[], judged=[])
     screening = rc.coord.screening
     [fid] = screening._store_group_flags(  # type: ignore[arg-type]
         PROFILE, SuspectGroup(members, ()), None, None, run, {}

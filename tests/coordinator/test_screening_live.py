@@ -1,9 +1,11 @@
 """Detection wired into a live in-process coordinator (real loopback websockets, fake
-engines): load sets, stored schedules, result-sharing and capacity flags, admin API, timer."""
+engines): load sets, stored schedules, result-sharing and capacity flags, admin API, timer,
+earlier confirmation rounds read back for pooling."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -165,3 +167,27 @@ async def test_timer_runs_screening_rounds(tmp_path: Path) -> None:
         assert len(rounds) == 2
         kinds = {rc.coord.screening.flags.schedule(r["round_id"])["kind"] for r in rounds}  # type: ignore[index]
         assert kinds == {"screening"}
+
+
+async def test_earlier_confirmation_rounds_of_the_group_are_read_back(tmp_path: Path) -> None:
+    """Rounds that loaded the pair, or one of them alone, come back as observations
+    (oldest first, with their schedules); rounds that loaded a non-member do not; with
+    ``confirm_pool_rounds = 0`` nothing does."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        keys = await _join(rc, {n: MadeUpWorker(FP, T) for n in ("a", "b", "x")})
+        a, b, x = keys["a"], keys["b"], keys["x"]
+        ids = {}
+        for name, load in (("ab", {a, b}), ("ax", {a, x}), ("a", {a}), ("x", {x}), ("b", {b})):
+            report = await run_round(rc.coord, PROFILE.name, load=load, kind="confirmation",
+                                     rule="explicit")  # fmt: skip
+            ids[name] = report.round_id
+        screening = rc.coord.screening
+        schedules: dict[str, dict[str, bool]] = {}
+        got = screening._prior_observations(PROFILE.name, [a, b], 10.0, schedules)
+        assert [o.round_id for o in got] == [ids["ab"], ids["a"], ids["b"]]
+        assert [set(o.loaded) for o in got] == [{a, b}, {a}, {b}]
+        assert all(math.isfinite(v) for o in got for v in o.log_service.values())
+        assert set(schedules) == {ids["ab"], ids["a"], ids["b"]}
+        assert schedules[ids["a"]] == {a: True, b: False, x: False}
+        screening.config = screening.config.model_copy(update={"confirm_pool_rounds": 0})
+        assert screening._prior_observations(PROFILE.name, [a, b], 10.0, {}) == ()

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from netcheck.analysis.confirm import ConfirmConfig
+from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import DetectorConfig
 from netcheck.analysis.schedule import screening_plan
@@ -80,6 +80,8 @@ class LiveConfig:
     (:class:`ConfirmationRun` ``legacy``), for the before/after baseline.
     ``probe_ref_s``: the profile's reference probe time. ``slowness``: the
     persistent-slowness test's settings (None: not run, the behaviour before it).
+    ``pool_rounds``: ``confirm_pool_rounds`` (0: each confirmation attempt judged on its
+    own rounds, the behaviour before evidence was pooled).
     """
 
     full_every: int = field(default_factory=lambda: _default("screening_full_every"))
@@ -87,6 +89,7 @@ class LiveConfig:
     window_rounds: int = field(default_factory=lambda: _default("screening_window_rounds"))
     confirm_cycles: int = field(default_factory=lambda: _default("confirm_cycles"))
     confirm_max_cycles: int = field(default_factory=lambda: _default("confirm_max_cycles"))
+    pool_rounds: int = field(default_factory=lambda: _default("confirm_pool_rounds"))
     capacity_window: int = field(default_factory=lambda: _default("capacity_window"))
     capacity_strikes: int = field(default_factory=lambda: _default("capacity_strikes"))
     detector: DetectorConfig = field(default_factory=DetectorConfig)
@@ -104,6 +107,7 @@ def legacy_config() -> LiveConfig:
         confirm=ConfirmConfig(floor_test=False),
         legacy_confirm=True,
         slowness=None,
+        pool_rounds=0,
     )
 
 
@@ -163,6 +167,7 @@ class _State:
     confirmation_rounds: int = 0
     analyses: int = 0
     clock_ns: int = 0
+    conf_obs: deque[ConfirmationObservation] = field(default_factory=deque)
 
 
 class LiveSimulation:
@@ -299,6 +304,7 @@ class LiveSimulation:
         run = ConfirmationRun(
             tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm,
             attempt=prior_attempts(members, st.tested) + 1, legacy=cfg.legacy_confirm,
+            prior=tuple(st.conf_obs) if cfg.pool_rounds else (),
         )  # fmt: skip
         index = {k: i for i, k in enumerate(self.keys)}
         while not run.done:
@@ -314,6 +320,10 @@ class LiveSimulation:
                 del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
             run.add(block)
         st.tested.append(tuple(members))
+        if cfg.pool_rounds:  # the coordinator reads its most recent confirmation rounds
+            st.conf_obs.extend(run.observations)
+            while len(st.conf_obs) > cfg.pool_rounds:
+                st.conf_obs.popleft()
         st.shared.extend(run.flags)
         st.cleared += not run.flags
 

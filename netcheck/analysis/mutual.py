@@ -1,0 +1,111 @@
+"""Detector A's mutual pair test (pure): both directions of a pair, combined.
+
+Two identities on one backend slow *each other*: node i's residual rises when j is
+loaded and j's when i is. Detector A's selection steps test each direction on its own
+(an edge needs both to clear a Bonferroni level over ``n (n - 1)`` ordered pairs, or a
+reverse test), so a pair whose per-direction evidence falls short in both rows (noisy
+timing, jittered answers, a short window) is never nominated, although together the two
+rows hold about ``sqrt(2)`` times the evidence of one. This test adds them:
+
+- per ordered pair ``(i, j)``: the first-step test of :func:`~netcheck.analysis.detector_a.forward_selection`,
+  i.e. the two-sample t of node i's residuals in the rounds j was loaded vs not, with
+  the pooled within-arm variance moderated toward the population median (Smyth 2004,
+  ``DetectorConfig.prior_df``), ``df = n1 + n0 - 2 + prior_df``;
+- per unordered pair: Stouffer's combination of the two one-sided p-values,
+  ``Z = (z_ij + z_ji) / sqrt(2)`` with ``z = Phi^-1(1 - p)`` (Stouffer et al., *The
+  American Soldier* vol. 1, 1949; Whitlock, *J. Evol. Biol.* 18 (2005) 1368-1373).
+  Under the null (neither node's load affects the other) the two p-values are
+  independent: they read different nodes' noise against independent random load bits.
+
+An edge needs ``P(Z' > Z) < alpha / (n (n - 1) / 2)`` (Bonferroni over unordered pairs,
+the detector's own ``alpha`` like Detector B's), the mean of the two effects above
+``effect_floor`` and each above ``effect_floor / 2`` (both members slow down: one real
+partner cannot carry an innocent node). Like every screening edge it only nominates a
+suspect group; the flag needs the confirmation rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.stats import norm
+
+from netcheck.analysis.detector_a import moderate, prior_variance
+from netcheck.analysis.detector_config import DetectorConfig
+from netcheck.analysis.tails import normal_sf, t_sf
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class MutualTest:
+    """Both directions of every pair. ``(n, n)`` arrays, entry ``[i, j]`` = node i's
+    row against j's load bit: ``effect`` (log-slowdown), moderated ``t``, ``df``, and
+    ``n_rounds`` (i's observed rounds); ``z``: the symmetric Stouffer combination
+    (``z[i, j] == z[j, i]``) and ``p`` its one-sided normal tail. NaN: untestable
+    (an arm with fewer than ``min_rounds`` rounds) and the diagonal."""
+
+    effect: FloatArray
+    t: FloatArray
+    df: FloatArray
+    n_rounds: FloatArray
+    z: FloatArray
+    p: FloatArray
+
+
+def moderated_pairwise(
+    e: FloatArray, loaded: BoolArray, cfg: DetectorConfig
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """First-step test of every ordered pair at once: ``(effect, t, df, n_rounds)``,
+    each ``(n, n)`` (``e``: residuals ``(n, R)``, NaN = not observed; ``loaded``:
+    ``(n, R)`` bool). Six matrix products, no loop over pairs."""
+    observed = np.isfinite(e)
+    m = observed.astype(np.float64)
+    e0 = np.where(observed, e, 0.0)
+    on = loaded.astype(np.float64).T
+    off = 1.0 - on
+    n1, n0 = m @ on, m @ off
+    s1, s0 = e0 @ on, e0 @ off
+    q1, q0 = (e0 * e0) @ on, (e0 * e0) @ off
+    s0_sq = prior_variance(e) if cfg.prior_df > 0 else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean1, mean0 = s1 / n1, s0 / n0
+        within = np.maximum(q1 - n1 * mean1 * mean1, 0.0) + np.maximum(q0 - n0 * mean0 * mean0, 0.0)
+        dof = n1 + n0 - 2.0
+        s2 = moderate(within / dof, dof, s0_sq, cfg.prior_df)
+        effect = mean1 - mean0
+        t = effect / np.sqrt(s2 * (1.0 / n1 + 1.0 / n0))
+    df = dof + cfg.prior_df
+    bad = (n1 < cfg.min_rounds) | (n0 < cfg.min_rounds) | ~np.isfinite(t)
+    np.fill_diagonal(bad, True)
+    for arr in (effect, t, df):
+        arr[bad] = np.nan
+    return effect, t, df, n1 + n0
+
+
+def mutual_test(e: FloatArray, loaded: BoolArray, cfg: DetectorConfig) -> MutualTest:
+    """The mutual pair test of every pair (module docstring)."""
+    effect, t, df, n_rounds = moderated_pairwise(e, loaded, cfg)
+    p_one = t_sf(t, df)
+    with np.errstate(invalid="ignore"):
+        z_one = norm.isf(np.clip(p_one, 1e-300, 1.0))
+    z = (z_one + z_one.T) / np.sqrt(2.0)
+    z = np.where(np.isfinite(p_one) & np.isfinite(p_one.T), z, np.nan)
+    return MutualTest(effect, t, df, n_rounds, z, normal_sf(z))
+
+
+def mutual_hits(test: MutualTest, cfg: DetectorConfig) -> BoolArray:
+    """Upper-triangle ``(n, n)`` bool: the pairs that pass (module docstring)."""
+    n = test.z.shape[0]
+    level = cfg.p_crit_mutual(n)
+    eff, eff_t = test.effect, test.effect.T
+    with np.errstate(invalid="ignore"):
+        hit = (
+            (test.p < level)
+            & ((eff + eff_t) / 2.0 > cfg.effect_floor)
+            & (np.minimum(eff, eff_t) > cfg.effect_floor / 2.0)
+        )
+    return np.triu(hit, 1)
