@@ -198,6 +198,7 @@ CONFIGS: dict[str, Any] = {
         confirm_max_cycles=16,
         confirm=ConfirmConfig(futility_stop=False),
         detector=DetectorConfig(mutual_test=False),
+        capacity_legacy=True,  # 3 late/missing of the last 8 verdicts (session 3)
     ),  # fmt: skip
 }
 
