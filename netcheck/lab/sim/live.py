@@ -25,6 +25,8 @@ round, through the same code paths; only the nodes are simulated
   count of earlier confirmations (error spending);
 - the persistent-slowness test (:func:`~netcheck.analysis.slowness.persistent_slowness`)
   at every analysis over the same window, against the profile's reference time;
+- slowness nominees confirmed on rounds loading each alone
+  (:mod:`netcheck.analysis.alone`), over every alone round of the node so far;
 - the relay test after every round for nodes whose probe exceeded the floor
   (:func:`~netcheck.coordinator.screening.relay_check`).
 
@@ -45,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from netcheck.analysis.alone import AloneConfig, alone_test, nominees
 from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import DetectorConfig
@@ -81,7 +84,8 @@ class LiveConfig:
     ``probe_ref_s``: the profile's reference probe time. ``slowness``: the
     persistent-slowness test's settings (None: not run, the behaviour before it).
     ``pool_rounds``: ``confirm_pool_rounds`` (0: each confirmation attempt judged on its
-    own rounds, the behaviour before evidence was pooled).
+    own rounds, the behaviour before evidence was pooled). ``alone``: the alone-round
+    confirmation of slowness nominees (None: not run, the behaviour before it).
     """
 
     full_every: int = field(default_factory=lambda: _default("screening_full_every"))
@@ -97,6 +101,7 @@ class LiveConfig:
     legacy_confirm: bool = False
     probe_ref_s: float = 0.005
     slowness: SlownessConfig | None = field(default_factory=SlownessConfig)
+    alone: AloneConfig | None = field(default_factory=AloneConfig)
 
 
 def legacy_config() -> LiveConfig:
@@ -108,6 +113,7 @@ def legacy_config() -> LiveConfig:
         legacy_confirm=True,
         slowness=None,
         pool_rounds=0,
+        alone=None,
     )
 
 
@@ -168,6 +174,8 @@ class _State:
     analyses: int = 0
     clock_ns: int = 0
     conf_obs: deque[ConfirmationObservation] = field(default_factory=deque)
+    alone: dict[str, list[tuple[str, float | None]]] = field(default_factory=dict)
+    alone_attempts: dict[str, int] = field(default_factory=dict)
 
 
 class LiveSimulation:
@@ -223,6 +231,13 @@ class LiveSimulation:
             if pop.spec.relay_leg_s > 0:
                 self._probe(round_id, i)
         st.clock_ns += 10**11
+        if kind == "confirmation" and len(rows) == 1:  # one node alone: alone-slowness data
+            row = rows[0]
+            ratio: float | None = None
+            if row["arrived_ns"] is not None:  # TimingRow.service_s / t_ref
+                alone_s = (row["arrived_ns"] - row["released_ns"]) / 1e9 - float(row["rtt_s"])
+                ratio = max(alone_s, 0.0) / self.profile.reference_t_s
+            st.alone.setdefault(row["node_key"], []).append((round_id, ratio))
         st.schedules[round_id] = {k: bool(b) for k, b in zip(self.keys, bits, strict=True)}
         st.kinds[round_id] = kind
         st.results[round_id] = rows
@@ -284,6 +299,7 @@ class LiveSimulation:
             return
         analysis = analyse(stored, self.censor_s, self.cfg.detector)
         st.analyses += 1
+        report = None
         if self.cfg.slowness is not None:  # Screening.slowness: look = the analysis index
             report = persistent_slowness(stored, self.profile.reference_t_s, st.analyses,
                                          self.cfg.slowness)  # fmt: skip
@@ -293,6 +309,23 @@ class LiveSimulation:
             if self._covered(group.members):
                 continue
             self._confirm(group.members)
+        if report is not None and self.cfg.alone is not None:
+            for key in nominees(report, self.cfg.alone, st.slow):
+                self._confirm_alone(key, self.cfg.alone)
+
+    def _confirm_alone(self, key: str, cfg: AloneConfig) -> None:
+        """Alone rounds for one slowness nominee, then the test over its alone rounds."""
+        st = self.state
+        bits = np.array([k == key for k in self.keys])
+        for _ in range(cfg.rounds):
+            rid = f"confirm-{st.confirmation_rounds:06d}"
+            st.confirmation_rounds += 1
+            self._round(rid, "confirmation", bits)
+            del st.results[rid], st.schedules[rid]
+        attempt = st.alone_attempts.get(key, 0) + 1
+        st.alone_attempts[key] = attempt
+        if alone_test(key, st.alone.get(key, []), attempt, cfg).flagged:
+            st.slow.add(key)
 
     def _covered(self, members: Sequence[str]) -> bool:
         flagged = [set(f) for f in self.state.shared]
