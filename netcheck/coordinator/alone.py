@@ -49,7 +49,8 @@ def record_alone_test(flags: FlagStore, profile: Profile, key: str, cfg: AloneCo
         if f.profile == profile.name
     ]
     t_ref = profile.reference_t_s
-    stored = flags.recent_rounds(profile.name, [str(RoundKind.CONFIRMATION)], 4 * cfg.pool_rounds)
+    stored = flags.recent_rounds(profile.name, [str(RoundKind.CONFIRMATION)], 4 * cfg.pool_rounds,
+                                 node_keys=[key])  # fmt: skip
     test = alone_test(key, alone_rounds(stored, t_ref).get(key, []), len(earlier) + 1, cfg)
     evidence = alone_evidence(test, cfg, t_ref, flags.round_results(list(test.round_ids)))
     status = FlagStatus.CONFIRMED if test.flagged else FlagStatus.CLEARED

@@ -384,15 +384,17 @@ class Screening:
         self, profile: str, members: Sequence[str], deadline_s: float,
         schedules: dict[str, dict[str, bool]],
     ) -> tuple[ConfirmationObservation, ...]:  # fmt: skip
-        """Earlier confirmation rounds of ``profile`` (the ``confirm_pool_rounds`` most
-        recent) that loaded only members of the group, as observations, oldest first;
-        their schedules are added to ``schedules`` (for the evidence)."""
+        """Earlier confirmation rounds of ``profile`` that loaded only members of the
+        group (among the ``confirm_pool_rounds`` most recent that loaded any member), as
+        observations, oldest first; their schedules are added to ``schedules`` (for the
+        evidence)."""
         if self.config.confirm_pool_rounds <= 0:
             return ()
         want = set(members)
         stored = self.flags.recent_rounds(
-            profile, [str(RoundKind.CONFIRMATION)], self.config.confirm_pool_rounds
-        )
+            profile, [str(RoundKind.CONFIRMATION)], self.config.confirm_pool_rounds,
+            node_keys=want,
+        )  # fmt: skip
         out = []
         for rid in stored.round_ids:
             schedule = stored.schedules[rid]

@@ -173,7 +173,7 @@ class _State:
     confirmation_rounds: int = 0
     analyses: int = 0
     clock_ns: int = 0
-    conf_obs: deque[ConfirmationObservation] = field(default_factory=deque)
+    conf_obs: dict[str, deque[ConfirmationObservation]] = field(default_factory=dict)
     alone: dict[str, list[tuple[str, float | None]]] = field(default_factory=dict)
     alone_attempts: dict[str, int] = field(default_factory=dict)
 
@@ -327,6 +327,13 @@ class LiveSimulation:
         if alone_test(key, st.alone.get(key, []), attempt, cfg).flagged:
             st.slow.add(key)
 
+    def _prior(self, members: Sequence[str]) -> tuple[ConfirmationObservation, ...]:
+        """The most recent ``pool_rounds`` confirmation rounds that loaded a member, as
+        the coordinator reads them (ConfirmationRun keeps those within the group), oldest
+        first (round ids are numbered in order)."""
+        seen = {o.round_id: o for m in members for o in self.state.conf_obs.get(m, ())}
+        return tuple(seen[r] for r in sorted(seen)[-self.cfg.pool_rounds :])
+
     def _covered(self, members: Sequence[str]) -> bool:
         flagged = [set(f) for f in self.state.shared]
         return all(any({a, b} <= f for f in flagged)
@@ -337,7 +344,7 @@ class LiveSimulation:
         run = ConfirmationRun(
             tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm,
             attempt=prior_attempts(members, st.tested) + 1, legacy=cfg.legacy_confirm,
-            prior=tuple(st.conf_obs) if cfg.pool_rounds else (),
+            prior=self._prior(members) if cfg.pool_rounds else (),
         )  # fmt: skip
         index = {k: i for i, k in enumerate(self.keys)}
         while not run.done:
@@ -353,10 +360,11 @@ class LiveSimulation:
                 del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
             run.add(block)
         st.tested.append(tuple(members))
-        if cfg.pool_rounds:  # the coordinator reads its most recent confirmation rounds
-            st.conf_obs.extend(run.observations)
-            while len(st.conf_obs) > cfg.pool_rounds:
-                st.conf_obs.popleft()
+        if cfg.pool_rounds:  # as stored: each node's most recent confirmation rounds
+            for obs in run.observations:
+                for key in obs.loaded:
+                    mine = st.conf_obs.setdefault(key, deque(maxlen=cfg.pool_rounds))
+                    mine.append(obs)
         st.shared.extend(run.flags)
         st.cleared += not run.flags
 
