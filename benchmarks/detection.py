@@ -190,13 +190,15 @@ CONFIGS: dict[str, Any] = {
     # baseline of DetectorConfig.round_prior_cells
     "tky": lambda: LiveConfig(detector=DetectorConfig(round_prior_cells=0)),
     # the behaviour at the end of session 3 (the "before" of session 4, same run): each
-    # confirmation attempt judged on its own rounds, 4 / 16 cycles, no futility stop, no
-    # mutual pair test
+    # confirmation attempt judged on its own rounds, 4 / 16 cycles, no futility stop, a
+    # pair's level halved for a split phase it never runs, no mutual pair test, no
+    # alone-round slowness stage
     "s3": lambda: LiveConfig(
         pool_rounds=0,
+        alone=None,
         confirm_cycles=4,
         confirm_max_cycles=16,
-        confirm=ConfirmConfig(futility_stop=False),
+        confirm=ConfirmConfig(futility_stop=False, pair_phases=2),
         detector=DetectorConfig(mutual_test=False),
     ),  # fmt: skip
 }
