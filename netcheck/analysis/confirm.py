@@ -44,6 +44,8 @@ class ConfirmConfig:
     - ``futility_stop`` (True): :class:`~netcheck.analysis.confirm_run.ConfirmationRun`
       stops a group phase, from its second look on, when fewer than ``min_members``
       members have a slowdown estimate above the floor (never raises the error).
+    - ``pair_phases`` (1): phases a pair's level is split over: 1, as a pair has no split
+      phase (its group test is the pair test); 2 = before session 4.
     """
 
     effect_floor: float = math.log(1.25)
@@ -52,10 +54,13 @@ class ConfirmConfig:
     min_members: int = 2
     floor_test: bool = True
     futility_stop: bool = True
+    pair_phases: int = 1
 
     def __post_init__(self) -> None:
         if self.effect_floor < 0 or not 0 < self.alpha < 1:
             raise ValueError("need effect_floor >= 0 and 0 < alpha < 1")
+        if self.pair_phases not in (1, 2):
+            raise ValueError("pair_phases must be 1 or 2")
         if self.min_rounds < 2 or self.min_members < 2:
             raise ValueError("need min_rounds >= 2 and min_members >= 2")
 

@@ -11,7 +11,9 @@ Design (docs/detection.md "Confirmation"):
 1. **Group phase**: blocks of ``cycles`` cycles of (whole group, each member alone)
    (:func:`~netcheck.analysis.confirm.plan_confirmation`), judged after each block on all
    data so far (:func:`~netcheck.analysis.confirm.judge_confirmation`), up to
-   ``max_cycles`` cycles; each look at ``alpha_attempt / looks`` (Bonferroni over looks).
+   ``max_cycles`` cycles; each look at ``alpha_attempt / phases / looks`` (Bonferroni
+   over looks and the two phases; a pair has one phase, its group test being the pair
+   test).
    It finds the members that slow down when the group is loaded; it does not stop at
    the first look where 2 members pass, but when all members pass, when the passing
    set (2+) is the same at two looks in a row, or after the last look (stopping early
@@ -157,11 +159,17 @@ class ConfirmationRun:
             return self.cfg.alpha
         return self.cfg.alpha * spending_weight(self.attempt)
 
+    @property
+    def phases(self) -> int:
+        """Phases the level is split over: 1 for a pair (its group test is the pair test,
+        it has no split phase), else 2 (group and split)."""
+        return self.cfg.pair_phases if len(self.members) == 2 else 2
+
     def judge_config(self) -> ConfirmConfig:
-        """Thresholds of one look of the current phase (``alpha / looks``)."""
+        """Thresholds of one look of the current phase (``alpha / phases / looks``)."""
         if self.legacy:
             return replace(self.cfg, alpha=self.alpha / self.looks, floor_test=False)
-        return replace(self.cfg, alpha=self.alpha / 2.0 / self.looks)
+        return replace(self.cfg, alpha=self.alpha / self.phases / self.looks)
 
     @property
     def verdict(self) -> str:

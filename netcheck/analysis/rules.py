@@ -158,6 +158,27 @@ def slow(floor: Any, alpha: Any, min_rounds: Any) -> str:
     )  # fmt: skip
 
 
+def slow_alone(floor: Any, alpha: Any) -> str:
+    """Rule of ``slow`` flags confirmed on rounds loading the node alone
+    (netcheck.analysis.alone)."""
+    f = _num(floor, 1.2)
+    return (
+        "After the screening rounds had shown it slow more often than not, the node was "
+        "sent rounds in which it was the only node loaded. In those rounds its service time "
+        "(result arrival minus release minus its echo round trip) was more often above "
+        f"{f:g} times the profile's reference time t_ref (one card of the claimed class, "
+        "one batch) than below it, by a one-sided sign test (rounds without a result count "
+        "as above; earlier rounds that loaded only this node count too). Alone, with no "
+        f"neighbour to slow it, an honest card of the class takes at most {f:g} t_ref in at "
+        "least half of its rounds; identities sharing one card, each held back to the "
+        "card's slowest answer (padding), do not. The test is repeated when the node is "
+        "picked again; its level is split across the repeats so that it sums to "
+        f"{_num(alpha, 0.01):g} over all of them. "
+        + tail("the sign test's p-value", "the p-value this test had to stay below",
+               "at most")
+    )  # fmt: skip
+
+
 def rule_text(kind: str, evidence: Mapping[str, Any], threshold: Any) -> str | None:
     """The rule of a stored flag of ``kind`` from its evidence's parameters and its
     ``threshold``; None for a kind this module does not know."""
@@ -179,6 +200,8 @@ def rule_text(kind: str, evidence: Mapping[str, Any], threshold: Any) -> str | N
         return relay(evidence.get("floor_s"), evidence.get("mad_k"), evidence.get("min_rounds"))
     if kind == "answer-failure":
         return answer_failure(evidence.get("window"), threshold)
+    if kind == "slow" and evidence.get("stage") == "alone":
+        return slow_alone(evidence.get("floor"), evidence.get("alpha"))
     if kind == "slow":
         return slow(evidence.get("floor"), evidence.get("alpha"), evidence.get("min_rounds"))
     return None

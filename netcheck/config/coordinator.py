@@ -100,10 +100,10 @@ class CoordinatorConfig(FileConfig):
     members pass, or, from its second look, when fewer than 2 are even estimated above
     the floor)."""
     confirm_pool_rounds: int = Field(default=4096, ge=0)
-    """Confirmation judges a group on its own rounds plus the earlier confirmation rounds,
-    among this many most recent ones, that loaded only members of the group (evidence
-    accumulates across attempts; docs/detection.md "Confirmation"); 0 = each attempt
-    alone."""
+    """Confirmation judges a group on its own rounds plus the earlier confirmation rounds
+    that loaded only members of the group, among the this many most recent confirmation
+    rounds that loaded any member (evidence accumulates across attempts; docs/detection.md
+    "Confirmation"); 0 = each attempt alone."""
     capacity_window: int = Field(default=48, ge=2)
     """Capacity test (docs/detection.md): a node's most recent this many verdicts judged
     against the deadline (``pass``, ``late``, ``missing``) form the window."""

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from netcheck.analysis import evidence as ev
 from netcheck.analysis import rules
+from netcheck.analysis.alone import AloneConfig
 from netcheck.analysis.confirm import (
     CLEARED,
     SHARED_BACKEND,
@@ -57,9 +58,10 @@ from netcheck.analysis.screening import (
     hmac_load_rule,
     round_kind,
 )
-from netcheck.analysis.slowness import SlownessConfig, persistent_slowness
+from netcheck.analysis.slowness import SlownessConfig, SlownessReport, persistent_slowness
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator import checks
+from netcheck.coordinator.alone import confirm_alone, slow_nodes
 from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError, RoundError
@@ -120,6 +122,7 @@ class Screening:
         self.detector = DetectorConfig()
         self.confirm = ConfirmConfig()
         self.slowness = SlownessConfig()
+        self.alone = AloneConfig()
         self._analyses: dict[str, int] = {}
         self.lock = asyncio.Lock()
         self._index: dict[str, int] = {}
@@ -276,7 +279,8 @@ class Screening:
                     "flag_ids": []}  # fmt: skip
         analysis = await asyncio.to_thread(analyse, stored, deadline_s, self.detector)
         summary = ev.detection_summary(analysis)
-        flag_ids += await self._slowness(profile, stored)
+        slow_ids, slow_report = await self._slowness(profile, stored)
+        flag_ids += slow_ids
         log.info(
             "screening analysis %s: %d nodes x %d rounds, %d edges, %d suspect groups",
             profile.name, summary["n_nodes"], summary["n_rounds"], len(summary["edges"]),
@@ -297,19 +301,26 @@ class Screening:
             confirmations.append({"group": list(group.members), "verdict": run.verdict,
                                   "flags": [list(f) for f in run.flags], "attempt": run.attempt,
                                   "flag_ids": ids})  # fmt: skip
+        skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
+        flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report, self.alone,
+                                        skip)  # fmt: skip
         return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
                 "flag_ids": flag_ids}  # fmt: skip
 
-    async def _slowness(self, profile: Profile, stored: StoredRounds) -> list[int]:
+    async def _slowness(
+        self, profile: Profile, stored: StoredRounds
+    ) -> tuple[list[int], SlownessReport]:
         """The persistent-slowness test over ``stored`` as the next look: the larger of
         this process's analyses of the profile and the stored screening and full rounds
-        / ``screening_analyze_every`` (survives a restart); returns flag ids."""
+        / ``screening_analyze_every`` (survives a restart); returns flag ids and the
+        report (its nominees are confirmed alone after the contention confirmations)."""
         count = await asyncio.to_thread(self.flags.count_rounds, profile.name, SCREEN_KINDS)
         look = max(self._analyses.get(profile.name, 0) + 1,
                    -(-count // self.config.screening_analyze_every))  # fmt: skip
         self._analyses[profile.name] = look
         report = persistent_slowness(stored, profile.reference_t_s, look, self.slowness)
-        return await asyncio.to_thread(checks.slowness, self.flags, profile, stored, report)
+        ids = await asyncio.to_thread(checks.slowness, self.flags, profile, stored, report)
+        return ids, report
 
     def _shared_flags(self, profile: str, status: FlagStatus | None) -> list[list[str]]:
         """Node sets of the ``shared-backend`` and ``declared-host`` flags of ``profile``."""
@@ -373,15 +384,17 @@ class Screening:
         self, profile: str, members: Sequence[str], deadline_s: float,
         schedules: dict[str, dict[str, bool]],
     ) -> tuple[ConfirmationObservation, ...]:  # fmt: skip
-        """Earlier confirmation rounds of ``profile`` (the ``confirm_pool_rounds`` most
-        recent) that loaded only members of the group, as observations, oldest first;
-        their schedules are added to ``schedules`` (for the evidence)."""
+        """Earlier confirmation rounds of ``profile`` that loaded only members of the
+        group (among the ``confirm_pool_rounds`` most recent that loaded any member), as
+        observations, oldest first; their schedules are added to ``schedules`` (for the
+        evidence)."""
         if self.config.confirm_pool_rounds <= 0:
             return ()
         want = set(members)
         stored = self.flags.recent_rounds(
-            profile, [str(RoundKind.CONFIRMATION)], self.config.confirm_pool_rounds
-        )
+            profile, [str(RoundKind.CONFIRMATION)], self.config.confirm_pool_rounds,
+            node_keys=want,
+        )  # fmt: skip
         out = []
         for rid in stored.round_ids:
             schedule = stored.schedules[rid]

@@ -161,11 +161,14 @@ class FlagStore:
         return None if row is None else dict(row._mapping)
 
     def recent_rounds(
-        self, profile: str, kinds: Collection[str], limit: int, *, complete_only: bool = True
-    ) -> StoredRounds:
+        self, profile: str, kinds: Collection[str], limit: int, *, complete_only: bool = True,
+        node_keys: Collection[str] | None = None,
+    ) -> StoredRounds:  # fmt: skip
         """The ``limit`` most recent rounds of ``profile`` with a kind in ``kinds``, with
         their schedules and raw result rows (oldest first). Recency is the rounds'
-        persistence order (``rounds.seq``), immune to wall-clock steps."""
+        persistence order (``rounds.seq``), immune to wall-clock steps. With
+        ``node_keys``: only rounds in which one of these nodes has a result row (it was
+        sent work), so that other nodes' rounds do not crowd them out of ``limit``."""
         s = round_schedules.c
         query = (
             select(s.round_id, s.kind, s.schedule)
@@ -174,6 +177,9 @@ class FlagStore:
             .order_by(rounds.c.seq.desc())  # not started_at: wall-clock time steps back
             .limit(limit)
         )
+        if node_keys is not None:
+            mine = select(results.c.round_id).where(results.c.node_key.in_(list(node_keys)))
+            query = query.where(s.round_id.in_(mine))
         if complete_only:
             # recorded-late: complete, its results waited in the spool (docs/spool.md)
             query = query.where(rounds.c.status.in_(["complete", "recorded-late"]))

@@ -8,6 +8,8 @@ and is a no-op afterwards. Steps:
   would have been listed before (``started_at``, then ``round_id``: the best order known
   for rounds stored before the column existed), made unique, and on PostgreSQL turned
   into an identity column that continues after the highest value.
+- ``ix_results_node`` (a node's result rows; confirmation reads a group's earlier
+  rounds through it): created.
 """
 
 from __future__ import annotations
@@ -32,11 +34,18 @@ def upgrade(conn: Connection) -> None:
     """
     if "seq" not in _round_columns(conn):
         _add_round_seq(conn)
+    if not _has_results_node_index(conn):
+        conn.execute(text("CREATE INDEX ix_results_node ON results (node_key)"))
+        log.warning("database upgraded: index ix_results_node added")
 
 
 def needs_upgrade(conn: Connection) -> bool:
     """Whether :func:`upgrade` has anything to do (a cheap read of the live schema)."""
-    return "seq" not in _round_columns(conn)
+    return "seq" not in _round_columns(conn) or not _has_results_node_index(conn)
+
+
+def _has_results_node_index(conn: Connection) -> bool:
+    return any(ix["name"] == "ix_results_node" for ix in inspect(conn).get_indexes("results"))
 
 
 def _round_columns(conn: Connection) -> set[str]:

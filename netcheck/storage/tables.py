@@ -134,6 +134,7 @@ results = Table(
     Column("error", Text, nullable=True),
     Column("extra", JSON, nullable=True),  # other per-node timing keys
     UniqueConstraint("round_id", "node_key", name="uq_results_round_node"),
+    Index("ix_results_node", "node_key"),  # a node's rounds (pooled confirmation rounds)
 )
 
 verdicts = Table(

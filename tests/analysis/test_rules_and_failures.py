@@ -28,6 +28,14 @@ def test_every_rule_is_plain_and_ends_with_the_same_threshold_sentence(kind: str
     assert "; flagged when the statistic is " in text
 
 
+def test_alone_slowness_rule_is_plain() -> None:
+    """The alone-round slow flag has its own rule, plain, with the floor of its evidence."""
+    text = rules.rule_text("slow", {"stage": "alone", "floor": 1.2, "alpha": 0.01}, 1e-3)
+    assert text is not None and "only node loaded" in text and "1.2 times" in text
+    assert not [j for j in JARGON if j.lower() in text.lower()], text
+    assert "; flagged when the statistic is " in text
+
+
 def test_rule_numbers_come_from_the_evidence() -> None:
     """The numbers shown are the flag's own: window, strikes, effect floor in %."""
     assert "at least 3 of its last 8 rounds" in rules.capacity(8, 3.0)

@@ -13,7 +13,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from netcheck.analysis.alone import AloneConfig
+from netcheck.analysis.slowness import NodeSlowness, SlownessReport, spent_level
 from netcheck.config import DeadlineParams, Profile
+from netcheck.coordinator.alone import confirm_alone
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import EngineError
 from netcheck.lab.adversary import MadeUpWorker
@@ -194,3 +197,47 @@ async def test_earlier_confirmation_rounds_of_the_group_are_read_back(tmp_path: 
         assert schedules[ids["a"]] == {a: True, b: False, x: False}
         screening.config = screening.config.model_copy(update={"confirm_pool_rounds": 0})
         assert screening._prior_observations(PROFILE.name, [a, b], 10.0, {}) == ()
+
+
+class Delayed(MadeUpWorker):
+    """Made-up answers after ``delay_s`` (EMULATED service time)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__(FP, T)
+        self.delay_s = delay_s
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        await asyncio.sleep(self.delay_s)
+        return await super().run(prompts)
+
+
+async def test_slowness_nominees_are_judged_on_rounds_loading_them_alone(tmp_path: Path) -> None:
+    """Two nominees get rounds loading each alone: the node at 2x t_ref alone gets a
+    confirmed slow flag (stage alone, its alone rounds as evidence); the fast one a
+    cleared record; the fast one's second attempt pools both attempts' rounds at the
+    second attempt's level."""
+    fast_profile = PROFILE.model_copy(update={"deadline": DeadlineParams(t_ref_s=0.1)})
+    async with running_coordinator(tmp_path, [fast_profile], store=_store(tmp_path)) as rc:
+        keys = await _join(rc, {"slow": Delayed(0.2), "fast": Delayed(0.0)})
+        slow, fast = keys["slow"], keys["fast"]
+        screening = rc.coord.screening
+        screening.alone = AloneConfig(rounds=8)
+        nodes = tuple(
+            NodeSlowness(k, tuple(f"s{i}" for i in range(10)), (1.5,) * 10, 10, 10, 1.5, 1e-3,
+                         1e-4, False)
+            for k in (slow, fast)
+        )  # fmt: skip
+        report = SlownessReport(0.1, 1.25, 0.01, 1, 1e-4, 8, 1.0, True, nodes)
+        ids = await confirm_alone(rc.coord, screening.flags, fast_profile, report, screening.alone)
+        got = {f.node_keys[0]: f for f in (screening.flags.get_flag(i) for i in ids) if f}
+        assert (got[slow].kind, got[slow].status) == ("slow", "confirmed")
+        assert (got[fast].kind, got[fast].status) == ("slow", "cleared")
+        ev = got[slow].evidence or {}
+        assert ev["stage"] == "alone" and ev["n"] == 8 and ev["above"] == 8
+        assert "only node loaded" in ev["rule"] and len(ev["latencies"]) == 8
+        again = await confirm_alone(rc.coord, screening.flags, fast_profile, report,
+                                    screening.alone, skip={slow})  # fmt: skip
+        second = screening.flags.get_flag(again[0])
+        assert second is not None and second.evidence is not None
+        assert second.evidence["attempt"] == 2 and second.evidence["n"] == 16
+        assert second.evidence["level"] == spent_level(0.01, 2)

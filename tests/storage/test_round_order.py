@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 
 from netcheck.records import Assignment, NodeOutcome, NodeRecord, RoundPlan, Verdict
 from netcheck.storage import Store
@@ -122,4 +122,21 @@ def test_database_without_round_seq_is_upgraded(db_url: str) -> None:
     assert [r["round_id"] for r in store.list_rounds(2)] == ["e", "d"]
     assert store.list_rounds(1)[0]["seq"] == 5
     store.close()
+    Store(db_url).close()  # a second open finds nothing to upgrade
+
+
+def test_database_without_results_node_index_is_upgraded(db_url: str) -> None:
+    """An older database without ``ix_results_node`` gets it on open, once."""
+    first = Store(db_url)
+    engine = create_engine(first._engine.url)  # same URL (and PostgreSQL search_path)
+    first.close()
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_results_node"))
+    with engine.connect() as conn:
+        assert "ix_results_node" not in {ix["name"] for ix in inspect(conn).get_indexes("results")}
+    store = Store(db_url)
+    store.close()
+    with engine.connect() as conn:
+        assert "ix_results_node" in {ix["name"] for ix in inspect(conn).get_indexes("results")}
+    engine.dispose()
     Store(db_url).close()  # a second open finds nothing to upgrade

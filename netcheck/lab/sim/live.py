@@ -26,6 +26,8 @@ round, through the same code paths; only the nodes are simulated
   count of earlier confirmations (error spending);
 - the persistent-slowness test (:func:`~netcheck.analysis.slowness.persistent_slowness`)
   at every analysis over the same window, against the profile's reference time;
+- slowness nominees confirmed on rounds loading each alone
+  (:mod:`netcheck.analysis.alone`), over every alone round of the node so far;
 - the relay test after every round for nodes whose probe exceeded the floor
   (:func:`~netcheck.coordinator.screening.relay_check`).
 
@@ -46,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from netcheck.analysis.alone import AloneConfig, alone_test, nominees
 from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import DetectorConfig
@@ -94,10 +97,11 @@ class LiveConfig:
     ``probe_ref_s``: the profile's reference probe time. ``slowness``: the
     persistent-slowness test's settings (None: not run, the behaviour before it).
     ``pool_rounds``: ``confirm_pool_rounds`` (0: each confirmation attempt judged on its
-    own rounds, the behaviour before evidence was pooled). ``capacity_*``: the capacity
-    test's settings; ``capacity_legacy``: flag by the fixed-count rule before it
-    (:data:`LEGACY_CAPACITY`) instead (:class:`Snapshot` ``capacity_legacy`` holds that
-    rule's flags in every run).
+    own rounds, the behaviour before evidence was pooled). ``alone``: the alone-round
+    confirmation of slowness nominees (None: not run, the behaviour before it).
+    ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
+    fixed-count rule before it (:data:`LEGACY_CAPACITY`) instead (:class:`Snapshot`
+    ``capacity_legacy`` holds that rule's flags in every run).
     """
 
     full_every: int = field(default_factory=lambda: _default("screening_full_every"))
@@ -116,6 +120,7 @@ class LiveConfig:
     legacy_confirm: bool = False
     probe_ref_s: float = 0.005
     slowness: SlownessConfig | None = field(default_factory=SlownessConfig)
+    alone: AloneConfig | None = field(default_factory=AloneConfig)
 
 
 def legacy_config() -> LiveConfig:
@@ -128,6 +133,7 @@ def legacy_config() -> LiveConfig:
         slowness=None,
         capacity_legacy=True,
         pool_rounds=0,
+        alone=None,
     )
 
 
@@ -192,7 +198,9 @@ class _State:
     confirmation_rounds: int = 0
     analyses: int = 0
     clock_ns: int = 0
-    conf_obs: deque[ConfirmationObservation] = field(default_factory=deque)
+    conf_obs: dict[str, deque[ConfirmationObservation]] = field(default_factory=dict)
+    alone: dict[str, list[tuple[str, float | None]]] = field(default_factory=dict)
+    alone_attempts: dict[str, int] = field(default_factory=dict)
 
 
 class LiveSimulation:
@@ -251,6 +259,13 @@ class LiveSimulation:
             if pop.spec.relay_leg_s > 0:
                 self._probe(round_id, i)
         st.clock_ns += 10**11
+        if kind == "confirmation" and len(rows) == 1:  # one node alone: alone-slowness data
+            row = rows[0]
+            ratio: float | None = None
+            if row["arrived_ns"] is not None:  # TimingRow.service_s / t_ref
+                alone_s = (row["arrived_ns"] - row["released_ns"]) / 1e9 - float(row["rtt_s"])
+                ratio = max(alone_s, 0.0) / self.profile.reference_t_s
+            st.alone.setdefault(row["node_key"], []).append((round_id, ratio))
         st.schedules[round_id] = {k: bool(b) for k, b in zip(self.keys, bits, strict=True)}
         st.kinds[round_id] = kind
         st.results[round_id] = rows
@@ -327,6 +342,7 @@ class LiveSimulation:
             return
         analysis = analyse(stored, self.censor_s, self.cfg.detector)
         st.analyses += 1
+        report = None
         if self.cfg.slowness is not None:  # Screening.slowness: look = the analysis index
             report = persistent_slowness(stored, self.profile.reference_t_s, st.analyses,
                                          self.cfg.slowness)  # fmt: skip
@@ -336,6 +352,30 @@ class LiveSimulation:
             if self._covered(group.members):
                 continue
             self._confirm(group.members)
+        if report is not None and self.cfg.alone is not None:
+            for key in nominees(report, self.cfg.alone, st.slow):
+                self._confirm_alone(key, self.cfg.alone)
+
+    def _confirm_alone(self, key: str, cfg: AloneConfig) -> None:
+        """Alone rounds for one slowness nominee, then the test over its alone rounds."""
+        st = self.state
+        bits = np.array([k == key for k in self.keys])
+        for _ in range(cfg.rounds):
+            rid = f"confirm-{st.confirmation_rounds:06d}"
+            st.confirmation_rounds += 1
+            self._round(rid, "confirmation", bits)
+            del st.results[rid], st.schedules[rid]
+        attempt = st.alone_attempts.get(key, 0) + 1
+        st.alone_attempts[key] = attempt
+        if alone_test(key, st.alone.get(key, []), attempt, cfg).flagged:
+            st.slow.add(key)
+
+    def _prior(self, members: Sequence[str]) -> tuple[ConfirmationObservation, ...]:
+        """The most recent ``pool_rounds`` confirmation rounds that loaded a member, as
+        the coordinator reads them (ConfirmationRun keeps those within the group), oldest
+        first (round ids are numbered in order)."""
+        seen = {o.round_id: o for m in members for o in self.state.conf_obs.get(m, ())}
+        return tuple(seen[r] for r in sorted(seen)[-self.cfg.pool_rounds :])
 
     def _covered(self, members: Sequence[str]) -> bool:
         flagged = [set(f) for f in self.state.shared]
@@ -347,7 +387,7 @@ class LiveSimulation:
         run = ConfirmationRun(
             tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm,
             attempt=prior_attempts(members, st.tested) + 1, legacy=cfg.legacy_confirm,
-            prior=tuple(st.conf_obs) if cfg.pool_rounds else (),
+            prior=self._prior(members) if cfg.pool_rounds else (),
         )  # fmt: skip
         index = {k: i for i, k in enumerate(self.keys)}
         while not run.done:
@@ -363,10 +403,11 @@ class LiveSimulation:
                 del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
             run.add(block)
         st.tested.append(tuple(members))
-        if cfg.pool_rounds:  # the coordinator reads its most recent confirmation rounds
-            st.conf_obs.extend(run.observations)
-            while len(st.conf_obs) > cfg.pool_rounds:
-                st.conf_obs.popleft()
+        if cfg.pool_rounds:  # as stored: each node's most recent confirmation rounds
+            for obs in run.observations:
+                for key in obs.loaded:
+                    mine = st.conf_obs.setdefault(key, deque(maxlen=cfg.pool_rounds))
+                    mine.append(obs)
         st.shared.extend(run.flags)
         st.cleared += not run.flags
 

@@ -57,3 +57,24 @@ def test_padded_pairs_on_the_claimed_class_are_caught_by_slowness() -> None:
         caught[name] = [bool(set(f) & flagged) for f in pop.farms]
         assert not snap.slow & pop.honest
     assert caught == {"slowness": [True] * 3, "before": [False] * 3}
+
+
+def test_padded_pairs_near_the_floor_are_caught_alone() -> None:
+    """Padded pairs at beta 0.3 (1.3 t_ref, just above the screening floor 1.25) are
+    mostly caught by 32 rounds once slowness nominees are judged on rounds loading them
+    alone (floor 1.2); without the alone stage most escape; no honest node is flagged.
+    (A pair on a card faster than the class pads to within the floor and escapes both.)"""
+    spec = PopulationSpec(n_nodes=40, farm_sizes=(2, 2, 2, 2), cohosted_pairs=6,
+                          benign_coupling=0.2, adversary="pad", beta=0.3)  # fmt: skip
+    caught = {"alone": 0, "before": 0}
+    for seed in (10, 11, 12):
+        pop = make_population(spec, np.random.default_rng(seed))
+        for name, cfg in (("alone", LiveConfig()), ("before", LiveConfig(alone=None))):
+            sim = LiveSimulation(pop, cfg, np.random.default_rng(seed + 1), secret=bytes(32))
+            snap = sim.run([32])[0]
+            flagged = (
+                snap.slow | snap.capacity | snap.relay | {k for f in snap.shared_flags for k in f}
+            )
+            caught[name] += sum(bool(set(f) & flagged) for f in pop.farms)
+            assert not snap.slow & pop.honest
+    assert caught["alone"] >= 9 and caught["before"] <= 3, caught

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The detection benchmark (benchmarks/detection.py, EMULATED populations) over every
+# scenario, seed and config at once, one process per (scenario, config, seed) or per
+# chunk of false-flag seeds, on all cores of a bigger machine (session 4: the device's
+# 16 CPU cores; the GPU is not used). The merged table and goals land in
+# $OUT/detection.txt, the plot in $OUT/detection.png, the parts (JSON per job) and
+# their logs in $OUT/parts.tar.gz (re-merge: detection.py --from-json parts/*.json). Run locally too: PY=.venv/bin/python OUT=/tmp/det bash benchmarks/detection_device.sh
+# Configs: new (defaults) and s3 (the behaviour before session 4, same seeds).
+set -uo pipefail
+PY=${PY:-python3}
+if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c "import pydantic, sqlalchemy" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl .whl/extra/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=${PYTHONPATH:-$PWD}
+fi
+OUT=${OUT:-/tmp/det}; mkdir -p "$OUT/parts" "$OUT/logs"
+JOBS=${JOBS:-$(nproc)}; SEEDS=${SEEDS:-2}; FF_SEEDS=${FF_SEEDS:-125}; FF_CHUNK=${FF_CHUNK:-16}
+CONFIGS=${CONFIGS:-"new s3"}; LIMIT=${LIMIT:-540}
+echo "cores $(nproc), jobs $JOBS, seeds $SEEDS, false-flag runs $FF_SEEDS, configs $CONFIGS"
+list=$OUT/jobs.txt; : > "$list"
+# longest first: the 1,000-node scenarios, then the false-flag chunks, then the rest
+"$PY" -c "import sys; sys.path.insert(0, 'benchmarks'); import detection as d
+print('\n'.join(s.name for s in sorted(d.scenarios(), key=lambda s: -s.spec.n_nodes)))" > "$OUT/names.txt" || exit 1
+n=0
+add() { n=$((n + 1)); printf '%s\0' "$n" "$@" >> "$OUT/jobs.txt.tmp.$n"; echo "$n" >> "$list"; }
+while IFS= read -r name; do
+  case "$name" in *n=1000*) ;; *) continue;; esac
+  for c in $CONFIGS; do for s in $(seq 0 $((SEEDS - 1))); do
+    add --scenario "$name" --config "$c" --seeds 1 --first-seed "$s" --ff-seeds 0; done; done
+done < "$OUT/names.txt"
+for sigma in 0.05 0.15; do for c in $CONFIGS; do
+  for first in $(seq 0 "$FF_CHUNK" $((FF_SEEDS - 1))); do
+    k=$((FF_SEEDS - first < FF_CHUNK ? FF_SEEDS - first : FF_CHUNK))
+    add --only NOSUCH --config "$c" --ff-sigma "$sigma" --ff-seeds "$k" --first-seed "$first"; done
+done; done
+while IFS= read -r name; do
+  case "$name" in *n=1000*) continue;; esac
+  for c in $CONFIGS; do for s in $(seq 0 $((SEEDS - 1))); do
+    add --scenario "$name" --config "$c" --seeds 1 --first-seed "$s" --ff-seeds 0; done; done
+done < "$OUT/names.txt"
+echo "$n jobs"
+run_one() {  # job number; its arguments are in $list.tmp.N
+  local i=$1; mapfile -d '' -t args < "$OUT/jobs.txt.tmp.$i"
+  timeout -k 5 "$LIMIT" "$PY" benchmarks/detection.py "${args[@]:1}" --json "$OUT/parts/$i.json" \
+    > "$OUT/logs/$i.txt" 2>&1 || echo "job $i failed or timed out: ${args[*]:1}"
+}
+export -f run_one; export OUT PY LIMIT
+start=$(date +%s)
+xargs -a "$list" -P "$JOBS" -I{} bash -c 'run_one {}'
+echo "all jobs in $(( $(date +%s) - start )) s"
+"$PY" benchmarks/detection.py --from-json "$OUT"/parts/*.json --plot "$OUT/detection.png" \
+  | tee "$OUT/detection.txt"
+rm -f "$OUT"/jobs.txt.tmp.*
+# one archive instead of hundreds of small files (what comes back from a device is limited)
+tar -C "$OUT" -czf "$OUT/parts.tar.gz" parts logs jobs.txt names.txt && rm -rf "$OUT"/parts "$OUT"/logs

@@ -1,0 +1,81 @@
+"""Slowness confirmed on rounds loading one node alone, in the running coordinator.
+
+After each persistent-slowness test (:meth:`netcheck.coordinator.detection.Screening.analyse_and_confirm`),
+every nominee (:func:`netcheck.analysis.alone.nominees`) gets ``AloneConfig.rounds``
+confirmation rounds that load only it; then :func:`netcheck.analysis.alone.alone_test`
+judges every stored round that loaded only this node (the most recent
+``AloneConfig.pool_rounds``; contention confirmation's member-alone rounds count too)
+as the node's next attempt. The outcome is stored as a ``slow`` flag (``confirmed``) or
+a ``cleared`` ``slow`` record (kept for audit; it also counts the attempts, so the
+level is spent across them, docs/detection.md "Confirmation alone").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection
+
+from netcheck.analysis.alone import AloneConfig, alone_evidence, alone_rounds, alone_test, nominees
+from netcheck.analysis.slowness import SLOW, SlownessReport
+from netcheck.config import Profile
+from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.rounds import run_round
+from netcheck.errors import RoundError
+from netcheck.logs import node_label as who
+from netcheck.records import FlagStatus, RoundKind
+from netcheck.storage.flag_merge import raise_flag
+from netcheck.storage.flags import FlagStore
+
+log = logging.getLogger("netcheck.screening")
+
+
+def slow_nodes(flags: FlagStore, profile: str) -> set[str]:
+    """Nodes of ``profile`` with a confirmed ``slow`` flag (not nominated again)."""
+    return {
+        k
+        for f in flags.list_flags(kind=SLOW, status=FlagStatus.CONFIRMED, limit=10_000)
+        if f.profile == profile
+        for k in f.node_keys
+    }
+
+
+def record_alone_test(flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig) -> int:
+    """Judge ``key``'s stored alone rounds as its next attempt and store the outcome;
+    returns the flag (or cleared record) id."""
+    earlier = [
+        f
+        for f in flags.list_flags(kind=SLOW, status=FlagStatus.CLEARED, node_key=key, limit=10_000)
+        if f.profile == profile.name
+    ]
+    t_ref = profile.reference_t_s
+    stored = flags.recent_rounds(profile.name, [str(RoundKind.CONFIRMATION)], 4 * cfg.pool_rounds,
+                                 node_keys=[key])  # fmt: skip
+    test = alone_test(key, alone_rounds(stored, t_ref).get(key, []), len(earlier) + 1, cfg)
+    evidence = alone_evidence(test, cfg, t_ref, flags.round_results(list(test.round_ids)))
+    status = FlagStatus.CONFIRMED if test.flagged else FlagStatus.CLEARED
+    fid, _new = raise_flag(flags, SLOW, status, profile.name, [key], test.p_value, test.level,
+                           evidence)  # fmt: skip
+    log.warning("node %s: alone %d of %d rounds above %.2f x t_ref, p = %.2g (level %.2g): %s "
+                "(flag %d)", who(key), test.above, test.n, cfg.floor, test.p_value, test.level,
+                "slow" if test.flagged else "cleared", fid)  # fmt: skip
+    return fid
+
+
+async def confirm_alone(
+    coord: RoundHost, flags: FlagStore, profile: Profile, report: SlownessReport,
+    cfg: AloneConfig, skip: Collection[str] = (),
+) -> list[int]:  # fmt: skip
+    """Alone rounds and the test for every nominee of ``report`` not in ``skip``;
+    returns the ids stored. A nominee whose round fails (it left) is skipped."""
+    ids = []
+    for key in nominees(report, cfg, skip):
+        try:
+            for i in range(cfg.rounds):
+                await run_round(coord, profile.name, load={key}, kind=RoundKind.CONFIRMATION,
+                                rule="explicit", context={"slowness": key, "round": i})  # fmt: skip
+        except RoundError as exc:
+            log.warning("alone rounds of %s not run: %s", who(key), exc)
+            continue
+        ids.append(await asyncio.to_thread(record_alone_test, flags, profile, key, cfg))
+    return ids

@@ -1,0 +1,78 @@
+"""Slowness confirmed on rounds loading one node alone (netcheck/analysis/alone.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from netcheck.analysis.alone import AloneConfig, alone_rounds, alone_test, nominees
+from netcheck.analysis.slowness import NodeSlowness, SlownessReport, spent_level
+from netcheck.records import StoredRounds
+
+CFG = AloneConfig()
+
+
+def _node(key: str, ratios: list[float | None], flagged: bool = False) -> NodeSlowness:
+    return NodeSlowness(key, tuple(f"r{i}" for i in range(len(ratios))), tuple(ratios), 0,
+                        len(ratios), 1.0, 0.5, 1e-3, flagged)  # fmt: skip
+
+
+def _report(nodes: list[NodeSlowness], ok: bool = True) -> SlownessReport:
+    return SlownessReport(1.0, 1.25, 0.01, 1, 1e-3, 8, 1.0, ok, tuple(nodes))
+
+
+def test_nominees_are_slow_against_the_alone_floor_in_screening() -> None:
+    """A padded node at 1.3 t_ref in most screening rounds is nominated (it is below the
+    screening floor's level, so not flagged there); an honest co-hosted node (1.2 in
+    half its rounds) is not; nor one already flagged, nor any when t_ref is off."""
+    padded = _node("pad", [1.3, 1.28, 1.35, 1.22, 1.31, 1.26, 1.33, 1.3, 1.18, 1.29, None, 1.3])
+    cohost = _node("co", [1.0, 1.21, 0.98, 1.22, 1.01, 1.19, 1.02, 1.23, 0.99, 1.2, 1.0, 1.21])
+    done = _node("done", [2.0] * 12, flagged=True)
+    assert nominees(_report([padded, cohost, done]), CFG) == ["pad"]
+    assert nominees(_report([padded]), CFG, skip={"pad"}) == []
+    assert nominees(_report([padded], ok=False), CFG) == []
+
+
+def test_alone_rounds_are_rounds_loading_exactly_one_node() -> None:
+    """Only rounds whose schedule loads one node count, as service time / t_ref; a
+    loaded round without a result is None."""
+    sched = {"a1": {"a": True, "b": False}, "ab": {"a": True, "b": True},
+             "b1": {"a": False, "b": True}, "a2": {"a": True, "b": False}}  # fmt: skip
+    res = [
+        {"round_id": "a1", "node_key": "a", "released_ns": 0, "arrived_ns": 2_600_000_000,
+         "rtt_s": 0.1, "commitment": "c"},
+        {"round_id": "ab", "node_key": "a", "released_ns": 0, "arrived_ns": 3_000_000_000,
+         "rtt_s": 0.1, "commitment": "c"},
+        {"round_id": "b1", "node_key": "b", "released_ns": 0, "arrived_ns": 2_100_000_000,
+         "rtt_s": 0.1, "commitment": "c"},
+        {"round_id": "a2", "node_key": "a", "released_ns": 0, "arrived_ns": None,
+         "rtt_s": 0.1, "commitment": None},
+    ]  # fmt: skip
+    stored = StoredRounds(("a1", "ab", "b1", "a2"), dict.fromkeys(sched, "confirmation"), sched,
+                          tuple(res))  # fmt: skip
+    got = alone_rounds(stored, 2.0)
+    assert [rid for rid, _ in got["a"]] == ["a1", "a2"] and got["a"][1][1] is None
+    assert math.isclose(got["a"][0][1] or 0, 1.25) and math.isclose(got["b"][0][1] or 0, 1.0)
+    with pytest.raises(ValueError):
+        alone_rounds(stored, 0.0)
+
+
+def test_padded_alone_rounds_are_flagged_an_honest_card_is_not() -> None:
+    """1.3 t_ref alone in 15 of 16 rounds: flagged at the first attempt; a card 15%
+    slower than the class (1.15) is not, however many rounds; too few rounds: not."""
+    padded = [(f"p{i}", 1.3 if i else 1.1) for i in range(16)]
+    slow_card = [(f"s{i}", 1.15 + 0.03 * math.sin(i)) for i in range(200)]
+    got = alone_test("p", padded, 1, CFG)
+    assert got.flagged and got.above == 15 and got.level == spent_level(CFG.alpha, 1)
+    assert not alone_test("s", slow_card, 1, CFG).flagged
+    assert not alone_test("p", padded[:7], 1, CFG).flagged
+
+
+def test_attempts_spend_the_level_and_pool_the_rounds() -> None:
+    """The k-th attempt runs at alpha 6/(pi^2 k^2) over the node's most recent
+    pool_rounds alone rounds: a borderline record passes at attempt 1, not at 4."""
+    obs = [(f"r{i}", 1.3 if i % 5 else 1.1) for i in range(24)]  # 19 of 24 above: p 0.0033
+    assert alone_test("n", obs, 1, CFG).flagged
+    assert not alone_test("n", obs, 4, CFG).flagged
+    assert alone_test("n", obs * 20, 1, AloneConfig(pool_rounds=10)).n == 10
