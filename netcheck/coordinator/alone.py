@@ -32,22 +32,17 @@ log = logging.getLogger("netcheck.screening")
 
 def slow_nodes(flags: FlagStore, profile: str) -> set[str]:
     """Nodes of ``profile`` with a confirmed ``slow`` flag (not nominated again)."""
-    return {
-        k
-        for f in flags.list_flags(kind=SLOW, status=FlagStatus.CONFIRMED, limit=10_000)
-        if f.profile == profile
-        for k in f.node_keys
-    }
+    confirmed = flags.list_flags(
+        kind=SLOW, status=FlagStatus.CONFIRMED, profile=profile, limit=None
+    )
+    return {k for f in confirmed for k in f.node_keys}
 
 
 def record_alone_test(flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig) -> int:
     """Judge ``key``'s stored alone rounds as its next attempt and store the outcome;
     returns the flag (or cleared record) id."""
-    earlier = [
-        f
-        for f in flags.list_flags(kind=SLOW, status=FlagStatus.CLEARED, node_key=key, limit=10_000)
-        if f.profile == profile.name
-    ]
+    earlier = flags.list_flags(kind=SLOW, status=FlagStatus.CLEARED, node_key=key,
+                               profile=profile.name, limit=None)  # fmt: skip
     t_ref = profile.reference_t_s
     stored = flags.recent_rounds(profile.name, [str(RoundKind.CONFIRMATION)], 4 * cfg.pool_rounds,
                                  node_keys=[key])  # fmt: skip

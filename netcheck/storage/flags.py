@@ -284,17 +284,22 @@ class FlagStore:
         kind: str | None = None,
         status: str | None = None,
         node_key: str | None = None,
-        limit: int = 200,
+        profile: str | None = None,
+        limit: int | None = 200,
     ) -> list[Flag]:
         """Flags, newest first, without their evidence (``evidence`` None); optional
-        filters."""
+        filters (``profile`` in SQL, before ``limit``); ``limit=None``: all of them (a
+        count over a node's or a profile's whole history must not lose its oldest rows to
+        newer flags of other profiles or nodes)."""
         cols = [c for c in flags.c if c.name != "evidence"]
         query = select(*cols).order_by(flags.c.flag_id.desc())
         if kind is not None:
             query = query.where(flags.c.kind == kind)
         if status is not None:
             query = query.where(flags.c.status == status)
-        if node_key is None:
+        if profile is not None:
+            query = query.where(flags.c.profile == profile)
+        if node_key is None and limit is not None:
             query = query.limit(limit)
         with self.store._read("list flags") as conn:
             rows = [Flag.from_row(dict(r._mapping)) for r in conn.execute(query)]
