@@ -345,7 +345,42 @@ def merge_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def report_json(paths: list[str], scs: list[Scenario], check: bool) -> int:
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Small multiples, one panel per farm scenario: farms of 2 found (contention) and
+    caught (anything) against screening rounds, each config its own line style; saved
+    to ``path`` (PNG or SVG by its suffix)."""
+    from matplotlib.figure import Figure
+
+    names = list(dict.fromkeys(r["scenario"] for r in rows if r["found2"] == r["found2"]))
+    configs = list(dict.fromkeys(r["config"] for r in rows))
+    cols = 5
+    fig = Figure(figsize=(3.0 * cols, 2.3 * (-(-len(names) // cols))), layout="constrained")
+    axes = fig.subplots(-(-len(names) // cols), cols, squeeze=False, sharex=True, sharey=True)
+    styles = {c: s for c, s in zip(configs, ("-", "--", ":", "-."), strict=False)}
+    for ax, name in zip(axes.flat, names, strict=False):
+        for config in configs:
+            mine = sorted((r for r in rows if r["scenario"] == name and r["config"] == config),
+                          key=lambda r: r["rounds"])  # fmt: skip
+            xs = [r["rounds"] for r in mine]
+            for key, color in (("found2", "#0072B2"), ("caught2", "#D55E00")):
+                ax.plot(xs, [r[key] for r in mine], styles.get(config, "-"), color=color,
+                        marker=".", label=f"{key[:-1]} k=2 [{config}]")  # fmt: skip
+        ax.axhline(0.95, color="grey", lw=0.5)
+        ax.set_title(name, fontsize=8)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(ROUNDS), [str(r) for r in ROUNDS])
+        ax.set_ylim(-0.05, 1.05)
+    for ax in axes.flat[len(names) :]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=8)
+    fig.suptitle("EMULATION: farms of 2 found / caught vs screening rounds (grey: 0.95)")
+    fig.savefig(path, dpi=110)
+
+
+def report_json(
+    paths: list[str], scs: list[Scenario], check: bool, plot_path: str | None = None
+) -> int:
     """Table and goals over the rows of several ``--json`` files (``--from-json``); rows
     of one scenario split over seeds are merged (:func:`merge_rows`)."""
     rows: list[dict[str, Any]] = []
@@ -360,6 +395,8 @@ def report_json(paths: list[str], scs: list[Scenario], check: bool) -> int:
     )
     print(table(rows))
     missed = print_goals(rows, [s for s in scs if s.name in names], configs)
+    if plot_path:
+        plot(rows, plot_path)
     return 1 if (missed and check) else 0
 
 
@@ -399,6 +436,8 @@ def main() -> int:
                         help="first seed of every scenario (to split seeds over processes)")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument("--plot", default=None, metavar="PATH",
+                        help="also draw found/caught vs rounds per scenario (PNG/SVG)")  # fmt: skip
     parser.add_argument("--from-json", nargs="+", default=None, metavar="PATH",
                         help="no runs: table and goals over the rows of these --json files "
                              "(a grid split over processes)")  # fmt: skip
@@ -407,7 +446,7 @@ def main() -> int:
     scs = scenarios()
     if args.from_json:
         ffs = [false_flag_scenario(x) for x in (0.05, 0.15)]
-        return report_json(args.from_json, [*scs, *ffs], args.check)
+        return report_json(args.from_json, [*scs, *ffs], args.check, args.plot)
     seeds, ff_seeds = args.seeds, args.ff_seeds
     if args.quick:
         scs, seeds, ff_seeds = [s for s in scs if s.name in QUICK], 1, 2
@@ -448,6 +487,8 @@ def main() -> int:
     if args.json_path:
         with open(args.json_path, "w") as fh:
             json.dump(rows, fh, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
     return 1 if (missed and args.check) else 0
 
 

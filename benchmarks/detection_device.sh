@@ -2,8 +2,9 @@
 # The detection benchmark (benchmarks/detection.py, EMULATED populations) over every
 # scenario, seed and config at once, one process per (scenario, config, seed) or per
 # chunk of false-flag seeds, on all cores of a bigger machine (session 4: the device's
-# 16 CPU cores; the GPU is not used). Parts land in $OUT/parts/*.json; the merged table
-# and goals in $OUT/detection.txt. Run locally too: PY=.venv/bin/python OUT=/tmp/det bash benchmarks/detection_device.sh
+# 16 CPU cores; the GPU is not used). The merged table and goals land in
+# $OUT/detection.txt, the plot in $OUT/detection.png, the parts (JSON per job) and
+# their logs in $OUT/parts.tar.gz (re-merge: detection.py --from-json parts/*.json). Run locally too: PY=.venv/bin/python OUT=/tmp/det bash benchmarks/detection_device.sh
 # Configs: new (defaults) and s3 (the behaviour before session 4, same seeds).
 set -uo pipefail
 PY=${PY:-python3}
@@ -49,5 +50,8 @@ export -f run_one; export OUT PY LIMIT
 start=$(date +%s)
 xargs -a "$list" -P "$JOBS" -I{} bash -c 'run_one {}'
 echo "all jobs in $(( $(date +%s) - start )) s"
-"$PY" benchmarks/detection.py --from-json "$OUT"/parts/*.json | tee "$OUT/detection.txt"
+"$PY" benchmarks/detection.py --from-json "$OUT"/parts/*.json --plot "$OUT/detection.png" \
+  | tee "$OUT/detection.txt"
 rm -f "$OUT"/jobs.txt.tmp.*
+# one archive instead of hundreds of small files (what comes back from a device is limited)
+tar -C "$OUT" -czf "$OUT/parts.tar.gz" parts logs jobs.txt names.txt && rm -rf "$OUT"/parts "$OUT"/logs

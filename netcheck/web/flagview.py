@@ -38,6 +38,9 @@ EDGE_HEADERS = {
 EDGE_TESTS = {
     "A": "slower when the partner is loaded (log service time)",
     "A-welch": "slower when the partner is loaded (pairwise Welch)",
+    "A-group": "slower with the number of its partners loaded",
+    "A-reverse": "the partner's row, tested the other way round",
+    "A-mutual": "both slower when the other is loaded (the two rows combined)",
     "B": "slowdowns move together (correlation r)",
 }
 
