@@ -40,15 +40,14 @@ class PairwiseTest:
     n0: FloatArray
 
 
-def pairwise_welch(e: FloatArray, loaded: BoolArray, min_rounds: int = 4) -> PairwiseTest:
-    """Welch two-sample t of node i's residuals split by node j's load bit, for all i, j.
-
-    Source: B. L. Welch, "The generalization of 'Student's' problem when several
-    different population variances are involved", *Biometrika* 34 (1947) 28–35 (t and
-    the Welch–Satterthwaite degrees of freedom). Computed with six ``(n, R) @ (R, n)``
-    matrix products, no loop over pairs. Pairs with fewer than ``min_rounds`` rounds in
-    an arm are NaN.
-    """
+def arm_moments(
+    e: FloatArray, loaded: BoolArray
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Per ordered pair ``(i, j)``, node i's residuals split by j's load bit:
+    ``(n1, n0, mean1, mean0, ss1, ss0)``, each ``(n, n)`` — rounds, means and sums of
+    squared deviations in the rounds j was loaded (1) and not (0). ``e``: ``(n, R)``,
+    NaN = not observed; ``loaded``: ``(n, R)`` bool. Six matrix products, no loop over
+    pairs; NaN means where an arm is empty."""
     observed = np.isfinite(e)
     m = observed.astype(np.float64)
     e0 = np.where(observed, e, 0.0)
@@ -59,8 +58,23 @@ def pairwise_welch(e: FloatArray, loaded: BoolArray, min_rounds: int = 4) -> Pai
     q1, q0 = (e0 * e0) @ on, (e0 * e0) @ off
     with np.errstate(divide="ignore", invalid="ignore"):
         mean1, mean0 = s1 / n1, s0 / n0
-        var1 = np.maximum(q1 - n1 * mean1 * mean1, 0.0) / (n1 - 1.0)
-        var0 = np.maximum(q0 - n0 * mean0 * mean0, 0.0) / (n0 - 1.0)
+        ss1 = np.maximum(q1 - n1 * mean1 * mean1, 0.0)
+        ss0 = np.maximum(q0 - n0 * mean0 * mean0, 0.0)
+    return n1, n0, mean1, mean0, ss1, ss0
+
+
+def pairwise_welch(e: FloatArray, loaded: BoolArray, min_rounds: int = 4) -> PairwiseTest:
+    """Welch two-sample t of node i's residuals split by node j's load bit, for all i, j.
+
+    Source: B. L. Welch, "The generalization of 'Student's' problem when several
+    different population variances are involved", *Biometrika* 34 (1947) 28–35 (t and
+    the Welch–Satterthwaite degrees of freedom). Computed with six ``(n, R) @ (R, n)``
+    matrix products, no loop over pairs. Pairs with fewer than ``min_rounds`` rounds in
+    an arm are NaN.
+    """
+    n1, n0, mean1, mean0, ss1, ss0 = arm_moments(e, loaded)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var1, var0 = ss1 / (n1 - 1.0), ss0 / (n0 - 1.0)
         a1, a0 = var1 / n1, var0 / n0
         se2 = a1 + a0
         effect = mean1 - mean0

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.stats import norm
 
-from netcheck.analysis.detector_a import moderate, prior_variance
+from netcheck.analysis.detector_a import arm_moments, moderate, prior_variance
 from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.tails import normal_sf, t_sf
 
@@ -61,21 +61,12 @@ def moderated_pairwise(
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """First-step test of every ordered pair at once: ``(effect, t, df, n_rounds)``,
     each ``(n, n)`` (``e``: residuals ``(n, R)``, NaN = not observed; ``loaded``:
-    ``(n, R)`` bool). Six matrix products, no loop over pairs."""
-    observed = np.isfinite(e)
-    m = observed.astype(np.float64)
-    e0 = np.where(observed, e, 0.0)
-    on = loaded.astype(np.float64).T
-    off = 1.0 - on
-    n1, n0 = m @ on, m @ off
-    s1, s0 = e0 @ on, e0 @ off
-    q1, q0 = (e0 * e0) @ on, (e0 * e0) @ off
+    ``(n, R)`` bool); :func:`~netcheck.analysis.detector_a.arm_moments`."""
+    n1, n0, mean1, mean0, ss1, ss0 = arm_moments(e, loaded)
     s0_sq = prior_variance(e) if cfg.prior_df > 0 else 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean1, mean0 = s1 / n1, s0 / n0
-        within = np.maximum(q1 - n1 * mean1 * mean1, 0.0) + np.maximum(q0 - n0 * mean0 * mean0, 0.0)
         dof = n1 + n0 - 2.0
-        s2 = moderate(within / dof, dof, s0_sq, cfg.prior_df)
+        s2 = moderate((ss1 + ss0) / dof, dof, s0_sq, cfg.prior_df)
         effect = mean1 - mean0
         t = effect / np.sqrt(s2 * (1.0 / n1 + 1.0 / n0))
     df = dof + cfg.prior_df

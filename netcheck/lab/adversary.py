@@ -8,6 +8,8 @@ fingerprint of its profile but does something cheaper:
 - ``made-up`` (:class:`MadeUpWorker`): returns random tokens of the right shape.
 - ``proxy`` (:class:`ProxyWorker`): forwards every batch, and every compute probe, to
   a shared backend (:mod:`netcheck.lab.backend`) that also serves other identities.
+- padding (:class:`PaddingWorker`, tests only): holds every answer back to a fixed
+  time, the shared card's worst case, so that co-loading never shows.
 
 They are reachable only through the hidden ``--adversary`` option of ``netcheck node
 run``; they exist so that the demo and the tests can show cheaters being caught.
@@ -19,6 +21,7 @@ import asyncio
 import random
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import aiohttp
 
@@ -128,3 +131,23 @@ class ProxyWorker:
             return bytes.fromhex(body["answer"])
         except (aiohttp.ClientError, ValueError, KeyError, TypeError) as exc:
             raise EngineError(f"shared backend probe failed: {exc}") from exc
+
+
+class PaddingWorker:
+    """A padding farm identity: runs ``inner`` (e.g. an EMULATED share of one GPU) and
+    holds the answer back until ``hold_s`` seconds after the batch arrived, whatever the
+    load, so that its time never depends on which other identities are loaded."""
+
+    def __init__(self, inner: Any, hold_s: float) -> None:
+        self.inner = inner
+        self.hold_s = hold_s
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return dict(self.inner.fingerprint)
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        start = time.monotonic()
+        outputs: list[list[int]] = await self.inner.run(prompts)
+        await asyncio.sleep(max(0.0, self.hold_s - (time.monotonic() - start)))
+        return outputs

@@ -23,11 +23,13 @@ Computed failure rate: about 5e-5 (< 1e-3).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from netcheck.config import DeadlineParams, Profile
+from netcheck.lab.adversary import PaddingWorker
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
 from netcheck.lab.sim.live import LiveConfig, LiveSimulation
 from netcheck.lab.sim.population import PopulationSpec, make_population
@@ -89,3 +91,59 @@ async def test_live_and_simulated_screening_raise_the_same_flags(tmp_path: Path)
     want = {("shared-backend", "confirmed", frozenset({"proxy"}))}
     assert live == want
     assert simulated == want
+
+
+#: 48 rounds (36 screening): each identity needs 8 loaded screening rounds for the
+#: slowness test that nominates it, P(Binomial(36, 1/2) < 8) = 1e-4 per identity; at 32
+#: rounds (24) it is 0.03, and the simulated check failed in 8 of 200 random runs (0 of
+#: 200 at 48).
+PAD_ROUNDS = 48
+
+
+async def test_live_and_simulated_padding_pair_is_flagged_slow_alone(tmp_path: Path) -> None:
+    """A padding pair held to 1.24 t_ref on one card (beta 0.24): above the alone floor
+    (1.2), below the screening floor (1.25), within the deadline, no contention: both
+    live and simulated runs raise slow flags on the pair only (judged on rounds that
+    load each identity alone), nothing else, in 48 rounds. The simulated noise is the
+    emulated GPU's (5 ms ticks on 0.3 s: about 1%)."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        shared = EmulatedGPU(0.3, beta=0.24)
+        workers: dict[str, Any] = {
+            f"honest-{i}": EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(0.3))
+            for i in range(4)
+        }
+        workers |= {
+            f"proxy-{x}": PaddingWorker(EmulatedWorker(CanaryAnswering(FP, T), shared), 0.372)
+            for x in "ab"
+        }
+        names = rc.start_named(workers, PROFILE.name)
+        await rc.wait_connected(len(workers))
+        await rc.coord.screening.run(PROFILE.name, PAD_ROUNDS)
+        stored = rc.coord.screening.flags.list_flags(limit=100)
+    role = {key: name.split("-")[0] for name, key in names.items()}
+    live = _roles([(f.kind, f.status, frozenset(f.node_keys)) for f in stored
+                   if f.status != "cleared"], role)  # fmt: skip
+
+    spec = PopulationSpec(
+        n_nodes=6, farm_sizes=(2,), cohosted_pairs=0, sigma_w=0.01, sigma_spread=0.0,
+        beta=0.24, t_ref_s=0.3, speed_sd=0.0, round_sd=0.003, rtt_min_s=0.0005,
+        rtt_max_s=0.002, adversary="pad",
+    )  # fmt: skip
+    pop = make_population(spec, np.random.default_rng(1))
+    sim = LiveSimulation(pop, LiveConfig(), np.random.default_rng(2), profile=PROFILE)
+    snap = sim.run([PAD_ROUNDS])[-1]
+    sim_role = {k: ("honest" if k in pop.honest else "proxy") for k in pop.node_keys}
+    simulated = _roles(
+        [("shared-backend", "confirmed", frozenset(f)) for f in snap.shared_flags]
+        + [("capacity", "confirmed", frozenset({k})) for k in snap.capacity]
+        + [("slow", "confirmed", frozenset({k})) for k in snap.slow],
+        sim_role,
+    )
+    want = {("slow", "confirmed", frozenset({"proxy"}))}
+    assert live == want
+    assert simulated == want
+    assert (
+        len(snap.slow) == 2
+        and sum(f.kind == "slow" and f.status == "confirmed" for f in stored) == 2
+    )
