@@ -62,15 +62,25 @@ async def confirm_alone(
     cfg: AloneConfig, skip: Collection[str] = (),
 ) -> list[int]:  # fmt: skip
     """Alone rounds and the test for every nominee of ``report`` not in ``skip``;
-    returns the ids stored. A nominee whose round fails (it left) is skipped."""
+    returns the ids stored. A nominee that is not connected (it left) gets no round and
+    no test (an empty test would still spend one of its attempts); one that leaves
+    midway gets no more rounds, and its test only if a round of this attempt loaded it."""
     ids = []
     for key in nominees(report, cfg, skip):
+        loaded = 0
         try:
             for i in range(cfg.rounds):
-                await run_round(coord, profile.name, load={key}, kind=RoundKind.CONFIRMATION,
-                                rule="explicit", context={"slowness": key, "round": i})  # fmt: skip
+                if key not in {s.node_key for s in coord.connected(profile.name)}:
+                    break
+                done = await run_round(coord, profile.name, load={key},
+                                       kind=RoundKind.CONFIRMATION, rule="explicit",
+                                       context={"slowness": key, "round": i})  # fmt: skip
+                loaded += bool(done.schedule.get(key))
         except RoundError as exc:
             log.warning("alone rounds of %s not run: %s", who(key), exc)
+            continue
+        if not loaded:
+            log.warning("alone rounds of %s not run: not connected", who(key))
             continue
         ids.append(await asyncio.to_thread(record_alone_test, flags, profile, key, cfg))
     return ids

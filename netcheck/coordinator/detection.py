@@ -343,8 +343,16 @@ class Screening:
     ) -> tuple[ConfirmationRun, list[int]]:
         """Confirmation rounds for one suspect group (:class:`ConfirmationRun`, the same
         driver the simulator uses); stores one ``shared-backend`` flag per confirmed
-        clique, or one ``cleared`` record; returns the run and the flag ids."""
+        clique, or one ``cleared`` record; returns the run and the flag ids.
+
+        Raises:
+            RoundError: a member is not connected (nothing is run or stored), or no node
+                is.
+        """
         members = list(group.members)
+        gone = set(members) - {s.node_key for s in self.coord.connected(profile.name)}
+        if gone:  # its rounds would load the rest only: nothing to learn, an attempt spent
+            raise RoundError(f"{len(gone)} member(s) not connected")
         earlier = await asyncio.to_thread(self._shared_flags, profile.name, None)
         schedules: dict[str, dict[str, bool]] = {}
         prior = await asyncio.to_thread(

@@ -1,6 +1,7 @@
 """Error spending across confirmation attempts in the coordinator: every attempt of a
 group (or a node's alone test) is counted from the flag table, whatever other profiles
-store and however a run's flags merge (docs/detection.md "Confirmation")."""
+store and however a run's flags merge, and no attempt is spent on a node that left
+(docs/detection.md "Confirmation", "Confirmation alone")."""
 
 from __future__ import annotations
 
@@ -9,15 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from sqlalchemy import insert
 
+from netcheck.analysis.alone import AloneConfig
 from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
 from netcheck.analysis.screening import analyse
-from netcheck.analysis.slowness import SLOW
+from netcheck.analysis.slowness import SLOW, NodeSlowness, SlownessReport
 from netcheck.config import DeadlineParams, Profile
-from netcheck.coordinator.alone import slow_nodes
+from netcheck.coordinator.alone import confirm_alone, slow_nodes
+from netcheck.errors import RoundError
+from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import canary_store, running_coordinator
 from netcheck.records import FlagKind, FlagStatus, StoredRounds
 from netcheck.storage.flags import FlagStore, flags
@@ -106,3 +111,27 @@ async def test_every_run_of_a_group_counts_as_an_attempt(tmp_path: Path) -> None
         assert after == before + 1
         confirmed = screening.flags.list_flags(kind=SHARED, status=FlagStatus.CONFIRMED)
         assert [list(f.node_keys) for f in confirmed] == [["a", "b"]]
+
+
+async def test_nominees_and_groups_that_left_get_no_rounds_and_no_attempt(tmp_path: Path) -> None:
+    """A slowness nominee or a suspect-group member that is not connected gets no
+    confirmation round and no record: an empty test would spend one of its attempts (a
+    slow node could leave around analyses to shrink its level) and run empty rounds."""
+    fast = PROFILE.model_copy(update={"deadline": DeadlineParams(t_ref_s=0.1)})
+    store = canary_store(tmp_path / "netcheck.db", fast, FP, 50, answer=(1,) * T)
+    async with running_coordinator(tmp_path, [fast], store=store) as rc:
+        names = rc.start_named({"here": MadeUpWorker(FP, T)}, fast.name)
+        await rc.wait_connected(1)
+        here, gone = names["here"], "ed25519:" + "A" * 43
+        screening = rc.coord.screening
+        node = NodeSlowness(gone, tuple(f"s{i}" for i in range(10)), (1.5,) * 10, 10, 10,
+                            1.5, 1e-3, 1e-4, False)  # fmt: skip
+        report = SlownessReport(0.1, 1.25, 0.01, 1, 1e-4, 8, 1.0, True, (node,))
+        before = len(rc.coord.store.list_rounds(100))
+        assert await confirm_alone(rc.coord, screening.flags, fast, report, AloneConfig()) == []
+        stored = StoredRounds((), {}, {}, ())
+        with pytest.raises(RoundError, match="not connected"):
+            await screening.confirm_group(fast, SuspectGroup((here, gone), ()), stored,
+                                          analyse(stored, 1.0, DetectorConfig()))  # fmt: skip
+        assert len(rc.coord.store.list_rounds(100)) == before
+        assert screening.flags.list_flags(limit=None) == []
