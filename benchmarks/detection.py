@@ -353,7 +353,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     from matplotlib.figure import Figure
 
     names = list(dict.fromkeys(r["scenario"] for r in rows if r["found2"] == r["found2"]))
-    configs = list(dict.fromkeys(r["config"] for r in rows))
+    configs = sorted(dict.fromkeys(r["config"] for r in rows), key=lambda c: c != "new")
     cols = 5
     fig = Figure(figsize=(3.0 * cols, 2.3 * (-(-len(names) // cols))), layout="constrained")
     axes = fig.subplots(-(-len(names) // cols), cols, squeeze=False, sharex=True, sharey=True)
@@ -388,11 +388,14 @@ def report_json(
     for path in paths:
         with open(path) as fh:
             rows += json.load(fh)
-    rows = merge_rows(rows)
+    order = {sc.name: i for i, sc in enumerate(scs)}
+    configs = tuple(sorted(dict.fromkeys(r["config"] for r in rows), key=lambda c: c != "new"))
+    rows = sorted(merge_rows(rows), key=lambda r: (order.get(r["scenario"], len(order)),
+                                                   configs.index(r["config"]), r["rounds"]))  # fmt: skip
     names = {r["scenario"] for r in rows}
-    configs = tuple(dict.fromkeys(r["config"] for r in rows))
     print(
-        f"EMULATION — netcheck detection benchmark, rows of {len(paths)} runs: {', '.join(paths)}"
+        f"EMULATION — netcheck detection benchmark, rows of {len(paths)} runs: "
+        + (", ".join(paths) if len(paths) <= 8 else f"{paths[0]} ... {paths[-1]}")
     )
     print(table(rows))
     missed = print_goals(rows, [s for s in scs if s.name in names], configs)

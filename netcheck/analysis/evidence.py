@@ -91,6 +91,14 @@ def detection_summary(analysis: Analysis) -> dict[str, Any]:
     }
 
 
+def _bits(schedule: Mapping[str, bool], members: Sequence[str]) -> dict[str, bool]:
+    """A confirmation round's schedule bits of the group's members and of every loaded
+    node (the full schedule stays in ``round_schedules``). Keeps a record
+    proportional to its rounds, not to rounds x connected nodes (a pooled history of
+    4,096 rounds at 1,000 nodes was ~300 MB of bits)."""
+    return {k: on for k, on in schedule.items() if on or k in members}
+
+
 def shared_backend_evidence(
     group: SuspectGroup, stored: StoredRounds, analysis: Analysis, detector: DetectorConfig,
     run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
@@ -134,7 +142,7 @@ def shared_backend_evidence(
                 {
                     "round_id": o.round_id,
                     "loaded": sorted(o.loaded),
-                    "schedule": schedules[o.round_id],
+                    "schedule": _bits(schedules[o.round_id], members),
                     "log_service": dict(o.log_service),
                     "pooled": o.round_id in pooled,
                 }

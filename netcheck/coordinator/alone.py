@@ -32,22 +32,17 @@ log = logging.getLogger("netcheck.screening")
 
 def slow_nodes(flags: FlagStore, profile: str) -> set[str]:
     """Nodes of ``profile`` with a confirmed ``slow`` flag (not nominated again)."""
-    return {
-        k
-        for f in flags.list_flags(kind=SLOW, status=FlagStatus.CONFIRMED, limit=10_000)
-        if f.profile == profile
-        for k in f.node_keys
-    }
+    confirmed = flags.list_flags(
+        kind=SLOW, status=FlagStatus.CONFIRMED, profile=profile, limit=None
+    )
+    return {k for f in confirmed for k in f.node_keys}
 
 
 def record_alone_test(flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig) -> int:
     """Judge ``key``'s stored alone rounds as its next attempt and store the outcome;
     returns the flag (or cleared record) id."""
-    earlier = [
-        f
-        for f in flags.list_flags(kind=SLOW, status=FlagStatus.CLEARED, node_key=key, limit=10_000)
-        if f.profile == profile.name
-    ]
+    earlier = flags.list_flags(kind=SLOW, status=FlagStatus.CLEARED, node_key=key,
+                               profile=profile.name, limit=None)  # fmt: skip
     t_ref = profile.reference_t_s
     stored = flags.recent_rounds(profile.name, [str(RoundKind.CONFIRMATION)], 4 * cfg.pool_rounds,
                                  node_keys=[key])  # fmt: skip
@@ -67,15 +62,25 @@ async def confirm_alone(
     cfg: AloneConfig, skip: Collection[str] = (),
 ) -> list[int]:  # fmt: skip
     """Alone rounds and the test for every nominee of ``report`` not in ``skip``;
-    returns the ids stored. A nominee whose round fails (it left) is skipped."""
+    returns the ids stored. A nominee that is not connected (it left) gets no round and
+    no test (an empty test would still spend one of its attempts); one that leaves
+    midway gets no more rounds, and its test only if a round of this attempt loaded it."""
     ids = []
     for key in nominees(report, cfg, skip):
+        loaded = 0
         try:
             for i in range(cfg.rounds):
-                await run_round(coord, profile.name, load={key}, kind=RoundKind.CONFIRMATION,
-                                rule="explicit", context={"slowness": key, "round": i})  # fmt: skip
+                if key not in {s.node_key for s in coord.connected(profile.name)}:
+                    break
+                done = await run_round(coord, profile.name, load={key},
+                                       kind=RoundKind.CONFIRMATION, rule="explicit",
+                                       context={"slowness": key, "round": i})  # fmt: skip
+                loaded += bool(done.schedule.get(key))
         except RoundError as exc:
             log.warning("alone rounds of %s not run: %s", who(key), exc)
+            continue
+        if not loaded:
+            log.warning("alone rounds of %s not run: not connected", who(key))
             continue
         ids.append(await asyncio.to_thread(record_alone_test, flags, profile, key, cfg))
     return ids

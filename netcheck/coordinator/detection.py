@@ -327,8 +327,7 @@ class Screening:
         return [
             list(f.node_keys)
             for kind in (SHARED_BACKEND, str(FlagKind.DECLARED_HOST))
-            for f in self.flags.list_flags(kind=kind, status=status, limit=10_000)
-            if f.profile == profile
+            for f in self.flags.list_flags(kind=kind, status=status, profile=profile, limit=None)
         ]
 
     def _already_flagged(self, profile: str, members: Sequence[str]) -> bool:
@@ -344,8 +343,16 @@ class Screening:
     ) -> tuple[ConfirmationRun, list[int]]:
         """Confirmation rounds for one suspect group (:class:`ConfirmationRun`, the same
         driver the simulator uses); stores one ``shared-backend`` flag per confirmed
-        clique, or one ``cleared`` record; returns the run and the flag ids."""
+        clique, or one ``cleared`` record; returns the run and the flag ids.
+
+        Raises:
+            RoundError: a member is not connected (nothing is run or stored), or no node
+                is.
+        """
         members = list(group.members)
+        gone = set(members) - {s.node_key for s in self.coord.connected(profile.name)}
+        if gone:  # its rounds would load the rest only: nothing to learn, an attempt spent
+            raise RoundError(f"{len(gone)} member(s) not connected")
         earlier = await asyncio.to_thread(self._shared_flags, profile.name, None)
         schedules: dict[str, dict[str, bool]] = {}
         prior = await asyncio.to_thread(
@@ -415,11 +422,6 @@ class Screening:
         )
         group_res = run.group_result
         assert group_res is not None
-        if not run.flags:
-            p_min = min((t.p for t in group_res.members if math.isfinite(t.p)), default=math.nan)
-            evidence["confirmed_members"] = list(group_res.confirmed_members)
-            return [self.flags.add_flag(SHARED_BACKEND, CLEARED, profile.name, list(group.members),
-                                        p_min, group_res.p_threshold, evidence)]  # fmt: skip
         ids = []
         declared = {m: self.config.node_hosts[m] for m in group.members
                     if m in self.config.node_hosts}  # fmt: skip
@@ -436,6 +438,18 @@ class Screening:
             fid, _new = raise_flag(self.flags, kind, FlagStatus.CONFIRMED, profile.name,
                                    flag, stat, level, doc)  # fmt: skip
             ids.append(fid)
+        cleared = [(a, b) for a, b in itertools.combinations(sorted(set(group.members)), 2)
+                   if not any({a, b} <= set(f) for f in run.flags)]  # fmt: skip
+        if cleared:
+            # The record of the test: it also counts this group's attempts
+            # (prior_attempts), also when flags name only some of its members or merge
+            # into an open flag, so a re-nominated group never gets a fresh level.
+            p_min = min((t.p for t in group_res.members if math.isfinite(t.p)), default=math.nan)
+            doc = {**evidence, "confirmed_members": list(group_res.confirmed_members),
+                   "cleared_pairs": [list(p) for p in cleared]}  # fmt: skip
+            ids.append(self.flags.add_flag(SHARED_BACKEND, CLEARED, profile.name,
+                                           list(group.members), p_min, group_res.p_threshold,
+                                           doc))  # fmt: skip
         return ids
 
     # -- per-round checks ------------------------------------------------------------------

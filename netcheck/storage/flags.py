@@ -168,7 +168,9 @@ class FlagStore:
         their schedules and raw result rows (oldest first). Recency is the rounds'
         persistence order (``rounds.seq``), immune to wall-clock steps. With
         ``node_keys``: only rounds in which one of these nodes has a result row (it was
-        sent work), so that other nodes' rounds do not crowd them out of ``limit``."""
+        sent work), so that other nodes' rounds do not crowd them out of ``limit``; and
+        each schedule keeps only the bits of ``node_keys`` and of the loaded nodes (read
+        row by row: 4,096 full schedules of 1,000 nodes held ~700 MB)."""
         s = round_schedules.c
         query = (
             select(s.round_id, s.kind, s.schedule)
@@ -183,13 +185,20 @@ class FlagStore:
         if complete_only:
             # recorded-late: complete, its results waited in the spool (docs/spool.md)
             query = query.where(rounds.c.status.in_(["complete", "recorded-late"]))
+        keep = None if node_keys is None else set(node_keys)
+        picked: list[tuple[str, str, dict[str, bool]]] = []
         with self.store._read("read recent rounds") as conn:
-            picked = list(conn.execute(query))[::-1]
-        ids = tuple(r.round_id for r in picked)
+            for r in conn.execute(query):
+                bits = dict(r.schedule)
+                if keep is not None:
+                    bits = {k: on for k, on in bits.items() if on or k in keep}
+                picked.append((r.round_id, r.kind, bits))
+        picked.reverse()
+        ids = tuple(rid for rid, _, _ in picked)
         return StoredRounds(
             ids,
-            {r.round_id: r.kind for r in picked},
-            {r.round_id: dict(r.schedule) for r in picked},
+            {rid: kind for rid, kind, _ in picked},
+            {rid: bits for rid, _, bits in picked},
             tuple(self.round_results(ids)),
         )
 
@@ -298,17 +307,22 @@ class FlagStore:
         kind: str | None = None,
         status: str | None = None,
         node_key: str | None = None,
-        limit: int = 200,
+        profile: str | None = None,
+        limit: int | None = 200,
     ) -> list[Flag]:
         """Flags, newest first, without their evidence (``evidence`` None); optional
-        filters."""
+        filters (``profile`` in SQL, before ``limit``); ``limit=None``: all of them (a
+        count over a node's or a profile's whole history must not lose its oldest rows to
+        newer flags of other profiles or nodes)."""
         cols = [c for c in flags.c if c.name != "evidence"]
         query = select(*cols).order_by(flags.c.flag_id.desc())
         if kind is not None:
             query = query.where(flags.c.kind == kind)
         if status is not None:
             query = query.where(flags.c.status == status)
-        if node_key is None:
+        if profile is not None:
+            query = query.where(flags.c.profile == profile)
+        if node_key is None and limit is not None:
             query = query.limit(limit)
         with self.store._read("list flags") as conn:
             rows = [Flag.from_row(dict(r._mapping)) for r in conn.execute(query)]

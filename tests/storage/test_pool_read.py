@@ -1,0 +1,43 @@
+"""The confirmation pool read (``recent_rounds(node_keys=...)``) on SQLite and
+PostgreSQL: a group's own rounds, each schedule cut to the bits it needs."""
+
+from __future__ import annotations
+
+from netcheck.records import Assignment, NodeOutcome, NodeRecord, RoundPlan, Verdict
+from netcheck.storage import Store
+from netcheck.storage.flags import FlagStore
+
+OTHERS = [f"{i:064x}" for i in range(300)]
+
+
+def _round(fs: FlagStore, rid: str, loaded: list[str]) -> None:
+    """A complete confirmation round loading ``loaded`` among 300 other connected nodes."""
+    assigned = tuple(Assignment(k, ("a",), (), (), (), bytes(32), bytes(12)) for k in loaded)
+    fs.store.record_plan(RoundPlan(rid, "p", 1, 2, assigned, ()), 0.0)
+    schedule = {**{k: False for k in OTHERS}, **{k: True for k in loaded}}
+    fs.record_schedule(rid, "p", "confirmation", "explicit", schedule)
+    fs.store.record_outcome(rid, [NodeOutcome(k, Verdict.PASS, "x", 0.5, 1, 1) for k in loaded],
+                            {k: NodeRecord() for k in loaded})  # fmt: skip
+    fs.store.finish_round(rid, "complete", {})
+
+
+def test_pool_read_keeps_the_group_bits_and_the_loaded_nodes(db_url: str) -> None:
+    """Only rounds that sent a member work; each schedule holds the asked nodes' bits and
+    the loaded nodes', not the 300 other connected nodes' (4,096 full schedules of
+    1,000 nodes held ~700 MB in the coordinator)."""
+    fs = FlagStore(Store(db_url))
+    for k in ("a", "b", "c", OTHERS[0]):
+        fs.store.upsert_node(k, k, "p", "fp", {}, 0.0)
+    _round(fs, "r1", ["a", "b"])
+    _round(fs, "r2", ["a"])
+    _round(fs, "r3", ["c"])
+    _round(fs, "r4", ["b", OTHERS[0]])
+    got = fs.recent_rounds("p", ["confirmation"], 10, node_keys=["a", "b"])
+    assert got.round_ids == ("r1", "r2", "r4")
+    assert got.schedules["r1"] == {"a": True, "b": True}
+    assert got.schedules["r2"] == {"a": True}
+    assert got.schedules["r4"] == {"b": True, OTHERS[0]: True}
+    assert {r["node_key"] for r in got.results if r["round_id"] == "r4"} == {"b", OTHERS[0]}
+    full = fs.recent_rounds("p", ["confirmation"], 10)
+    assert len(full.schedules["r3"]) == 301
+    fs.store.close()
