@@ -38,9 +38,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcheck.analysis import rules
-from netcheck.analysis.evidence import latency, receipt
 from netcheck.analysis.screening import timing_rows
-from netcheck.analysis.slowness import NodeSlowness, SlownessReport, sign_test_p, spent_level
+from netcheck.analysis.slowness import (
+    NodeSlowness,
+    SlownessReport,
+    node_record,
+    sign_test_p,
+    spent_level,
+)
 from netcheck.records import StoredRounds
 
 
@@ -149,7 +154,6 @@ def alone_evidence(
     ``rows``: stored result rows of ``test.round_ids``. To re-check: recompute
     ``service_s / t_ref_s`` from the latencies, count those above ``floor`` and take the
     binomial tail."""
-    mine = {r["round_id"]: r for r in rows if r.get("node_key") == test.node_key}
     return {
         "rule": rules.slow_alone(cfg.floor, cfg.alpha),
         "test": "one-sided sign test over rounds loading only this node, "
@@ -160,16 +164,5 @@ def alone_evidence(
         "alpha": cfg.alpha,
         "attempt": attempt,
         "level": test.level,
-        "rounds": list(test.round_ids),
-        "ratios": list(test.ratios),
-        "above": test.above,
-        "n": test.n,
-        "median_ratio": test.median_ratio,
-        "p_value": test.p_value,
-        "latencies": {rid: latency(mine[rid]) for rid in test.round_ids if rid in mine},
-        "receipts": [
-            receipt(mine[rid])
-            for rid in test.round_ids
-            if rid in mine and mine[rid].get("signature")
-        ],
+        **node_record(test, rows),
     }
