@@ -346,6 +346,40 @@ def merge_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def markdown(rows: list[dict[str, Any]], base: str = "s3") -> str:
+    """The ``new`` rows as a Markdown table, with the ``base`` config's found and caught
+    (farms of 2) and confirmation rounds of the same scenario and round count beside
+    them (docs/detection.md)."""
+
+    def f3(r: dict[str, Any], what: str) -> str:
+        return " / ".join("–" if r[f"{what}{k}"] != r[f"{what}{k}"] else f"{r[f'{what}{k}']:.2f}"
+                          for k in SIZES)  # fmt: skip
+
+    by = {(r["scenario"], r["rounds"]): r for r in rows if r["config"] == base}
+    out = [
+        f"| scenario | R | found k=2 / 3 / 5 | caught k=2 / 3 / 5 | {base}: found / caught k=2 "
+        f"| FF | slH | capH | HS | conf ({base}) | an |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    last = None
+    for r in rows:
+        if r["config"] != "new":
+            continue
+        b = by.get((r["scenario"], r["rounds"]))
+        fb = (
+            "–"
+            if b is None or b["found2"] != b["found2"]
+            else f"{b['found2']:.2f} / {b['caught2']:.2f}"
+        )
+        cb = "" if b is None else f" ({b['conf']:.0f})"
+        name = r["scenario"] if r["scenario"] != last else ""
+        last = r["scenario"]
+        out.append(f"| {name} | {r['rounds']} | {f3(r, 'found')} | {f3(r, 'caught')} | {fb} | "
+                   f"{r['FF']} | {r['slH']} | {r['capH']} | {r['HS']:.1f} | {r['conf']:.0f}{cb} | "
+                   f"{r['an']} |")  # fmt: skip
+    return "\n".join(out)
+
+
 def plot(rows: list[dict[str, Any]], path: str) -> None:
     """Small multiples, one panel per farm scenario: farms of 2 found (contention) and
     caught (anything) against screening rounds, each config its own line style; saved
@@ -380,8 +414,9 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 
 def report_json(
-    paths: list[str], scs: list[Scenario], check: bool, plot_path: str | None = None
-) -> int:
+    paths: list[str], scs: list[Scenario], check: bool, plot_path: str | None = None,
+    md: bool = False,
+) -> int:  # fmt: skip
     """Table and goals over the rows of several ``--json`` files (``--from-json``); rows
     of one scenario split over seeds are merged (:func:`merge_rows`)."""
     rows: list[dict[str, Any]] = []
@@ -401,6 +436,8 @@ def report_json(
     missed = print_goals(rows, [s for s in scs if s.name in names], configs)
     if plot_path:
         plot(rows, plot_path)
+    if md:
+        print("\n" + markdown(rows))
     return 1 if (missed and check) else 0
 
 
@@ -440,6 +477,8 @@ def main() -> int:
                         help="first seed of every scenario (to split seeds over processes)")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
+    parser.add_argument("--markdown", action="store_true",
+                        help="with --from-json: also the new-vs-s3 table in Markdown")  # fmt: skip
     parser.add_argument("--plot", default=None, metavar="PATH",
                         help="also draw found/caught vs rounds per scenario (PNG/SVG)")  # fmt: skip
     parser.add_argument("--from-json", nargs="+", default=None, metavar="PATH",
@@ -450,7 +489,7 @@ def main() -> int:
     scs = scenarios()
     if args.from_json:
         ffs = [false_flag_scenario(x) for x in (0.05, 0.15)]
-        return report_json(args.from_json, [*scs, *ffs], args.check, args.plot)
+        return report_json(args.from_json, [*scs, *ffs], args.check, args.plot, args.markdown)
     seeds, ff_seeds = args.seeds, args.ff_seeds
     if args.quick:
         scs, seeds, ff_seeds = [s for s in scs if s.name in QUICK], 1, 2

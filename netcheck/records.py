@@ -369,13 +369,16 @@ class StoredRounds:
     ``round_ids``: the rounds; ``kinds``/``schedules``: per round; ``results``: the raw
     ``results`` rows of those rounds (dicts with ``round_id``, ``node_key``,
     ``released_ns``, ``arrived_ns``, ``rtt_s``, ``session_id``, ``commitment``,
-    ``signature``, ``error``).
+    ``signature``, ``error``); ``contexts``: see the field.
     """
 
     round_ids: tuple[str, ...]
     kinds: dict[str, str]
     schedules: dict[str, dict[str, bool]]
     results: tuple[dict[str, Any], ...]
+    contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per round, the JSON context stored with its schedule (e.g. the confirmation run's
+    group, phase and the set it tested); missing or ``{}`` where none was stored."""
 
 
 @dataclass(frozen=True)

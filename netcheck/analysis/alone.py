@@ -38,9 +38,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from netcheck.analysis import rules
-from netcheck.analysis.evidence import latency, receipt
 from netcheck.analysis.screening import timing_rows
-from netcheck.analysis.slowness import SlownessReport, sign_test_p, spent_level
+from netcheck.analysis.slowness import (
+    NodeSlowness,
+    SlownessReport,
+    node_record,
+    sign_test_p,
+    spent_level,
+)
 from netcheck.records import StoredRounds
 
 
@@ -68,25 +73,6 @@ class AloneConfig:
             raise ValueError("need floor > 1 and alpha, nominate_p in (0, 1)")
         if min(self.rounds, self.min_rounds, self.pool_rounds) < 1:
             raise ValueError("rounds, min_rounds and pool_rounds must be >= 1")
-
-
-@dataclass(frozen=True)
-class AloneTest:
-    """One node's test: its alone rounds (oldest first) and ``ratios`` (service time /
-    ``t_ref``; None = loaded, no result), rounds ``above`` the floor of ``n``, the
-    median ratio (inf when half or more have no result), ``p_value``, the ``level`` of
-    this ``attempt`` and whether it is ``flagged``."""
-
-    node_key: str
-    round_ids: tuple[str, ...]
-    ratios: tuple[float | None, ...]
-    above: int
-    n: int
-    median_ratio: float
-    p_value: float
-    level: float
-    attempt: int
-    flagged: bool
 
 
 def nominees(report: SlownessReport, cfg: AloneConfig, skip: Collection[str] = ()) -> list[str]:
@@ -135,10 +121,12 @@ def alone_rounds(stored: StoredRounds, t_ref_s: float) -> dict[str, list[tuple[s
 
 def alone_test(
     node_key: str, obs: Sequence[tuple[str, float | None]], attempt: int, cfg: AloneConfig
-) -> AloneTest:
+) -> NodeSlowness:
     """The sign test over the node's most recent ``cfg.pool_rounds`` alone rounds
     ``obs`` (round id, ratio; oldest first), as its ``attempt``-th test (module
-    docstring). Fewer than ``cfg.min_rounds`` rounds: not flagged.
+    docstring), as a :class:`~netcheck.analysis.slowness.NodeSlowness` (the same record
+    as the screening test's; ``level`` is this attempt's). Fewer than
+    ``cfg.min_rounds`` rounds: not flagged.
 
     Raises:
         ValueError: ``attempt < 1``.
@@ -150,19 +138,22 @@ def alone_test(
     p = sign_test_p(above, len(ratios))
     median = statistics.median(float("inf") if r is None else r for r in ratios) if ratios else 0.0
     flagged = len(ratios) >= cfg.min_rounds and p <= level
-    return AloneTest(node_key, tuple(rid for rid, _ in recent), ratios, above, len(ratios),
-                     median, p, level, attempt, flagged)  # fmt: skip
+    return NodeSlowness(node_key, tuple(rid for rid, _ in recent), ratios, above, len(ratios),
+                        median, p, level, flagged)  # fmt: skip
 
 
 def alone_evidence(
-    test: AloneTest, cfg: AloneConfig, t_ref_s: float, rows: Sequence[dict[str, Any]]
+    test: NodeSlowness,
+    attempt: int,
+    cfg: AloneConfig,
+    t_ref_s: float,
+    rows: Sequence[dict[str, Any]],
 ) -> dict[str, Any]:
     """Evidence of a ``slow`` flag (or its ``cleared`` record) from alone rounds: rule,
     settings, per round the ratio and raw latencies, counts, p-value and receipts.
     ``rows``: stored result rows of ``test.round_ids``. To re-check: recompute
     ``service_s / t_ref_s`` from the latencies, count those above ``floor`` and take the
     binomial tail."""
-    mine = {r["round_id"]: r for r in rows if r.get("node_key") == test.node_key}
     return {
         "rule": rules.slow_alone(cfg.floor, cfg.alpha),
         "test": "one-sided sign test over rounds loading only this node, "
@@ -171,18 +162,7 @@ def alone_evidence(
         "t_ref_s": t_ref_s,
         "floor": cfg.floor,
         "alpha": cfg.alpha,
-        "attempt": test.attempt,
+        "attempt": attempt,
         "level": test.level,
-        "rounds": list(test.round_ids),
-        "ratios": list(test.ratios),
-        "above": test.above,
-        "n": test.n,
-        "median_ratio": test.median_ratio,
-        "p_value": test.p_value,
-        "latencies": {rid: latency(mine[rid]) for rid in test.round_ids if rid in mine},
-        "receipts": [
-            receipt(mine[rid])
-            for rid in test.round_ids
-            if rid in mine and mine[rid].get("signature")
-        ],
+        **node_record(test, rows),
     }

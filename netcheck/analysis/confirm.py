@@ -72,11 +72,17 @@ class ConfirmationObservation:
     ``log_service``: node -> ``log(t_result - t_release - rtt)`` in log-seconds, with a
     missing result censored at ``log(deadline)`` (as
     :func:`~netcheck.analysis.timing.log_service_matrix` does); NaN entries are ignored.
+    ``phase`` (``"group"`` or ``"split"``) and ``tested`` (the set whose group or pairs
+    the round's block tested): stamped by :class:`~netcheck.analysis.confirm_run.ConfirmationRun`
+    when it takes the round, stored in the round's context; empty = unknown (an
+    earlier round so marked is never pooled).
     """
 
     round_id: str
     loaded: frozenset[str]
     log_service: Mapping[str, float]
+    phase: str = ""
+    tested: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,6 @@ def slowness_evidence(
     receipts of those rounds. ``rows``: the node's stored result rows of
     ``node.round_ids``. To re-check: recompute ``service_s / t_ref_s`` from the
     latencies, count the rounds above ``floor`` and take the binomial tail."""
-    mine = {r["round_id"]: r for r in rows if r.get("node_key") == node.node_key}
     return {
         "rule": rules.slow(report.floor, report.alpha, report.min_rounds),
         "test": "one-sided sign test, H0: P(service_s / t_ref_s > floor) <= 1/2 per round",
@@ -206,13 +205,23 @@ def slowness_evidence(
         "look": report.look,
         "level": report.level,
         "min_rounds": report.min_rounds,
+        "population_median_ratio": report.population_median_ratio,
+        **node_record(node, rows),
+    }
+
+
+def node_record(node: NodeSlowness, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The evidence fields of one node's sign test (screening or alone): rounds, ratios,
+    counts, median, p-value, and the raw latencies and receipts of those rounds from
+    ``rows`` (stored result rows; other nodes' rows are ignored)."""
+    mine = {r["round_id"]: r for r in rows if r.get("node_key") == node.node_key}
+    return {
         "rounds": list(node.round_ids),
         "ratios": list(node.ratios),
         "above": node.above,
         "n": node.n,
         "median_ratio": node.median_ratio,
         "p_value": node.p_value,
-        "population_median_ratio": report.population_median_ratio,
         "latencies": {rid: latency(mine[rid]) for rid in node.round_ids if rid in mine},
         "receipts": [
             receipt(mine[rid])

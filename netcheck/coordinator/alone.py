@@ -46,8 +46,10 @@ def record_alone_test(flags: FlagStore, profile: Profile, key: str, cfg: AloneCo
     t_ref = profile.reference_t_s
     stored = flags.recent_rounds(profile.name, [str(RoundKind.CONFIRMATION)], 4 * cfg.pool_rounds,
                                  node_keys=[key])  # fmt: skip
-    test = alone_test(key, alone_rounds(stored, t_ref).get(key, []), len(earlier) + 1, cfg)
-    evidence = alone_evidence(test, cfg, t_ref, flags.round_results(list(test.round_ids)))
+    attempt = len(earlier) + 1
+    test = alone_test(key, alone_rounds(stored, t_ref).get(key, []), attempt, cfg)
+    rows = flags.round_results(list(test.round_ids))
+    evidence = alone_evidence(test, attempt, cfg, t_ref, rows)
     status = FlagStatus.CONFIRMED if test.flagged else FlagStatus.CLEARED
     fid, _new = raise_flag(flags, SLOW, status, profile.name, [key], test.p_value, test.level,
                            evidence)  # fmt: skip

@@ -35,6 +35,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from netcheck.analysis import evidence as ev
@@ -368,7 +369,8 @@ class Screening:
             for load in run.next_block():
                 report = await run_round(
                     self.coord, profile.name, load=load, kind=RoundKind.CONFIRMATION,
-                    rule="explicit", context={"group": members, "phase": run.phase, "look": look},
+                    rule="explicit", context={"group": members, "phase": run.phase, "look": look,
+                                              "tested": sorted(run.tested)},
                 )  # fmt: skip
                 rows = await asyncio.to_thread(self.flags.round_results, [report.round_id])
                 schedules[report.round_id] = report.schedule
@@ -393,8 +395,10 @@ class Screening:
     ) -> tuple[ConfirmationObservation, ...]:  # fmt: skip
         """Earlier confirmation rounds of ``profile`` that loaded only members of the
         group (among the ``confirm_pool_rounds`` most recent that loaded any member), as
-        observations, oldest first; their schedules are added to ``schedules`` (for the
-        evidence)."""
+        observations stamped with the phase and tested set their context recorded,
+        oldest first (:class:`ConfirmationRun` keeps the balanced strata); their
+        schedules are added to ``schedules`` (for the evidence). Rounds without a
+        recorded phase and tested set (the alone stage's, older ones) are left out."""
         if self.config.confirm_pool_rounds <= 0:
             return ()
         want = set(members)
@@ -406,10 +410,14 @@ class Screening:
         for rid in stored.round_ids:
             schedule = stored.schedules[rid]
             loaded = {k for k, on in schedule.items() if on}
-            if not loaded or not loaded <= want:
+            ctx = stored.contexts.get(rid, {})
+            tested = ctx.get("tested")
+            if not loaded or not loaded <= want or not isinstance(tested, list):
                 continue
             schedules[rid] = schedule
-            out.append(confirmation_observation(rid, schedule, stored.results, deadline_s))
+            obs = confirmation_observation(rid, schedule, stored.results, deadline_s)
+            out.append(replace(obs, phase=str(ctx.get("phase", "")),
+                               tested=frozenset(str(k) for k in tested)))  # fmt: skip
         return tuple(out)
 
     def _store_group_flags(

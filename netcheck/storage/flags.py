@@ -173,7 +173,7 @@ class FlagStore:
         row by row: 4,096 full schedules of 1,000 nodes held ~700 MB)."""
         s = round_schedules.c
         query = (
-            select(s.round_id, s.kind, s.schedule)
+            select(s.round_id, s.kind, s.schedule, s.context)
             .select_from(round_schedules.join(rounds, rounds.c.round_id == s.round_id))
             .where(s.profile == profile, s.kind.in_(list(kinds)))
             .order_by(rounds.c.seq.desc())  # not started_at: wall-clock time steps back
@@ -186,20 +186,22 @@ class FlagStore:
             # recorded-late: complete, its results waited in the spool (docs/spool.md)
             query = query.where(rounds.c.status.in_(["complete", "recorded-late"]))
         keep = None if node_keys is None else set(node_keys)
-        picked: list[tuple[str, str, dict[str, bool]]] = []
+        picked: list[tuple[str, str, dict[str, bool], dict[str, Any]]] = []
         with self.store._read("read recent rounds") as conn:
             for r in conn.execute(query):
                 bits = dict(r.schedule)
                 if keep is not None:
                     bits = {k: on for k, on in bits.items() if on or k in keep}
-                picked.append((r.round_id, r.kind, bits))
+                context = dict(r.context) if isinstance(r.context, Mapping) else {}
+                picked.append((r.round_id, r.kind, bits, context))
         picked.reverse()
-        ids = tuple(rid for rid, _, _ in picked)
+        ids = tuple(rid for rid, _, _, _ in picked)
         return StoredRounds(
             ids,
-            {rid: kind for rid, kind, _ in picked},
-            {rid: bits for rid, _, bits in picked},
+            {rid: kind for rid, kind, _, _ in picked},
+            {rid: bits for rid, _, bits, _ in picked},
             tuple(self.round_results(ids)),
+            {rid: ctx for rid, _, _, ctx in picked},
         )
 
     def count_rounds(self, profile: str, kinds: Collection[str]) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -12,15 +13,19 @@ from netcheck.analysis.confirm_run import ConfirmationRun
 BETA_HALF = math.log(1.5)  # a pair on one backend with beta = 0.5
 
 
-def _drive(run: ConfirmationRun, seed: int, sd: float, effect: float, tag: str) -> ConfirmationRun:
-    """Run a pair confirmation: co-loaded rounds are ``effect`` slower, noise ``sd``."""
+def _drive(
+    run: ConfirmationRun, seed: int, sd: float, effect: float, tag: str, shift: float = 0.0
+) -> ConfirmationRun:
+    """Run a pair confirmation: co-loaded rounds are ``effect`` slower, noise ``sd``,
+    every round ``shift`` slower (the host now)."""
     rng = np.random.default_rng(seed)
     n = 0
     while not run.done:
         block = []
         for load in run.next_block():
             values = {
-                m: (effect if len(load) > 1 else 0.0) + float(rng.normal(0, sd)) for m in load
+                m: (effect if len(load) > 1 else 0.0) + shift + float(rng.normal(0, sd))
+                for m in load
             }
             block.append(ConfirmationObservation(f"{tag}{n}", frozenset(load), values))
             n += 1
@@ -28,33 +33,57 @@ def _drive(run: ConfirmationRun, seed: int, sd: float, effect: float, tag: str) 
     return run
 
 
-def _obs(rid: str, loaded: set[str], value: float = 0.0) -> ConfirmationObservation:
-    return ConfirmationObservation(rid, frozenset(loaded), {m: value for m in loaded})
+def _obs(rid: str, loaded: set[str], phase: str = "group", tested: set[str] | None = None,
+         value: float = 0.0) -> ConfirmationObservation:  # fmt: skip
+    return ConfirmationObservation(rid, frozenset(loaded), {m: value for m in loaded}, phase,
+                                   frozenset(tested if tested is not None else loaded))  # fmt: skip
 
 
-def test_a_noisy_pair_is_confirmed_by_the_evidence_of_two_attempts() -> None:
-    """A jittered pair (sd 0.3) that one attempt cannot confirm is confirmed when the
-    second attempt judges the first attempt's rounds too; the same second attempt alone
-    is not."""
-    first = _drive(ConfirmationRun(("a", "b"), 8, 64), 2, 0.3, BETA_HALF, "x")
-    assert first.flags == []
-    pooled = ConfirmationRun(("a", "b"), 8, 64, attempt=2, prior=tuple(first.observations))
-    alone = ConfirmationRun(("a", "b"), 8, 64, attempt=2)
-    assert _drive(pooled, 102, 0.3, BETA_HALF, "y").flags == [("a", "b")]
-    assert _drive(alone, 102, 0.3, BETA_HALF, "y").flags == []
-
-
-def test_only_rounds_loading_members_of_the_group_are_pooled() -> None:
-    """Earlier rounds that loaded a non-member (another group, a larger group) carry
-    other load and are not judged; rounds of the group, a subset or a member alone are."""
+def test_only_balanced_strata_of_the_group_are_pooled() -> None:
+    """Earlier rounds count when their block tested this group or a pair of it (so each
+    member has co-loaded and alone rounds from the same time); member-alone rounds of
+    another group's run, the alone stage's rounds (one node tested) and unmarked
+    rounds do not; nothing with the legacy behaviour."""
+    ab = {"a", "b"}
     prior = (
-        _obs("g", {"a", "b"}), _obs("a", {"a"}), _obs("b", {"b"}),
-        _obs("abc", {"a", "b", "c"}), _obs("ax", {"a", "x"}), _obs("x", {"x"}),
+        _obs("g", ab), _obs("a", {"a"}, tested=ab), _obs("b", {"b"}, tested=ab),
+        _obs("s", ab, "split", {"a", "b", "c"}), _obs("sa", {"a"}, "split", {"a", "b", "c"}),
+        _obs("abc", {"a", "b", "c"}), _obs("oa", {"a"}, tested={"a", "c"}),
+        _obs("alone", {"a"}), _obs("old", {"b"}, "", set()),
     )  # fmt: skip
     run = ConfirmationRun(("a", "b"), prior=prior)
     assert [o.round_id for o in run.prior] == ["g", "a", "b"]
-    assert [o.round_id for o in run.judged] == ["g", "a", "b"]
+    assert [o.round_id for o in run._group_strata()] == ["g", "a", "b"]
+    triple = ConfirmationRun(("a", "b", "c"), prior=prior)
+    assert [o.round_id for o in triple._pair_strata(frozenset(ab))] == ["g", "a", "b", "s", "sa"]
     assert ConfirmationRun(("a", "b"), prior=prior, legacy=True).prior == ()
+
+
+def test_alone_rounds_from_another_time_do_not_confirm_an_honest_pair() -> None:
+    """An honest co-hosted pair (20% coupling, below the floor) whose host is 10% slower
+    now than when many earlier alone-only rounds were taken (other groups' member-alone
+    rounds, the alone stage): those rounds are not pooled, so the drift cannot pass
+    for contention; pooled naively they confirm the pair."""
+    rng = np.random.default_rng(3)
+    coupling, drift = math.log(1.2), math.log(1.1)
+    old = tuple(
+        ConfirmationObservation(
+            f"o{m}{i}",
+            frozenset({m}),
+            {m: float(rng.normal(0, 0.03))},
+            "group",
+            frozenset({m, "z"}),
+        )  # fmt: skip
+        for i in range(200)
+        for m in ("a", "b")
+    )
+    run = _drive(ConfirmationRun(("a", "b"), 8, 64, prior=old), 4, 0.03, coupling, "n",
+                 shift=drift)  # fmt: skip
+    assert run.prior == () and run.flags == []
+    naive = [replace(o, tested=frozenset({"a", "b"})) for o in old]
+    fooled = _drive(ConfirmationRun(("a", "b"), 8, 64, prior=tuple(naive)), 4, 0.03, coupling,
+                    "n", shift=drift)  # fmt: skip
+    assert fooled.flags == [("a", "b")]
 
 
 def test_an_honest_pair_below_the_floor_stops_after_two_looks() -> None:

@@ -27,7 +27,8 @@ def test_confirmation_rounds_keep_the_loaded_and_member_bits_only() -> None:
         load = [{"a", "b"}, {"a"}, {"b"}][r % 3]
         rid = f"p{r}"
         prior.append(ConfirmationObservation(rid, frozenset(load),
-                                             {m: rng.normal(0.0, 0.05) for m in load}))  # fmt: skip
+                                             {m: rng.normal(0.0, 0.05) for m in load},
+                                             "group", frozenset("ab")))  # fmt: skip
         schedules[rid] = {**{k: False for k in others}, "a": "a" in load, "b": "b" in load}
     run = ConfirmationRun(("a", "b"), cycles=4, max_cycles=8, prior=tuple(prior))
     n = 0

@@ -176,22 +176,29 @@ async def test_timer_runs_screening_rounds(tmp_path: Path) -> None:
 
 
 async def test_earlier_confirmation_rounds_of_the_group_are_read_back(tmp_path: Path) -> None:
-    """Rounds that loaded the pair, or one of them alone, come back as observations
-    (oldest first, with their schedules); rounds that loaded a non-member do not; with
-    ``confirm_pool_rounds = 0`` nothing does."""
+    """Rounds of an earlier run that tested the pair come back as observations with
+    their phase and tested set (oldest first, with the members' and loaded bits);
+    rounds that loaded a non-member, the alone stage's rounds and rounds without a
+    recorded tested set do not; with ``confirm_pool_rounds = 0`` nothing does."""
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
         keys = await _join(rc, {n: MadeUpWorker(FP, T) for n in ("a", "b", "x")})
         a, b, x = keys["a"], keys["b"], keys["x"]
+        pair = {"group": sorted((a, b)), "phase": "group", "look": 0, "tested": sorted((a, b))}
         ids = {}
-        for name, load in (("ab", {a, b}), ("ax", {a, x}), ("a", {a}), ("x", {x}), ("b", {b})):
+        for name, load, ctx in (
+            ("ab", {a, b}, pair), ("ax", {a, x}, pair), ("a", {a}, pair),
+            ("x", {x}, pair), ("b", {b}, pair), ("alone", {a}, {"slowness": a, "round": 0}),
+            ("bare", {b}, None),
+        ):  # fmt: skip
             report = await run_round(rc.coord, PROFILE.name, load=load, kind="confirmation",
-                                     rule="explicit")  # fmt: skip
+                                     rule="explicit", context=ctx)  # fmt: skip
             ids[name] = report.round_id
         screening = rc.coord.screening
         schedules: dict[str, dict[str, bool]] = {}
         got = screening._prior_observations(PROFILE.name, [a, b], 10.0, schedules)
         assert [o.round_id for o in got] == [ids["ab"], ids["a"], ids["b"]]
         assert [set(o.loaded) for o in got] == [{a, b}, {a}, {b}]
+        assert {(o.phase, o.tested) for o in got} == {("group", frozenset({a, b}))}
         assert all(math.isfinite(v) for o in got for v in o.log_service.values())
         assert set(schedules) == {ids["ab"], ids["a"], ids["b"]}
         assert schedules[ids["a"]] == {a: True, b: False}  # members' and loaded bits only

@@ -31,9 +31,10 @@ import pytest
 from netcheck.config import DeadlineParams, Profile
 from netcheck.lab.adversary import PaddingWorker
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
-from netcheck.lab.sim.live import LiveConfig, LiveSimulation
+from netcheck.lab.sim.live import LiveConfig, LiveSimulation, Snapshot
 from netcheck.lab.sim.population import PopulationSpec, make_population
 from netcheck.lab.testing import CanaryAnswering, canary_store, running_coordinator
+from netcheck.records import Flag
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +51,28 @@ ROUNDS = 64
 
 def _roles(flags: list[tuple[str, str, frozenset[str]]], role: dict[str, str]) -> set[tuple[str, str, frozenset[str]]]:  # fmt: skip
     return {(kind, status, frozenset(role[k] for k in keys)) for kind, status, keys in flags}
+
+
+def _live_roles(stored: list[Flag], names: dict[str, str]) -> set[tuple[str, str, frozenset[str]]]:  # fmt: skip
+    """The live run's flags (cleared records left out), members as roles."""
+    role = {key: name.split("-")[0] for name, key in names.items()}
+    return _roles([(f.kind, f.status, frozenset(f.node_keys)) for f in stored
+                   if f.status != "cleared"], role)  # fmt: skip
+
+
+def _simulated(spec: PopulationSpec, rounds: int) -> tuple[set[tuple[str, str, frozenset[str]]], Snapshot]:  # fmt: skip
+    """The simulated run's flags (members as roles) and its snapshot, on PROFILE."""
+    pop = make_population(spec, np.random.default_rng(1))
+    sim = LiveSimulation(pop, LiveConfig(), np.random.default_rng(2), profile=PROFILE)
+    snap = sim.run([rounds])[-1]
+    sim_role = {k: ("honest" if k in pop.honest else "proxy") for k in pop.node_keys}
+    flags = _roles(
+        [("shared-backend", "confirmed", frozenset(f)) for f in snap.shared_flags]
+        + [("capacity", "confirmed", frozenset({k})) for k in snap.capacity]
+        + [("slow", "confirmed", frozenset({k})) for k in snap.slow],
+        sim_role,
+    )
+    return flags, snap
 
 
 async def test_live_and_simulated_screening_raise_the_same_flags(tmp_path: Path) -> None:
@@ -69,25 +92,14 @@ async def test_live_and_simulated_screening_raise_the_same_flags(tmp_path: Path)
         await rc.wait_connected(len(workers))
         await rc.coord.screening.run(PROFILE.name, ROUNDS)
         stored = rc.coord.screening.flags.list_flags(limit=100)
-    role = {key: name.split("-")[0] for name, key in names.items()}
-    live = _roles([(f.kind, f.status, frozenset(f.node_keys)) for f in stored
-                   if f.status != "cleared"], role)  # fmt: skip
+    live = _live_roles(stored, names)
 
     spec = PopulationSpec(
         n_nodes=6, farm_sizes=(2,), cohosted_pairs=0, sigma_w=0.02, sigma_spread=0.0,
         beta=1.0, t_ref_s=0.3, speed_sd=0.0, round_sd=0.01, rtt_min_s=0.0005,
         rtt_max_s=0.002, backend_speedup=1.5,
     )  # fmt: skip
-    pop = make_population(spec, np.random.default_rng(1))
-    sim = LiveSimulation(pop, LiveConfig(), np.random.default_rng(2), profile=PROFILE)
-    snap = sim.run([ROUNDS])[-1]
-    sim_role = {k: ("honest" if k in pop.honest else "proxy") for k in pop.node_keys}
-    simulated = _roles(
-        [("shared-backend", "confirmed", frozenset(f)) for f in snap.shared_flags]
-        + [("capacity", "confirmed", frozenset({k})) for k in snap.capacity]
-        + [("slow", "confirmed", frozenset({k})) for k in snap.slow],
-        sim_role,
-    )
+    simulated, _snap = _simulated(spec, ROUNDS)
     want = {("shared-backend", "confirmed", frozenset({"proxy"}))}
     assert live == want
     assert simulated == want
@@ -121,25 +133,14 @@ async def test_live_and_simulated_padding_pair_is_flagged_slow_alone(tmp_path: P
         await rc.wait_connected(len(workers))
         await rc.coord.screening.run(PROFILE.name, PAD_ROUNDS)
         stored = rc.coord.screening.flags.list_flags(limit=100)
-    role = {key: name.split("-")[0] for name, key in names.items()}
-    live = _roles([(f.kind, f.status, frozenset(f.node_keys)) for f in stored
-                   if f.status != "cleared"], role)  # fmt: skip
+    live = _live_roles(stored, names)
 
     spec = PopulationSpec(
         n_nodes=6, farm_sizes=(2,), cohosted_pairs=0, sigma_w=0.01, sigma_spread=0.0,
         beta=0.24, t_ref_s=0.3, speed_sd=0.0, round_sd=0.003, rtt_min_s=0.0005,
         rtt_max_s=0.002, adversary="pad",
     )  # fmt: skip
-    pop = make_population(spec, np.random.default_rng(1))
-    sim = LiveSimulation(pop, LiveConfig(), np.random.default_rng(2), profile=PROFILE)
-    snap = sim.run([PAD_ROUNDS])[-1]
-    sim_role = {k: ("honest" if k in pop.honest else "proxy") for k in pop.node_keys}
-    simulated = _roles(
-        [("shared-backend", "confirmed", frozenset(f)) for f in snap.shared_flags]
-        + [("capacity", "confirmed", frozenset({k})) for k in snap.capacity]
-        + [("slow", "confirmed", frozenset({k})) for k in snap.slow],
-        sim_role,
-    )
+    simulated, snap = _simulated(spec, PAD_ROUNDS)
     want = {("slow", "confirmed", frozenset({"proxy"}))}
     assert live == want
     assert simulated == want
