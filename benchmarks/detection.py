@@ -3,8 +3,8 @@ run through the live coordinator's detection loop (:mod:`netcheck.lab.sim.live`)
 
 Every run replays the coordinator: every 4th screening round loads every node, verdicts
 at the profile deadline (calibrated on the honest nodes: ``p99`` of their alone times),
-capacity strikes (3 late/missing in a node's last 8 verdicts, confirmation rounds
-included), relay test, analysis + confirmation every 16 rounds over the last 128, flags
+the capacity test after every late/missing verdict (netcheck.analysis.lateness,
+confirmation rounds included), relay test, analysis + confirmation every 16 rounds over the last 128, flags
 persisting as in the database. Snapshots at 16/32/64/128 screening rounds.
 
 Population (unless a scenario says otherwise): 200 identities = 8 farms of 2, 6 of 3, 4
@@ -200,6 +200,7 @@ CONFIGS: dict[str, Any] = {
         confirm_max_cycles=16,
         confirm=ConfirmConfig(futility_stop=False, pair_phases=2),
         detector=DetectorConfig(mutual_test=False),
+        capacity_legacy=True,  # 3 late/missing of the last 8 verdicts (session 3)
     ),  # fmt: skip
 }
 

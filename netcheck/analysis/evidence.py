@@ -209,27 +209,6 @@ def result_sharing_evidence(
     }
 
 
-def capacity_evidence(
-    recent: Sequence[Mapping[str, Any]], hits: Sequence[Mapping[str, Any]], window: int,
-    deadline_params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
-    strikes: int | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """Evidence of a ``capacity`` flag: the node's recent verdicts (newest first), the
-    strikes among them (``strikes`` of them raise the flag), and the latencies and
-    receipts of those rounds."""
-    return {
-        "rule": rules.capacity(window, strikes),
-        "strikes": strikes,
-        "rounds": [v["round_id"] for v in recent],
-        "strike_rounds": [v["round_id"] for v in hits],
-        "verdicts": [dict(v) for v in recent],
-        "window": window,
-        "deadline_params": dict(deadline_params),
-        "latencies": {r["round_id"]: latency(r) for r in rows},
-        "receipts": [receipt(r) for r in rows if r.get("signature")],
-    }
-
-
 def relay_evidence(
     probe_ref_s: float, rows: Sequence[Mapping[str, Any]], pairs: ProbePairs,
     res: RelayResult | None,

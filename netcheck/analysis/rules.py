@@ -75,12 +75,31 @@ def declared_host(effect_floor_log: Any, host: Any) -> str:
 
 
 def capacity(window: Any, strikes: Any) -> str:
-    """Rule of ``capacity`` flags (netcheck.coordinator.checks.capacity)."""
+    """Rule of ``capacity`` flags of the fixed-count rule (stored before the capacity
+    test, :func:`capacity_test`)."""
     w = _count(window)
     return (
         f"The node's answers came after the round's deadline, or not at all, in at least "
         f"{_count(strikes)} of its last {w} rounds: it cannot serve its batch in time. "
         + tail(f"late or missing rounds among the last {w}", "rounds allowed", "at least")
+    )
+
+
+def capacity_test(window: Any, p0: Any, alpha: Any, min_strikes: Any) -> str:
+    """Rule of ``capacity`` flags raised by the capacity test
+    (netcheck.analysis.lateness)."""
+    pct = _num(p0, 0.02) * 100.0
+    return (
+        "The node's answers came after the round's deadline, or not at all, more often "
+        f"than a node of its class allows: such a node is late or missing in at most "
+        f"{pct:g}% of its rounds. Each time one of its rounds ends late or missing, its "
+        f"last {_count(window)} rounds judged against the deadline are tested (one-sided "
+        "binomial test; that newest round is not counted as evidence, since it is why the "
+        f"test runs). At least {_count(min_strikes)} late or missing rounds are needed; "
+        "the level is split across the tests of the node's whole life so that it sums to "
+        f"{_num(alpha, 0.03):g}: a node late in {pct:g}% of its rounds is flagged with at "
+        "most that probability, however long it runs. "
+        + tail("the test's p-value", "the p-value this test had to stay below", "at most")
     )
 
 
@@ -170,7 +189,10 @@ def rule_text(kind: str, evidence: Mapping[str, Any], threshold: Any) -> str | N
     if kind == "declared-host":
         floor = conf.get("effect_floor") if isinstance(conf, Mapping) else None
         return declared_host(floor, evidence.get("declared_host"))
-    if kind == "capacity":
+    if kind == "capacity" and "p0" in evidence:
+        return capacity_test(evidence.get("window"), evidence.get("p0"),
+                             evidence.get("alpha"), evidence.get("min_strikes"))  # fmt: skip
+    if kind == "capacity":  # flags of the fixed-count rule before the test
         return capacity(evidence.get("window"), threshold)
     if kind == "result-sharing":
         return result_sharing()

@@ -104,10 +104,19 @@ class CoordinatorConfig(FileConfig):
     that loaded only members of the group, among the this many most recent confirmation
     rounds that loaded any member (evidence accumulates across attempts; docs/detection.md
     "Confirmation"); 0 = each attempt alone."""
-    capacity_window: int = Field(default=8, ge=1)
-    """Capacity test: a node's most recent this many verdicts form the window."""
-    capacity_strikes: int = Field(default=3, ge=1)
-    """Capacity test: ``late``/``missing`` verdicts in the window that raise a flag."""
+    capacity_window: int = Field(default=48, ge=2)
+    """Capacity test (docs/detection.md): a node's most recent this many verdicts judged
+    against the deadline (``pass``, ``late``, ``missing``) form the window."""
+    capacity_strikes: int = Field(default=3, ge=2)
+    """Capacity test: ``late``/``missing`` verdicts (in the window and in the node's
+    life) before the test runs at all."""
+    capacity_p0: float = Field(default=0.02, gt=0, lt=1)
+    """Capacity test: the late/missing rate per round an honest node of the profile may
+    have (the hypothesis tested); above the 1% of honest batch times over the p99 the
+    deadline is calibrated on, for noisier nodes and co-hosted neighbours."""
+    capacity_alpha: float = Field(default=0.03, gt=0, lt=1)
+    """Capacity test: a node late in ``capacity_p0`` of its rounds is flagged with at
+    most this probability over its whole life (the level split across its strikes)."""
     answer_failure_window: int = Field(default=8, ge=1)
     """Answer-failure test: a node's most recent this many *checked* rounds (pass,
     ``wrong-answer``, ``malformed``) form the window."""

@@ -3,8 +3,9 @@
 
 - :func:`result_sharing`: answer-level proof (:func:`find_result_sharing`) ->
   ``result-sharing`` flag at once;
-- :func:`capacity`: ``capacity_strikes`` ``late``/``missing`` verdicts among a node's
-  last ``capacity_window`` -> ``capacity`` flag;
+- :func:`capacity`: the capacity test (:mod:`netcheck.analysis.lateness`: a binomial
+  test of the node's ``late``/``missing`` rate against ``capacity_p0``, its level spent
+  over the node's life) -> ``capacity`` flag;
 - :func:`answer_failure`: ``answer_failure_strikes`` ``wrong-answer``/``malformed``
   verdicts among a node's last ``answer_failure_window`` checked rounds ->
   ``answer-failure`` flag (:mod:`netcheck.analysis.failures`);
@@ -38,13 +39,18 @@ from netcheck.analysis.failures import (
     answer_failure_check,
     answer_failure_evidence,
 )
+from netcheck.analysis.lateness import (
+    STRIKES,
+    TIMED,
+    CapacityTestConfig,
+    capacity_evidence,
+    capacity_test,
+)
 from netcheck.analysis.screening import (
     CAPACITY,
     RELAY_MIN_ROUNDS,
     RELAY_WINDOW_ROUNDS,
     RESULT_SHARING,
-    STRIKE_VERDICTS,
-    capacity_check,
     probe_pairs,
     relay_check,
     relay_suspect,
@@ -82,32 +88,39 @@ def result_sharing(
     return ids
 
 
+def capacity_config(config: CoordinatorConfig) -> CapacityTestConfig:
+    """The capacity test's settings from the coordinator's ``capacity_*`` fields."""
+    return CapacityTestConfig(config.capacity_window, config.capacity_strikes,
+                              config.capacity_p0, config.capacity_alpha)  # fmt: skip
+
+
 def capacity(
     flags: FlagStore, config: CoordinatorConfig, profile: Profile, round_id: str,
     outcomes: Sequence[NodeOutcome],
 ) -> list[int]:  # fmt: skip
-    """Capacity strikes: a ``capacity`` flag for a node with ``capacity_strikes``
-    ``late``/``missing`` verdicts among its last ``capacity_window`` (once per window);
-    returns flag ids."""
-    window, need = config.capacity_window, config.capacity_strikes
+    """The capacity test (:func:`~netcheck.analysis.lateness.capacity_test`) for every
+    node whose verdict in this round is ``late``/``missing``: a ``capacity`` flag
+    (``confirmed``; statistic = p-value, threshold = the look's level) when it rejects,
+    unless a capacity flag of the node already covers a strike of the window; returns
+    flag ids."""
+    cfg = capacity_config(config)
     ids = []
     for o in outcomes:
-        if str(o.verdict) not in STRIKE_VERDICTS:
+        if str(o.verdict) not in STRIKES:
             continue
-        recent = flags.recent_verdicts(o.node_key, window)
-        hits, failed = capacity_check(recent, window, need)
-        round_ids = [v["round_id"] for v in recent]
-        if not failed or _capacity_flagged(flags, o.node_key, round_ids):
+        recent = flags.recent_verdicts(o.node_key, cfg.window, TIMED)
+        look = flags.count_verdicts(o.node_key, STRIKES)
+        test = capacity_test(recent, look, cfg)
+        if not test.flagged or _capacity_flagged(flags, o.node_key, test.rounds):
             continue
-        rows = [r for r in flags.round_results(round_ids) if r["node_key"] == o.node_key]
-        evidence = ev.capacity_evidence(
-            recent, hits, window, profile.deadline.model_dump(), rows, need
-        )
+        rows = [r for r in flags.round_results(test.rounds) if r["node_key"] == o.node_key]
+        evidence = capacity_evidence(test, cfg, recent, profile.deadline.model_dump(), rows)
         fid, new = raise_flag(flags, CAPACITY, FlagStatus.CONFIRMED, profile.name, [o.node_key],
-                              float(len(hits)), float(need), evidence)  # fmt: skip
+                              test.p_value, test.level, evidence)  # fmt: skip
         ids.append(fid)
-        log.warning("node %s: capacity (%d late or missing in %d rounds): %s",
-                    who(o.node_key), len(hits), len(recent), _raised(fid, new))  # fmt: skip
+        log.warning("node %s: capacity (%d late or missing in its last %d timed rounds, "
+                    "p = %.2g <= %.2g at strike %d): %s", who(o.node_key), test.strikes,
+                    test.n, test.p_value, test.level, test.look, _raised(fid, new))  # fmt: skip
     return ids
 
 

@@ -225,18 +225,32 @@ class FlagStore:
                 out.extend(dict(r._mapping) for r in conn.execute(query))
         return out
 
-    def recent_verdicts(self, node_key: str, limit: int) -> list[dict[str, Any]]:
+    def recent_verdicts(
+        self, node_key: str, limit: int, kinds: Collection[str] | None = None
+    ) -> list[dict[str, Any]]:
         """A node's ``limit`` most recent verdicts, newest first (``round_id``,
-        ``verdict``, ``reason``, ``elapsed_s``, ``recorded_at``)."""
+        ``verdict``, ``reason``, ``elapsed_s``, ``recorded_at``); only verdicts in
+        ``kinds`` when given."""
         v = verdicts.c
-        query = (
-            select(v.round_id, v.verdict, v.reason, v.elapsed_s, v.recorded_at)
-            .where(v.node_key == node_key)
-            .order_by(v.id.desc())
-            .limit(limit)
+        query = select(v.round_id, v.verdict, v.reason, v.elapsed_s, v.recorded_at).where(
+            v.node_key == node_key
         )
+        if kinds is not None:
+            query = query.where(v.verdict.in_(sorted(kinds)))
+        query = query.order_by(v.id.desc()).limit(limit)
         with self.store._read("read recent verdicts") as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
+
+    def count_verdicts(self, node_key: str, kinds: Collection[str]) -> int:
+        """How many verdicts of ``node_key`` are in ``kinds`` (every round stored)."""
+        v = verdicts.c
+        query = (
+            select(func.count())
+            .select_from(verdicts)
+            .where(v.node_key == node_key, v.verdict.in_(sorted(kinds)))
+        )
+        with self.store._read("count verdicts") as conn:
+            return int(conn.execute(query).scalar_one())
 
     # --------------------------------------------------------------- flags
 

@@ -378,3 +378,7 @@ def test_config_detection_fields(tmp_path: Path) -> None:
     ).schedule_secret_path == (tmp_path / "x")
     with pytest.raises(ValueError):
         _detection_config(tmp_path, capacity_window=2, capacity_strikes=3)
+    for bad in ({"capacity_p0": 0.0}, {"capacity_p0": 1.0}, {"capacity_alpha": 0.0},
+                {"capacity_alpha": 1.0}, {"capacity_strikes": 1}):  # fmt: skip
+        with pytest.raises(ValueError):
+            _detection_config(tmp_path, **bad)

@@ -94,9 +94,11 @@ async def test_identical_results_raise_result_sharing_flag(tmp_path: Path) -> No
 
 
 async def test_capacity_strikes_raise_one_flag(tmp_path: Path) -> None:
-    """Missing results in the sliding window raise one capacity flag, not one per round."""
+    """Missing results raise one capacity flag (the capacity test: 2 strikes in a row
+    at p0 = 0.001), not one per round."""
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
-        cfg = rc.coord.config.model_copy(update={"capacity_window": 3, "capacity_strikes": 2})
+        update = {"capacity_window": 3, "capacity_strikes": 2, "capacity_p0": 0.001}
+        cfg = rc.coord.config.model_copy(update=update)
         rc.coord.config = rc.coord.screening.config = cfg
         keys = await _join(rc, {"bad": Failing(), "ok": MadeUpWorker(FP, T)})
         fs = rc.coord.screening.flags
@@ -117,7 +119,8 @@ async def test_capacity_strikes_raise_one_flag(tmp_path: Path) -> None:
         flag = rc.coord.screening.flags.get_flag(capacity_flags(second)[0])
         assert flag is not None and flag.kind == "capacity"
         assert flag.node_keys == (keys["bad"],)
-        assert (flag.statistic, flag.threshold) == (2.0, 2.0)
+        assert flag.statistic == pytest.approx(0.001)  # P(the other strike) = p0
+        assert flag.threshold == pytest.approx(0.03 * 6 / math.pi**2)  # 1st look
         assert flag.evidence is not None
         assert flag.evidence["strike_rounds"] == [second.round_id, first.round_id]
 

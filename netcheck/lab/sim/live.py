@@ -10,9 +10,10 @@ round, through the same code paths; only the nodes are simulated
   (4) rounds;
 - verdicts at the real deadline: a loaded node's result is ``late`` when it arrives
   after :meth:`netcheck.config.Profile.deadline_s` of its RTT, ``missing`` when it never
-  arrives; :func:`~netcheck.coordinator.screening.capacity_check` after every round
-  (screening, full and confirmation) over the node's last ``capacity_window`` (8)
-  verdicts raises a ``capacity`` flag at ``capacity_strikes`` (3), one per set of
+  arrives; the capacity test (:func:`~netcheck.analysis.lateness.capacity_test`, as
+  ``checks.capacity``) after every strike (screening, full and confirmation rounds)
+  over the node's last ``capacity_window`` verdicts, its look = the node's strikes so
+  far, raises a ``capacity`` flag, one per set of
   uncovered strike rounds, as live;
 - the analysis every ``screening_analyze_every`` (16) rounds over the
   ``screening_window_rounds`` (128) most recent rounds: stored rows (the ``results``
@@ -51,11 +52,12 @@ from netcheck.analysis.alone import AloneConfig, alone_test, nominees
 from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import DetectorConfig
+from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.screening import (
     ProbePairs,
     analyse,
-    capacity_check,
+    capacity_check,  # the fixed-count rule before the capacity test (baseline)
     confirmation_observation,
     relay_check,
     round_kind,
@@ -66,6 +68,17 @@ from netcheck.lab.sim.population import Population
 from netcheck.records import StoredRounds
 
 _DEFAULTS = CoordinatorConfig.model_fields
+
+
+#: The capacity rule before the capacity test: 3 late/missing among the last 8 verdicts
+#: (``capacity_check``); tracked beside the test as the same-run baseline.
+LEGACY_CAPACITY = (8, 3)
+
+
+def _fdefault(name: str) -> float:
+    value = _DEFAULTS[name].default
+    assert isinstance(value, float)
+    return value
 
 
 def _default(name: str) -> int:
@@ -86,6 +99,9 @@ class LiveConfig:
     ``pool_rounds``: ``confirm_pool_rounds`` (0: each confirmation attempt judged on its
     own rounds, the behaviour before evidence was pooled). ``alone``: the alone-round
     confirmation of slowness nominees (None: not run, the behaviour before it).
+    ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
+    fixed-count rule before it (:data:`LEGACY_CAPACITY`) instead (:class:`Snapshot`
+    ``capacity_legacy`` holds that rule's flags in every run).
     """
 
     full_every: int = field(default_factory=lambda: _default("screening_full_every"))
@@ -96,6 +112,9 @@ class LiveConfig:
     pool_rounds: int = field(default_factory=lambda: _default("confirm_pool_rounds"))
     capacity_window: int = field(default_factory=lambda: _default("capacity_window"))
     capacity_strikes: int = field(default_factory=lambda: _default("capacity_strikes"))
+    capacity_p0: float = field(default_factory=lambda: _fdefault("capacity_p0"))
+    capacity_alpha: float = field(default_factory=lambda: _fdefault("capacity_alpha"))
+    capacity_legacy: bool = False
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
     legacy_confirm: bool = False
@@ -112,6 +131,7 @@ def legacy_config() -> LiveConfig:
         confirm=ConfirmConfig(floor_test=False),
         legacy_confirm=True,
         slowness=None,
+        capacity_legacy=True,
         pool_rounds=0,
         alone=None,
     )
@@ -137,7 +157,9 @@ class Snapshot:
 
     ``shared_flags``: confirmed ``shared-backend`` flags so far (member keys);
     ``cleared``: cleared records so far; ``capacity``/``relay``/``slow``: nodes flagged
-    so far (``slow``: the persistent-slowness test);
+    so far (``slow``: the persistent-slowness test); ``capacity_legacy``: nodes the
+    fixed-count capacity rule (:data:`LEGACY_CAPACITY`) would have flagged so far, on the
+    same verdicts (the same-run baseline of the capacity test);
     ``suspects``: members of suspect groups at each analysis so far;
     ``confirmation_rounds``: spent so far; ``analyses``: analyses so far.
     """
@@ -151,6 +173,7 @@ class Snapshot:
     confirmation_rounds: int
     analyses: int
     slow: frozenset[str] = frozenset()
+    capacity_legacy: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -164,6 +187,8 @@ class _State:
     verdicts: dict[str, deque[dict[str, str]]] = field(default_factory=dict)
     probes: dict[str, deque[tuple[str, float, float]]] = field(default_factory=dict)
     capacity: dict[str, set[str]] = field(default_factory=dict)
+    capacity_legacy: dict[str, set[str]] = field(default_factory=dict)
+    strikes: dict[str, int] = field(default_factory=dict)
     relay: set[str] = field(default_factory=set)
     slow: set[str] = field(default_factory=set)
     shared: list[tuple[str, ...]] = field(default_factory=list)
@@ -203,6 +228,9 @@ class LiveSimulation:
         self.censor_s = self.profile.deadline_s(0.0)
         self.state = _State()
         self.index = 0
+        self._capacity_cfg = CapacityTestConfig(cfg.capacity_window, cfg.capacity_strikes,
+                                                cfg.capacity_p0, cfg.capacity_alpha)  # fmt: skip
+        self._history = max(cfg.capacity_window, LEGACY_CAPACITY[0])
 
     # -- rounds ----------------------------------------------------------------------
 
@@ -224,9 +252,9 @@ class LiveSimulation:
                          "arrived_ns": arrived, "rtt_s": float(pop.rtt_s[i]),
                          "commitment": "sim" if ok else None})  # fmt: skip
             verdict = "missing" if not ok else ("late" if elapsed > self.deadline[i] else "pass")
-            hist = st.verdicts.setdefault(key, deque(maxlen=self.cfg.capacity_window))
+            hist = st.verdicts.setdefault(key, deque(maxlen=self._history))
             hist.appendleft({"round_id": round_id, "verdict": verdict})
-            if verdict != "pass":
+            if verdict in STRIKES:
                 strikes.append(key)
             if pop.spec.relay_leg_s > 0:
                 self._probe(round_id, i)
@@ -241,14 +269,29 @@ class LiveSimulation:
         st.schedules[round_id] = {k: bool(b) for k, b in zip(self.keys, bits, strict=True)}
         st.kinds[round_id] = kind
         st.results[round_id] = rows
-        for key in strikes:  # Screening._capacity
-            recent = list(st.verdicts[key])
-            hits, failed = capacity_check(recent, self.cfg.capacity_window,
-                                          self.cfg.capacity_strikes)  # fmt: skip
-            covered = st.capacity.setdefault(key, set())
-            if failed and not covered & {v["round_id"] for v in recent}:
-                covered.update(v["round_id"] for v in hits)
+        for key in strikes:  # checks.capacity
+            self._capacity(key)
         return rows
+
+    def _capacity(self, key: str) -> None:
+        """The capacity test at a strike of ``key`` (look = its strikes so far), and the
+        fixed-count rule before it on the same verdicts; one flag per uncovered window."""
+        st, cfg = self.state, self.cfg
+        st.strikes[key] = st.strikes.get(key, 0) + 1
+        recent = list(st.verdicts[key])
+        window, need = LEGACY_CAPACITY
+        hits, failed = capacity_check(recent, window, need)
+        legacy = (failed, [v["round_id"] for v in recent[:window]],
+                  [v["round_id"] for v in hits])  # fmt: skip
+        test = capacity_test(recent, st.strikes[key], self._capacity_cfg)
+        new = (test.flagged, list(test.rounds), list(test.strike_rounds))
+        for flags, (flagged, rounds, strike_rounds) in (
+            (st.capacity_legacy, legacy),
+            (st.capacity, legacy if cfg.capacity_legacy else new),
+        ):  # fmt: skip
+            covered = flags.setdefault(key, set())
+            if flagged and not covered & set(rounds):
+                covered.update(strike_rounds)
 
     def _probe(self, round_id: str, i: int) -> None:
         """Relay test inputs: the round's fastest probe RTT and echo RTT of node i."""
@@ -375,6 +418,7 @@ class LiveSimulation:
             self.index, tuple(st.shared), st.cleared,
             frozenset(k for k, rounds in st.capacity.items() if rounds), frozenset(st.relay),
             tuple(st.suspects), st.confirmation_rounds, st.analyses, frozenset(st.slow),
+            frozenset(k for k, rounds in st.capacity_legacy.items() if rounds),
         )  # fmt: skip
 
     def run(self, checkpoints: Sequence[int]) -> list[Snapshot]:

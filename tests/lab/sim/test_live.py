@@ -36,6 +36,10 @@ def test_capacity_strikes_at_the_real_deadline() -> None:
     farm = set(pop.farms[0])
     assert snap.capacity & farm and not snap.capacity & pop.honest
     assert snap.analyses == 0 and snap.rounds == 16
+    assert snap.capacity_legacy & farm  # the fixed-count rule before, same verdicts
+    cfg = LiveConfig(analyze_every=10**6, capacity_legacy=True)
+    legacy = LiveSimulation(pop, cfg, np.random.default_rng(4)).run([16])[-1]
+    assert legacy.capacity == legacy.capacity_legacy == snap.capacity_legacy
 
 
 def test_padded_pairs_on_the_claimed_class_are_caught_by_slowness() -> None:

@@ -1,0 +1,187 @@
+"""The capacity test: late or missing answers as an error-controlled decision (pure: no
+I/O, no clock).
+
+A node whose card cannot serve its batch in time (identities sharing one GPU, loaded
+together) answers after the round's deadline, or not at all, in many rounds. An honest
+node of the class is late too, now and then: the deadline
+(:meth:`netcheck.config.Profile.deadline_s`) sits above the 99th percentile of honest
+batch times, but a node noisier than the calibration pool, or slowed by a co-hosted
+neighbour, crosses it in a few % of its rounds. The rule before (3 late or missing
+among the last 8 verdicts) had no error control: a node late 2% of the time meets it
+in about 1 in 2,400 windows, and it is checked after every strike for the node's whole
+life (issue 13: 1 honest node flagged over 1,000 simulated analyses at sigma_w 0.15;
+docs/detection.md "Capacity test").
+
+Test (per node, run when one of its rounds ends ``late`` or ``missing``):
+
+- **Data**: the node's ``window`` most recent *timed* verdicts (``pass``, ``late``,
+  ``missing``: rounds where its answer was judged against the deadline; a wrong or
+  malformed answer, a round the coordinator could not serve, a disconnect neither count
+  nor fill the window), ``x`` of them strikes (``late`` / ``missing``), ``n`` in all.
+- ``H0``: in every round the node is late or missing with probability at most ``p0``
+  (``p0`` = 2%: what an honest node of the class may show; rounds independent).
+- **p-value, conditional on the look**: the test runs *because* the newest verdict is a
+  strike, so that one is not evidence: ``p = P(Binomial(n - 1, p0) >= x - 1)``. (The
+  unconditional tail ``P(Binomial(n, p0) >= x)`` is too small by about ``x / (n p0)``
+  at a look chosen by a strike.) With the gaps between strikes geometric under ``H0``,
+  the chance that the ``j``-th look rejects at level ``l`` is at most ``l``.
+- **Error spending over the node's life**: the look at the node's ``k``-th strike ever
+  (``k >= min_strikes``; fewer strikes never flag) runs at ``alpha * 6 / (pi^2 j^2)``,
+  ``j = k - min_strikes + 1``; these sum to ``alpha``, so a node late with probability
+  ``p0`` is flagged with probability at most ``alpha`` over its whole life, however
+  long it runs (union bound), and far less below ``p0`` (:func:`look_level`).
+
+A farm identity late in a quarter of its rounds reaches ``p`` below the level within a
+few strikes (3 strikes among 8 verdicts at the first look: ``p`` = 0.008 <= 0.018);
+a long-lived node's later looks need more evidence, which a real shortage keeps
+giving (12 strikes among 48 verdicts: ``p`` = 2e-9).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scipy import stats
+
+from netcheck.analysis import rules
+from netcheck.analysis.evidence import latency, receipt
+from netcheck.records import Verdict
+
+STRIKES = frozenset({str(Verdict.LATE), str(Verdict.MISSING)})
+"""Verdicts that count against the node: its answer came after the deadline or never."""
+TIMED = frozenset({str(Verdict.PASS), *STRIKES})
+"""Verdicts judged against the deadline: the test's trials."""
+
+
+@dataclass(frozen=True)
+class CapacityTestConfig:
+    """Settings of :func:`capacity_test` (the coordinator's ``capacity_*`` fields).
+
+    ``window``: timed verdicts tested (most recent); ``min_strikes``: strikes (in the
+    window and in the node's life) before any test; ``p0``: late/missing probability
+    per round an honest node may have (``H0``); ``alpha``: the node's lifetime error
+    at ``p0``.
+
+    Raises:
+        ValueError: ``min_strikes < 2``, ``window < min_strikes``, ``p0`` or ``alpha``
+            outside (0, 1).
+    """
+
+    window: int = 48
+    min_strikes: int = 3
+    p0: float = 0.02
+    alpha: float = 0.03
+
+    def __post_init__(self) -> None:
+        if self.min_strikes < 2 or self.window < self.min_strikes:
+            raise ValueError("need min_strikes >= 2 and window >= min_strikes")
+        if not (0.0 < self.p0 < 1.0 and 0.0 < self.alpha < 1.0):
+            raise ValueError("need 0 < p0 < 1 and 0 < alpha < 1")
+
+
+@dataclass(frozen=True)
+class CapacityTest:
+    """One look of :func:`capacity_test` at one node.
+
+    ``rounds``/``strike_rounds``: round ids of the window and of its strikes, newest
+    first; ``n``/``strikes``: their counts; ``look``: the node's strikes ever (this
+    one included); ``p_value``; ``level``: the look's level (0 when no test ran);
+    ``flagged``: ``p_value <= level``.
+    """
+
+    rounds: tuple[str, ...]
+    strike_rounds: tuple[str, ...]
+    n: int
+    strikes: int
+    look: int
+    p_value: float
+    level: float
+    flagged: bool
+
+
+def look_level(look: int, cfg: CapacityTestConfig) -> float:
+    """The level of the look at a node's ``look``-th strike ever:
+    ``alpha * 6 / (pi^2 j^2)``, ``j = look - min_strikes + 1``; 0 before
+    ``min_strikes`` strikes. Summed over all looks: ``alpha``."""
+    j = look - cfg.min_strikes + 1
+    return cfg.alpha * 6.0 / (math.pi**2 * j * j) if j >= 1 else 0.0
+
+
+def strike_p_value(n: int, strikes: int, p0: float) -> float:
+    """``P(Binomial(n - 1, p0) >= strikes - 1)``: the chance under ``H0`` of the other
+    strikes in a window of ``n`` timed verdicts whose newest is a strike (1.0 when
+    ``strikes < 2``). Raises ValueError: ``strikes > n`` or ``n < 1``."""
+    if n < 1 or not 0 <= strikes <= n:
+        raise ValueError("need n >= 1 and 0 <= strikes <= n")
+    if strikes < 2:
+        return 1.0
+    return float(stats.binom.sf(strikes - 2, n - 1, p0))
+
+
+def capacity_test(
+    recent: Sequence[Mapping[str, Any]], look: int, cfg: CapacityTestConfig | None = None
+) -> CapacityTest:
+    """The capacity test at one strike of one node.
+
+    Args:
+        recent: the node's verdicts, newest first, each with ``round_id`` and
+            ``verdict`` (any verdicts: only timed ones are kept; at least ``window``
+            timed ones when the node has them).
+        look: the node's late/missing verdicts ever, the newest included.
+        cfg: settings (:class:`CapacityTestConfig` defaults if None).
+
+    Returns:
+        the look; not flagged when the newest timed verdict is not a strike, the window
+        holds fewer than ``min_strikes`` strikes or ``look < min_strikes``.
+
+    Raises:
+        ValueError: ``look`` smaller than the strikes in the window.
+    """
+    cfg = cfg or CapacityTestConfig()
+    timed = [v for v in recent if str(v["verdict"]) in TIMED][: cfg.window]
+    hits = [v for v in timed if str(v["verdict"]) in STRIKES]
+    if look < len(hits):
+        raise ValueError(f"look {look} < {len(hits)} strikes in the window")
+    rounds = tuple(str(v["round_id"]) for v in timed)
+    strike_rounds = tuple(str(v["round_id"]) for v in hits)
+    at_strike = bool(timed) and str(timed[0]["verdict"]) in STRIKES
+    if not at_strike or len(hits) < cfg.min_strikes:
+        return CapacityTest(rounds, strike_rounds, len(timed), len(hits), look, 1.0, 0.0, False)
+    p = strike_p_value(len(timed), len(hits), cfg.p0)
+    level = look_level(look, cfg)
+    return CapacityTest(rounds, strike_rounds, len(timed), len(hits), look, p, level, p <= level)
+
+
+def capacity_evidence(
+    test: CapacityTest, cfg: CapacityTestConfig, recent: Sequence[Mapping[str, Any]],
+    deadline_params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:  # fmt: skip
+    """Evidence of a ``capacity`` flag: the rule in words, the test's settings and
+    numbers, the window's verdicts (newest first) and the latencies and receipts of its
+    rounds (``rows``: the node's ``results`` rows of those rounds).
+
+    To re-check: count the strikes among the window's verdicts, take
+    ``P(Binomial(n - 1, p0) >= strikes - 1)`` and compare it with
+    ``alpha * 6 / (pi^2 (look - min_strikes + 1)^2)``."""
+    window = set(test.rounds)
+    return {
+        "rule": rules.capacity_test(cfg.window, cfg.p0, cfg.alpha, cfg.min_strikes),
+        "window": cfg.window,
+        "min_strikes": cfg.min_strikes,
+        "p0": cfg.p0,
+        "alpha": cfg.alpha,
+        "look": test.look,
+        "level": test.level,
+        "n": test.n,
+        "strikes": test.strikes,
+        "p_value": test.p_value,
+        "rounds": list(test.rounds),
+        "strike_rounds": list(test.strike_rounds),
+        "verdicts": [dict(v) for v in recent if str(v["round_id"]) in window],
+        "deadline_params": dict(deadline_params),
+        "latencies": {r["round_id"]: latency(r) for r in rows},
+        "receipts": [receipt(r) for r in rows if r.get("signature")],
+    }

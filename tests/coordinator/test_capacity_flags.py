@@ -1,0 +1,102 @@
+"""``capacity`` flags in the coordinator (netcheck.coordinator.checks.capacity): stored
+verdicts -> the capacity test (netcheck.analysis.lateness) -> a flag naming the test,
+its numbers and level, once per window; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from netcheck.config import CoordinatorConfig
+from netcheck.coordinator import checks
+from netcheck.lab.testing import small_profile
+from netcheck.records import Assignment, NodeOutcome, NodeRecord, NodeTiming, RoundPlan, Verdict
+from netcheck.storage import Store
+from netcheck.storage.flags import FlagStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+from test_lateness import HONEST_NOISY  # noqa: E402
+
+PROFILE = small_profile("capp")
+VERDICTS = {".": Verdict.PASS, "L": Verdict.LATE, "M": Verdict.MISSING, "W": Verdict.WRONG_ANSWER}
+
+
+@pytest.fixture
+def flags(db_url: str) -> FlagStore:
+    return FlagStore(Store(db_url))
+
+
+def config(tmp_path: Path, **kw: object) -> CoordinatorConfig:
+    return CoordinatorConfig(
+        identity_key=tmp_path / "c.pem", open_enrollment=True, admin_token="x" * 16,
+        profiles=[PROFILE.name], **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def play(fs: FlagStore, cfg: CoordinatorConfig, node: str, marks: str) -> dict[int, list[int]]:
+    """One stored round per mark for ``node`` (``.`` pass, ``L`` late, ``M`` missing,
+    ``W`` wrong answer), the capacity check after each, as ``Screening.after_round``
+    runs it; returns {round index: flag ids raised}."""
+    raised = {}
+    for i, mark in enumerate(marks):
+        rid = f"{node}-{i:03d}"
+        a = Assignment(node, ("a",), (), (), (), bytes(32), bytes(12))
+        fs.store.record_plan(RoundPlan(rid, PROFILE.name, 4, 4, (a,), ()), float(i))
+        late = mark == "L"
+        out = NodeOutcome(node, VERDICTS[mark], "test", 9.0 if late else 1.0, 0, 0)
+        arrived = None if mark == "M" else 1_000 + (9 if late else 1) * 10**9
+        rec = NodeRecord(NodeTiming(release_start_ns=1_000, rtt_s=0.01, arrived_ns=arrived),
+                         commitment=b"\x01" * 32, signature=b"\x02" * 64)  # fmt: skip
+        fs.store.record_outcome(rid, [out], {node: rec})
+        fs.store.finish_round(rid, "complete", {})
+        if ids := checks.capacity(fs, cfg, PROFILE, rid, [out]):
+            raised[i] = ids
+    return raised
+
+
+def test_an_honest_noisy_node_gets_no_capacity_flag(flags: FlagStore, tmp_path: Path) -> None:
+    """Regression (issue 13): the verdicts of the honest node the fixed-count rule flagged
+    at its 4th late round (3 among its last 8) raise no flag."""
+    assert play(flags, config(tmp_path), "noisy", HONEST_NOISY) == {}
+    assert flags.count_verdicts("noisy", {"late", "missing"}) == 4
+
+
+def test_a_node_short_of_capacity_gets_one_flag_with_the_test_evidence(
+    flags: FlagStore, tmp_path: Path
+) -> None:
+    """A node late in every full round (and more when its farm-mates are loaded) is
+    flagged at its 3rd strike: statistic = the p-value, threshold = the look's level,
+    evidence with the rule, the numbers to re-check and the receipts; further strikes
+    in the same window raise nothing new; wrong answers are not timed rounds."""
+    raised = play(flags, config(tmp_path), "short", ".L.W..L.L..M..L")
+    assert list(raised) == [8]
+    [fid] = raised[8]
+    flag = flags.get_flag(fid)
+    assert flag is not None and flag.evidence is not None
+    assert (flag.kind, flag.status, flag.node_keys) == ("capacity", "confirmed", ("short",))
+    ev = flag.evidence
+    assert (ev["n"], ev["strikes"], ev["look"], ev["window"]) == (8, 3, 3, 48)
+    assert (ev["p0"], ev["alpha"], ev["min_strikes"]) == (0.02, 0.03, 3)
+    p = 1 - 0.98**7 - 7 * 0.02 * 0.98**6  # P(Binomial(7, 0.02) >= 2)
+    assert flag.statistic == pytest.approx(p) and ev["p_value"] == pytest.approx(p)
+    assert flag.threshold == pytest.approx(0.03 * 6 / math.pi**2) == ev["level"]
+    assert ev["strike_rounds"] == ["short-008", "short-006", "short-001"]
+    assert "short-003" not in ev["rounds"] and len(ev["rounds"]) == 8  # the wrong answer
+    assert [v["verdict"] for v in ev["verdicts"]][:2] == ["late", "pass"]
+    assert len(ev["receipts"]) == 8 and set(ev["latencies"]) == set(ev["rounds"])
+    assert "at most 2% of its rounds" in ev["rule"] and "sums to 0.03" in ev["rule"]
+    assert flags.recent_verdicts("short", 3, {"wrong-answer"})[0]["round_id"] == "short-003"
+
+
+def test_the_capacity_settings_come_from_the_config(flags: FlagStore, tmp_path: Path) -> None:
+    """``capacity_window``/``capacity_strikes``/``capacity_p0``/``capacity_alpha``: with a
+    larger p0 the same strikes are no evidence; with 2 strikes and a tiny p0, two missing
+    rounds in a row are."""
+    lax = config(tmp_path, capacity_p0=0.2)
+    assert play(flags, lax, "a", ".L.W..L.L..M..L") == {}
+    strict = config(tmp_path, capacity_window=4, capacity_strikes=2, capacity_p0=0.001)
+    assert list(play(flags, strict, "b", "..MM")) == [3]
+    assert checks.capacity_config(strict).window == 4
