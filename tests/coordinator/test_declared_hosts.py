@@ -18,7 +18,7 @@ import pytest
 from netcheck.analysis import evidence as ev
 from netcheck.analysis.detector_config import SuspectGroup
 from netcheck.config import load_profile
-from netcheck.coordinator.detection import declared_host
+from netcheck.coordinator.group_flags import declared_host
 from netcheck.lab.sample import fill_synthetic
 from netcheck.lab.testing import RunningCoordinator, running_coordinator, small_profile
 from netcheck.records import Flag
