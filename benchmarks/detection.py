@@ -28,8 +28,9 @@ confirmation rounds spent (mean), ``an`` = analyses run (sum).
 
 Configs: ``new`` = current defaults; ``old`` = the behaviour before issue 13
 (:func:`netcheck.sim.live.legacy_config`); ``tky`` (``--tukey``) = current defaults with
-Tukey's median polish (``DetectorConfig.round_prior_cells = 0``); all measured in the
-same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
+Tukey's median polish (``DetectorConfig.round_prior_cells = 0``); ``s3``
+(``--config s3``) = the behaviour at the end of session 3 (the "before" of session 4);
+all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
 half of a round's loaded nodes.
 
 Goals (printed and checked at the end, each with its status; ``--check`` exits 1 when
@@ -47,9 +48,11 @@ flags (FF), slow flags (slH) and capacity flags (capH).
 Run: ``.venv/bin/python benchmarks/detection.py [--seeds 2] [--quick] [--old] [--check]
 [--json PATH] [--from-json PATH...]``. ``--quick``: base and padded scenarios and the
 false-flag scenario only, 1 seed (for iteration, 1-2 minutes); ``--old``: also the
-``old`` config; ``--from-json``: table and goals over the rows of several runs (the
-grid split over processes so that each run stays under 10 minutes; docs/detection.md
-gives the split).
+``old`` config; ``--scenario NAME`` / ``--config C`` / ``--first-seed S``: one
+scenario, config or seed range (a job of ``benchmarks/detection_device.sh``, which runs
+the whole grid as parallel jobs); ``--from-json``: table and goals over the rows of
+several runs, rows of one scenario split over seeds merged, with ``--markdown`` (the
+table for docs/detection.md) and ``--plot PATH`` (found/caught against rounds).
 """
 
 from __future__ import annotations
