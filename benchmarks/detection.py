@@ -62,6 +62,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -328,22 +329,27 @@ def print_goals(rows: list[dict[str, Any]], scs: list[Scenario], configs: tuple[
     return missed
 
 
-def merge_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+COUNTS = ("FF", "mixed", "capH", "slH", "an")
+RATES = ("HS", "conf", *(f"{w}{k}" for k in SIZES for w in ("found", "caught", "c0")))
+
+
+def merge_rows(
+    rows: list[dict[str, Any]], counts: Sequence[str] = COUNTS, rates: Sequence[str] = RATES
+) -> list[dict[str, Any]]:
     """Rows of one (scenario, config, rounds) from runs over different seeds, as one:
-    counts summed, rates and means weighted by seeds (first-seen order kept)."""
+    ``counts`` summed, ``rates`` (and means) weighted by seeds, NaN ignored (first-seen
+    order kept)."""
     groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["scenario"], r["config"], r["rounds"]), []).append(r)
     out = []
     for parts in groups.values():
         row = dict(parts[0])
-        seeds = sum(p["seeds"] for p in parts)
-        row["seeds"] = seeds
-        for key in ("FF", "mixed", "capH", "slH", "an"):
+        row["seeds"] = sum(p["seeds"] for p in parts)
+        for key in counts:
             row[key] = int(sum(p[key] for p in parts))
-        rates = ["HS", "conf"] + [f"{w}{k}" for k in SIZES for w in ("found", "caught", "c0")]
         for key in rates:
-            vals = [(p[key], p["seeds"]) for p in parts if p[key] == p[key]]
+            vals = [(p[key], p["seeds"]) for p in parts if p.get(key, math.nan) == p.get(key)]
             row[key] = sum(v * w for v, w in vals) / sum(w for _, w in vals) if vals else math.nan
         out.append(row)
     return out

@@ -95,22 +95,9 @@ def run(
 
 
 def merge(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of one (scenario, config, rounds) over split seeds, as one (counts summed,
-    rates weighted by seeds)."""
-    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["scenario"], r["config"], r["rounds"]), []).append(r)
-    out = []
-    for parts in groups.values():
-        row = dict(parts[0])
-        row["seeds"] = sum(p["seeds"] for p in parts)
-        for key in COUNTS:
-            row[key] = int(sum(p[key] for p in parts))
-        for key in RATES:
-            vals = [(p[key], p["seeds"]) for p in parts if p.get(key, math.nan) == p.get(key)]
-            row[key] = sum(v * w for v, w in vals) / sum(w for _, w in vals) if vals else math.nan
-        out.append(row)
-    return out
+    """Rows of one (scenario, config, rounds) over split seeds, as one
+    (:func:`detection.merge_rows` with this benchmark's columns)."""
+    return det.merge_rows(rows, COUNTS, RATES)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
