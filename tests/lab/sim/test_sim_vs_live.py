@@ -53,11 +53,26 @@ def _roles(flags: list[tuple[str, str, frozenset[str]]], role: dict[str, str]) -
     return {(kind, status, frozenset(role[k] for k in keys)) for kind, status, keys in flags}
 
 
-def _live_roles(stored: list[Flag], names: dict[str, str]) -> set[tuple[str, str, frozenset[str]]]:  # fmt: skip
-    """The live run's flags (cleared records left out), members as roles."""
+async def _live(
+    tmp_path: Path, proxies: dict[str, Any], rounds: int
+) -> tuple[set[tuple[str, str, frozenset[str]]], list[Flag]]:
+    """Four honest nodes (0.3 s EMULATED GPUs each) and ``proxies`` through ``rounds``
+    screening rounds of a live coordinator: its flags (cleared records left out,
+    members as roles) and every stored flag."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        workers: dict[str, Any] = {
+            f"honest-{i}": EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(0.3))
+            for i in range(4)
+        }
+        names = rc.start_named(workers | proxies, PROFILE.name)
+        await rc.wait_connected(len(names))
+        await rc.coord.screening.run(PROFILE.name, rounds)
+        stored = rc.coord.screening.flags.list_flags(limit=100)
     role = {key: name.split("-")[0] for name, key in names.items()}
-    return _roles([(f.kind, f.status, frozenset(f.node_keys)) for f in stored
+    live = _roles([(f.kind, f.status, frozenset(f.node_keys)) for f in stored
                    if f.status != "cleared"], role)  # fmt: skip
+    return live, stored
 
 
 def _simulated(spec: PopulationSpec, rounds: int) -> tuple[set[tuple[str, str, frozenset[str]]], Snapshot]:  # fmt: skip
@@ -79,20 +94,9 @@ async def test_live_and_simulated_screening_raise_the_same_flags(tmp_path: Path)
     """64 screening rounds + analyses + confirmation: live and simulated flags agree
     (one shared-backend flag on the pair, nothing on honest nodes, no capacity or slow
     flag)."""
-    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
-    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
-        shared = EmulatedGPU(0.2, beta=1.0)
-        workers = {
-            f"honest-{i}": EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(0.3))
-            for i in range(4)
-        }
-        workers |= {"proxy-a": EmulatedWorker(CanaryAnswering(FP, T), shared),
-                    "proxy-b": EmulatedWorker(CanaryAnswering(FP, T), shared)}  # fmt: skip
-        names = rc.start_named(workers, PROFILE.name)
-        await rc.wait_connected(len(workers))
-        await rc.coord.screening.run(PROFILE.name, ROUNDS)
-        stored = rc.coord.screening.flags.list_flags(limit=100)
-    live = _live_roles(stored, names)
+    shared = EmulatedGPU(0.2, beta=1.0)
+    proxies = {f"proxy-{x}": EmulatedWorker(CanaryAnswering(FP, T), shared) for x in "ab"}
+    live, _stored = await _live(tmp_path, proxies, ROUNDS)
 
     spec = PopulationSpec(
         n_nodes=6, farm_sizes=(2,), cohosted_pairs=0, sigma_w=0.02, sigma_spread=0.0,
@@ -118,22 +122,12 @@ async def test_live_and_simulated_padding_pair_is_flagged_slow_alone(tmp_path: P
     live and simulated runs raise slow flags on the pair only (judged on rounds that
     load each identity alone), nothing else, in 48 rounds. The simulated noise is the
     emulated GPU's (5 ms ticks on 0.3 s: about 1%)."""
-    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
-    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
-        shared = EmulatedGPU(0.3, beta=0.24)
-        workers: dict[str, Any] = {
-            f"honest-{i}": EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(0.3))
-            for i in range(4)
-        }
-        workers |= {
-            f"proxy-{x}": PaddingWorker(EmulatedWorker(CanaryAnswering(FP, T), shared), 0.372)
-            for x in "ab"
-        }
-        names = rc.start_named(workers, PROFILE.name)
-        await rc.wait_connected(len(workers))
-        await rc.coord.screening.run(PROFILE.name, PAD_ROUNDS)
-        stored = rc.coord.screening.flags.list_flags(limit=100)
-    live = _live_roles(stored, names)
+    shared = EmulatedGPU(0.3, beta=0.24)
+    proxies = {
+        f"proxy-{x}": PaddingWorker(EmulatedWorker(CanaryAnswering(FP, T), shared), 0.372)
+        for x in "ab"
+    }
+    live, stored = await _live(tmp_path, proxies, PAD_ROUNDS)
 
     spec = PopulationSpec(
         n_nodes=6, farm_sizes=(2,), cohosted_pairs=0, sigma_w=0.01, sigma_spread=0.0,
