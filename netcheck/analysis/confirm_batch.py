@@ -1,0 +1,281 @@
+"""Confirmation of disjoint suspect groups in shared rounds (pure planner).
+
+docs/confirmation-batches.md. The coordinator (:mod:`netcheck.coordinator.confirm_batches`)
+and the simulator (:mod:`netcheck.lab.sim.live`) both drive :class:`ConfirmationBatch`, so
+they batch alike:
+
+1. :func:`pack_batches`: the suspect groups of one analysis, in the detector's order,
+   go first-fit into batches of pairwise-disjoint groups.
+2. Each group keeps its own :class:`~netcheck.analysis.confirm_run.ConfirmationRun`
+   (looks, spending, pooled evidence). At each step every active run's next block is put
+   in a secret random order (:func:`block_order`: a random permutation within each of its
+   cycles, keyed by HMAC-SHA256 as the screening schedule is); shared round ``j`` loads
+   the union of the runs' ``j``-th load sets (:func:`merge_blocks`); a run whose block is
+   shorter idles (none of its members is loaded by it).
+3. After the longest block each run gets its rounds *restricted to its members*
+   (:func:`restrict`: its members loaded, their log service times) and judges
+   (``run.add``). Runs finish independently; the batch goes on while any is active.
+4. A stored shared round's context lists one entry per run (:func:`round_context`); a
+   later attempt pools a round through the entry of its own group
+   (:func:`context_parts`, which also reads the single-run context of older rounds).
+
+**Why the error bound survives.** A run's test compares each member's log service time
+in its co-loaded rounds with its alone rounds (``H0: effect <= floor``). The other runs
+of the batch add load on other nodes only (the groups are disjoint). An honest member's
+service time depends on another node's load only through a co-hosted neighbour's
+benign coupling (at most 20% in all, below the 25% floor). Each run's block order is
+an independent secret permutation, so whether another run loads a given node in a
+shared round is independent of this run's condition in that round (each position of a
+cycle is equally likely to hold each of its load sets, and idle positions past a
+shorter block are as likely to hold either condition of this run): the coupling is
+noise common to both conditions, not a bias between them; even a fully aligned
+coupling (20%) stays below the tested floor. A farm member slowed by a sibling in
+another group is slowed in both conditions alike: its effect is underestimated, which
+costs power, not error. No node can tell which shared round tests what: the load set
+it sees is a union, and the order is keyed by a secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from netcheck.analysis.confirm import ConfirmationObservation
+from netcheck.analysis.confirm_run import ConfirmationRun
+from netcheck.analysis.schedule import MIN_SECRET_BYTES
+
+ORDER_LABEL = b"netcheck/1 confirm-order\0"
+
+
+def pack_batches(groups: Sequence[Sequence[str]]) -> list[list[int]]:
+    """Greedy first-fit packing: each group (in the given order) joins the first batch
+    that shares no node with it, else opens a new one. Returns the groups' indices per
+    batch (each batch in order; batches in order of their first group)."""
+    batches: list[list[int]] = []
+    used: list[set[str]] = []
+    for i, group in enumerate(groups):
+        nodes = set(group)
+        for b, taken in enumerate(used):
+            if not taken & nodes:
+                batches[b].append(i)
+                taken |= nodes
+                break
+        else:
+            batches.append([i])
+            used.append(set(nodes))
+    return batches
+
+
+def _tag(secret: bytes, block_id: Sequence[str], position: int) -> bytes:
+    parts = [*block_id, str(position)]
+    if any("\0" in p for p in parts):
+        raise ValueError("block id parts must not contain NUL")
+    msg = ORDER_LABEL + b"\0".join(p.encode() for p in parts)
+    return hmac.new(secret, msg, hashlib.sha256).digest()
+
+
+def block_order(secret: bytes, block_id: Sequence[str], n_rounds: int, cycles: int) -> list[int]:
+    """A secret random order of one block of ``n_rounds`` rounds made of ``cycles``
+    equal cycles: a permutation of ``range(n_rounds)`` that keeps each cycle's rounds
+    in their slice and orders each slice by ``HMAC-SHA256(secret, b"netcheck/1
+    confirm-order\\0" + "\\0".join(block_id) + "\\0" + position)`` (RFC 2104; a uniform
+    random permutation per cycle to anyone without the secret). Deterministic: with the
+    secret, the order is re-checkable from ``block_id``.
+
+    Raises:
+        ValueError: ``secret`` shorter than 16 bytes, ``cycles < 1``, ``n_rounds`` not a
+            multiple of ``cycles``, or a ``block_id`` part contains NUL.
+    """
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(f"secret must be at least {MIN_SECRET_BYTES} bytes")
+    if cycles < 1 or n_rounds < 0 or n_rounds % cycles:
+        raise ValueError("n_rounds must be a non-negative multiple of cycles >= 1")
+    size = n_rounds // cycles
+    order: list[int] = []
+    for c in range(cycles):
+        cycle = range(c * size, (c + 1) * size)
+        order.extend(sorted(cycle, key=lambda i: _tag(secret, block_id, i)))
+    return order
+
+
+@dataclass(frozen=True)
+class SharedRound:
+    """One shared round: ``load`` (the union) and ``parts`` (run slot -> that run's
+    load set, for the runs with a round at this position)."""
+
+    load: frozenset[str]
+    parts: Mapping[int, frozenset[str]]
+
+
+def merge_blocks(blocks: Mapping[int, Sequence[Collection[str]]]) -> list[SharedRound]:
+    """Shared rounds of blocks run side by side: round ``j`` loads the union of every
+    block's ``j``-th load set; blocks shorter than the longest idle after their end.
+    ``blocks``: run slot -> its load sets in order.
+
+    Raises:
+        ValueError: two blocks load a common node (their runs are not disjoint).
+    """
+    owner: dict[str, int] = {}
+    for slot, block in blocks.items():
+        for load in block:
+            for key in load:
+                if owner.setdefault(key, slot) != slot:
+                    raise ValueError(f"node {key!r} is in the blocks of two runs")
+    length = max((len(b) for b in blocks.values()), default=0)
+    out = []
+    for j in range(length):
+        parts = {s: frozenset(b[j]) for s, b in blocks.items() if j < len(b)}
+        out.append(SharedRound(frozenset().union(*parts.values()), parts))
+    return out
+
+
+def restrict(
+    obs: ConfirmationObservation, members: Sequence[str] | frozenset[str]
+) -> ConfirmationObservation:
+    """``obs`` as one run sees it: ``loaded`` = the members it loaded, ``log_service``
+    = the members' entries only (round id, phase and tested kept)."""
+    mine = frozenset(members)
+    return replace(obs, loaded=obs.loaded & mine,
+                   log_service={k: v for k, v in obs.log_service.items() if k in mine})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ContextPart:
+    """One run's share of a stored confirmation round: its ``phase``, the set its block
+    ``tested``, and the nodes it ``loaded``."""
+
+    phase: str
+    tested: frozenset[str]
+    loaded: frozenset[str]
+
+
+def context_parts(context: Mapping[str, Any], loaded: frozenset[str]) -> list[ContextPart]:
+    """The run entries of a stored confirmation round's ``context``: the ``runs`` list
+    of a shared round (:func:`round_context`), or the single-run context of older rounds
+    (top-level ``phase`` and ``tested``; the whole round's ``loaded`` set is its part).
+    Entries without a ``tested`` list (the alone stage's rounds, older ones) give
+    nothing; malformed entries are skipped."""
+    runs = context.get("runs")
+    if isinstance(runs, list):
+        out = []
+        for entry in runs:
+            if not isinstance(entry, Mapping):
+                continue
+            tested, part = entry.get("tested"), entry.get("loaded")
+            if isinstance(tested, list) and isinstance(part, list):
+                out.append(ContextPart(str(entry.get("phase", "")),
+                                       frozenset(str(k) for k in tested),
+                                       frozenset(str(k) for k in part) & loaded))  # fmt: skip
+        return out
+    tested = context.get("tested")
+    if not isinstance(tested, list):
+        return []
+    return [ContextPart(str(context.get("phase", "")), frozenset(str(k) for k in tested), loaded)]
+
+
+def round_context(batch_id: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The JSON context stored with a shared round: ``{"batch": batch_id, "runs":
+    entries}``, each entry ``{"group", "phase", "look", "tested", "loaded"}``
+    (:meth:`ConfirmationBatch.context`)."""
+    return {"batch": batch_id, "runs": [dict(e) for e in entries]}
+
+
+@dataclass
+class ConfirmationBatch:
+    """Disjoint groups' :class:`ConfirmationRun` s confirmed in shared rounds (module
+    docstring). Drive it: :meth:`plan` the next step's shared rounds; run each (its
+    :meth:`live` form drops runs that :meth:`stop` ended meanwhile); hand the full
+    observations to :meth:`add`; repeat while :attr:`active`.
+
+    Args:
+        runs: the runs (pairwise disjoint member sets).
+        batch_id: identifies the batch in the block order keys and stored contexts
+            (e.g. the profile and the analysis's newest round id).
+        secret: the schedule secret (16+ bytes); None = blocks in their planned order
+            (one group at a time, the behaviour before batching).
+
+    Raises:
+        ValueError: two runs share a member; a short secret.
+    """
+
+    runs: Sequence[ConfirmationRun]
+    batch_id: str
+    secret: bytes | None = None
+    looks: list[int] = field(default_factory=list)
+    stopped: dict[int, str] = field(default_factory=dict)
+    _rounds: list[SharedRound] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for run in self.runs:
+            if seen & set(run.members):
+                raise ValueError("the runs of a batch must be disjoint")
+            seen |= set(run.members)
+        if self.secret is not None and len(self.secret) < MIN_SECRET_BYTES:
+            raise ValueError(f"secret must be at least {MIN_SECRET_BYTES} bytes")
+        self.looks = [0] * len(self.runs)
+
+    @property
+    def active(self) -> list[int]:
+        """Slots of the runs neither done nor stopped."""
+        return [i for i, r in enumerate(self.runs) if not r.done and i not in self.stopped]
+
+    def stop(self, slot: int, reason: str) -> None:
+        """End run ``slot`` without judging the rest of its block (e.g. a member left);
+        the other runs go on."""
+        self.stopped.setdefault(slot, reason)
+
+    def _order(self, slot: int, block: list[set[str]]) -> list[set[str]]:
+        if self.secret is None or not block:
+            return block
+        run = self.runs[slot]
+        block_id = (self.batch_id, ",".join(run.members), str(run.attempt), str(self.looks[slot]))
+        order = block_order(self.secret, block_id, len(block), run.cycles)
+        return [block[i] for i in order]
+
+    def plan(self) -> list[SharedRound]:
+        """The shared rounds of the next step: every active run's next block, ordered
+        (:func:`block_order`) and merged (:func:`merge_blocks`); empty when no run is
+        active."""
+        blocks = {s: self._order(s, self.runs[s].next_block()) for s in self.active}
+        self._rounds = merge_blocks(blocks)
+        return list(self._rounds)
+
+    def live(self, rnd: SharedRound) -> SharedRound | None:
+        """``rnd`` without the parts of stopped runs; None if none is left."""
+        parts = {s: p for s, p in rnd.parts.items() if s not in self.stopped}
+        if not parts:
+            return None
+        return SharedRound(frozenset().union(*parts.values()), parts)
+
+    def context(self, rnd: SharedRound) -> dict[str, Any]:
+        """The context to store with ``rnd`` (:func:`round_context`)."""
+        entries = []
+        for slot, part in sorted(rnd.parts.items()):
+            run = self.runs[slot]
+            entries.append({"group": list(run.members), "phase": run.phase,
+                            "look": self.looks[slot], "tested": sorted(run.tested),
+                            "loaded": sorted(part)})  # fmt: skip
+        return round_context(self.batch_id, entries)
+
+    def add(self, observations: Sequence[ConfirmationObservation | None]) -> None:
+        """The observations of the planned step's rounds (one per shared round of
+        :meth:`plan`, full, not restricted; None for a round not run): each active run
+        gets those of its rounds restricted to its members (:func:`restrict`) and judges
+        (``run.add``).
+
+        Raises:
+            ValueError: not one observation per planned round.
+        """
+        if len(observations) != len(self._rounds):
+            raise ValueError("need one observation (or None) per planned round")
+        for slot in self.active:
+            run = self.runs[slot]
+            mine = [restrict(o, run.members) for r, o in zip(self._rounds, observations, strict=True)
+                    if o is not None and slot in r.parts]  # fmt: skip
+            run.add(mine)
+            self.looks[slot] += 1
+        self._rounds = []
