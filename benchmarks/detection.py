@@ -205,7 +205,11 @@ CONFIGS: dict[str, Any] = {
         confirm=ConfirmConfig(futility_stop=False, pair_phases=2),
         detector=DetectorConfig(mutual_test=False),
         capacity_legacy=True,  # 3 late/missing of the last 8 verdicts (session 3)
+        confirm_batching=False,
     ),  # fmt: skip
+    # current defaults, suspect groups confirmed one at a time (before shared rounds,
+    # docs/confirmation-batches.md): the baseline of LiveConfig.confirm_batching
+    "serial": lambda: LiveConfig(confirm_batching=False),
 }
 
 
