@@ -206,7 +206,7 @@ class ConfirmationBatch:
     secret: bytes | None = None
     looks: list[int] = field(default_factory=list)
     stopped: dict[int, str] = field(default_factory=dict)
-    _rounds: list[SharedRound] = field(default_factory=list)
+    _rounds: list[SharedRound] | None = None
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
@@ -268,8 +268,11 @@ class ConfirmationBatch:
         (``run.add``).
 
         Raises:
-            ValueError: not one observation per planned round.
+            ValueError: no step planned since the last :meth:`add`, or not one
+                observation per planned round.
         """
+        if self._rounds is None:
+            raise ValueError("plan() the step first")
         if len(observations) != len(self._rounds):
             raise ValueError("need one observation (or None) per planned round")
         for slot in self.active:
@@ -278,4 +281,4 @@ class ConfirmationBatch:
                     if o is not None and slot in r.parts]  # fmt: skip
             run.add(mine)
             self.looks[slot] += 1
-        self._rounds = []
+        self._rounds = None
