@@ -5,7 +5,7 @@ and the simulator (:mod:`netcheck.lab.sim.live`) both drive :class:`Confirmation
 they batch alike:
 
 1. :func:`pack_batches`: the suspect groups of one analysis, in the detector's order,
-   go first-fit into batches of pairwise-disjoint groups.
+   go first-fit into batches of pairwise-disjoint groups that no detector edge links.
 2. Each group keeps its own :class:`~netcheck.analysis.confirm_run.ConfirmationRun`
    (looks, spending, pooled evidence). At each step every active run's next block is put
    in a secret random order (:func:`block_order`: a random permutation within each of its
@@ -50,16 +50,27 @@ from netcheck.analysis.schedule import MIN_SECRET_BYTES
 ORDER_LABEL = b"netcheck/1 confirm-order\0"
 
 
-def pack_batches(groups: Sequence[Sequence[str]]) -> list[list[int]]:
+def pack_batches(
+    groups: Sequence[Sequence[str]], links: Sequence[tuple[str, str]] = ()
+) -> list[list[int]]:
     """Greedy first-fit packing: each group (in the given order) joins the first batch
-    that shares no node with it, else opens a new one. Returns the groups' indices per
-    batch (each batch in order; batches in order of their first group)."""
+    that shares no node with it and no ``links`` edge (a detector edge) with a node of
+    it, else opens a new one. Linked groups stay apart because they may be one farm cut
+    into cliques by a missing edge: in one batch, each would load the other's siblings
+    in both of its conditions and understate its slowdown (power, not error). Returns
+    the groups' indices per batch (each batch in order; batches in order of their first
+    group)."""
+    near: dict[str, set[str]] = {}
+    for a, b in links:
+        near.setdefault(a, set()).add(b)
+        near.setdefault(b, set()).add(a)
     batches: list[list[int]] = []
     used: list[set[str]] = []
     for i, group in enumerate(groups):
         nodes = set(group)
+        reach = nodes.union(*(near.get(k, set()) for k in nodes))
         for b, taken in enumerate(used):
-            if not taken & nodes:
+            if not taken & reach:
                 batches[b].append(i)
                 taken |= nodes
                 break

@@ -77,15 +77,16 @@ async def confirm_groups(
     screening: Screening, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
     analysis: Analysis, *, batching: bool,
 ) -> list[GroupOutcome]:  # fmt: skip
-    """Confirm ``groups`` (detector order) in batches of disjoint groups (module
-    docstring); ``batching=False``: one group at a time in planned order. Groups whose
+    """Confirm ``groups`` (detector order) in batches of disjoint groups that no edge of
+    ``analysis`` links (module docstring); ``batching=False``: one group at a time in planned order. Groups whose
     every pair is already inside a confirmed flag when their batch starts get
     ``already-flagged`` outcomes (``reason``). Returns one outcome per group, in order.
 
     Raises:
         StorageError: a round or a flag could not be stored.
     """
-    batches = pack_batches([g.members for g in groups]) if batching else [
+    links = [(e.a, e.b) for e in analysis.detection.edges]
+    batches = pack_batches([g.members for g in groups], links) if batching else [
         [i] for i in range(len(groups))]  # fmt: skip
     newest = stored.round_ids[-1] if stored.round_ids else "none"
     out: dict[int, GroupOutcome] = {}

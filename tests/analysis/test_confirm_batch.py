@@ -38,6 +38,15 @@ def test_pack_batches_first_fit_keeps_groups_disjoint_and_in_order() -> None:
     assert pack_batches([]) == []
 
 
+def test_pack_batches_keeps_linked_groups_apart() -> None:
+    """Disjoint groups joined by a detector edge (one farm cut into cliques by a missing
+    edge) go to different batches; unlinked ones share."""
+    groups = [("a", "b"), ("c", "d"), ("e", "f")]
+    assert pack_batches(groups) == [[0, 1, 2]]
+    assert pack_batches(groups, [("b", "c")]) == [[0, 2], [1]]
+    assert pack_batches(groups, [("x", "y")]) == [[0, 1, 2]]
+
+
 def test_block_order_is_a_secret_deterministic_permutation_within_cycles() -> None:
     """Same secret and block id: the same order; each cycle's rounds stay in their
     slice; another secret, look or group gives another order; bad input raises."""

@@ -361,7 +361,8 @@ class LiveSimulation:
             st.slow.update(n.node_key for n in report.flagged)
         st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
         groups = [g.members for g in analysis.detection.groups]
-        batches = (pack_batches(groups) if self.cfg.confirm_batching
+        links = [(e.a, e.b) for e in analysis.detection.edges]
+        batches = (pack_batches(groups, links) if self.cfg.confirm_batching
                    else [[i] for i in range(len(groups))])  # fmt: skip
         for b, idx in enumerate(batches):  # Screening.analyse_and_confirm (confirm_groups)
             todo = [groups[i] for i in idx if not self._covered(groups[i])]
