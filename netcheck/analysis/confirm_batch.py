@@ -5,7 +5,8 @@ and the simulator (:mod:`netcheck.lab.sim.live`) both drive :class:`Confirmation
 they batch alike:
 
 1. :func:`pack_batches`: the suspect groups of one analysis, in the detector's order,
-   go first-fit into batches of pairwise-disjoint groups that no detector edge links.
+   go first-fit into batches of pairwise-disjoint groups that no detector edge and no
+   loose screening link (:func:`contention_links`) joins.
 2. Each group keeps its own :class:`~netcheck.analysis.confirm_run.ConfirmationRun`
    (looks, spending, pooled evidence). At each step every active run's next block is put
    in a secret random order (:func:`block_order`: a random permutation within each of its
@@ -39,13 +40,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
+from netcheck.analysis.timing import TimingMatrix
 
 ORDER_LABEL = b"netcheck/1 confirm-order\0"
 
@@ -69,15 +74,64 @@ def pack_batches(
     for i, group in enumerate(groups):
         nodes = set(group)
         reach = nodes.union(*(near.get(k, set()) for k in nodes))
-        for b, taken in enumerate(used):
+        for slot, taken in enumerate(used):
             if not taken & reach:
-                batches[b].append(i)
+                batches[slot].append(i)
                 taken |= nodes
                 break
         else:
             batches.append([i])
             used.append(set(nodes))
     return batches
+
+
+def contention_links(
+    matrix: TimingMatrix, members: Collection[str], min_effect: float
+) -> list[tuple[str, str]]:
+    """Pairs of ``members`` that the screening rounds loosely link: the mean log
+    service time of ``u`` in rounds loading ``v`` too, minus in rounds loading ``u``
+    without ``v``, above ``min_effect`` (log units) in either direction. Each round is
+    centred on the median of its loaded nodes first (round effects), and a pair needs 2+
+    rounds in each condition. A point estimate, no test: it only keeps groups that may
+    be one farm (a missing detector edge) out of one batch, where each would load the
+    other's siblings in both of its conditions (:func:`pack_batches`). ``matrix``:
+    :class:`~netcheck.analysis.timing.TimingMatrix` ``(n, R)``; members not in it are
+    ignored. Cost: ``O(m^2 R)`` for ``m`` members."""
+    index = {k: i for i, k in enumerate(matrix.node_keys)}
+    keys = [k for k in dict.fromkeys(members) if k in index]
+    if len(keys) < 2 or not matrix.y.size:
+        return []
+    rows = [index[k] for k in keys]
+    y = np.where(matrix.loaded, matrix.y, np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rounds
+        centre = np.nanmedian(y, axis=0)
+    r = y[rows] - centre
+    ok = np.isfinite(r)
+    mask = ok.astype(float)
+    val = np.where(ok, r, 0.0)
+    loaded = matrix.loaded[rows].astype(float)
+    n_both = mask @ loaded.T  # [u, v]: rounds with u observed and v loaded
+    s_both = val @ loaded.T
+    n_only = mask.sum(axis=1)[:, None] - n_both
+    s_only = val.sum(axis=1)[:, None] - s_both
+    with np.errstate(divide="ignore", invalid="ignore"):
+        effect = np.where((n_both >= 2) & (n_only >= 2),
+                          s_both / n_both - s_only / n_only, -np.inf)  # fmt: skip
+    hit = np.maximum(effect, effect.T) > min_effect
+    return [(keys[i], keys[j]) for i in range(len(keys)) for j in range(i + 1, len(keys))
+            if hit[i, j]]  # fmt: skip
+
+
+def batch_links(
+    groups: Sequence[Sequence[str]], edges: Sequence[tuple[str, str]], matrix: TimingMatrix,
+    min_effect: float,
+) -> list[tuple[str, str]]:  # fmt: skip
+    """The links :func:`pack_batches` keeps apart: the detector ``edges`` and the
+    :func:`contention_links` of the groups' members (``min_effect``: log units; the
+    coordinator and the simulator use half the confirmation floor)."""
+    members = [k for g in groups for k in g]
+    return [*edges, *contention_links(matrix, members, min_effect)]
 
 
 def _tag(secret: bytes, block_id: Sequence[str], position: int) -> bytes:

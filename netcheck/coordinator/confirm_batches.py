@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from netcheck.analysis.confirm import ConfirmationObservation
-from netcheck.analysis.confirm_batch import ConfirmationBatch, pack_batches
+from netcheck.analysis.confirm_batch import ConfirmationBatch, batch_links, pack_batches
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import SuspectGroup
 from netcheck.analysis.screening import Analysis, confirmation_observation
@@ -78,14 +78,16 @@ async def confirm_groups(
     analysis: Analysis, *, batching: bool,
 ) -> list[GroupOutcome]:  # fmt: skip
     """Confirm ``groups`` (detector order) in batches of disjoint groups that no edge of
-    ``analysis`` links (module docstring); ``batching=False``: one group at a time in planned order. Groups whose
+    ``analysis`` and no loose screening link (half the confirmation floor) joins
+    (:func:`~netcheck.analysis.confirm_batch.batch_links`, module docstring); ``batching=False``: one group at a time in planned order. Groups whose
     every pair is already inside a confirmed flag when their batch starts get
     ``already-flagged`` outcomes (``reason``). Returns one outcome per group, in order.
 
     Raises:
         StorageError: a round or a flag could not be stored.
     """
-    links = [(e.a, e.b) for e in analysis.detection.edges]
+    links = batch_links([g.members for g in groups], [(e.a, e.b) for e in analysis.detection.edges],
+                        analysis.matrix, screening.confirm.effect_floor / 2)  # fmt: skip
     batches = pack_batches([g.members for g in groups], links) if batching else [
         [i] for i in range(len(groups))]  # fmt: skip
     newest = stored.round_ids[-1] if stored.round_ids else "none"

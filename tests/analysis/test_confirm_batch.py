@@ -13,7 +13,9 @@ from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_batch import (
     ConfirmationBatch,
     ContextPart,
+    batch_links,
     block_order,
+    contention_links,
     context_parts,
     merge_blocks,
     pack_batches,
@@ -21,6 +23,7 @@ from netcheck.analysis.confirm_batch import (
     round_context,
 )
 from netcheck.analysis.confirm_run import ConfirmationRun
+from netcheck.analysis.timing import TimingMatrix
 
 SECRET = bytes(range(32))
 
@@ -45,6 +48,28 @@ def test_pack_batches_keeps_linked_groups_apart() -> None:
     assert pack_batches(groups) == [[0, 1, 2]]
     assert pack_batches(groups, [("b", "c")]) == [[0, 2], [1]]
     assert pack_batches(groups, [("x", "y")]) == [[0, 1, 2]]
+
+
+def test_contention_links_find_siblings_the_detector_left_unlinked() -> None:
+    """Screening rounds where u and v slow each other by 0.4 (log) and w and 20 more
+    nodes are independent, with a common round effect: only (u, v) is linked at half the
+    floor; a node seen in fewer than 2 rounds of a condition links nothing; unknown
+    members are ignored."""
+    rng = np.random.default_rng(3)
+    keys = ("u", "v", "w", *(f"h{i}" for i in range(20)))
+    loaded = rng.random((len(keys), 48)) < 0.5
+    y = rng.normal(0, 0.05, loaded.shape) + rng.normal(0, 0.2, 48)
+    y[0] += 0.4 * loaded[1]
+    y[1] += 0.4 * loaded[0]
+    y = np.where(loaded, y, np.nan)
+    rids = tuple(f"r{i}" for i in range(48))
+    mat = TimingMatrix(y, loaded, np.zeros_like(loaded), keys, rids)
+    floor = ConfirmConfig().effect_floor
+    assert contention_links(mat, ["u", "v", "w", "x"], floor / 2) == [("u", "v")]
+    few = TimingMatrix(y[:, :3], loaded[:, :3], np.zeros((len(keys), 3), bool), keys, rids[:3])
+    assert contention_links(few, keys, floor / 2) == []
+    groups = [("u", "a"), ("v", "b")]
+    assert pack_batches(groups, batch_links(groups, [], mat, floor / 2)) == [[0], [1]]
 
 
 def test_block_order_is_a_secret_deterministic_permutation_within_cycles() -> None:

@@ -50,7 +50,7 @@ import numpy as np
 
 from netcheck.analysis.alone import AloneConfig, alone_test, nominees
 from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
-from netcheck.analysis.confirm_batch import ConfirmationBatch, pack_batches
+from netcheck.analysis.confirm_batch import ConfirmationBatch, batch_links, pack_batches
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import DetectorConfig
 from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
@@ -361,7 +361,8 @@ class LiveSimulation:
             st.slow.update(n.node_key for n in report.flagged)
         st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
         groups = [g.members for g in analysis.detection.groups]
-        links = [(e.a, e.b) for e in analysis.detection.edges]
+        links = batch_links(groups, [(e.a, e.b) for e in analysis.detection.edges],
+                            analysis.matrix, self.cfg.confirm.effect_floor / 2)  # fmt: skip
         batches = (pack_batches(groups, links) if self.cfg.confirm_batching
                    else [[i] for i in range(len(groups))])  # fmt: skip
         for b, idx in enumerate(batches):  # Screening.analyse_and_confirm (confirm_groups)
