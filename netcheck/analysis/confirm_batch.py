@@ -85,16 +85,22 @@ def pack_batches(
     return batches
 
 
+#: One-sided z of a screening link (:func:`contention_links`): about p < 0.01 each way.
+LINK_Z = 2.326
+
+
 def contention_links(
-    matrix: TimingMatrix, members: Collection[str], min_effect: float
+    matrix: TimingMatrix, members: Collection[str], min_effect: float, z: float = LINK_Z
 ) -> list[tuple[str, str]]:
-    """Pairs of ``members`` that the screening rounds loosely link: the mean log
-    service time of ``u`` in rounds loading ``v`` too, minus in rounds loading ``u``
-    without ``v``, above ``min_effect`` (log units) in either direction. Each round is
-    centred on the median of its loaded nodes first (round effects), and a pair needs 2+
-    rounds in each condition. A point estimate, no test: it only keeps groups that may
-    be one farm (a missing detector edge) out of one batch, where each would load the
-    other's siblings in both of its conditions (:func:`pack_batches`). ``matrix``:
+    """Pairs of ``members`` that the screening rounds loosely link: in either direction,
+    the mean log service time of ``u`` in rounds loading ``v`` too minus in rounds
+    loading ``u`` without ``v`` is above ``min_effect`` (log units) and its t (normal
+    approximation of Welch's) above ``z``. Each round is centred on the median of its
+    loaded nodes first (round effects); a pair needs 2+ rounds in each condition. A
+    loose screen over the few nominated members, not a test at the detector's level: it
+    only keeps groups that may be one farm cut by a missing detector edge out of one
+    batch, where each would load the other's siblings in both of its conditions
+    (:func:`pack_batches`); a false link only costs sharing. ``matrix``:
     :class:`~netcheck.analysis.timing.TimingMatrix` ``(n, R)``; members not in it are
     ignored. Cost: ``O(m^2 R)`` for ``m`` members."""
     index = {k: i for i, k in enumerate(matrix.node_keys)}
@@ -108,17 +114,20 @@ def contention_links(
         centre = np.nanmedian(y, axis=0)
     r = y[rows] - centre
     ok = np.isfinite(r)
-    mask = ok.astype(float)
     val = np.where(ok, r, 0.0)
     loaded = matrix.loaded[rows].astype(float)
-    n_both = mask @ loaded.T  # [u, v]: rounds with u observed and v loaded
-    s_both = val @ loaded.T
-    n_only = mask.sum(axis=1)[:, None] - n_both
-    s_only = val.sum(axis=1)[:, None] - s_both
+    # [u, v]: sums over rounds with u observed and v loaded ("both") or not ("only")
+    n_b, s_b, q_b = ok.astype(float) @ loaded.T, val @ loaded.T, (val * val) @ loaded.T
+    n_o = ok.sum(axis=1)[:, None] - n_b
+    s_o = val.sum(axis=1)[:, None] - s_b
+    q_o = (val * val).sum(axis=1)[:, None] - q_b
     with np.errstate(divide="ignore", invalid="ignore"):
-        effect = np.where((n_both >= 2) & (n_only >= 2),
-                          s_both / n_both - s_only / n_only, -np.inf)  # fmt: skip
-    hit = np.maximum(effect, effect.T) > min_effect
+        m_b, m_o = s_b / n_b, s_o / n_o
+        var = (q_b - n_b * m_b**2) / (n_b - 1) / n_b + (q_o - n_o * m_o**2) / (n_o - 1) / n_o
+        effect = m_b - m_o
+        t = effect / np.sqrt(np.maximum(var, 1e-12))
+    link = (n_b >= 2) & (n_o >= 2) & (effect > min_effect) & (t > z)
+    hit = link | link.T
     return [(keys[i], keys[j]) for i in range(len(keys)) for j in range(i + 1, len(keys))
             if hit[i, j]]  # fmt: skip
 
