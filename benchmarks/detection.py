@@ -30,6 +30,7 @@ Configs: ``new`` = current defaults; ``old`` = the behaviour before issue 13
 (:func:`netcheck.sim.live.legacy_config`); ``tky`` (``--tukey``) = current defaults with
 Tukey's median polish (``DetectorConfig.round_prior_cells = 0``); ``s3``
 (``--config s3``) = the behaviour at the end of session 3 (the "before" of session 4);
+``s4`` = the end of session 4 (the "before" of session 5);
 all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
 half of a round's loaded nodes.
 
@@ -202,7 +203,9 @@ CONFIGS: dict[str, Any] = {
         alone=None,
         confirm_cycles=4,
         confirm_max_cycles=16,
-        confirm=ConfirmConfig(futility_stop=False, pair_phases=2),
+        confirm=ConfirmConfig(
+            futility_stop=False, pair_phases=2, member_level="bonferroni", look_schedule="constant"
+        ),
         detector=DetectorConfig(mutual_test=False),
         capacity_legacy=True,  # 3 late/missing of the last 8 verdicts (session 3)
         confirm_batching=False,
@@ -210,6 +213,16 @@ CONFIGS: dict[str, Any] = {
     # current defaults, suspect groups confirmed one at a time (before shared rounds,
     # docs/confirmation-batches.md): the baseline of LiveConfig.confirm_batching
     "serial": lambda: LiveConfig(confirm_batching=False),
+    # the behaviour at the end of session 4 (the "before" of session 5, same run): each
+    # member of a pair tested at half the level (Bonferroni over members, not the
+    # intersection-union test), the mutual pair test at the Bonferroni level only, looks
+    # after every 8 cycles up to 64 (not at 8, 16, 32, 64, 128)
+    "s4": lambda: LiveConfig(
+        confirm_max_cycles=64,
+        confirm=ConfirmConfig(member_level="bonferroni", look_schedule="constant"),
+        detector=DetectorConfig(mutual_fdr=0.0),
+        confirm_batching=False,  # one group at a time (session 4)
+    ),
 }
 
 
@@ -450,7 +463,7 @@ def report_json(
     if plot_path:
         plot(rows, plot_path)
     if md:
-        print("\n" + markdown(rows))
+        print("\n" + markdown(rows, next((c for c in configs if c != "new"), "s3")))
     return 1 if (missed and check) else 0
 
 
@@ -479,7 +492,7 @@ def main() -> int:
     parser.add_argument("--scenario", action="append", default=None, metavar="NAME",
                         help="only the scenario of exactly this name (repeatable)")  # fmt: skip
     parser.add_argument("--config", action="append", default=None, choices=sorted(CONFIGS),
-                        help="run these configs instead (repeatable; s3 = before session 4)")  # fmt: skip
+                        help="run these configs instead (repeatable; s3 / s4 = before session 4 / 5)")  # fmt: skip
     parser.add_argument(
         "--part",
         default=None,
@@ -491,7 +504,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--markdown", action="store_true",
-                        help="with --from-json: also the new-vs-s3 table in Markdown")  # fmt: skip
+                        help="with --from-json: also the table of new vs the other config in Markdown")  # fmt: skip
     parser.add_argument("--plot", default=None, metavar="PATH",
                         help="also draw found/caught vs rounds per scenario (PNG/SVG)")  # fmt: skip
     parser.add_argument("--from-json", nargs="+", default=None, metavar="PATH",

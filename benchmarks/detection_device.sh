@@ -5,7 +5,7 @@
 # 16 CPU cores; the GPU is not used). The merged table and goals land in
 # $OUT/detection.txt, the plot in $OUT/detection.png, the parts (JSON per job) and
 # their logs in $OUT/parts.tar.gz (re-merge: detection.py --from-json parts/*.json). Run locally too: PY=.venv/bin/python OUT=/tmp/det bash benchmarks/detection_device.sh
-# Configs: new (defaults) and s3 (the behaviour before session 4, same seeds).
+# Configs: new (defaults) and s4 (the behaviour before session 5, same seeds; CONFIGS="new s3" for session 4's baseline).
 set -uo pipefail
 PY=${PY:-python3}
 if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c "import pydantic, sqlalchemy" 2>/dev/null; then
@@ -17,7 +17,7 @@ else
 fi
 OUT=${OUT:-/tmp/det}; mkdir -p "$OUT/parts" "$OUT/logs"
 JOBS=${JOBS:-$(nproc)}; SEEDS=${SEEDS:-2}; FF_SEEDS=${FF_SEEDS:-125}; FF_CHUNK=${FF_CHUNK:-16}
-CONFIGS=${CONFIGS:-"new s3"}; LIMIT=${LIMIT:-540}
+CONFIGS=${CONFIGS:-"new s4"}; LIMIT=${LIMIT:-540}
 echo "cores $(nproc), jobs $JOBS, seeds $SEEDS, false-flag runs $FF_SEEDS, configs $CONFIGS"
 list=$OUT/jobs.txt; : > "$list"
 # longest first: the 1,000-node scenarios, then the false-flag chunks, then the rest

@@ -46,6 +46,26 @@ class ConfirmConfig:
       members have a slowdown estimate above the floor (never raises the error).
     - ``pair_phases`` (1): phases a pair's level is split over: 1, as a pair has no split
       phase (its group test is the pair test); 2 = before session 4.
+    - ``member_level`` (``"iut"``): how the group's level is split over its g members.
+      ``"iut"``: ``alpha / (g - m + 1)`` with ``m = min_members``. The group is
+      confirmed when m members pass. Under the null (fewer than m members slowed above
+      the floor) with j <= m - 1 non-null members, a confirmation needs at least
+      ``m - j`` of the ``g - j`` null members to pass; by Markov's inequality on their
+      count that has probability at most ``(g - j) * level / (m - j)``, largest at
+      ``j = m - 1``: ``(g - m + 1) * level = alpha``, whatever the dependence between
+      members (they share the co-loaded rounds). For a pair that is ``alpha`` itself:
+      both members must pass, the intersection-union test (Berger, *Technometrics* 24
+      (1982) 295-300; Berger & Hsu, *Stat. Sci.* 11 (1996) 283-319).
+      ``"bonferroni"``: ``alpha / g`` (before session 5).
+    - ``look_schedule`` (``"doubling"``): when a
+      :class:`~netcheck.analysis.confirm_run.ConfirmationRun` looks. ``"doubling"``:
+      after ``cycles``, ``2 cycles``, ``4 cycles``, ... cumulative cycles up to
+      ``max_cycles`` (8, 16, 32, 64, 128 by default: 5 looks); ``"constant"``: after
+      every ``cycles`` (session 4: 8 looks up to 64). The level is split over the looks,
+      so doubling buys a larger cap for fewer, stronger looks; the futility stop still
+      comes at the second look (16 cycles). Group-sequential designs with looks at
+      growing information fractions: Jennison & Turnbull, *Group Sequential Methods*
+      (2000), ch. 7.
     """
 
     effect_floor: float = math.log(1.25)
@@ -55,8 +75,20 @@ class ConfirmConfig:
     floor_test: bool = True
     futility_stop: bool = True
     pair_phases: int = 1
+    member_level: str = "iut"
+    look_schedule: str = "doubling"
+
+    def member_alpha(self, g: int) -> float:
+        """Level of each member's test in a group of ``g`` (``member_level``)."""
+        if self.member_level == "bonferroni":
+            return self.alpha / max(g, 1)
+        return self.alpha / max(g - self.min_members + 1, 1)
 
     def __post_init__(self) -> None:
+        if self.member_level not in ("iut", "bonferroni"):
+            raise ValueError("member_level must be 'iut' or 'bonferroni'")
+        if self.look_schedule not in ("doubling", "constant"):
+            raise ValueError("look_schedule must be 'doubling' or 'constant'")
         if self.effect_floor < 0 or not 0 < self.alpha < 1:
             raise ValueError("need effect_floor >= 0 and 0 < alpha < 1")
         if self.pair_phases not in (1, 2):
@@ -111,7 +143,7 @@ class ConfirmationResult:
     ``verdict``: ``"shared-backend"`` or ``"cleared"``; ``confirmed_members``: members
     whose slowdown cleared the floor and the level; ``beta_estimate``: median over
     confirmed members of ``(slowdown - 1) / (g - 1)`` (NaN if none); ``p_threshold``:
-    the per-member level ``alpha / g``; ``effect_floor``: the floor used.
+    the per-member level (:meth:`ConfirmConfig.member_alpha`); ``effect_floor``: the floor used.
     """
 
     group: tuple[str, ...]
@@ -168,7 +200,8 @@ def judge_confirmation(
     A round counts as *co-loaded* for member m when it loaded the whole group, as
     *alone* when m is the only group member loaded. Each member gets a one-sided Welch
     t-test (Welch 1947) of co-loaded minus alone mean log service time at level
-    ``alpha / g`` (Bonferroni over the members): with ``floor_test`` of ``H0: effect <=
+    :meth:`ConfirmConfig.member_alpha` (``alpha`` for a pair, an intersection-union
+    test; ``alpha / (g - 1)`` for larger groups): with ``floor_test`` of ``H0: effect <=
     effect_floor``, else of ``H0: effect <= 0`` plus the estimate above the floor
     (``t``/``p`` in :class:`MemberTest` are those of the test used); the group is
     ``shared-backend`` if at least ``min_members`` members are confirmed.
@@ -176,7 +209,7 @@ def judge_confirmation(
     cfg = cfg or ConfirmConfig()
     members = tuple(dict.fromkeys(group))
     whole = frozenset(members)
-    level = cfg.alpha / max(len(members), 1)
+    level = cfg.member_alpha(len(members))
     tests: list[MemberTest] = []
     for m in members:
         co: list[float] = []

@@ -307,7 +307,7 @@ class ConfirmationBatch:
             return block
         run = self.runs[slot]
         block_id = (self.batch_id, ",".join(run.members), str(run.attempt), str(self.looks[slot]))
-        order = block_order(self.secret, block_id, len(block), run.cycles)
+        order = block_order(self.secret, block_id, len(block), run.block_cycles())
         return [block[i] for i in order]
 
     def plan(self) -> list[SharedRound]:

@@ -8,10 +8,12 @@ one :class:`~netcheck.analysis.confirm.ConfirmationObservation` per round, repea
 
 Design (docs/detection.md "Confirmation"):
 
-1. **Group phase**: blocks of ``cycles`` cycles of (whole group, each member alone)
+1. **Group phase**: blocks of cycles of (whole group, each member alone)
    (:func:`~netcheck.analysis.confirm.plan_confirmation`), judged after each block on all
    data so far (:func:`~netcheck.analysis.confirm.judge_confirmation`), up to
-   ``max_cycles`` cycles; each look at ``alpha_attempt / phases / looks`` (Bonferroni
+   ``max_cycles`` cycles; looks after ``cycles``, ``2 cycles``, ``4 cycles``... cumulative
+   cycles (``ConfirmConfig.look_schedule`` ``"doubling"``; ``"constant"``: after every
+   ``cycles``); each look at ``alpha_attempt / phases / looks`` (Bonferroni
    over looks and the two phases; a pair has one phase, its group test being the pair
    test).
    It finds the members that slow down when the group is loaded; it does not stop at
@@ -111,7 +113,8 @@ class ConfirmationRun:
 
     Args:
         members: the suspect group (2+ distinct keys).
-        cycles: cycles per block (the coordinator's ``confirm_cycles``).
+        cycles: cycles of the first block, of every block with constant looks (the
+            coordinator's ``confirm_cycles``).
         max_cycles: cycles per phase at most (``confirm_max_cycles``).
         cfg: thresholds; ``cfg.alpha`` is the level of one attempt before spending.
         attempt: 1-based count of confirmations of this group's pairs, this one included.
@@ -176,9 +179,36 @@ class ConfirmationRun:
                 or (o.phase == "split" and pair <= o.tested)]  # fmt: skip
 
     @property
+    def doubling(self) -> bool:
+        """Looks at doubling cumulative cycles (``ConfirmConfig.look_schedule``)."""
+        return not self.legacy and self.cfg.look_schedule == "doubling"
+
+    @property
     def looks(self) -> int:
-        """Looks per phase: ``ceil(max_cycles / cycles)``."""
+        """Looks per phase: ``ceil(max_cycles / cycles)`` (constant blocks), or with
+        doubling the looks at ``cycles * 2**j`` cumulative cycles up to ``max_cycles``:
+        ``1 + ceil(log2(max_cycles / cycles))``."""
+        if self.doubling:
+            looks, cum = 1, self.cycles
+            while cum < self.max_cycles:
+                looks, cum = looks + 1, cum * 2
+            return looks
         return max(1, -(-self.max_cycles // self.cycles))
+
+    def _cumulative(self, looks_done: int) -> int:
+        """Cycles of the current phase after ``looks_done`` looks."""
+        if looks_done <= 0:
+            return 0
+        if self.doubling:
+            return min(self.cycles * 2 ** (looks_done - 1), self.max_cycles)
+        return min(self.cycles * looks_done, self.max_cycles)
+
+    def block_cycles(self) -> int:
+        """Cycles of the next block: ``cycles``, or with doubling as many as the
+        phase has had so far (the cumulative count doubles), capped at ``max_cycles``."""
+        if not self.doubling:
+            return self.cycles
+        return max(1, self._cumulative(self._looks_done + 1) - self._cumulative(self._looks_done))
 
     @property
     def alpha(self) -> float:
@@ -209,10 +239,10 @@ class ConfirmationRun:
         if self.done:
             return []
         if self.phase == "group":
-            return plan_confirmation(self.members, self.cycles)
+            return plan_confirmation(self.members, self.block_cycles())
         split = self._split_members()
         plan: list[set[str]] = []
-        for _ in range(self.cycles):
+        for _ in range(self.block_cycles()):
             plan.extend({a, b} for a, b in itertools.combinations(split, 2))
             plan.extend({m} for m in split)
         return plan

@@ -49,7 +49,7 @@ from netcheck.analysis.detector_a import (
     reverse_tests,
 )
 from netcheck.analysis.detector_config import Detection, DetectorConfig, Edge, SuspectGroup
-from netcheck.analysis.mutual import mutual_hits, mutual_test
+from netcheck.analysis.mutual import mutual_hits, mutual_level, mutual_test
 from netcheck.analysis.tails import normal_sf
 
 __all__ = [
@@ -245,7 +245,7 @@ def detect(
             )  # fmt: skip
     if cfg.mutual_test and n > 1:
         mt = mutual_test(e, loaded, cfg)
-        level = cfg.p_crit_mutual(n)
+        level = mutual_level(mt, cfg)
         for i, j in zip(*np.nonzero(mutual_hits(mt, cfg)), strict=True):
             edges.setdefault((int(i), int(j)), Edge(
                 node_keys[i], node_keys[j], "A-mutual", float(mt.z[i, j]), math.inf,

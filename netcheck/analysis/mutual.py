@@ -18,7 +18,8 @@ rows hold about ``sqrt(2)`` times the evidence of one. This test adds them:
   independent: they read different nodes' noise against independent random load bits.
 
 An edge needs ``P(Z' > Z) < alpha / (n (n - 1) / 2)`` (Bonferroni over unordered pairs,
-the detector's own ``alpha`` like Detector B's), the mean of the two effects above
+the detector's own ``alpha`` like Detector B's) or, when that is looser, ``P`` within the
+Benjamini-Hochberg threshold at ``DetectorConfig.mutual_fdr`` (session 5), the mean of the two effects above
 ``effect_floor`` and each above ``effect_floor / 2`` (both members slow down: one real
 partner cannot carry an innocent node). Like every screening edge it only nominates a
 suspect group; the flag needs the confirmation rounds.
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import norm
+from scipy.stats import false_discovery_control, norm
 
 from netcheck.analysis.detector_a import arm_moments, moderate, prior_variance
 from netcheck.analysis.detector_config import DetectorConfig
@@ -88,10 +89,39 @@ def mutual_test(e: FloatArray, loaded: BoolArray, cfg: DetectorConfig) -> Mutual
     return MutualTest(effect, t, df, n_rounds, z, normal_sf(z))
 
 
+def bh_threshold(p: FloatArray, q: float) -> float:
+    """Benjamini-Hochberg step-up threshold at false discovery rate ``q``.
+
+    ``p``: the p-values of the family (any shape; NaN entries are not tests). Returns
+    ``p_(k)`` for the largest k with ``p_(k) <= q k / m`` (m finite p-values), or 0.0
+    when there is none or ``q <= 0`` (Benjamini & Hochberg, *J. R. Stat. Soc. B* 57
+    (1995) 289-300; the adjusted p-values of ``scipy.stats.false_discovery_control``).
+    """
+    flat = p[np.isfinite(p)].ravel()
+    if flat.size == 0 or q <= 0:
+        return 0.0
+    rejected = flat[false_discovery_control(flat, method="bh") <= q]
+    return float(rejected.max()) if rejected.size else 0.0
+
+
+def mutual_level(test: MutualTest, cfg: DetectorConfig) -> float:
+    """The p-value level of the mutual test: the Bonferroni level over unordered pairs,
+    or the Benjamini-Hochberg threshold at ``cfg.mutual_fdr`` over the testable pairs
+    when larger (module docstring; ``DetectorConfig.mutual_fdr``). A pair passes when its
+    p is below the returned level (the BH threshold ``p_(k)`` is returned as the next
+    float above it, so every BH rejection passes)."""
+    n = test.z.shape[0]
+    bonferroni = cfg.p_crit_mutual(n)
+    if cfg.mutual_fdr <= 0 or n < 2:
+        return bonferroni
+    upper = test.p[np.triu_indices(n, 1)]
+    bh = bh_threshold(upper, cfg.mutual_fdr)
+    return max(bonferroni, float(np.nextafter(bh, np.inf)) if bh > 0 else 0.0)
+
+
 def mutual_hits(test: MutualTest, cfg: DetectorConfig) -> BoolArray:
     """Upper-triangle ``(n, n)`` bool: the pairs that pass (module docstring)."""
-    n = test.z.shape[0]
-    level = cfg.p_crit_mutual(n)
+    level = mutual_level(test, cfg)
     eff, eff_t = test.effect, test.effect.T
     with np.errstate(invalid="ignore"):
         hit = (

@@ -94,8 +94,9 @@ class CoordinatorConfig(FileConfig):
     screening_analyze_every: int = Field(default=16, ge=1)
     """With the timer: run the analysis and confirmation after this many rounds."""
     confirm_cycles: int = Field(default=8, ge=3)
-    """Confirmation cycles (group, then each member alone) per look."""
-    confirm_max_cycles: int = Field(default=64, ge=3)
+    """Confirmation cycles (group, then each member alone) before the first look; later
+    looks come at doubling cumulative cycles (16, 32, ...)."""
+    confirm_max_cycles: int = Field(default=128, ge=3)
     """Cycles before a suspect group is cleared (a group phase also stops early when all
     members pass, or, from its second look, when fewer than 2 are even estimated above
     the floor)."""

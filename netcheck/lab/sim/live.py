@@ -138,8 +138,10 @@ def legacy_config() -> LiveConfig:
     """The detection behaviour before issue 13 (full rounds analysed, connected
     components, point-estimate floor, stop at the first passing look, no spending)."""
     return LiveConfig(
-        detector=DetectorConfig(alpha=0.01, grouping="components", drop_full_rounds=False),
-        confirm=ConfirmConfig(floor_test=False),
+        detector=DetectorConfig(
+            alpha=0.01, grouping="components", drop_full_rounds=False, mutual_fdr=0.0
+        ),
+        confirm=ConfirmConfig(floor_test=False, member_level="bonferroni"),
         legacy_confirm=True,
         slowness=None,
         capacity_legacy=True,
