@@ -79,20 +79,29 @@ async def confirm_groups(
 ) -> list[GroupOutcome]:  # fmt: skip
     """Confirm ``groups`` (detector order) in batches of disjoint groups that no edge of
     ``analysis`` and no loose screening link (half the confirmation floor) joins
-    (:func:`~netcheck.analysis.confirm_batch.batch_links`, module docstring); ``batching=False``: one group at a time in planned order. Groups whose
-    every pair is already inside a confirmed flag when their batch starts get
-    ``already-flagged`` outcomes (``reason``). Returns one outcome per group, in order.
+    (:func:`~netcheck.analysis.confirm_batch.batch_links`, module docstring);
+    ``batching=False``: one group at a time in planned order. Groups whose every pair
+    is already inside a confirmed flag (checked before packing, so that they take no
+    place in a batch, and again when their batch starts) get ``already-flagged``
+    outcomes (``reason``). Returns one outcome per group, in order.
 
     Raises:
         StorageError: a round or a flag could not be stored.
     """
-    links = batch_links([g.members for g in groups], [(e.a, e.b) for e in analysis.detection.edges],
-                        analysis.matrix, screening.confirm.effect_floor / 2)  # fmt: skip
-    batches = pack_batches([g.members for g in groups], links) if batching else [
-        [i] for i in range(len(groups))]  # fmt: skip
-    newest = stored.round_ids[-1] if stored.round_ids else "none"
     out: dict[int, GroupOutcome] = {}
-    for b, idx in enumerate(batches):
+    todo: list[int] = []
+    for i, g in enumerate(groups):
+        if await asyncio.to_thread(screening._already_flagged, profile.name, list(g.members)):
+            out[i] = GroupOutcome(g, reason=ALREADY_FLAGGED)
+        else:
+            todo.append(i)
+    members = [groups[i].members for i in todo]
+    links = batch_links(members, [(e.a, e.b) for e in analysis.detection.edges],
+                        analysis.matrix, screening.confirm.effect_floor / 2)  # fmt: skip
+    packed = pack_batches(members, links) if batching else [[j] for j in range(len(todo))]
+    newest = stored.round_ids[-1] if stored.round_ids else "none"
+    for b, batch in enumerate(packed):
+        idx = [todo[j] for j in batch]
         batch_id = f"{profile.name}/{newest}/{b}"
         picked = [groups[i] for i in idx]
         for i, res in zip(idx, await _confirm_batch(screening, profile, picked, stored, analysis,

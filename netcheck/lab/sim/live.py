@@ -362,7 +362,7 @@ class LiveSimulation:
                                          self.cfg.slowness)  # fmt: skip
             st.slow.update(n.node_key for n in report.flagged)
         st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
-        groups = [g.members for g in analysis.detection.groups]
+        groups = [g.members for g in analysis.detection.groups if not self._covered(g.members)]
         links = batch_links(groups, [(e.a, e.b) for e in analysis.detection.edges],
                             analysis.matrix, self.cfg.confirm.effect_floor / 2)  # fmt: skip
         batches = (pack_batches(groups, links) if self.cfg.confirm_batching
