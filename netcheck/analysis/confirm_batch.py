@@ -4,9 +4,10 @@ docs/confirmation-batches.md. The coordinator (:mod:`netcheck.coordinator.confir
 and the simulator (:mod:`netcheck.lab.sim.live`) both drive :class:`ConfirmationBatch`, so
 they batch alike:
 
-1. :func:`pack_batches`: the suspect groups of one analysis, in the detector's order,
-   go first-fit into batches of pairwise-disjoint groups that no detector edge and no
-   loose screening link (:func:`contention_links`) joins.
+1. :func:`admit`: at each step boundary, the waiting suspect groups of one analysis
+   start, in the detector's order, when they share no node and no link (a detector
+   edge or a loose screening link, :func:`contention_links`) with the running ones or
+   with each other.
 2. Each group keeps its own :class:`~netcheck.analysis.confirm_run.ConfirmationRun`
    (looks, spending, pooled evidence). At each step every active run's next block is put
    in a secret random order (:func:`block_order`: a random permutation within each of its
@@ -15,7 +16,9 @@ they batch alike:
    shorter idles (none of its members is loaded by it).
 3. After the longest block each run gets its rounds *restricted to its members*
    (:func:`restrict`: its members loaded, their log service times) and judges
-   (``run.add``). Runs finish independently; the batch goes on while any is active.
+   (``run.add``). Runs finish independently; a finished run's members are free for
+   waiting groups at the next step; the batch goes on while any run is active or any
+   group waits.
 4. A stored shared round's context lists one entry per run (:func:`round_context`); a
    later attempt pools a round through the entry of its own group
    (:func:`context_parts`, which also reads the single-run context of older rounds).
@@ -55,34 +58,32 @@ from netcheck.analysis.timing import TimingMatrix
 ORDER_LABEL = b"netcheck/1 confirm-order\0"
 
 
-def pack_batches(
-    groups: Sequence[Sequence[str]], links: Sequence[tuple[str, str]] = ()
-) -> list[list[int]]:
-    """Greedy first-fit packing: each group (in the given order) joins the first batch
-    that shares no node with it and no ``links`` edge (a detector edge) with a node of
-    it, else opens a new one. Linked groups stay apart because they may be one farm cut
-    into cliques by a missing edge: in one batch, each would load the other's siblings
-    in both of its conditions and understate its slowdown (power, not error). Returns
-    the groups' indices per batch (each batch in order; batches in order of their first
-    group)."""
+def admit(
+    pending: Sequence[Sequence[str]], busy: Collection[str],
+    links: Sequence[tuple[str, str]] = (), limit: int | None = None,
+) -> list[int]:  # fmt: skip
+    """Which ``pending`` groups (detector order) start now: greedily, each group that
+    shares no node and no ``links`` edge with the ``busy`` nodes (the active runs'
+    members) and with the groups picked before it; at most ``limit`` (None: no limit).
+    Linked groups stay apart because they may be one farm cut into cliques by a missing
+    edge: sharing rounds, each would load the other's siblings in both of its
+    conditions and understate its slowdown (power, not error). Returns indices into
+    ``pending``, ascending."""
     near: dict[str, set[str]] = {}
     for a, b in links:
         near.setdefault(a, set()).add(b)
         near.setdefault(b, set()).add(a)
-    batches: list[list[int]] = []
-    used: list[set[str]] = []
-    for i, group in enumerate(groups):
+    taken = set(busy)
+    picked: list[int] = []
+    for i, group in enumerate(pending):
+        if limit is not None and len(picked) >= limit:
+            break
         nodes = set(group)
-        reach = nodes.union(*(near.get(k, set()) for k in nodes))
-        for slot, taken in enumerate(used):
-            if not taken & reach:
-                batches[slot].append(i)
-                taken |= nodes
-                break
-        else:
-            batches.append([i])
-            used.append(set(nodes))
-    return batches
+        if taken & nodes.union(*(near.get(k, set()) for k in nodes)):
+            continue
+        picked.append(i)
+        taken |= nodes
+    return picked
 
 
 #: One-sided z of a screening link (:func:`contention_links`): about p < 0.01 each way.
@@ -100,7 +101,7 @@ def contention_links(
     loose screen over the few nominated members, not a test at the detector's level: it
     only keeps groups that may be one farm cut by a missing detector edge out of one
     batch, where each would load the other's siblings in both of its conditions
-    (:func:`pack_batches`); a false link only costs sharing. ``matrix``:
+    (:func:`admit`); a false link only costs sharing. ``matrix``:
     :class:`~netcheck.analysis.timing.TimingMatrix` ``(n, R)``; members not in it are
     ignored. Cost: ``O(m^2 R)`` for ``m`` members."""
     index = {k: i for i, k in enumerate(matrix.node_keys)}
@@ -136,7 +137,7 @@ def batch_links(
     groups: Sequence[Sequence[str]], edges: Sequence[tuple[str, str]], matrix: TimingMatrix,
     min_effect: float,
 ) -> list[tuple[str, str]]:  # fmt: skip
-    """The links :func:`pack_batches` keeps apart: the detector ``edges`` and the
+    """The links :func:`admit` keeps apart: the detector ``edges`` and the
     :func:`contention_links` of the groups' members (``min_effect``: log units; the
     coordinator and the simulator use half the confirmation floor)."""
     members = [k for g in groups for k in g]
@@ -260,9 +261,11 @@ def round_context(batch_id: str, entries: Sequence[Mapping[str, Any]]) -> dict[s
 @dataclass
 class ConfirmationBatch:
     """Disjoint groups' :class:`ConfirmationRun` s confirmed in shared rounds (module
-    docstring). Drive it: :meth:`plan` the next step's shared rounds; run each (its
-    :meth:`live` form drops runs that :meth:`stop` ended meanwhile); hand the full
-    observations to :meth:`add`; repeat while :attr:`active`.
+    docstring). Drive it: :meth:`add_run` the groups that can start (:func:`admit`);
+    :meth:`plan` the next step's shared rounds; run each (its :meth:`live` form drops
+    runs that :meth:`stop` ended meanwhile); hand the full observations to :meth:`add`;
+    repeat while :attr:`active` or groups wait. A run that finishes frees its members
+    for waiting groups at the next step.
 
     Args:
         runs: the runs (pairwise disjoint member sets).
@@ -275,7 +278,7 @@ class ConfirmationBatch:
         ValueError: two runs share a member; a short secret.
     """
 
-    runs: Sequence[ConfirmationRun]
+    runs: list[ConfirmationRun]
     batch_id: str
     secret: bytes | None = None
     looks: list[int] = field(default_factory=list)
@@ -283,14 +286,26 @@ class ConfirmationBatch:
     _rounds: list[SharedRound] | None = None
 
     def __post_init__(self) -> None:
-        seen: set[str] = set()
-        for run in self.runs:
-            if seen & set(run.members):
-                raise ValueError("the runs of a batch must be disjoint")
-            seen |= set(run.members)
         if self.secret is not None and len(self.secret) < MIN_SECRET_BYTES:
             raise ValueError(f"secret must be at least {MIN_SECRET_BYTES} bytes")
-        self.looks = [0] * len(self.runs)
+        runs, self.runs, self.looks = list(self.runs), [], []
+        for run in runs:
+            self.add_run(run)
+
+    def add_run(self, run: ConfirmationRun) -> int:
+        """Start ``run`` with the next step (between steps only); returns its slot.
+
+        Raises:
+            ValueError: a step is planned and not yet added, or ``run`` shares a member
+                with an active run.
+        """
+        if self._rounds is not None:
+            raise ValueError("add runs between steps only")
+        if {k for s in self.active for k in self.runs[s].members} & set(run.members):
+            raise ValueError("the runs of a batch must be disjoint")
+        self.runs.append(run)
+        self.looks.append(0)
+        return len(self.runs) - 1
 
     @property
     def active(self) -> list[int]:

@@ -13,12 +13,12 @@ from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_batch import (
     ConfirmationBatch,
     ContextPart,
+    admit,
     batch_links,
     block_order,
     contention_links,
     context_parts,
     merge_blocks,
-    pack_batches,
     restrict,
     round_context,
 )
@@ -28,26 +28,26 @@ from netcheck.analysis.timing import TimingMatrix
 SECRET = bytes(range(32))
 
 
-def test_pack_batches_first_fit_keeps_groups_disjoint_and_in_order() -> None:
-    """Each group joins the first batch sharing no node with it; every batch is
-    pairwise disjoint; every group is placed once, in detector order within a batch."""
+def test_admit_starts_disjoint_unlinked_groups_in_order() -> None:
+    """Waiting groups start in order when they share no node with the busy nodes or the
+    groups picked before them; ``limit`` caps the picks; every pick is disjoint."""
     groups = [("a", "b"), ("b", "c"), ("d", "e"), ("a", "f"), ("c", "g"), ("h", "i", "j")]
-    batches = pack_batches(groups)
-    assert batches == [[0, 2, 4, 5], [1, 3]]
-    for batch in batches:
-        nodes = [k for i in batch for k in groups[i]]
-        assert len(nodes) == len(set(nodes))
-    assert sorted(i for b in batches for i in b) == list(range(len(groups)))
-    assert pack_batches([]) == []
+    assert admit(groups, set()) == [0, 2, 4, 5]
+    assert admit(groups, {"a", "d"}) == [1, 5]
+    assert admit(groups, set(), limit=1) == [0]
+    picked = [k for i in admit(groups, set()) for k in groups[i]]
+    assert len(picked) == len(set(picked))
+    assert admit([], set()) == []
 
 
-def test_pack_batches_keeps_linked_groups_apart() -> None:
-    """Disjoint groups joined by a detector edge (one farm cut into cliques by a missing
-    edge) go to different batches; unlinked ones share."""
+def test_admit_keeps_linked_groups_apart() -> None:
+    """Disjoint groups joined by a link (one farm cut into cliques by a missing edge)
+    do not start together, nor beside a running group they are linked to."""
     groups = [("a", "b"), ("c", "d"), ("e", "f")]
-    assert pack_batches(groups) == [[0, 1, 2]]
-    assert pack_batches(groups, [("b", "c")]) == [[0, 2], [1]]
-    assert pack_batches(groups, [("x", "y")]) == [[0, 1, 2]]
+    assert admit(groups, set()) == [0, 1, 2]
+    assert admit(groups, set(), [("b", "c")]) == [0, 2]
+    assert admit(groups[1:], {"a", "b"}, [("b", "c")]) == [1]
+    assert admit(groups, set(), [("x", "y")]) == [0, 1, 2]
 
 
 def test_contention_links_find_siblings_the_detector_left_unlinked() -> None:
@@ -69,7 +69,7 @@ def test_contention_links_find_siblings_the_detector_left_unlinked() -> None:
     few = TimingMatrix(y[:, :3], loaded[:, :3], np.zeros((len(keys), 3), bool), keys, rids[:3])
     assert contention_links(few, keys, floor / 2) == []
     groups = [("u", "a"), ("v", "b")]
-    assert pack_batches(groups, batch_links(groups, [], mat, floor / 2)) == [[0], [1]]
+    assert admit(groups, set(), batch_links(groups, [], mat, floor / 2)) == [0]
 
 
 def test_block_order_is_a_secret_deterministic_permutation_within_cycles() -> None:
@@ -207,6 +207,26 @@ def test_stopped_run_leaves_the_shared_rounds_others_go_on() -> None:
     batch.plan()
     with pytest.raises(ValueError, match="one observation"):
         batch.add([])
+
+
+def test_a_waiting_group_starts_when_a_finished_run_frees_its_members() -> None:
+    """Runs join between steps only and never beside an active run sharing a member;
+    once that run is done, the overlapping group can join the running batch."""
+    first = ConfirmationRun(("a", "b"), 3, 3)
+    batch = ConfirmationBatch([first], "p/r", SECRET)
+    with pytest.raises(ValueError, match="disjoint"):
+        batch.add_run(ConfirmationRun(("b", "c"), 3, 3))
+    slot = batch.add_run(ConfirmationRun(("d", "e"), 3, 6))
+    rounds = batch.plan()
+    with pytest.raises(ValueError, match="between steps"):
+        batch.add_run(ConfirmationRun(("x", "y"), 3, 3))
+    rng = np.random.default_rng(2)
+    batch.add([_obs(f"r{i}", r.load, {k: rng.normal(0, 0.02) for k in r.load})
+               for i, r in enumerate(rounds)])  # fmt: skip
+    assert first.done and batch.active == [slot]  # max_cycles 3: one look
+    late = batch.add_run(ConfirmationRun(("b", "c"), 3, 3))
+    assert sorted(batch.active) == [slot, late]
+    assert all(set(r.load) <= {"b", "c", "d", "e"} for r in batch.plan())
 
 
 def test_without_secret_a_single_run_keeps_its_planned_order() -> None:

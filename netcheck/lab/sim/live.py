@@ -50,7 +50,7 @@ import numpy as np
 
 from netcheck.analysis.alone import AloneConfig, alone_test, nominees
 from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
-from netcheck.analysis.confirm_batch import ConfirmationBatch, batch_links, pack_batches
+from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import DetectorConfig
 from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
@@ -362,14 +362,10 @@ class LiveSimulation:
                                          self.cfg.slowness)  # fmt: skip
             st.slow.update(n.node_key for n in report.flagged)
         st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
-        groups = [g.members for g in analysis.detection.groups if not self._covered(g.members)]
+        groups = [g.members for g in analysis.detection.groups]
         links = batch_links(groups, [(e.a, e.b) for e in analysis.detection.edges],
                             analysis.matrix, self.cfg.confirm.effect_floor / 2)  # fmt: skip
-        batches = (pack_batches(groups, links) if self.cfg.confirm_batching
-                   else [[i] for i in range(len(groups))])  # fmt: skip
-        for b, idx in enumerate(batches):  # Screening.analyse_and_confirm (confirm_groups)
-            todo = [groups[i] for i in idx if not self._covered(groups[i])]
-            self._confirm(todo, f"{self.profile.name}/{stored.round_ids[-1]}/{b}")
+        self._confirm(groups, links, f"{self.profile.name}/{stored.round_ids[-1]}")
         if report is not None and self.cfg.alone is not None:
             for key in nominees(report, self.cfg.alone, st.slow):
                 self._confirm_alone(key, self.cfg.alone)
@@ -402,17 +398,35 @@ class LiveSimulation:
         return all(any({a, b} <= f for f in flagged)
                    for a, b in itertools.combinations(sorted(set(members)), 2))  # fmt: skip
 
-    def _confirm(self, groups: Sequence[Sequence[str]], batch_id: str) -> None:
-        """One batch of disjoint groups in shared rounds (one group: its rounds alone)."""
+    def _confirm(
+        self, groups: Sequence[Sequence[str]], links: Sequence[tuple[str, str]], batch_id: str
+    ) -> None:
+        """The groups of one analysis (``confirm_groups``): with batching, each starts at
+        a step boundary when :func:`admit` lets it (disjoint from and unlinked to the
+        running ones) and shares their rounds; else one at a time. A group already
+        covered by a flag when it would start is dropped."""
         st, cfg = self.state, self.cfg
-        runs = [ConfirmationRun(
-            tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm,
-            attempt=prior_attempts(members, st.tested) + 1, legacy=cfg.legacy_confirm,
-            prior=self._prior(members) if cfg.pool_rounds else (),
-        ) for members in groups]  # fmt: skip
-        batch = ConfirmationBatch(runs, batch_id, self.secret if cfg.confirm_batching else None)
+        batch = ConfirmationBatch([], batch_id, self.secret if cfg.confirm_batching else None)
+        pending = list(groups)
         index = {k: i for i, k in enumerate(self.keys)}
-        while batch.active:
+        recorded: set[int] = set()
+        while True:
+            pending = [g for g in pending if not self._covered(g)]
+            busy = {k for s in batch.active for k in batch.runs[s].members}
+            if cfg.confirm_batching:
+                picks = admit(pending, busy, links)
+            else:
+                picks = [] if busy or not pending else [0]
+            for j in picks:
+                members = pending[j]
+                batch.add_run(ConfirmationRun(
+                    tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm,
+                    attempt=prior_attempts(members, st.tested) + 1, legacy=cfg.legacy_confirm,
+                    prior=self._prior(members) if cfg.pool_rounds else (),
+                ))  # fmt: skip
+            pending = [g for j, g in enumerate(pending) if j not in set(picks)]
+            if not batch.active:
+                break
             block = []
             for rnd in batch.plan():
                 rid = f"confirm-{st.confirmation_rounds:06d}"
@@ -424,15 +438,22 @@ class LiveSimulation:
                                                       self.censor_s))  # fmt: skip
                 del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
             batch.add(block)
-        for members, run in zip(groups, runs, strict=True):
-            st.tested.append(tuple(members))
-            if cfg.pool_rounds:  # as stored: each node's most recent confirmation rounds
-                for obs in run.observations:  # restricted to the run's members
-                    for key in obs.loaded:
-                        mine = st.conf_obs.setdefault(key, deque(maxlen=cfg.pool_rounds))
-                        mine.append(obs)
-            st.shared.extend(run.flags)
-            st.cleared += not run.flags
+            for slot, run in enumerate(batch.runs):  # finished runs leave their records
+                if run.done and slot not in recorded:
+                    recorded.add(slot)
+                    self._record(run)
+
+    def _record(self, run: ConfirmationRun) -> None:
+        """A finished run's flags or cleared record, attempt and pooled rounds."""
+        st, cfg = self.state, self.cfg
+        st.tested.append(tuple(run.members))
+        if cfg.pool_rounds:  # as stored: each node's most recent confirmation rounds
+            for obs in run.observations:  # restricted to the run's members
+                for key in obs.loaded:
+                    mine = st.conf_obs.setdefault(key, deque(maxlen=cfg.pool_rounds))
+                    mine.append(obs)
+        st.shared.extend(run.flags)
+        st.cleared += not run.flags
 
     def snapshot(self) -> Snapshot:
         """The flags and counters so far."""
