@@ -23,23 +23,57 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from netcheck.analysis.confirm import ConfirmationObservation
+from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import SuspectGroup
 from netcheck.analysis.screening import Analysis, confirmation_observation
-from netcheck.config import Profile
+from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import RoundError
 from netcheck.logs import node_label
-from netcheck.records import RoundKind, StoredRounds
+from netcheck.records import FlagStatus, RoundKind, StoredRounds
+from netcheck.storage.flags import FlagStore
 
-if TYPE_CHECKING:
-    from netcheck.coordinator.detection import Screening
+
+class ConfirmHost(Protocol):
+    """What the loop needs of :class:`netcheck.coordinator.detection.Screening` (a
+    protocol, so this module does not import it back)."""
+
+    @property
+    def coord(self) -> RoundHost: ...
+
+    @property
+    def config(self) -> CoordinatorConfig: ...
+
+    @property
+    def confirm(self) -> ConfirmConfig: ...
+
+    @property
+    def secret(self) -> bytes: ...
+
+    @property
+    def flags(self) -> FlagStore: ...
+
+    def _shared_flags(self, profile: str, status: FlagStatus | None) -> list[list[str]]: ...
+
+    def _already_flagged(self, profile: str, members: Sequence[str]) -> bool: ...
+
+    def _prior_observations(
+        self, profile: str, members: Sequence[str], deadline_s: float,
+        schedules: dict[str, dict[str, bool]],
+    ) -> tuple[ConfirmationObservation, ...]: ...  # fmt: skip
+
+    def _store_group_flags(
+        self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
+        run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
+    ) -> list[int]: ...  # fmt: skip
+
 
 log = logging.getLogger("netcheck.screening")
 
@@ -74,7 +108,7 @@ class GroupOutcome:
 
 
 async def confirm_groups(
-    screening: Screening, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
+    screening: ConfirmHost, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
     analysis: Analysis, *, batching: bool,
 ) -> list[GroupOutcome]:  # fmt: skip
     """Confirm ``groups`` (detector order) in shared rounds (module docstring): at each
@@ -132,7 +166,7 @@ async def confirm_groups(
 
 
 async def _runnable(
-    screening: Screening, profile: Profile, outcomes: list[GroupOutcome], pending: list[int]
+    screening: ConfirmHost, profile: Profile, outcomes: list[GroupOutcome], pending: list[int]
 ) -> list[int]:
     """``pending`` without the groups already flagged or with a member not connected
     (their outcomes get the reason)."""
@@ -152,7 +186,7 @@ async def _runnable(
 
 
 async def _step(
-    screening: Screening, profile: Profile, batch: ConfirmationBatch, analysis: Analysis,
+    screening: ConfirmHost, profile: Profile, batch: ConfirmationBatch, analysis: Analysis,
     schedules: dict[str, dict[str, bool]],
 ) -> list[ConfirmationObservation | None]:  # fmt: skip
     """Run the shared rounds of the batch's next step; a run whose member left stops
@@ -186,7 +220,7 @@ async def _step(
 
 
 async def _finish(
-    screening: Screening, profile: Profile, res: GroupOutcome, batch: ConfirmationBatch,
+    screening: ConfirmHost, profile: Profile, res: GroupOutcome, batch: ConfirmationBatch,
     slot: int, stored: StoredRounds, analysis: Analysis, schedules: dict[str, dict[str, bool]],
 ) -> None:  # fmt: skip
     """Store a finished or stopped run's flags or cleared record (none if it stopped
