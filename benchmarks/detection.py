@@ -30,7 +30,9 @@ Configs: ``new`` = current defaults; ``old`` = the behaviour before issue 13
 (:func:`netcheck.sim.live.legacy_config`); ``tky`` (``--tukey``) = current defaults with
 Tukey's median polish (``DetectorConfig.round_prior_cells = 0``); ``s3``
 (``--config s3``) = the behaviour at the end of session 3 (the "before" of session 4);
-``s4`` = the end of session 4 (the "before" of session 5);
+``s4`` = the end of session 4 (the "before" of session 5); ``s5a`` = current
+defaults with the mutual test's BH family of every testable pair
+(``DetectorConfig.mutual_fdr_family = "all"``);
 all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
 half of a round's loaded nodes.
 
@@ -223,6 +225,9 @@ CONFIGS: dict[str, Any] = {
         detector=DetectorConfig(mutual_fdr=0.0),
         confirm_batching=False,  # one group at a time (session 4)
     ),
+    # current defaults but the mutual test's BH over every testable pair's own p (the
+    # first session-5 version): pairs below the effect floors loosen the level too
+    "s5a": lambda: LiveConfig(detector=DetectorConfig(mutual_fdr_family="all")),
 }
 
 

@@ -75,6 +75,12 @@ class DetectorConfig:
       un-nominated by 32 rounds; BH adapts to how many pairs look slowed. (BH controls
       the FDR under positive dependence, Benjamini & Yekutieli, *Ann. Stat.* 29 (2001)
       1165-1188; pairs sharing a node are positively dependent through its row.)
+    - ``mutual_fdr_family`` (``"nominable"``): the p-values BH reads: a pair whose
+      effects miss the floors (never nominated) enters with ``p = 1``, so pairs that
+      slow each other below the floor, e.g. an operator's own identities doing so on
+      purpose, cannot loosen the level for honest pairs
+      (:func:`~netcheck.analysis.mutual.mutual_level`); ``"all"``: each pair's own p
+      (the first session-5 version).
     - ``grouping`` (``"cliques"``): suspect groups are the maximal cliques of the edge
       graph, so a group never holds two nodes without an edge between them (a chain
       a-b, b-c gives the groups {a, b} and {b, c}); ``"components"`` = the previous
@@ -112,6 +118,7 @@ class DetectorConfig:
     reverse_test: bool = True
     mutual_test: bool = True
     mutual_fdr: float = 0.25
+    mutual_fdr_family: str = "nominable"
     grouping: str = "cliques"
     drop_full_rounds: bool = True
     round_prior_cells: int = 8
@@ -121,6 +128,8 @@ class DetectorConfig:
             raise ValueError("alpha must be in (0, 1)")
         if not 0.0 <= self.mutual_fdr < 1.0:
             raise ValueError("mutual_fdr must be in [0, 1)")
+        if self.mutual_fdr_family not in ("nominable", "all"):
+            raise ValueError("mutual_fdr_family must be 'nominable' or 'all'")
         if self.effect_floor < 0 or not 0.0 <= self.r_floor < 1.0:
             raise ValueError("effect_floor must be >= 0 and r_floor in [0, 1)")
         if self.min_rounds < 2 or self.min_coloaded_rounds < 4 or self.max_partners < 1:
