@@ -206,7 +206,11 @@ CONFIGS: dict[str, Any] = {
         confirm_cycles=4,
         confirm_max_cycles=16,
         confirm=ConfirmConfig(
-            futility_stop=False, pair_phases=2, member_level="bonferroni", look_schedule="constant"
+            futility_stop=False,
+            pair_phases=2,
+            group_phases=2,
+            member_level="bonferroni",
+            look_schedule="constant",
         ),
         detector=DetectorConfig(mutual_test=False),
         capacity_legacy=True,  # 3 late/missing of the last 8 verdicts (session 3)

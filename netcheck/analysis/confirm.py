@@ -46,6 +46,13 @@ class ConfirmConfig:
       members have a slowdown estimate above the floor (never raises the error).
     - ``pair_phases`` (1): phases a pair's level is split over: 1, as a pair has no split
       phase (its group test is the pair test); 2 = before session 4.
+    - ``group_phases`` (1): phases the level of a group of 3+ is split over. 1: the split
+      phase's pair tests get the attempt's whole level, because the group phase raises
+      no flag (it only selects the members to test pair by pair, and the split phase
+      judges its pairs on rounds the selection did not read: its own split rounds and
+      pooled rounds of earlier runs), so its looks need no share of the error
+      (adversarial review, session 5). 2: the group phase and the split phase halve it
+      (sessions 4-5a).
     - ``member_level`` (``"iut"``): how the group's level is split over its g members.
       ``"iut"``: ``alpha / (g - m + 1)`` with ``m = min_members``. The group is
       confirmed when m members pass. Under the null (fewer than m members slowed above
@@ -75,6 +82,7 @@ class ConfirmConfig:
     floor_test: bool = True
     futility_stop: bool = True
     pair_phases: int = 1
+    group_phases: int = 1
     member_level: str = "iut"
     look_schedule: str = "doubling"
 
@@ -91,8 +99,8 @@ class ConfirmConfig:
             raise ValueError("look_schedule must be 'doubling' or 'constant'")
         if self.effect_floor < 0 or not 0 < self.alpha < 1:
             raise ValueError("need effect_floor >= 0 and 0 < alpha < 1")
-        if self.pair_phases not in (1, 2):
-            raise ValueError("pair_phases must be 1 or 2")
+        if self.pair_phases not in (1, 2) or self.group_phases not in (1, 2):
+            raise ValueError("pair_phases and group_phases must be 1 or 2")
         if self.min_rounds < 2 or self.min_members < 2:
             raise ValueError("need min_rounds >= 2 and min_members >= 2")
 

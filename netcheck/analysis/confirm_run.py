@@ -220,8 +220,10 @@ class ConfirmationRun:
     @property
     def phases(self) -> int:
         """Phases the level is split over: 1 for a pair (its group test is the pair test,
-        it has no split phase), else 2 (group and split)."""
-        return self.cfg.pair_phases if len(self.members) == 2 else 2
+        it has no split phase); for 3+ members ``cfg.group_phases`` (1: the group phase
+        only selects, the split phase's pair tests raise the flags, on rounds the
+        selection did not read)."""
+        return self.cfg.pair_phases if len(self.members) == 2 else self.cfg.group_phases
 
     def judge_config(self) -> ConfirmConfig:
         """Thresholds of one look of the current phase (``alpha / phases / looks``)."""

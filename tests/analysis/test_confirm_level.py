@@ -129,3 +129,16 @@ def test_whole_runs_at_the_floor_are_confirmed_at_most_alpha() -> None:
             run.add(obs)
         hits += bool(run.flags)
     assert hits / 600 <= 0.1 + 3 * math.sqrt(0.1 * 0.9 / 600)
+
+
+def test_a_group_of_three_gives_its_split_phase_the_whole_level() -> None:
+    """The group phase of 3+ members raises no flag (it selects the members to split),
+    so each phase's looks get the attempt's whole level; group_phases=2 halves it
+    (sessions 4-5a)."""
+    run = ConfirmationRun(("a", "b", "c"), 8, 128, ConfirmConfig(alpha=1e-3))
+    assert run.phases == 1
+    assert run.judge_config().alpha == pytest.approx(run.alpha / run.looks)
+    old = ConfirmationRun(("a", "b", "c"), 8, 128, ConfirmConfig(alpha=1e-3, group_phases=2))
+    assert old.judge_config().alpha == pytest.approx(run.judge_config().alpha / 2)
+    with pytest.raises(ValueError, match="group_phases"):
+        ConfirmConfig(group_phases=3)
