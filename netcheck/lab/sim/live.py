@@ -49,10 +49,9 @@ from typing import Any
 import numpy as np
 
 from netcheck.analysis.alone import AloneConfig, alone_test, nominees
-from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
+from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
-from netcheck.analysis.detectors import DetectorConfig
 from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.screening import (
@@ -63,131 +62,20 @@ from netcheck.analysis.screening import (
     relay_check,
     round_kind,
 )
-from netcheck.analysis.slowness import SlownessConfig, persistent_slowness
-from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
+from netcheck.analysis.slowness import persistent_slowness
+from netcheck.config import Profile
+from netcheck.lab.sim.live_config import (  # re-exported: the public names
+    LEGACY_CAPACITY,
+    LiveConfig,
+    Snapshot,
+    legacy_config,
+    sim_profile,
+)
 from netcheck.lab.sim.population import Population
 from netcheck.records import StoredRounds
 
-_DEFAULTS = CoordinatorConfig.model_fields
-
-
-#: The capacity rule before the capacity test: 3 late/missing among the last 8 verdicts
-#: (``capacity_check``); tracked beside the test as the same-run baseline.
-LEGACY_CAPACITY = (8, 3)
-
-
-def _fdefault(name: str) -> float:
-    value = _DEFAULTS[name].default
-    assert isinstance(value, float)
-    return value
-
-
-def _bdefault(name: str) -> bool:
-    value = _DEFAULTS[name].default
-    assert isinstance(value, bool)
-    return value
-
-
-def _default(name: str) -> int:
-    value = _DEFAULTS[name].default
-    assert isinstance(value, int)
-    return value
-
-
-@dataclass(frozen=True)
-class LiveConfig:
-    """The coordinator settings the loop uses (defaults: :class:`CoordinatorConfig`'s).
-
-    ``checkpoints``: round counts at which :class:`Snapshot` s are taken (they must be
-    analysis rounds). ``legacy_confirm``: the previous confirmation behaviour
-    (:class:`ConfirmationRun` ``legacy``), for the before/after baseline.
-    ``probe_ref_s``: the profile's reference probe time. ``slowness``: the
-    persistent-slowness test's settings (None: not run, the behaviour before it).
-    ``pool_rounds``: ``confirm_pool_rounds`` (0: each confirmation attempt judged on its
-    own rounds, the behaviour before evidence was pooled). ``alone``: the alone-round
-    confirmation of slowness nominees (None: not run, the behaviour before it).
-    ``confirm_batching``: confirm the disjoint suspect groups of an analysis in shared
-    rounds (:class:`~netcheck.analysis.confirm_batch.ConfirmationBatch`, as the
-    coordinator's ``confirm_batching``); False = one group at a time, the behaviour
-    before it. ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
-    fixed-count rule before it (:data:`LEGACY_CAPACITY`) instead (:class:`Snapshot`
-    ``capacity_legacy`` holds that rule's flags in every run).
-    """
-
-    full_every: int = field(default_factory=lambda: _default("screening_full_every"))
-    analyze_every: int = field(default_factory=lambda: _default("screening_analyze_every"))
-    window_rounds: int = field(default_factory=lambda: _default("screening_window_rounds"))
-    confirm_cycles: int = field(default_factory=lambda: _default("confirm_cycles"))
-    confirm_max_cycles: int = field(default_factory=lambda: _default("confirm_max_cycles"))
-    pool_rounds: int = field(default_factory=lambda: _default("confirm_pool_rounds"))
-    confirm_batching: bool = field(default_factory=lambda: _bdefault("confirm_batching"))
-    capacity_window: int = field(default_factory=lambda: _default("capacity_window"))
-    capacity_strikes: int = field(default_factory=lambda: _default("capacity_strikes"))
-    capacity_p0: float = field(default_factory=lambda: _fdefault("capacity_p0"))
-    capacity_alpha: float = field(default_factory=lambda: _fdefault("capacity_alpha"))
-    capacity_legacy: bool = False
-    detector: DetectorConfig = field(default_factory=DetectorConfig)
-    confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
-    legacy_confirm: bool = False
-    probe_ref_s: float = 0.005
-    slowness: SlownessConfig | None = field(default_factory=SlownessConfig)
-    alone: AloneConfig | None = field(default_factory=AloneConfig)
-
-
-def legacy_config() -> LiveConfig:
-    """The detection behaviour before issue 13 (full rounds analysed, connected
-    components, point-estimate floor, stop at the first passing look, no spending)."""
-    return LiveConfig(
-        detector=DetectorConfig(
-            alpha=0.01, grouping="components", drop_full_rounds=False, mutual_fdr=0.0
-        ),
-        confirm=ConfirmConfig(floor_test=False, member_level="bonferroni"),
-        legacy_confirm=True,
-        slowness=None,
-        capacity_legacy=True,
-        pool_rounds=0,
-        alone=None,
-        confirm_batching=False,
-    )
-
-
-def sim_profile(population: Population, rng: np.random.Generator, **deadline: float) -> Profile:
-    """EMULATION: a profile whose deadline is calibrated on the population's honest
-    nodes, as ``benchmarks/calibrate_profile.py`` does on hardware: ``t_ref_s`` = the
-    spec's reference time, ``p99_s`` = the 99th percentile of honest alone service
-    times over 32 simulated rounds; ``a``, ``b``, ``slack_s``, ``max_rtt_s``: the
-    :class:`DeadlineParams` defaults unless given in ``deadline``."""
-    honest = population.farm_of < 0
-    samples = [population.service_times(honest, rng)[honest] for _ in range(32)]
-    p99 = float(np.nanpercentile(np.concatenate(samples), 99)) if honest.any() else 0.0
-    params = DeadlineParams(t_ref_s=population.spec.t_ref_s, p99_s=p99, **deadline)
-    return Profile(name="sim", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
-                   prompt_len=16, max_new_tokens=4, deadline=params)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """State after ``rounds`` screening rounds (and their confirmations).
-
-    ``shared_flags``: confirmed ``shared-backend`` flags so far (member keys);
-    ``cleared``: cleared records so far; ``capacity``/``relay``/``slow``: nodes flagged
-    so far (``slow``: the persistent-slowness test); ``capacity_legacy``: nodes the
-    fixed-count capacity rule (:data:`LEGACY_CAPACITY`) would have flagged so far, on the
-    same verdicts (the same-run baseline of the capacity test);
-    ``suspects``: members of suspect groups at each analysis so far;
-    ``confirmation_rounds``: spent so far; ``analyses``: analyses so far.
-    """
-
-    rounds: int
-    shared_flags: tuple[tuple[str, ...], ...]
-    cleared: int
-    capacity: frozenset[str]
-    relay: frozenset[str]
-    suspects: tuple[frozenset[str], ...]
-    confirmation_rounds: int
-    analyses: int
-    slow: frozenset[str] = frozenset()
-    capacity_legacy: frozenset[str] = frozenset()
+__all__ = ["LEGACY_CAPACITY", "LiveConfig", "LiveSimulation", "Snapshot", "legacy_config",
+           "sim_profile"]  # fmt: skip
 
 
 @dataclass
