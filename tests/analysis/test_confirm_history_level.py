@@ -32,7 +32,7 @@ def _history(rng: np.random.Generator, effects: dict[str, float], attempts: int)
             for load in run.next_block():
                 n += 1
                 values = {m: (effects[m] if len(load) > 1 else 0.0) + rng.normal(0, 0.1)
-                          for m in load}  # fmt: skip
+                          for m in sorted(load)}  # fmt: skip
                 block.append(ConfirmationObservation(f"r{n}", frozenset(load), values))
             run.add(block)
         tested.append(members)

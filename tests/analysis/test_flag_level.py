@@ -24,7 +24,7 @@ def _drive(run: ConfirmationRun, slow: dict[str, set[str]], seed: int) -> None:
         for load in run.next_block():
             n += 1
             values = {m: (1.0 if slow[m] & (load - {m}) else 0.0) + rng.normal(0, 0.05)
-                      for m in load}  # fmt: skip
+                      for m in sorted(load)}  # fmt: skip
             block.append(ConfirmationObservation(f"r{n}", frozenset(load), values))
         run.add(block)
 
