@@ -210,7 +210,11 @@ CONFIGS: dict[str, Any] = {
         ),
         detector=DetectorConfig(mutual_test=False),
         capacity_legacy=True,  # 3 late/missing of the last 8 verdicts (session 3)
+        confirm_batching=False,
     ),  # fmt: skip
+    # current defaults, suspect groups confirmed one at a time (before shared rounds,
+    # docs/confirmation-batches.md): the baseline of LiveConfig.confirm_batching
+    "serial": lambda: LiveConfig(confirm_batching=False),
     # the behaviour at the end of session 4 (the "before" of session 5, same run): each
     # member of a pair tested at half the level (Bonferroni over members, not the
     # intersection-union test), the mutual pair test at the Bonferroni level only, looks
@@ -219,6 +223,7 @@ CONFIGS: dict[str, Any] = {
         confirm_max_cycles=64,
         confirm=ConfirmConfig(member_level="bonferroni", look_schedule="constant"),
         detector=DetectorConfig(mutual_fdr=0.0),
+        confirm_batching=False,  # one group at a time (session 4)
     ),
     # current defaults but the mutual test's BH over every testable pair's own p (the
     # first session-5 version): pairs below the effect floors loosen the level too

@@ -105,6 +105,10 @@ class CoordinatorConfig(FileConfig):
     that loaded only members of the group, among the this many most recent confirmation
     rounds that loaded any member (evidence accumulates across attempts; docs/detection.md
     "Confirmation"); 0 = each attempt alone."""
+    confirm_batching: bool = True
+    """Confirm the disjoint suspect groups of one analysis in shared rounds (each round
+    loads the union of their load sets, each group judged on its own members;
+    docs/confirmation-batches.md); false = one group at a time."""
     capacity_window: int = Field(default=48, ge=2)
     """Capacity test (docs/detection.md): a node's most recent this many verdicts judged
     against the deadline (``pass``, ``late``, ``missing``) form the window."""

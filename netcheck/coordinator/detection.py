@@ -14,11 +14,13 @@ them to live rounds and to storage:
 2. **Analysis** (:func:`~netcheck.analysis.screening.analyse`) of the stored raw rows of
    the most recent ``screening_window_rounds`` screening and full rounds -> suspect
    groups.
-3. **Confirmation** (:meth:`Screening.confirm_group`): rounds loading only the group
-   interleaved with rounds loading each member alone (:func:`plan_confirmation`),
-   judged by :func:`judge_confirmation` after every ``confirm_cycles`` cycles until
-   confirmed or ``confirm_max_cycles``; a confirmed group becomes a ``shared-backend``
-   flag, an unconfirmed one a ``cleared`` record (it stays in screening).
+3. **Confirmation** (:func:`~netcheck.coordinator.confirm_batches.confirm_groups`):
+   rounds loading only the group interleaved with rounds loading each member alone
+   (:func:`plan_confirmation`), judged by :func:`judge_confirmation` after every
+   ``confirm_cycles`` cycles until confirmed or ``confirm_max_cycles``; disjoint groups
+   of one analysis share rounds (``confirm_batching``, docs/confirmation-batches.md); a
+   confirmed group becomes a ``shared-backend`` flag, an unconfirmed one a ``cleared``
+   record (it stays in screening).
 4. **Persistent slowness** after every analysis, over the same window
    (:func:`~netcheck.analysis.slowness.persistent_slowness`; ``slow`` flags).
 5. **After every round** (:meth:`Screening.after_round`): the per-round checks of
@@ -42,7 +44,7 @@ from netcheck.analysis.confirm import (
     ConfirmationObservation,
     ConfirmConfig,
 )
-from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
+from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
 from netcheck.analysis.screening import (
@@ -50,7 +52,6 @@ from netcheck.analysis.screening import (
     SCREEN_KINDS,
     Analysis,
     analyse,
-    confirmation_observation,
     hmac_load_rule,
     round_kind,
 )
@@ -58,6 +59,7 @@ from netcheck.analysis.slowness import SlownessConfig, SlownessReport, persisten
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator import checks
 from netcheck.coordinator.alone import confirm_alone, slow_nodes
+from netcheck.coordinator.confirm_batches import ALREADY_FLAGGED, confirm_groups
 from netcheck.coordinator.group_flags import (
     prior_observations,
     shared_flags,
@@ -67,7 +69,6 @@ from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError, RoundError
 from netcheck.keys import load_or_create_secret
-from netcheck.logs import node_label
 from netcheck.records import (
     FlagStatus,
     NodeOutcome,
@@ -278,21 +279,13 @@ class Screening:
             profile.name, summary["n_nodes"], summary["n_rounds"], len(summary["edges"]),
             len(summary["groups"]),
         )  # fmt: skip
-        for group in analysis.detection.groups:
-            if await asyncio.to_thread(self._already_flagged, profile.name, group.members):
-                confirmations.append({"group": list(group.members), "verdict": "already-flagged"})
-                continue
-            try:
-                run, ids = await self.confirm_group(profile, group, stored, analysis)
-            except RoundError as exc:  # e.g. the group's nodes left
-                log.warning("confirmation of %s not run: %s", group.members, exc)
-                confirmations.append({"group": list(group.members), "verdict": "not-run",
-                                      "reason": str(exc)})  # fmt: skip
-                continue
-            flag_ids.extend(ids)
-            confirmations.append({"group": list(group.members), "verdict": run.verdict,
-                                  "flags": [list(f) for f in run.flags], "attempt": run.attempt,
-                                  "flag_ids": ids})  # fmt: skip
+        outcomes = await confirm_groups(self, profile, analysis.detection.groups, stored, analysis,
+                                        batching=self.config.confirm_batching)  # fmt: skip
+        for res in outcomes:
+            if res.run is None and res.reason != ALREADY_FLAGGED:
+                log.warning("confirmation of %s not run: %s", res.group.members, res.reason)
+            flag_ids.extend(res.ids)
+        confirmations = [res.as_dict() for res in outcomes]
         skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
         flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report, self.alone,
                                         skip)  # fmt: skip
@@ -329,52 +322,18 @@ class Screening:
     async def confirm_group(
         self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis
     ) -> tuple[ConfirmationRun, list[int]]:
-        """Confirmation rounds for one suspect group (:class:`ConfirmationRun`, the same
-        driver the simulator uses); stores one ``shared-backend`` flag per confirmed
+        """Confirmation rounds for one suspect group alone (:func:`confirm_groups` with
+        one group, in planned order); stores one ``shared-backend`` flag per confirmed
         clique, or one ``cleared`` record; returns the run and the flag ids.
 
         Raises:
-            RoundError: a member is not connected (nothing is run or stored), or no node
-                is.
+            RoundError: a member is not connected (nothing is run or stored), or the
+                run stopped before its first look (nothing stored).
         """
-        members = list(group.members)
-        gone = set(members) - {s.node_key for s in self.coord.connected(profile.name)}
-        if gone:  # its rounds would load the rest only: nothing to learn, an attempt spent
-            raise RoundError(f"{len(gone)} member(s) not connected")
-        earlier = await asyncio.to_thread(self._shared_flags, profile.name, None)
-        schedules: dict[str, dict[str, bool]] = {}
-        prior = await asyncio.to_thread(
-            self._prior_observations, profile.name, members, analysis.deadline_s, schedules
-        )
-        run = ConfirmationRun(
-            tuple(members), self.config.confirm_cycles, self.config.confirm_max_cycles,
-            self.confirm, attempt=prior_attempts(members, earlier) + 1, prior=prior,
-        )  # fmt: skip
-        look = 0
-        while not run.done:
-            block = []
-            for load in run.next_block():
-                report = await run_round(
-                    self.coord, profile.name, load=load, kind=RoundKind.CONFIRMATION,
-                    rule="explicit", context={"group": members, "phase": run.phase, "look": look,
-                                              "tested": sorted(run.tested)},
-                )  # fmt: skip
-                rows = await asyncio.to_thread(self.flags.round_results, [report.round_id])
-                schedules[report.round_id] = report.schedule
-                block.append(
-                    confirmation_observation(
-                        report.round_id, report.schedule, rows, analysis.deadline_s
-                    )  # fmt: skip
-                )
-            run.add(block)
-            look += 1
-        ids = await asyncio.to_thread(
-            self._store_group_flags, profile, group, stored, analysis, run, schedules
-        )
-        log.warning("suspect group %s: %s %s (flags %s)", [node_label(m) for m in members],
-                    run.verdict, [[node_label(m, 12) for m in f] for f in run.flags],
-                    ids)  # fmt: skip
-        return run, ids
+        (res,) = await confirm_groups(self, profile, [group], stored, analysis, batching=False)
+        if res.run is None:
+            raise RoundError(res.reason or "not run")
+        return res.run, res.ids
 
     def _prior_observations(
         self, profile: str, members: Sequence[str], deadline_s: float,

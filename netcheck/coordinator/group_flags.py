@@ -14,6 +14,7 @@ from dataclasses import replace
 from netcheck.analysis import evidence as ev
 from netcheck.analysis import rules
 from netcheck.analysis.confirm import CLEARED, SHARED_BACKEND, ConfirmationObservation
+from netcheck.analysis.confirm_batch import context_parts, restrict
 from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.screening import Analysis, confirmation_observation
@@ -43,31 +44,35 @@ def prior_observations(
     flags: FlagStore, config: CoordinatorConfig, profile: str, members: Sequence[str], deadline_s: float,
     schedules: dict[str, dict[str, bool]],
 ) -> tuple[ConfirmationObservation, ...]:  # fmt: skip
-    """Earlier confirmation rounds of ``profile`` that loaded only members of the
-    group (among the ``confirm_pool_rounds`` most recent that loaded any member), as
-    observations stamped with the phase and tested set their context recorded,
-    oldest first (:class:`ConfirmationRun` keeps the balanced strata); their
-    schedules are added to ``schedules`` (for the evidence). Rounds without a
-    recorded phase and tested set (the alone stage's, older ones) are left out."""
+    """Earlier confirmation rounds of ``profile`` in which a run loaded only members of
+    the group (among the ``confirm_pool_rounds`` most recent that loaded any member), as
+    observations restricted to that run's loaded nodes
+    (:func:`~netcheck.analysis.confirm_batch.restrict`) and stamped with the phase and
+    tested set its context recorded, oldest first (:class:`ConfirmationRun` keeps the
+    balanced strata). A shared round (:func:`~netcheck.analysis.confirm_batch.round_context`)
+    gives one observation per run part within the group; an older single-run round
+    counts when its whole load set lies within the group. Their schedules are added to
+    ``schedules`` (for the evidence). Rounds without a recorded phase and tested set
+    (the alone stage's, older ones) are left out."""
     if config.confirm_pool_rounds <= 0:
         return ()
-    want = set(members)
+    want = frozenset(members)
     stored = flags.recent_rounds(
         profile, [str(RoundKind.CONFIRMATION)], config.confirm_pool_rounds,
         node_keys=want,
     )  # fmt: skip
-    out = []
+    out: list[ConfirmationObservation] = []
     for rid in stored.round_ids:
         schedule = stored.schedules[rid]
-        loaded = {k for k, on in schedule.items() if on}
-        ctx = stored.contexts.get(rid, {})
-        tested = ctx.get("tested")
-        if not loaded or not loaded <= want or not isinstance(tested, list):
+        loaded = frozenset(k for k, on in schedule.items() if on)
+        parts = [p for p in context_parts(stored.contexts.get(rid, {}), loaded)
+                 if p.loaded and p.loaded <= want]  # fmt: skip
+        if not parts:
             continue
         schedules[rid] = schedule
         obs = confirmation_observation(rid, schedule, stored.results, deadline_s)
-        out.append(replace(obs, phase=str(ctx.get("phase", "")),
-                           tested=frozenset(str(k) for k in tested)))  # fmt: skip
+        out.extend(replace(restrict(obs, p.loaded), phase=p.phase, tested=p.tested)
+                   for p in parts)  # fmt: skip
     return tuple(out)
 
 

@@ -50,6 +50,7 @@ import numpy as np
 
 from netcheck.analysis.alone import AloneConfig, alone_test, nominees
 from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
+from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import DetectorConfig
 from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
@@ -81,6 +82,12 @@ def _fdefault(name: str) -> float:
     return value
 
 
+def _bdefault(name: str) -> bool:
+    value = _DEFAULTS[name].default
+    assert isinstance(value, bool)
+    return value
+
+
 def _default(name: str) -> int:
     value = _DEFAULTS[name].default
     assert isinstance(value, int)
@@ -99,7 +106,10 @@ class LiveConfig:
     ``pool_rounds``: ``confirm_pool_rounds`` (0: each confirmation attempt judged on its
     own rounds, the behaviour before evidence was pooled). ``alone``: the alone-round
     confirmation of slowness nominees (None: not run, the behaviour before it).
-    ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
+    ``confirm_batching``: confirm the disjoint suspect groups of an analysis in shared
+    rounds (:class:`~netcheck.analysis.confirm_batch.ConfirmationBatch`, as the
+    coordinator's ``confirm_batching``); False = one group at a time, the behaviour
+    before it. ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
     fixed-count rule before it (:data:`LEGACY_CAPACITY`) instead (:class:`Snapshot`
     ``capacity_legacy`` holds that rule's flags in every run).
     """
@@ -110,6 +120,7 @@ class LiveConfig:
     confirm_cycles: int = field(default_factory=lambda: _default("confirm_cycles"))
     confirm_max_cycles: int = field(default_factory=lambda: _default("confirm_max_cycles"))
     pool_rounds: int = field(default_factory=lambda: _default("confirm_pool_rounds"))
+    confirm_batching: bool = field(default_factory=lambda: _bdefault("confirm_batching"))
     capacity_window: int = field(default_factory=lambda: _default("capacity_window"))
     capacity_strikes: int = field(default_factory=lambda: _default("capacity_strikes"))
     capacity_p0: float = field(default_factory=lambda: _fdefault("capacity_p0"))
@@ -136,6 +147,7 @@ def legacy_config() -> LiveConfig:
         capacity_legacy=True,
         pool_rounds=0,
         alone=None,
+        confirm_batching=False,
     )
 
 
@@ -350,10 +362,10 @@ class LiveSimulation:
                                          self.cfg.slowness)  # fmt: skip
             st.slow.update(n.node_key for n in report.flagged)
         st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
-        for group in analysis.detection.groups:
-            if self._covered(group.members):
-                continue
-            self._confirm(group.members)
+        groups = [g.members for g in analysis.detection.groups]
+        links = batch_links(groups, [(e.a, e.b) for e in analysis.detection.edges],
+                            analysis.matrix, self.cfg.confirm.effect_floor / 2)  # fmt: skip
+        self._confirm(groups, links, f"{self.profile.name}/{stored.round_ids[-1]}")
         if report is not None and self.cfg.alone is not None:
             for key in nominees(report, self.cfg.alone, st.slow):
                 self._confirm_alone(key, self.cfg.alone)
@@ -373,40 +385,70 @@ class LiveSimulation:
             st.slow.add(key)
 
     def _prior(self, members: Sequence[str]) -> tuple[ConfirmationObservation, ...]:
-        """The most recent ``pool_rounds`` confirmation rounds that loaded a member, as
-        the coordinator reads them (ConfirmationRun keeps those within the group), oldest
-        first (round ids are numbered in order)."""
-        seen = {o.round_id: o for m in members for o in self.state.conf_obs.get(m, ())}
-        return tuple(seen[r] for r in sorted(seen)[-self.cfg.pool_rounds :])
+        """The run parts of the most recent ``pool_rounds`` confirmation rounds that
+        loaded a member, as the coordinator reads them (ConfirmationRun keeps those
+        within the group), oldest first (round ids are numbered in order)."""
+        seen = {(o.round_id, o.phase, tuple(sorted(o.tested))): o
+                for m in members for o in self.state.conf_obs.get(m, ())}  # fmt: skip
+        keep = set(sorted({k[0] for k in seen})[-self.cfg.pool_rounds :])
+        return tuple(seen[k] for k in sorted(seen) if k[0] in keep)
 
     def _covered(self, members: Sequence[str]) -> bool:
         flagged = [set(f) for f in self.state.shared]
         return all(any({a, b} <= f for f in flagged)
                    for a, b in itertools.combinations(sorted(set(members)), 2))  # fmt: skip
 
-    def _confirm(self, members: Sequence[str]) -> None:
+    def _confirm(
+        self, groups: Sequence[Sequence[str]], links: Sequence[tuple[str, str]], batch_id: str
+    ) -> None:
+        """The groups of one analysis (``confirm_groups``): with batching, each starts at
+        a step boundary when :func:`admit` lets it (disjoint from and unlinked to the
+        running ones) and shares their rounds; else one at a time. A group already
+        covered by a flag when it would start is dropped."""
         st, cfg = self.state, self.cfg
-        run = ConfirmationRun(
-            tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm,
-            attempt=prior_attempts(members, st.tested) + 1, legacy=cfg.legacy_confirm,
-            prior=self._prior(members) if cfg.pool_rounds else (),
-        )  # fmt: skip
+        batch = ConfirmationBatch([], batch_id, self.secret if cfg.confirm_batching else None)
+        pending = list(groups)
         index = {k: i for i, k in enumerate(self.keys)}
-        while not run.done:
+        recorded: set[int] = set()
+        while True:
+            pending = [g for g in pending if not self._covered(g)]
+            busy = {k for s in batch.active for k in batch.runs[s].members}
+            if cfg.confirm_batching:
+                picks = admit(pending, busy, links)
+            else:
+                picks = [] if busy or not pending else [0]
+            for j in picks:
+                members = pending[j]
+                batch.add_run(ConfirmationRun(
+                    tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm,
+                    attempt=prior_attempts(members, st.tested) + 1, legacy=cfg.legacy_confirm,
+                    prior=self._prior(members) if cfg.pool_rounds else (),
+                ))  # fmt: skip
+            pending = [g for j, g in enumerate(pending) if j not in set(picks)]
+            if not batch.active:
+                break
             block = []
-            for load in run.next_block():
+            for rnd in batch.plan():
                 rid = f"confirm-{st.confirmation_rounds:06d}"
                 st.confirmation_rounds += 1
                 bits = np.zeros(len(self.keys), dtype=bool)
-                bits[[index[k] for k in load]] = True
+                bits[[index[k] for k in rnd.load]] = True
                 rows = self._round(rid, "confirmation", bits)
                 block.append(confirmation_observation(rid, st.schedules[rid], rows,
                                                       self.censor_s))  # fmt: skip
                 del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
-            run.add(block)
-        st.tested.append(tuple(members))
+            batch.add(block)
+            for slot, run in enumerate(batch.runs):  # finished runs leave their records
+                if run.done and slot not in recorded:
+                    recorded.add(slot)
+                    self._record(run)
+
+    def _record(self, run: ConfirmationRun) -> None:
+        """A finished run's flags or cleared record, attempt and pooled rounds."""
+        st, cfg = self.state, self.cfg
+        st.tested.append(tuple(run.members))
         if cfg.pool_rounds:  # as stored: each node's most recent confirmation rounds
-            for obs in run.observations:
+            for obs in run.observations:  # restricted to the run's members
                 for key in obs.loaded:
                     mine = st.conf_obs.setdefault(key, deque(maxlen=cfg.pool_rounds))
                     mine.append(obs)

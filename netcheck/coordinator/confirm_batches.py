@@ -1,0 +1,240 @@
+"""Suspect groups of one analysis confirmed in shared rounds, live.
+
+docs/confirmation-batches.md. :meth:`netcheck.coordinator.detection.Screening.analyse_and_confirm`
+hands the suspect groups of an analysis to :func:`confirm_groups`. It drives one
+:class:`~netcheck.analysis.confirm_batch.ConfirmationBatch` (the pure planner the
+simulator uses too): at each step boundary the waiting groups that share no node and no
+link with the running ones start (:func:`~netcheck.analysis.confirm_batch.admit`); one
+:func:`~netcheck.coordinator.rounds.run_round` of kind ``confirmation`` per shared round
+loads the union of the runs' load sets, with a context listing each run's part (phase,
+tested set, loaded members). Each run stores its flags or cleared record as soon as it
+finishes, as a group confirmed alone would
+(:func:`~netcheck.coordinator.group_flags.store_group_flags`). With
+``confirm_batching = false`` one group runs at a time, in planned order, as before.
+
+A member that is not connected when its group would start: the group is not run (no
+round, no record, no attempt spent). A member that leaves while its run is active: that
+run stops before the next shared round, the others go on; if it had judged a look, its
+cleared record is stored (the attempt counts: a node could otherwise leave to get its
+group fresh looks at the same level), else nothing is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
+from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
+from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
+from netcheck.analysis.detectors import SuspectGroup
+from netcheck.analysis.screening import Analysis, confirmation_observation
+from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.rounds import run_round
+from netcheck.errors import RoundError
+from netcheck.logs import node_label
+from netcheck.records import FlagStatus, RoundKind, StoredRounds
+from netcheck.storage.flags import FlagStore
+
+
+class ConfirmHost(Protocol):
+    """What the loop needs of :class:`netcheck.coordinator.detection.Screening` (a
+    protocol, so this module does not import it back)."""
+
+    @property
+    def coord(self) -> RoundHost: ...
+
+    @property
+    def config(self) -> CoordinatorConfig: ...
+
+    @property
+    def confirm(self) -> ConfirmConfig: ...
+
+    @property
+    def secret(self) -> bytes: ...
+
+    @property
+    def flags(self) -> FlagStore: ...
+
+    def _shared_flags(self, profile: str, status: FlagStatus | None) -> list[list[str]]: ...
+
+    def _already_flagged(self, profile: str, members: Sequence[str]) -> bool: ...
+
+    def _prior_observations(
+        self, profile: str, members: Sequence[str], deadline_s: float,
+        schedules: dict[str, dict[str, bool]],
+    ) -> tuple[ConfirmationObservation, ...]: ...  # fmt: skip
+
+    def _store_group_flags(
+        self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
+        run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
+    ) -> list[int]: ...  # fmt: skip
+
+
+log = logging.getLogger("netcheck.screening")
+
+#: The outcome of a group whose every pair is already inside one confirmed flag.
+ALREADY_FLAGGED = "already-flagged"
+
+
+@dataclass
+class GroupOutcome:
+    """One suspect group's confirmation: its ``run`` (None: not run, ``reason``), the
+    flag / record ids stored, and why a run stopped early (``stopped``)."""
+
+    group: SuspectGroup
+    run: ConfirmationRun | None = None
+    ids: list[int] = field(default_factory=list)
+    reason: str = ""
+    stopped: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON-ready entry of the analysis report's ``confirmations``."""
+        members = list(self.group.members)
+        if self.reason == ALREADY_FLAGGED:
+            return {"group": members, "verdict": ALREADY_FLAGGED}
+        if self.run is None:
+            return {"group": members, "verdict": "not-run", "reason": self.reason}
+        out: dict[str, Any] = {"group": members, "verdict": self.run.verdict,
+                               "flags": [list(f) for f in self.run.flags],
+                               "attempt": self.run.attempt, "flag_ids": self.ids}  # fmt: skip
+        if self.stopped:
+            out["stopped"] = self.stopped
+        return out
+
+
+async def confirm_groups(
+    screening: ConfirmHost, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
+    analysis: Analysis, *, batching: bool,
+) -> list[GroupOutcome]:  # fmt: skip
+    """Confirm ``groups`` (detector order) in shared rounds (module docstring): at each
+    step boundary the waiting groups that share no node and no link (a detector edge of
+    ``analysis`` or a loose screening link,
+    :func:`~netcheck.analysis.confirm_batch.batch_links`) with the running ones start
+    (:func:`~netcheck.analysis.confirm_batch.admit`); ``batching=False``: one group at a
+    time in planned order. A waiting group whose every pair is already inside a
+    confirmed flag gets an ``already-flagged`` outcome, one with a member not connected
+    a ``not-run`` outcome (``reason``); a run that finishes stores its flags or record
+    at once. Returns one outcome per group, in order.
+
+    Raises:
+        StorageError: a round or a flag could not be stored.
+    """
+    outcomes = [GroupOutcome(g) for g in groups]
+    links = batch_links([g.members for g in groups], [(e.a, e.b) for e in analysis.detection.edges],
+                        analysis.matrix, screening.confirm.effect_floor / 2)  # fmt: skip
+    newest = stored.round_ids[-1] if stored.round_ids else "none"
+    batch = ConfirmationBatch([], f"{profile.name}/{newest}",
+                              screening.secret if batching else None)  # fmt: skip
+    pending = list(range(len(groups)))
+    group_of: dict[int, int] = {}  # batch slot -> group index
+    finished: set[int] = set()
+    schedules: dict[str, dict[str, bool]] = {}
+    while True:
+        pending = await _runnable(screening, profile, outcomes, pending)
+        busy = {k for slot in batch.active for k in batch.runs[slot].members}
+        if batching:
+            picks = [pending[j] for j in admit([groups[i].members for i in pending], busy, links)]
+        else:
+            picks = [] if busy or not pending else pending[:1]
+        if picks:
+            earlier = await asyncio.to_thread(screening._shared_flags, profile.name, None)
+        for i in picks:
+            members = list(groups[i].members)
+            prior = await asyncio.to_thread(
+                screening._prior_observations, profile.name, members, analysis.deadline_s,
+                schedules,
+            )  # fmt: skip
+            group_of[batch.add_run(ConfirmationRun(
+                tuple(members), screening.config.confirm_cycles,
+                screening.config.confirm_max_cycles, screening.confirm,
+                attempt=prior_attempts(members, earlier) + 1, prior=prior,
+            ))] = i  # fmt: skip
+        pending = [i for i in pending if i not in picks]
+        if not batch.active:
+            return outcomes
+        batch.add(await _step(screening, profile, batch, analysis, schedules))
+        for slot, run in enumerate(batch.runs):
+            if slot not in finished and (run.done or slot in batch.stopped):
+                finished.add(slot)
+                await _finish(screening, profile, outcomes[group_of[slot]], batch, slot, stored,
+                              analysis, schedules)  # fmt: skip
+
+
+async def _runnable(
+    screening: ConfirmHost, profile: Profile, outcomes: list[GroupOutcome], pending: list[int]
+) -> list[int]:
+    """``pending`` without the groups already flagged or with a member not connected
+    (their outcomes get the reason)."""
+    connected = {s.node_key for s in screening.coord.connected(profile.name)}
+    keep = []
+    for i in pending:
+        res = outcomes[i]
+        members = list(res.group.members)
+        if await asyncio.to_thread(screening._already_flagged, profile.name, members):
+            res.reason = ALREADY_FLAGGED
+        elif gone := set(members) - connected:
+            # its rounds would load the rest only: nothing to learn, an attempt spent
+            res.reason = f"{len(gone)} member(s) not connected"
+        else:
+            keep.append(i)
+    return keep
+
+
+async def _step(
+    screening: ConfirmHost, profile: Profile, batch: ConfirmationBatch, analysis: Analysis,
+    schedules: dict[str, dict[str, bool]],
+) -> list[ConfirmationObservation | None]:  # fmt: skip
+    """Run the shared rounds of the batch's next step; a run whose member left stops
+    before the next round (the others go on)."""
+    observations: list[ConfirmationObservation | None] = []
+    for rnd in batch.plan():
+        here = {s.node_key for s in screening.coord.connected(profile.name)}
+        for slot in list(rnd.parts):
+            left = set(batch.runs[slot].members) - here
+            if left and slot in batch.active:
+                batch.stop(slot, f"{len(left)} member(s) left")
+        live = batch.live(rnd)
+        if live is None:
+            observations.append(None)
+            continue
+        try:
+            report = await run_round(
+                screening.coord, profile.name, load=set(live.load),
+                kind=RoundKind.CONFIRMATION, rule="explicit", context=batch.context(live),
+            )  # fmt: skip
+        except RoundError as exc:  # no node connected at all
+            for slot in batch.active:
+                batch.stop(slot, str(exc))
+            observations.append(None)
+            continue
+        rows = await asyncio.to_thread(screening.flags.round_results, [report.round_id])
+        schedules[report.round_id] = report.schedule
+        observations.append(confirmation_observation(
+            report.round_id, report.schedule, rows, analysis.deadline_s))  # fmt: skip
+    return observations
+
+
+async def _finish(
+    screening: ConfirmHost, profile: Profile, res: GroupOutcome, batch: ConfirmationBatch,
+    slot: int, stored: StoredRounds, analysis: Analysis, schedules: dict[str, dict[str, bool]],
+) -> None:  # fmt: skip
+    """Store a finished or stopped run's flags or cleared record (none if it stopped
+    before its first look: nothing was judged)."""
+    run = batch.runs[slot]
+    res.stopped = batch.stopped.get(slot, "")
+    if run.group_result is None:
+        res.reason = res.stopped
+        return
+    res.run = run
+    res.ids = await asyncio.to_thread(
+        screening._store_group_flags, profile, res.group, stored, analysis, run, schedules
+    )
+    log.warning("suspect group %s: %s %s (flags %s)%s",
+                [node_label(m) for m in run.members], run.verdict,
+                [[node_label(m, 12) for m in f] for f in run.flags], res.ids,
+                f", stopped: {res.stopped}" if res.stopped else "")  # fmt: skip

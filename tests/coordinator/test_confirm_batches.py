@@ -1,0 +1,147 @@
+"""Disjoint suspect groups confirmed in shared rounds by a live coordinator (real
+loopback websocket sessions, EMULATED GPU service times): shared load sets, per-run
+contexts read back as pooled evidence, flags per run, a node leaving, and the switch
+back to one group at a time (docs/confirmation-batches.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from netcheck.analysis.confirm_batch import context_parts
+from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
+from netcheck.analysis.screening import analyse
+from netcheck.config import DeadlineParams, Profile
+from netcheck.coordinator.confirm_batches import confirm_groups
+from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
+from netcheck.lab.testing import (
+    CanaryAnswering,
+    RunningCoordinator,
+    canary_store,
+    running_coordinator,
+)
+from netcheck.records import StoredRounds
+
+T = 4
+PROFILE = Profile(
+    name="batch", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
+    prompt_len=16, max_new_tokens=T, canaries_min=1, canaries_max=1,
+    deadline=DeadlineParams(t_ref_s=0.3, a=1.5, slack_s=0.2), dispatch_timeout_s=5.0,
+    result_timeout_s=3.0,
+)  # fmt: skip
+FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+EMPTY = StoredRounds((), {}, {}, ())
+
+
+class Leaving(EmulatedWorker):
+    """EMULATED GPU; its node leaves (its client task is cancelled) at its ``at``-th batch."""
+
+    def __init__(self, gpu: EmulatedGPU, at: int) -> None:
+        super().__init__(CanaryAnswering(FP, T), gpu)
+        self.at = at
+        self.calls = 0
+        self.leave: Callable[[], object] = lambda: None
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        self.calls += 1
+        if self.calls == self.at:
+            self.leave()
+        return await super().run(prompts)
+
+
+async def _start(rc: RunningCoordinator, leave_at: int = 0) -> dict[str, str]:
+    """Farm a, b on one 0.1 s GPU (beta 1); honest c, d with a 0.1 s GPU each; with
+    ``leave_at``, d leaves at its ``leave_at``-th batch."""
+    farm = EmulatedGPU(0.1, beta=1.0)
+    workers = {x: EmulatedWorker(CanaryAnswering(FP, T), farm) for x in "ab"}
+    workers["c"] = EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(0.1))
+    leaving = Leaving(EmulatedGPU(0.1), leave_at or 10**9)
+    workers["d"] = leaving
+    names = rc.start_named(workers, PROFILE.name)
+    leaving.leave = rc.nodes[-1].cancel
+    await rc.wait_connected(4)
+    rc.coord.screening.config = rc.coord.config.model_copy(
+        update={"confirm_cycles": 3, "confirm_max_cycles": 6}
+    )
+    return names
+
+
+async def _confirm(rc: RunningCoordinator, names: dict[str, str], batching: bool):  # type: ignore[no-untyped-def]
+    groups = [
+        SuspectGroup((names["a"], names["b"]), ()),
+        SuspectGroup((names["c"], names["d"]), ()),
+    ]
+    return await confirm_groups(rc.coord.screening, PROFILE, groups, EMPTY,
+                                analyse(EMPTY, 0.65, DetectorConfig()), batching=batching)  # fmt: skip
+
+
+def _rounds(rc: RunningCoordinator) -> list[tuple[set[str], dict]]:  # type: ignore[type-arg]
+    """Stored confirmation rounds: (loaded set, context), oldest first."""
+    stored = rc.coord.screening.flags.recent_rounds(PROFILE.name, ["confirmation"], 1000)
+    return [({k for k, on in stored.schedules[r].items() if on}, stored.contexts[r])
+            for r in stored.round_ids]  # fmt: skip
+
+
+async def test_disjoint_groups_share_rounds_and_are_judged_apart(tmp_path: Path) -> None:
+    """A farm pair and an honest pair confirmed in one batch: each shared round loads
+    the union of the runs' parts and records each part; fewer rounds than the two runs'
+    rounds together; the farm is flagged, the honest pair cleared, each on its own
+    members' rounds; a later attempt reads back only its own group's parts."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        names = await _start(rc)
+        farm, honest = await _confirm(rc, names, batching=True)
+        rounds = _rounds(rc)
+        screening = rc.coord.screening
+        sched: dict[str, dict[str, bool]] = {}
+        prior = screening._prior_observations(PROFILE.name, [names["c"], names["d"]], 0.65, sched)
+    a, b, c, d = (names[x] for x in "abcd")
+    assert farm.run is not None and farm.run.flags == [(a, b)] and len(farm.ids) == 1
+    assert honest.run is not None and honest.run.verdict == "cleared" and len(honest.ids) == 1
+    own = len(farm.run.observations) + len(honest.run.observations)
+    assert len(rounds) == max(len(farm.run.observations), len(honest.run.observations)) < own
+    assert any(loaded & {a, b} and loaded & {c, d} for loaded, _ in rounds)
+    for loaded, ctx in rounds:
+        parts = context_parts(ctx, frozenset(loaded))
+        assert set().union(*(p.loaded for p in parts)) == loaded
+        assert {p.tested for p in parts} <= {frozenset({a, b}), frozenset({c, d})}
+    assert all(o.loaded <= {a, b} and set(o.log_service) <= {a, b} for o in farm.run.observations)
+    assert all(o.loaded <= {c, d} for o in honest.run.observations)
+    assert len(prior) == len(honest.run.observations)
+    assert all(o.loaded <= {c, d} and o.tested == {c, d} and set(o.log_service) <= {c, d}
+               for o in prior)  # fmt: skip
+
+
+async def test_a_node_leaving_stops_only_its_own_run(tmp_path: Path) -> None:
+    """d leaves during the first look: the honest pair's run stops before judging (no
+    record, no attempt), its members are loaded no more, and the farm's run completes
+    and is flagged."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        names = await _start(rc, leave_at=2)
+        farm, honest = await _confirm(rc, names, batching=True)
+        rounds = _rounds(rc)
+    a, b, c, d = (names[x] for x in "abcd")
+    assert farm.run is not None and farm.run.flags == [(a, b)]
+    assert honest.run is None and honest.ids == [] and "left" in honest.reason
+    assert honest.as_dict()["verdict"] == "not-run"
+    last_cd = max(i for i, (loaded, _) in enumerate(rounds) if loaded & {c, d})
+    assert last_cd < len(rounds) - 1  # later rounds load the farm only
+    assert all(not loaded & {c, d} for loaded, _ in rounds[last_cd + 1 :])
+
+
+async def test_without_batching_groups_run_one_at_a_time(tmp_path: Path) -> None:
+    """``confirm_batching = false``: no round loads members of two groups; the farm's
+    rounds all come before the honest pair's."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        names = await _start(rc)
+        farm, honest = await _confirm(rc, names, batching=False)
+        rounds = _rounds(rc)
+    a, b, c, d = (names[x] for x in "abcd")
+    assert farm.run is not None and farm.run.flags == [(a, b)]
+    assert honest.run is not None and honest.run.verdict == "cleared"
+    owner = ["farm" if loaded <= {a, b} else "honest" for loaded, _ in rounds]
+    assert all(loaded <= {a, b} or loaded <= {c, d} for loaded, _ in rounds)
+    assert owner == sorted(owner)  # "farm" < "honest"
+    assert len(rounds) == len(farm.run.observations) + len(honest.run.observations)
