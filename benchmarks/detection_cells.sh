@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A few scenarios x configs x seeds of benchmarks/detection.py in parallel (EMULATED
+# populations), one process per (scenario, config, seed), merged into $OUT/cells.txt.
+# Usage: OUT=/tmp/c SEEDS=8 CONFIGS="new s5a" bash benchmarks/detection_cells.sh "jitter" "plain n=200 s=0.05 b=0.3"
+# (locally: PY=.venv/bin/python JOBS=2). Same wheel handling as detection_device.sh.
+set -uo pipefail
+PY=${PY:-python3}
+if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c "import pydantic, sqlalchemy" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl .whl/extra/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=${PYTHONPATH:-$PWD}
+fi
+OUT=${OUT:-/tmp/cells}; mkdir -p "$OUT/parts"
+JOBS=${JOBS:-$(nproc)}; SEEDS=${SEEDS:-4}; CONFIGS=${CONFIGS:-"new"}; LIMIT=${LIMIT:-540}
+: > "$OUT/jobs.txt"
+for name in "$@"; do for c in $CONFIGS; do for s in $(seq 0 $((SEEDS - 1))); do
+  printf '%s\t%s\t%s\n' "$name" "$c" "$s" >> "$OUT/jobs.txt"; done; done; done
+run_one() {
+  IFS=$'\t' read -r name c s <<< "$1"
+  timeout -k 5 "$LIMIT" "$PY" benchmarks/detection.py --scenario "$name" --config "$c" --seeds 1 \
+    --first-seed "$s" --ff-seeds 0 --json "$OUT/parts/$(echo "$name-$c-$s" | tr -c 'A-Za-z0-9.=-' _).json" \
+    > /dev/null 2>&1 || echo "failed: $name $c $s"
+}
+export -f run_one; export OUT PY LIMIT
+start=$(date +%s)
+tr '\n' '\0' < "$OUT/jobs.txt" | xargs -0 -P "$JOBS" -I{} bash -c 'run_one "$@"' _ {}
+echo "all jobs in $(( $(date +%s) - start )) s"
+"$PY" benchmarks/detection.py --from-json "$OUT"/parts/*.json | tee "$OUT/cells.txt"
