@@ -44,13 +44,14 @@ def test_a_pair_flag_records_the_look_level_of_both_members() -> None:
 def test_a_split_phase_flag_records_the_pair_level() -> None:
     """Triple {a, b, c} where a and b share a backend and c is honest but slowed with
     both (its own co-host): the flag {a, b} comes from the split phase, whose pair tests
-    are held to alpha / 2 phases / 5 looks / 3 pairs (IUT within a pair), not the group
-    phase's alpha / 2 / 5 / (g - 1)."""
+    are held to alpha / 5 looks / 3 pairs (IUT within a pair; one phase's share since
+    the group phase raises no flag, ``ConfirmConfig.group_phases``), not the group
+    phase's alpha / 5 / (g - 1)."""
     run = ConfirmationRun(("a", "b", "c"), 8, 128, ConfirmConfig())
     _drive(run, {"a": {"b"}, "b": {"a"}, "c": {"a", "b"}}, 2)
     assert run.flags == [("a", "b")]
     _stat, level = flag_statistic(run, run.flags[0])
-    split = 1e-3 * 6 / math.pi**2 / 2 / 5
+    split = 1e-3 * 6 / math.pi**2 / 5
     assert math.isclose(level, split / 3)
     assert run.group_result is not None
     assert math.isclose(run.group_result.p_threshold, split / 2)
