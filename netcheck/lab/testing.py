@@ -34,6 +34,9 @@ from netcheck.protocol.messages import Ack, Job, ProfileClaim, Release
 from netcheck.protocol.transport import Transport
 from netcheck.storage import ReferenceRow, Store
 
+#: Fingerprint claimed by test nodes whose workers return made-up tokens (no engine).
+FAKE_FINGERPRINT: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+
 
 def small_profile(name: str = "test", **overrides: object) -> Profile:
     """A cheap LLM profile for protocol and round tests (B = 4, 4 new tokens, one canary).

@@ -19,21 +19,20 @@ from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
 from netcheck.analysis.screening import analyse
 from netcheck.analysis.slowness import SLOW, NodeSlowness, SlownessReport
-from netcheck.config import DeadlineParams, Profile
+from netcheck.config import DeadlineParams
 from netcheck.coordinator.alone import confirm_alone, slow_nodes
 from netcheck.errors import RoundError
 from netcheck.lab.adversary import MadeUpWorker
-from netcheck.lab.testing import canary_store, running_coordinator
+from netcheck.lab.testing import FAKE_FINGERPRINT, canary_store, running_coordinator, small_profile
 from netcheck.records import FlagKind, FlagStatus, StoredRounds
 from netcheck.storage.flags import FlagStore, flags
 
 T = 8
-PROFILE = Profile(
-    name="test", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
-    prompt_len=16, max_new_tokens=T, canaries_min=1, canaries_max=1,
-    deadline=DeadlineParams(t_ref_s=1.0), dispatch_timeout_s=5.0, result_timeout_s=5.0,
+PROFILE = small_profile(
+    "test", prompt_len=16, max_new_tokens=T, deadline=DeadlineParams(t_ref_s=1.0),
+    dispatch_timeout_s=5.0, result_timeout_s=5.0,
 )  # fmt: skip
-FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+FP = FAKE_FINGERPRINT
 SHARED = str(FlagKind.SHARED_BACKEND)
 
 

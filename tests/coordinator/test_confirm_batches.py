@@ -11,25 +11,26 @@ from pathlib import Path
 from netcheck.analysis.confirm_batch import context_parts
 from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
 from netcheck.analysis.screening import analyse
-from netcheck.config import DeadlineParams, Profile
+from netcheck.config import DeadlineParams
 from netcheck.coordinator.confirm_batches import confirm_groups
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
 from netcheck.lab.testing import (
+    FAKE_FINGERPRINT,
     CanaryAnswering,
     RunningCoordinator,
     canary_store,
     running_coordinator,
+    small_profile,
 )
 from netcheck.records import StoredRounds
 
 T = 4
-PROFILE = Profile(
-    name="batch", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
-    prompt_len=16, max_new_tokens=T, canaries_min=1, canaries_max=1,
+PROFILE = small_profile(
+    "batch", prompt_len=16, max_new_tokens=T,
     deadline=DeadlineParams(t_ref_s=0.3, a=1.5, slack_s=0.2), dispatch_timeout_s=5.0,
     result_timeout_s=3.0,
 )  # fmt: skip
-FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+FP = FAKE_FINGERPRINT
 EMPTY = StoredRounds((), {}, {}, ())
 
 

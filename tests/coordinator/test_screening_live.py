@@ -15,21 +15,26 @@ import pytest
 
 from netcheck.analysis.alone import AloneConfig
 from netcheck.analysis.slowness import NodeSlowness, SlownessReport, spent_level
-from netcheck.config import DeadlineParams, Profile
+from netcheck.config import DeadlineParams
 from netcheck.coordinator.alone import confirm_alone
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import EngineError
 from netcheck.lab.adversary import MadeUpWorker
-from netcheck.lab.testing import RunningCoordinator, canary_store, running_coordinator
+from netcheck.lab.testing import (
+    FAKE_FINGERPRINT,
+    RunningCoordinator,
+    canary_store,
+    running_coordinator,
+    small_profile,
+)
 from netcheck.storage import Store
 
 T = 8
-PROFILE = Profile(
-    name="test", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
-    prompt_len=16, max_new_tokens=T, canaries_min=1, canaries_max=1,
-    deadline=DeadlineParams(t_ref_s=1.0), dispatch_timeout_s=5.0, result_timeout_s=5.0,
+PROFILE = small_profile(
+    "test", prompt_len=16, max_new_tokens=T, deadline=DeadlineParams(t_ref_s=1.0),
+    dispatch_timeout_s=5.0, result_timeout_s=5.0,
 )  # fmt: skip
-FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+FP = FAKE_FINGERPRINT
 
 
 class Constant:

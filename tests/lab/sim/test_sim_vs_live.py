@@ -28,24 +28,29 @@ from typing import Any
 import numpy as np
 import pytest
 
-from netcheck.config import DeadlineParams, Profile
+from netcheck.config import DeadlineParams
 from netcheck.lab.adversary import PaddingWorker
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
 from netcheck.lab.sim.live import LiveConfig, LiveSimulation, Snapshot
 from netcheck.lab.sim.population import PopulationSpec, make_population
-from netcheck.lab.testing import CanaryAnswering, canary_store, running_coordinator
+from netcheck.lab.testing import (
+    FAKE_FINGERPRINT,
+    CanaryAnswering,
+    canary_store,
+    running_coordinator,
+    small_profile,
+)
 from netcheck.records import Flag
 
 pytestmark = pytest.mark.slow
 
 T = 4
-PROFILE = Profile(
-    name="simlive", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
-    prompt_len=16, max_new_tokens=T, canaries_min=1, canaries_max=1,
+PROFILE = small_profile(
+    "simlive", prompt_len=16, max_new_tokens=T,
     deadline=DeadlineParams(t_ref_s=0.3, a=1.5, slack_s=0.2), dispatch_timeout_s=10.0,
     result_timeout_s=10.0,
 )  # fmt: skip
-FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+FP = FAKE_FINGERPRINT
 ROUNDS = 64
 
 
