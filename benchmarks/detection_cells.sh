@@ -2,16 +2,9 @@
 # A few scenarios x configs x seeds of benchmarks/detection.py in parallel (EMULATED
 # populations), one process per (scenario, config, seed), merged into $OUT/cells.txt.
 # Usage: OUT=/tmp/c SEEDS=8 CONFIGS="new s5a" bash benchmarks/detection_cells.sh "jitter" "plain n=200 s=0.05 b=0.3"
-# (locally: PY=.venv/bin/python JOBS=2). Same wheel handling as detection_device.sh.
+# (locally: PY=.venv/bin/python JOBS=2).
 set -uo pipefail
-PY=${PY:-python3}
-if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c "import pydantic, sqlalchemy" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl .whl/extra/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=${PYTHONPATH:-$PWD}
-fi
+. "$(dirname "$0")/device_env.sh"  # PY, PYTHONPATH (wheels on the device)
 OUT=${OUT:-/tmp/cells}; mkdir -p "$OUT/parts"
 JOBS=${JOBS:-$(nproc)}; SEEDS=${SEEDS:-4}; CONFIGS=${CONFIGS:-"new"}; LIMIT=${LIMIT:-540}
 : > "$OUT/jobs.txt"

@@ -7,14 +7,7 @@
 # their logs in $OUT/parts.tar.gz (re-merge: detection.py --from-json parts/*.json). Run locally too: PY=.venv/bin/python OUT=/tmp/det bash benchmarks/detection_device.sh
 # Configs: new (defaults) and s4 (the behaviour before session 5, same seeds; CONFIGS="new s3" for session 4's baseline).
 set -uo pipefail
-PY=${PY:-python3}
-if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c "import pydantic, sqlalchemy" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl .whl/extra/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=${PYTHONPATH:-$PWD}
-fi
+. "$(dirname "$0")/device_env.sh"  # PY, PYTHONPATH (wheels on the device)
 OUT=${OUT:-/tmp/det}; mkdir -p "$OUT/parts" "$OUT/logs"
 JOBS=${JOBS:-$(nproc)}; SEEDS=${SEEDS:-2}; FF_SEEDS=${FF_SEEDS:-125}; FF_CHUNK=${FF_CHUNK:-16}
 CONFIGS=${CONFIGS:-"new s4"}; LIMIT=${LIMIT:-540}
