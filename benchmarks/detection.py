@@ -232,6 +232,10 @@ CONFIGS: dict[str, Any] = {
     # current defaults but the mutual test's BH over every testable pair's own p (the
     # first session-5 version): pairs below the effect floors loosen the level too
     "s5a": lambda: LiveConfig(detector=DetectorConfig(mutual_fdr_family="all")),
+    # the behaviour at the end of session 5 (the "before" of session 6, same run):
+    # confirmation rounds load the groups under test only, no screening coins for the
+    # other nodes (docs/screening-in-confirmation.md)
+    "s5": lambda: LiveConfig(confirm_coins=False),
 }
 
 

@@ -44,12 +44,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import warnings
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from netcheck.analysis.coins import COIN_RULE, coin_context, coin_load_rule
 from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
@@ -273,6 +274,12 @@ class ConfirmationBatch:
             (e.g. the profile and the analysis's newest round id).
         secret: the schedule secret (16+ bytes); None = blocks in their planned order
             (one group at a time, the behaviour before batching).
+        coins: the schedule secret to draw screening coins for every node not
+            :meth:`held` (:mod:`netcheck.analysis.coins`,
+            docs/screening-in-confirmation.md); None = rounds load the runs' nodes only.
+        links: the screening links (:func:`batch_links`): with coins, a linked
+            neighbour of a run's member is held too (idle, no coin), since it may be a
+            farm sibling that a coin would load in both of the run's conditions.
 
     Raises:
         ValueError: two runs share a member; a short secret.
@@ -281,13 +288,16 @@ class ConfirmationBatch:
     runs: list[ConfirmationRun]
     batch_id: str
     secret: bytes | None = None
+    coins: bytes | None = None
+    links: Sequence[tuple[str, str]] = ()
     looks: list[int] = field(default_factory=list)
     stopped: dict[int, str] = field(default_factory=dict)
     _rounds: list[SharedRound] | None = None
 
     def __post_init__(self) -> None:
-        if self.secret is not None and len(self.secret) < MIN_SECRET_BYTES:
-            raise ValueError(f"secret must be at least {MIN_SECRET_BYTES} bytes")
+        for secret in (self.secret, self.coins):
+            if secret is not None and len(secret) < MIN_SECRET_BYTES:
+                raise ValueError(f"secret must be at least {MIN_SECRET_BYTES} bytes")
         runs, self.runs, self.looks = list(self.runs), [], []
         for run in runs:
             self.add_run(run)
@@ -340,15 +350,40 @@ class ConfirmationBatch:
             return None
         return SharedRound(frozenset().union(*parts.values()), parts)
 
+    def held(self) -> frozenset[str]:
+        """The nodes no coin loads: the members of the active runs (loaded by plan only)
+        and their :attr:`links` neighbours (idle)."""
+        members = {k for s in self.active for k in self.runs[s].members}
+        near = {b for a, b in self.links if a in members} | {a for a, b in self.links if b in members}
+        return frozenset(members | near)
+
+    def load(self, rnd: SharedRound) -> set[str] | Callable[[str, Sequence[str]], set[str]]:
+        """What ``run_round`` loads for ``rnd``: its planned set, or with :attr:`coins`
+        the rule that adds a screening coin for every node not :meth:`held`
+        (:func:`~netcheck.analysis.coins.coin_load_rule`)."""
+        if self.coins is None:
+            return set(rnd.load)
+        return coin_load_rule(self.coins, rnd.load, self.held())
+
+    @property
+    def rule(self) -> str:
+        """The ``rule`` stored with the batch's rounds: ``explicit``, or
+        :data:`~netcheck.analysis.coins.COIN_RULE` with coins."""
+        return "explicit" if self.coins is None else COIN_RULE
+
     def context(self, rnd: SharedRound) -> dict[str, Any]:
-        """The context to store with ``rnd`` (:func:`round_context`)."""
+        """The context to store with ``rnd`` (:func:`round_context`), with the coin
+        entry (:func:`~netcheck.analysis.coins.coin_context`) when :attr:`coins`."""
         entries = []
         for slot, part in sorted(rnd.parts.items()):
             run = self.runs[slot]
             entries.append({"group": list(run.members), "phase": run.phase,
                             "look": self.looks[slot], "tested": sorted(run.tested),
                             "loaded": sorted(part)})  # fmt: skip
-        return round_context(self.batch_id, entries)
+        context = round_context(self.batch_id, entries)
+        if self.coins is not None:
+            context.update(coin_context(self.held()))
+        return context
 
     def add(self, observations: Sequence[ConfirmationObservation | None]) -> None:
         """The observations of the planned step's rounds (one per shared round of

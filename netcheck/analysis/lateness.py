@@ -39,6 +39,7 @@ giving (12 strikes among 48 verdicts: ``p`` = 2e-9).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ def look_level(look: int, cfg: CapacityTestConfig) -> float:
     return cfg.alpha * 6.0 / (math.pi**2 * j * j) if j >= 1 else 0.0
 
 
+@functools.lru_cache(maxsize=4096)  # a few (n, strikes, p0) recur at every strike
 def strike_p_value(n: int, strikes: int, p0: float) -> float:
     """``P(Binomial(n - 1, p0) >= strikes - 1)``: the chance under ``H0`` of the other
     strikes in a window of ``n`` timed verdicts whose newest is a strike (1.0 when

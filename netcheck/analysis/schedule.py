@@ -18,7 +18,6 @@ To reproduce a schedule: Python ``hmac.new(secret, msg, "sha256").digest()[0] >>
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import math
 from collections.abc import Iterable
@@ -44,8 +43,7 @@ def load_bit(secret: bytes, round_id: str, node_key: str) -> bool:
     """
     if len(secret) < MIN_SECRET_BYTES:
         raise ValueError(f"secret must be at least {MIN_SECRET_BYTES} bytes")
-    tag = hmac.new(secret, _message(round_id, node_key), hashlib.sha256).digest()
-    return bool(tag[0] >> 7)
+    return bool(hmac.digest(secret, _message(round_id, node_key), "sha256")[0] >> 7)
 
 
 def screening_plan(secret: bytes, round_id: str, node_keys: Iterable[str]) -> dict[str, bool]:

@@ -21,6 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from netcheck.analysis.coins import held_nodes, screen_round_ids
 from netcheck.analysis.confirm import ConfirmationObservation, RelayResult, relay_excess
 from netcheck.analysis.detectors import Detection, DetectorConfig, detect
 from netcheck.analysis.schedule import screening_plan
@@ -38,7 +41,6 @@ CAPACITY = FlagKind.CAPACITY
 RESULT_SHARING = FlagKind.RESULT_SHARING
 STRIKE_VERDICTS = frozenset({str(Verdict.LATE), str(Verdict.MISSING)})
 SCREEN_KINDS = (RoundKind.SCREENING, RoundKind.FULL)
-HMAC_RULE = "hmac-sha256/netcheck/1"
 SCHEDULE_RULE_TEXT = (
     "loaded = HMAC-SHA256(secret, b'netcheck/1 schedule\\0' + round_id + b'\\0' + "
     "node_key)[0] >> 7 (netcheck.analysis.schedule); full rounds load every node"
@@ -103,17 +105,28 @@ def analyse(stored: StoredRounds, deadline_s: float, cfg: DetectorConfig) -> Ana
     Nodes are every node in any stored schedule (sorted); a missing result is censored
     at ``deadline_s`` (the profile's deadline without the RTT terms). With
     ``cfg.drop_full_rounds`` only ``screening`` rounds (random designs) enter: in a full
-    round every farm is slowed at once, which links unrelated identities.
+    round every farm is slowed at once, which links unrelated identities. Confirmation
+    rounds with screening coins enter too (:mod:`netcheck.analysis.coins`), their held
+    nodes' cells not observed (NaN, not censored) and their load bits kept.
     """
     keys = sorted({k for sched in stored.schedules.values() for k in sched})
-    round_ids = [
-        r for r in stored.round_ids
-        if not cfg.drop_full_rounds or stored.kinds.get(r, RoundKind.SCREENING) == RoundKind.SCREENING
-    ]  # fmt: skip
+    round_ids = screen_round_ids(stored, full=not cfg.drop_full_rounds)
     mat = log_service_matrix(timing_rows(stored), keys, round_ids, deadline_s)
+    blank_held(mat, stored)
     polish = median_polish(mat.y, col_prior_cells=cfg.round_prior_cells)
     detection = detect(polish.residuals, mat.loaded, tuple(keys), cfg, mat.censored)
     return Analysis(mat, detection, deadline_s)
+
+
+def blank_held(mat: TimingMatrix, stored: StoredRounds) -> None:
+    """In place: the cells of held nodes in ``mat``'s coin rounds become not observed
+    (``y`` NaN, not censored; ``loaded`` unchanged)."""
+    index = {k: i for i, k in enumerate(mat.node_keys)}
+    for r, rid in enumerate(mat.round_ids):
+        held = held_nodes(stored.contexts.get(rid))
+        rows = [index[k] for k in held or () if k in index]
+        mat.y[rows, r] = np.nan
+        mat.censored[rows, r] = False
 
 
 def confirmation_observation(

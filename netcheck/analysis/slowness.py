@@ -51,9 +51,10 @@ from typing import Any
 from scipy import stats
 
 from netcheck.analysis import rules
+from netcheck.analysis.coins import held_nodes, screen_round_ids
 from netcheck.analysis.evidence import latency, receipt
 from netcheck.analysis.screening import timing_rows
-from netcheck.records import FlagKind, RoundKind, StoredRounds
+from netcheck.records import FlagKind, StoredRounds
 
 SLOW = FlagKind.SLOW
 
@@ -146,7 +147,9 @@ def persistent_slowness(
     stored: StoredRounds, t_ref_s: float, look: int, cfg: SlownessConfig | None = None
 ) -> SlownessReport:
     """The persistent-slowness test of every node over the ``screening`` rounds of
-    ``stored`` (module docstring), as the ``look``-th test (1-based) of these nodes.
+    ``stored`` and the coin nodes of its confirmation rounds with screening coins
+    (:func:`~netcheck.analysis.coins.screen_round_ids`, held nodes left out), as the
+    ``look``-th test (1-based) of these nodes.
 
     ``t_ref_s``: the profile's reference batch time, seconds (its ``[capacity]`` t(1),
     else ``deadline.t_ref_s``). Nodes with fewer than ``cfg.min_rounds`` loaded
@@ -159,11 +162,12 @@ def persistent_slowness(
     if not t_ref_s > 0:
         raise ValueError("t_ref_s must be positive")
     level = spent_level(cfg.alpha, look)
-    screening = {r for r in stored.round_ids if stored.kinds.get(r) == RoundKind.SCREENING}
+    screening = set(screen_round_ids(stored, full=False))
+    held = {r: held_nodes(stored.contexts.get(r)) or frozenset() for r in screening}
     order = {r: i for i, r in enumerate(stored.round_ids)}
     per_node: dict[str, list[tuple[str, float | None]]] = {}
     for row in timing_rows(stored):
-        if not row.loaded or row.round_id not in screening:
+        if not row.loaded or row.round_id not in screening or row.node_key in held[row.round_id]:
             continue
         service = row.service_s()
         ratio = None if service is None else max(service, 0.0) / t_ref_s

@@ -11,6 +11,10 @@ tested set, loaded members). Each run stores its flags or cleared record as soon
 finishes, as a group confirmed alone would
 (:func:`~netcheck.coordinator.group_flags.store_group_flags`). With
 ``confirm_batching = false`` one group runs at a time, in planned order, as before.
+With ``confirm_coins`` every connected node outside the active runs also gets the
+screening schedule's coin in each such round (stored rule
+:data:`~netcheck.analysis.coins.COIN_RULE`, context entry ``coins``), and screening
+reads those nodes' cells (docs/screening-in-confirmation.md).
 
 A member that is not connected when its group would start: the group is not run (no
 round, no record, no attempt spent). A member that leaves while its run is active: that
@@ -128,8 +132,9 @@ async def confirm_groups(
     links = batch_links([g.members for g in groups], [(e.a, e.b) for e in analysis.detection.edges],
                         analysis.matrix, screening.confirm.effect_floor / 2)  # fmt: skip
     newest = stored.round_ids[-1] if stored.round_ids else "none"
-    batch = ConfirmationBatch([], f"{profile.name}/{newest}",
-                              screening.secret if batching else None)  # fmt: skip
+    batch = ConfirmationBatch([], f"{profile.name}/{newest}", screening.secret if batching else None,
+                              screening.secret if screening.config.confirm_coins else None,
+                              links)  # fmt: skip
     pending = list(range(len(groups)))
     group_of: dict[int, int] = {}  # batch slot -> group index
     finished: set[int] = set()
@@ -204,8 +209,8 @@ async def _step(
             continue
         try:
             report = await run_round(
-                screening.coord, profile.name, load=set(live.load),
-                kind=RoundKind.CONFIRMATION, rule="explicit", context=batch.context(live),
+                screening.coord, profile.name, load=batch.load(live),
+                kind=RoundKind.CONFIRMATION, rule=batch.rule, context=batch.context(live),
             )  # fmt: skip
         except RoundError as exc:  # no node connected at all
             for slot in batch.active:

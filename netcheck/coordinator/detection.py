@@ -12,8 +12,9 @@ them to live rounds and to storage:
    loads every node (a full-load capacity round). A background timer can run them
    (``screening_interval_s``).
 2. **Analysis** (:func:`~netcheck.analysis.screening.analyse`) of the stored raw rows of
-   the most recent ``screening_window_rounds`` screening and full rounds -> suspect
-   groups.
+   the most recent ``screening_window_rounds`` screening rounds (and full rounds unless
+   the detector drops them) and confirmation rounds with screening coins
+   (``confirm_coins``, :mod:`netcheck.analysis.coins`) -> suspect groups.
 3. **Confirmation** (:func:`~netcheck.coordinator.confirm_batches.confirm_groups`):
    rounds loading only the group interleaved with rounds loading each member alone
    (:func:`plan_confirmation`), judged by :func:`judge_confirmation` after every
@@ -36,10 +37,12 @@ import itertools
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from netcheck.analysis import evidence as ev
 from netcheck.analysis.alone import AloneConfig
+from netcheck.analysis.coins import COIN_RULE, HMAC_RULE
 from netcheck.analysis.confirm import (
     ConfirmationObservation,
     ConfirmConfig,
@@ -48,7 +51,6 @@ from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
 from netcheck.analysis.screening import (
-    HMAC_RULE,
     SCREEN_KINDS,
     Analysis,
     analyse,
@@ -263,7 +265,8 @@ class Screening:
         deadline_s = profile.deadline_s(0.0)
         kinds = (RoundKind.SCREENING,) if self.detector.drop_full_rounds else SCREEN_KINDS
         stored = await asyncio.to_thread(
-            self.flags.recent_rounds, profile.name, kinds, self.config.screening_window_rounds,
+            partial(self.flags.recent_rounds, kind_rules=[(RoundKind.CONFIRMATION, COIN_RULE)]),
+            profile.name, kinds, self.config.screening_window_rounds,
         )  # fmt: skip
         flag_ids: list[int] = []
         confirmations: list[dict[str, Any]] = []

@@ -34,8 +34,10 @@ from sqlalchemy import (
     Integer,
     String,
     Table,
+    and_,
     func,
     insert,
+    or_,
     select,
     update,
 )
@@ -162,11 +164,13 @@ class FlagStore:
 
     def recent_rounds(
         self, profile: str, kinds: Collection[str], limit: int, *, complete_only: bool = True,
-        node_keys: Collection[str] | None = None,
+        node_keys: Collection[str] | None = None, kind_rules: Collection[tuple[str, str]] = (),
     ) -> StoredRounds:  # fmt: skip
-        """The ``limit`` most recent rounds of ``profile`` with a kind in ``kinds``, with
-        their schedules and raw result rows (oldest first). Recency is the rounds'
-        persistence order (``rounds.seq``), immune to wall-clock steps. With
+        """The ``limit`` most recent rounds of ``profile`` with a kind in ``kinds`` (or a
+        ``(kind, rule)`` pair in ``kind_rules``, e.g. the confirmation rounds with
+        screening coins), with their schedules and raw result rows (oldest first).
+        Recency is the rounds' persistence order (``rounds.seq``), immune to wall-clock
+        steps. With
         ``node_keys``: only rounds in which one of these nodes has a result row (it was
         sent work), so that other nodes' rounds do not crowd them out of ``limit``; and
         each schedule keeps only the bits of ``node_keys`` and of the loaded nodes (read
@@ -175,7 +179,13 @@ class FlagStore:
         query = (
             select(s.round_id, s.kind, s.schedule, s.context)
             .select_from(round_schedules.join(rounds, rounds.c.round_id == s.round_id))
-            .where(s.profile == profile, s.kind.in_(list(kinds)))
+            .where(
+                s.profile == profile,
+                or_(
+                    s.kind.in_(list(kinds)),
+                    *(and_(s.kind == kind, s.rule == rule) for kind, rule in kind_rules),
+                ),
+            )
             .order_by(rounds.c.seq.desc())  # not started_at: wall-clock time steps back
             .limit(limit)
         )

@@ -8,8 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
+
+from netcheck.analysis.coins import COIN_RULE, held_nodes
 from netcheck.analysis.confirm_batch import context_parts
 from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
+from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.screening import analyse
 from netcheck.config import DeadlineParams
 from netcheck.coordinator.confirm_batches import confirm_groups
@@ -77,10 +81,17 @@ async def _confirm(rc: RunningCoordinator, names: dict[str, str], batching: bool
 
 
 def _rounds(rc: RunningCoordinator) -> list[tuple[set[str], dict]]:  # type: ignore[type-arg]
-    """Stored confirmation rounds: (loaded set, context), oldest first."""
+    """Stored confirmation rounds: (planned set, context), oldest first; the planned set
+    is the loaded set without the screening coins (docs/screening-in-confirmation.md):
+    the loaded nodes among the round's held nodes."""
     stored = rc.coord.screening.flags.recent_rounds(PROFILE.name, ["confirmation"], 1000)
-    return [({k for k, on in stored.schedules[r].items() if on}, stored.contexts[r])
-            for r in stored.round_ids]  # fmt: skip
+    out = []
+    for r in stored.round_ids:
+        loaded = {k for k, on in stored.schedules[r].items() if on}
+        held = held_nodes(stored.contexts[r])
+        assert held is not None  # coins are on by default
+        out.append((loaded & held, stored.contexts[r]))
+    return out
 
 
 async def test_disjoint_groups_share_rounds_and_are_judged_apart(tmp_path: Path) -> None:
@@ -146,3 +157,42 @@ async def test_without_batching_groups_run_one_at_a_time(tmp_path: Path) -> None
     assert all(loaded <= {a, b} or loaded <= {c, d} for loaded, _ in rounds)
     assert owner == sorted(owner)  # "farm" < "honest"
     assert len(rounds) == len(farm.run.observations) + len(honest.run.observations)
+
+
+async def test_confirmation_rounds_give_the_other_nodes_screening_coins(tmp_path: Path) -> None:
+    """One group (the farm a, b) under confirmation, honest c, d in no group: every round
+    holds a, b (loaded by plan only) and loads c, d by their screening coins (each in
+    some rounds, not in others; the stored bits are the HMAC schedule's); the rounds are
+    stored with the coin rule, which is how the screening read finds them, and the
+    analysis reads c, d's cells and not a, b's. ``confirm_coins = false``: the rounds
+    load the group only (c, d as a second group)."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        names = await _start(rc)
+        a, b, c, d = (names[x] for x in "abcd")
+        screening = rc.coord.screening
+        farm = SuspectGroup((a, b), ())
+        await confirm_groups(screening, PROFILE, [farm], EMPTY,
+                             analyse(EMPTY, 0.65, DetectorConfig()), batching=True)  # fmt: skip
+        coin = screening.flags.recent_rounds(PROFILE.name, [], 1000,
+                                             kind_rules=[("confirmation", COIN_RULE)])  # fmt: skip
+        other = screening.flags.recent_rounds(PROFILE.name, [], 1000,
+                                              kind_rules=[("confirmation", "explicit")])  # fmt: skip
+        screening.config = screening.config.model_copy(update={"confirm_coins": False})
+        await confirm_groups(screening, PROFILE, [SuspectGroup((c, d), ())], EMPTY,
+                             analyse(EMPTY, 0.65, DetectorConfig()), batching=True)  # fmt: skip
+        plain = screening.flags.recent_rounds(PROFILE.name, [], 1000,
+                                              kind_rules=[("confirmation", "explicit")])  # fmt: skip
+    assert len(coin.round_ids) >= 9 and other.round_ids == ()
+    for rid in coin.round_ids:
+        assert held_nodes(coin.contexts[rid]) == {a, b}
+        bits = screening_plan(screening.secret, rid, [c, d])
+        assert {k: coin.schedules[rid][k] for k in (c, d)} == bits
+    for k in (c, d):
+        assert 0 < sum(coin.schedules[r][k] for r in coin.round_ids) < len(coin.round_ids)
+    mat = analyse(coin, 0.65, DetectorConfig()).matrix
+    observed = {key: int(np.isfinite(mat.y[i]).sum()) for i, key in enumerate(mat.node_keys)}
+    assert observed[a] == observed[b] == 0 and observed[c] > 0 and observed[d] > 0
+    assert plain.round_ids and all(
+        {k for k, on in plain.schedules[r].items() if on} <= {c, d} for r in plain.round_ids
+    )

@@ -85,6 +85,7 @@ class _State:
     round_ids: list[str] = field(default_factory=list)
     kinds: dict[str, str] = field(default_factory=dict)
     schedules: dict[str, dict[str, bool]] = field(default_factory=dict)
+    contexts: dict[str, dict[str, Any]] = field(default_factory=dict)  # coin rounds only
     results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     verdicts: dict[str, deque[dict[str, str]]] = field(default_factory=dict)
     probes: dict[str, deque[tuple[str, float, float]]] = field(default_factory=dict)
@@ -227,14 +228,33 @@ class LiveSimulation:
 
     # -- analysis and confirmation ---------------------------------------------------
 
-    def stored(self) -> StoredRounds:
-        """The window the live analysis reads (``recent_rounds`` of its kinds)."""
+    def _window(self) -> list[str]:
+        """Ids of the rounds the live analysis reads: the most recent ``window_rounds``
+        of its kinds and of the confirmation rounds with coins."""
         st = self.state
         kinds = ("screening",) if self.cfg.detector.drop_full_rounds else ("screening", "full")
-        ids = [r for r in st.round_ids if st.kinds[r] in kinds][-self.cfg.window_rounds :]
+        ids = [r for r in st.round_ids if st.kinds[r] in kinds or r in st.contexts]
+        return ids[-self.cfg.window_rounds :]
+
+    def _prune(self) -> None:
+        """Forget the rows of coin rounds that left the window (memory stays flat)."""
+        st = self.state
+        if len(st.contexts) <= 2 * self.cfg.window_rounds:
+            return
+        keep = set(self._window())
+        for rid in [r for r in st.contexts if r not in keep]:
+            del st.results[rid], st.schedules[rid], st.contexts[rid], st.kinds[rid]
+        st.round_ids = [r for r in st.round_ids if r in st.kinds]
+
+    def stored(self) -> StoredRounds:
+        """The window the live analysis reads (``recent_rounds`` of its kinds and
+        ``kind_rules``)."""
+        st = self.state
+        ids = self._window()
         results = tuple(row for r in ids for row in st.results[r])
         return StoredRounds(tuple(ids), {r: st.kinds[r] for r in ids},
-                            {r: st.schedules[r] for r in ids}, results)  # fmt: skip
+                            {r: st.schedules[r] for r in ids}, results,
+                            {r: st.contexts[r] for r in ids if r in st.contexts})  # fmt: skip
 
     def analyse_and_confirm(self) -> None:
         """Analysis of the window, then confirmation of each new suspect group."""
@@ -294,7 +314,8 @@ class LiveSimulation:
         running ones) and shares their rounds; else one at a time. A group already
         covered by a flag when it would start is dropped."""
         st, cfg = self.state, self.cfg
-        batch = ConfirmationBatch([], batch_id, self.secret if cfg.confirm_batching else None)
+        batch = ConfirmationBatch([], batch_id, self.secret if cfg.confirm_batching else None,
+                                  self.secret if cfg.confirm_coins else None, links)  # fmt: skip
         pending = list(groups)
         index = {k: i for i, k in enumerate(self.keys)}
         recorded: set[int] = set()
@@ -319,12 +340,21 @@ class LiveSimulation:
             for rnd in batch.plan():
                 rid = f"confirm-{st.confirmation_rounds:06d}"
                 st.confirmation_rounds += 1
+                load = batch.load(rnd)
                 bits = np.zeros(len(self.keys), dtype=bool)
-                bits[[index[k] for k in rnd.load]] = True
+                bits[
+                    [index[k] for k in (load if isinstance(load, set) else load(rid, self.keys))]
+                ] = True
                 rows = self._round(rid, "confirmation", bits)
-                block.append(confirmation_observation(rid, st.schedules[rid], rows,
+                planned = [r for r in rows if r["node_key"] in rnd.load]  # the runs read no other
+                block.append(confirmation_observation(rid, st.schedules[rid], planned,
                                                       self.censor_s))  # fmt: skip
-                del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
+                if batch.coins is not None:  # screening reads it (analysis.coins)
+                    st.round_ids.append(rid)
+                    st.contexts[rid] = batch.context(rnd)
+                    self._prune()
+                else:
+                    del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
             batch.add(block)
             for slot, run in enumerate(batch.runs):  # finished runs leave their records
                 if run.done and slot not in recorded:

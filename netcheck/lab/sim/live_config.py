@@ -57,6 +57,8 @@ class LiveConfig:
     ``confirm_batching``: confirm the disjoint suspect groups of an analysis in shared
     rounds (:class:`~netcheck.analysis.confirm_batch.ConfirmationBatch`, as the
     coordinator's ``confirm_batching``); False = one group at a time, the behaviour
+    before it. ``confirm_coins``: screening coins for the nodes outside the groups in
+    confirmation rounds (as the coordinator's ``confirm_coins``); False = the behaviour
     before it. ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
     fixed-count rule before it (:data:`LEGACY_CAPACITY`) instead (:class:`Snapshot`
     ``capacity_legacy`` holds that rule's flags in every run).
@@ -69,6 +71,7 @@ class LiveConfig:
     confirm_max_cycles: int = field(default_factory=lambda: _default("confirm_max_cycles"))
     pool_rounds: int = field(default_factory=lambda: _default("confirm_pool_rounds"))
     confirm_batching: bool = field(default_factory=lambda: _bdefault("confirm_batching"))
+    confirm_coins: bool = field(default_factory=lambda: _bdefault("confirm_coins"))
     capacity_window: int = field(default_factory=lambda: _default("capacity_window"))
     capacity_strikes: int = field(default_factory=lambda: _default("capacity_strikes"))
     capacity_p0: float = field(default_factory=lambda: _fdefault("capacity_p0"))
@@ -96,6 +99,7 @@ def legacy_config() -> LiveConfig:
         pool_rounds=0,
         alone=None,
         confirm_batching=False,
+        confirm_coins=False,
     )
 
 
