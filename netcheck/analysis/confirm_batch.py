@@ -354,7 +354,7 @@ class ConfirmationBatch:
         """The nodes no coin loads: the members of the active runs (loaded by plan only)
         and their :attr:`links` neighbours (idle)."""
         members = {k for s in self.active for k in self.runs[s].members}
-        near = {b for a, b in self.links if a in members} | {a for a, b in self.links if b in members}
+        near = {y for a, b in self.links for x, y in ((a, b), (b, a)) if x in members}
         return frozenset(members | near)
 
     def load(self, rnd: SharedRound) -> set[str] | Callable[[str, Sequence[str]], set[str]]:
