@@ -40,12 +40,15 @@ def window(n: int, r: int, seed: int = 0) -> StoredRounds:
     rng = np.random.default_rng(seed)
     keys = [f"ed25519:node{i:06d}" for i in range(n)]
     speed = rng.lognormal(0.0, 0.05, n)
-    ids, kinds, schedules, results = [], {}, {}, []
+    ids: list[str] = []
+    kinds: dict[str, str] = {}  # as the database holds them (StoredRounds.kinds)
+    schedules: dict[str, dict[str, bool]] = {}
+    results: list[dict[str, Any]] = []
     t = 1_000_000_000_000
     for j in range(r):
         rid = f"r{j:05d}"
         ids.append(rid)
-        kinds[rid] = RoundKind.SCREENING
+        kinds[rid] = str(RoundKind.SCREENING)
         loaded = rng.random(n) < 0.5
         schedules[rid] = {k: bool(b) for k, b in zip(keys, loaded, strict=True)}
         service = 2.0 * speed * rng.lognormal(0.0, 0.05, n)

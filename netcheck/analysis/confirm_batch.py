@@ -254,8 +254,9 @@ def context_parts(context: Mapping[str, Any], loaded: frozenset[str]) -> list[Co
 
 def round_context(batch_id: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The JSON context stored with a shared round: ``{"batch": batch_id, "runs":
-    entries}``, each entry ``{"group", "phase", "look", "tested", "loaded"}``
-    (:meth:`ConfirmationBatch.context`)."""
+    entries}``, each entry ``{"group", "attempt", "phase", "look", "tested", "loaded"}``
+    (:meth:`ConfirmationBatch.context`; batch, group and attempt identify a run when
+    attempts are counted, :func:`~netcheck.analysis.confirm_run.stored_runs`)."""
     return {"batch": batch_id, "runs": [dict(e) for e in entries]}
 
 
@@ -377,9 +378,9 @@ class ConfirmationBatch:
         entries = []
         for slot, part in sorted(rnd.parts.items()):
             run = self.runs[slot]
-            entries.append({"group": list(run.members), "phase": run.phase,
-                            "look": self.looks[slot], "tested": sorted(run.tested),
-                            "loaded": sorted(part)})  # fmt: skip
+            entries.append({"group": list(run.members), "attempt": run.attempt,
+                            "phase": run.phase, "look": self.looks[slot],
+                            "tested": sorted(run.tested), "loaded": sorted(part)})  # fmt: skip
         context = round_context(self.batch_id, entries)
         if self.coins is not None:
             context.update(coin_context(self.held()))

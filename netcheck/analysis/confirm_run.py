@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from netcheck.analysis.confirm import (
@@ -97,6 +97,79 @@ def prior_attempts(members: Sequence[str], tested: Sequence[Sequence[str]]) -> i
     of ``members``: the number of them sharing 2+ members with this group."""
     want = set(members)
     return sum(1 for group in tested if len(want & set(group)) >= 2)
+
+
+def stored_runs(contexts: Iterable[object]) -> list[tuple[str, ...]]:
+    """The groups (sorted member tuples) of the distinct confirmation runs that stored
+    rounds with ``contexts`` (the JSON contexts of a profile's stored confirmation
+    rounds, oldest first), one per run, to be counted by :func:`prior_attempts`.
+
+    Why: a run stores its flags or ``cleared`` record only when it ends; one interrupted
+    before (the coordinator stopped mid-run, a run stopped before its first look, a
+    storage error ending the batch) leaves only its rounds, each stored before the
+    analysis goes on. Without them, the next run of that group would reuse the same
+    attempt number: a fresh full level each time a run is cut short.
+
+    Shapes: a shared round (:func:`~netcheck.analysis.confirm_batch.round_context`),
+    ``{"batch": id, "runs": [{"group": [...], "attempt": n, ...}, ...]}``: one run per
+    distinct (batch, group, attempt) (``attempt`` is absent from contexts stored before
+    it was recorded; the batch id alone repeats when two analyses end at the same
+    screening round). An older single-run round, ``{"group": [...], "phase", "look",
+    ...}`` (groups confirmed one at a time, ``look`` counting a run's blocks from 0): a
+    new run starts where the previous round was not such a round of the same group, or
+    had a higher look. Anything else (not a mapping, no ``group`` list of 2+ keys, the
+    alone stage's ``{"slowness": ...}``) names no run and is skipped.
+    """
+    seen: dict[tuple[object, ...], tuple[str, ...]] = {}
+    last: tuple[tuple[str, ...], int | None] | None = None  # older format: group, look
+    for n, context in enumerate(contexts):
+        old, last = last, None
+        if not isinstance(context, Mapping):
+            continue
+        runs = context.get("runs")
+        if isinstance(runs, list):
+            batch = context.get("batch") if isinstance(context.get("batch"), str) else None
+            for entry in runs:
+                if isinstance(entry, Mapping) and (group := _group(entry.get("group"))):
+                    attempt = entry.get("attempt")
+                    key = (batch, group, attempt if isinstance(attempt, int) else None)
+                    seen.setdefault(key, group)
+            continue
+        group = _group(context.get("group"))
+        if group is None:
+            continue
+        look = context.get("look")
+        last = (group, look if isinstance(look, int) else None)
+        if not (old and old[0] == group and _same_run_looks(old[1], last[1])):
+            seen[("older", n)] = group
+    return list(seen.values())
+
+
+def _same_run_looks(before: int | None, look: int | None) -> bool:
+    """Whether an older-format round with ``look`` can follow one with ``before`` in the
+    same run: looks never drop within a run (no look recorded: only after none)."""
+    if before is None or look is None:
+        return before is None and look is None
+    return before <= look
+
+
+def _group(value: object) -> tuple[str, ...] | None:
+    """A stored run's ``group`` as a sorted tuple of 2+ distinct keys, or None."""
+    if not isinstance(value, list):
+        return None
+    group = tuple(sorted({str(k) for k in value}))
+    return group if len(group) >= 2 else None
+
+
+def next_attempt(
+    members: Sequence[str], flagged: Sequence[Sequence[str]], runs: Sequence[Sequence[str]]
+) -> int:
+    """The ``attempt`` of the next confirmation of ``members``: 1 + the larger of the
+    :func:`prior_attempts` on ``flagged`` (node sets of the stored flags and ``cleared``
+    records) and on ``runs`` (the groups of the runs that stored rounds,
+    :func:`stored_runs`); the larger, not the sum, since a run that ended has both.
+    Count before the run stores a round, so that it is not counted against itself."""
+    return max(prior_attempts(members, flagged), prior_attempts(members, runs)) + 1
 
 
 def key_cliques(nodes: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[tuple[str, ...]]:

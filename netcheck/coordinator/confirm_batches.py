@@ -33,10 +33,11 @@ from typing import Any, Protocol
 
 from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
-from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
+from netcheck.analysis.confirm_run import ConfirmationRun, next_attempt
 from netcheck.analysis.detectors import SuspectGroup
 from netcheck.analysis.screening import Analysis, confirmation_observation
 from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.group_flags import started_runs
 from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import RoundError
@@ -148,6 +149,8 @@ async def confirm_groups(
             picks = [] if busy or not pending else pending[:1]
         if picks:
             earlier = await asyncio.to_thread(screening._shared_flags, profile.name, None)
+            started = await asyncio.to_thread(started_runs, screening.flags, profile.name,
+                                              {k for i in picks for k in groups[i].members})  # fmt: skip
         for i in picks:
             members = list(groups[i].members)
             prior = await asyncio.to_thread(
@@ -157,7 +160,7 @@ async def confirm_groups(
             group_of[batch.add_run(ConfirmationRun(
                 tuple(members), screening.config.confirm_cycles,
                 screening.config.confirm_max_cycles, screening.confirm,
-                attempt=prior_attempts(members, earlier) + 1, prior=prior,
+                attempt=next_attempt(members, earlier, started), prior=prior,
             ))] = i  # fmt: skip
         pending = [i for i in pending if i not in picks]
         if not batch.active:

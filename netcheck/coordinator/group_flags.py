@@ -1,21 +1,21 @@
 """Suspect-group confirmation's storage side in the running coordinator (sync; called
 from :class:`netcheck.coordinator.detection.Screening` in a worker thread): the earlier
-flags of a profile (attempt counts), the pooled confirmation rounds read back, and the
-``shared-backend`` / ``declared-host`` flags or ``cleared`` record a run leaves
-(docs/detection.md "Confirmation")."""
+flags and started runs of a profile (attempt counts), the pooled confirmation rounds
+read back, and the ``shared-backend`` / ``declared-host`` flags or ``cleared`` record a
+run leaves (docs/detection.md "Confirmation")."""
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from netcheck.analysis import evidence as ev
 from netcheck.analysis import rules
 from netcheck.analysis.confirm import CLEARED, SHARED_BACKEND, ConfirmationObservation
 from netcheck.analysis.confirm_batch import context_parts, restrict
-from netcheck.analysis.confirm_run import ConfirmationRun
+from netcheck.analysis.confirm_run import ConfirmationRun, stored_runs
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.screening import Analysis, confirmation_observation
 from netcheck.config import CoordinatorConfig, Profile
@@ -38,6 +38,17 @@ def shared_flags(flags: FlagStore, profile: str, status: FlagStatus | None) -> l
         for kind in (SHARED_BACKEND, str(FlagKind.DECLARED_HOST))
         for f in flags.list_flags(kind=kind, status=status, profile=profile, limit=None)
     ]
+
+
+def started_runs(flags: FlagStore, profile: str, members: Collection[str]) -> list[tuple[str, ...]]:
+    """The groups of the confirmation runs of ``profile`` that stored a round in which
+    one of ``members`` has a result row, one per run
+    (:func:`~netcheck.analysis.confirm_run.stored_runs`), finished or not: attempts are
+    counted on them too (:func:`~netcheck.analysis.confirm_run.next_attempt`). Every
+    earlier run that judged a look of a group sharing 2+ of ``members`` is among them:
+    its first block's group rounds loaded all its members."""
+    contexts = flags.round_contexts(profile, [str(RoundKind.CONFIRMATION)], node_keys=members)
+    return stored_runs(contexts)
 
 
 def prior_observations(

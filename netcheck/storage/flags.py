@@ -235,6 +235,29 @@ class FlagStore:
                 out.extend(dict(r._mapping) for r in conn.execute(query))
         return out
 
+    def round_contexts(
+        self, profile: str, kinds: Collection[str], *, node_keys: Collection[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """The stored contexts of the rounds of ``profile`` with a kind in ``kinds``,
+        oldest first (``rounds.seq``), whatever their status (a round cut short
+        counts); ``{}`` where none was stored. With ``node_keys``: only rounds in which
+        one of these nodes has a result row, as in :meth:`recent_rounds` (index
+        ``ix_results_node``). No limit: only the context column is read, row by row
+        (confirmation attempts are counted over a group's whole history)."""
+        s = round_schedules.c
+        query = (
+            select(s.context)
+            .select_from(round_schedules.join(rounds, rounds.c.round_id == s.round_id))
+            .where(s.profile == profile, s.kind.in_(list(kinds)))
+            .order_by(rounds.c.seq)
+        )
+        if node_keys is not None:
+            mine = select(results.c.round_id).where(results.c.node_key.in_(list(node_keys)))
+            query = query.where(s.round_id.in_(mine))
+        with self.store._read("read round contexts") as conn:
+            return [dict(r.context) if isinstance(r.context, Mapping) else {}
+                    for r in conn.execute(query)]  # fmt: skip
+
     def recent_verdicts(
         self, node_key: str, limit: int, kinds: Collection[str] | None = None
     ) -> list[dict[str, Any]]:

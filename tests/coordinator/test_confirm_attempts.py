@@ -1,30 +1,46 @@
 """Error spending across confirmation attempts in the coordinator: every attempt of a
 group (or a node's alone test) is counted from the flag table, whatever other profiles
-store and however a run's flags merge, and no attempt is spent on a node that left
-(docs/detection.md "Confirmation", "Confirmation alone")."""
+store and however a run's flags merge, and from the stored rounds of runs cut short
+(a coordinator restart); no attempt is spent on a node that left before its group
+started (docs/detection.md "Confirmation", "Confirmation alone")."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import insert
 
 from netcheck.analysis.alone import AloneConfig
 from netcheck.analysis.confirm import ConfirmationObservation
-from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
+from netcheck.analysis.confirm_run import ConfirmationRun, next_attempt, prior_attempts
 from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
 from netcheck.analysis.screening import analyse
 from netcheck.analysis.slowness import SLOW, NodeSlowness, SlownessReport
 from netcheck.config import DeadlineParams
 from netcheck.coordinator.alone import confirm_alone, slow_nodes
+from netcheck.coordinator.confirm_batches import confirm_groups
+from netcheck.coordinator.group_flags import shared_flags, started_runs
 from netcheck.errors import RoundError
+from netcheck.keys import public_key_text
 from netcheck.lab.adversary import MadeUpWorker
-from netcheck.lab.testing import FAKE_FINGERPRINT, canary_store, running_coordinator, small_profile
+from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
+from netcheck.lab.testing import (
+    FAKE_FINGERPRINT,
+    CanaryAnswering,
+    RunningCoordinator,
+    canary_store,
+    running_coordinator,
+    small_profile,
+)
 from netcheck.records import FlagKind, FlagStatus, StoredRounds
+from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore, flags
 
 T = 8
@@ -134,3 +150,52 @@ async def test_nominees_and_groups_that_left_get_no_rounds_and_no_attempt(tmp_pa
                                           analyse(stored, 1.0, DetectorConfig()))  # fmt: skip
         assert len(rc.coord.store.list_rounds(100)) == before
         assert screening.flags.list_flags(limit=None) == []
+
+
+async def _honest_pair(rc: RunningCoordinator, ids: list[Ed25519PrivateKey]) -> SuspectGroup:
+    """Two honest nodes (a 0.1 s EMULATED GPU each) with the identities ``ids``,
+    connected; their pair as a suspect group; confirmation in 3-cycle blocks."""
+    for i, key in enumerate(ids):
+        worker = EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(0.1))
+        rc.start(rc.node(worker, PROFILE.name, key, label=f"n{i}"))
+    await rc.wait_connected(len(ids))
+    screening = rc.coord.screening
+    screening.config = rc.coord.config.model_copy(update={"confirm_cycles": 3,
+                                                          "confirm_max_cycles": 6})  # fmt: skip
+    return SuspectGroup(tuple(public_key_text(k) for k in ids), ())
+
+
+async def test_a_run_cut_short_by_a_restart_counts_as_an_attempt(tmp_path: Path) -> None:
+    """The coordinator stops in the middle of a pair's confirmation (rounds stored, no
+    flag, no record); after a restart the pair's next confirmation is its 2nd attempt,
+    not a fresh 1st, and the one after it its 3rd (the finished run counted once,
+    though it has both rounds and a record)."""
+    db = tmp_path / "netcheck.db"
+    ids = [Ed25519PrivateKey.generate() for _ in range(2)]
+    empty = StoredRounds((), {}, {}, ())
+    analysis = analyse(empty, 1.0, DetectorConfig())
+    async with running_coordinator(
+        tmp_path, [PROFILE], store=canary_store(db, PROFILE, FP, 2000)
+    ) as rc:
+        group = await _honest_pair(rc, ids)
+        fs = rc.coord.screening.flags
+        task = asyncio.create_task(confirm_groups(rc.coord.screening, PROFILE, [group], empty,
+                                                  analysis, batching=True))  # fmt: skip
+        async with asyncio.timeout(30):
+            while len(fs.round_contexts(PROFILE.name, ["confirmation"])) < 3:
+                await asyncio.sleep(0.02)
+        task.cancel()  # the coordinator is stopped mid-run
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert fs.list_flags(kind=SHARED, limit=None) == []  # no flag, no record
+    async with running_coordinator(tmp_path, [PROFILE], store=Store(f"sqlite:///{db}")) as rc:
+        group = await _honest_pair(rc, ids)
+        (res,) = await confirm_groups(rc.coord.screening, PROFILE, [group], empty, analysis,
+                                      batching=True)  # fmt: skip
+        assert res.run is not None and res.run.verdict == "cleared"
+        assert res.run.attempt == 2 and res.as_dict()["attempt"] == 2
+        fs = rc.coord.screening.flags
+        members = list(group.members)
+        earlier = shared_flags(fs, PROFILE.name, None)
+        assert prior_attempts(members, earlier) == 1  # the record of the 2nd run only
+        assert next_attempt(members, earlier, started_runs(fs, PROFILE.name, members)) == 3

@@ -12,11 +12,13 @@ import numpy as np
 
 from netcheck.analysis.coins import COIN_RULE, held_nodes
 from netcheck.analysis.confirm_batch import context_parts
+from netcheck.analysis.confirm_run import next_attempt
 from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.screening import analyse
 from netcheck.config import DeadlineParams
 from netcheck.coordinator.confirm_batches import confirm_groups
+from netcheck.coordinator.group_flags import started_runs
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
 from netcheck.lab.testing import (
     FAKE_FINGERPRINT,
@@ -126,14 +128,16 @@ async def test_disjoint_groups_share_rounds_and_are_judged_apart(tmp_path: Path)
 
 async def test_a_node_leaving_stops_only_its_own_run(tmp_path: Path) -> None:
     """d leaves during the first look: the honest pair's run stops before judging (no
-    record, no attempt), its members are loaded no more, and the farm's run completes
-    and is flagged."""
+    record; its stored rounds still count as an attempt of the pair), its members are
+    loaded no more, and the farm's run completes and is flagged."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
         names = await _start(rc, leave_at=2)
         farm, honest = await _confirm(rc, names, batching=True)
         rounds = _rounds(rc)
-    a, b, c, d = (names[x] for x in "abcd")
+        a, b, c, d = (names[x] for x in "abcd")
+        started = started_runs(rc.coord.screening.flags, PROFILE.name, [c, d])
+    assert next_attempt([c, d], [], started) == 2
     assert farm.run is not None and farm.run.flags == [(a, b)]
     assert honest.run is None and honest.ids == [] and "left" in honest.reason
     assert honest.as_dict()["verdict"] == "not-run"

@@ -41,3 +41,29 @@ def test_pool_read_keeps_the_group_bits_and_the_loaded_nodes(db_url: str) -> Non
     full = fs.recent_rounds("p", ["confirmation"], 10)
     assert len(full.schedules["r3"]) == 301
     fs.store.close()
+
+
+def test_round_contexts_every_status_oldest_first(db_url: str) -> None:
+    """The contexts of a profile's rounds of the asked kinds in persistence order, a
+    round cut short (no results, not finished) included, ``{}`` where none was stored;
+    with ``node_keys`` only rounds in which one of them has a result row."""
+    fs = FlagStore(Store(db_url))
+    for k in ("a", "b", "c"):
+        fs.store.upsert_node(k, k, "p", "fp", {}, 0.0)
+    plans = [("r1", ["a", "b"], "confirmation", {"n": 1}, True),
+             ("r2", ["c"], "confirmation", {"n": 2}, True),
+             ("r3", ["a"], "screening", {"n": 3}, True),
+             ("r4", ["a"], "confirmation", {"n": 4}, False),  # cut short
+             ("r5", ["b"], "confirmation", None, True)]  # fmt: skip
+    for rid, loaded, kind, context, finished in plans:
+        assigned = tuple(Assignment(k, ("a",), (), (), (), bytes(32), bytes(12)) for k in loaded)
+        fs.store.record_plan(RoundPlan(rid, "p", 1, 2, assigned, ()), 0.0)
+        fs.record_schedule(rid, "p", kind, "explicit", {k: True for k in loaded}, context)
+        if finished:
+            fs.store.record_outcome(rid, [NodeOutcome(k, Verdict.PASS, "x", 0.5, 1, 1)
+                                          for k in loaded], {k: NodeRecord() for k in loaded})  # fmt: skip
+            fs.store.finish_round(rid, "complete", {})
+    assert fs.round_contexts("p", ["confirmation"]) == [{"n": 1}, {"n": 2}, {"n": 4}, {}]
+    assert fs.round_contexts("p", ["confirmation"], node_keys=["a", "b"]) == [{"n": 1}, {}]
+    assert fs.round_contexts("q", ["confirmation"]) == []
+    fs.store.close()
