@@ -5,17 +5,22 @@
 # 16 CPU cores; the GPU is not used). The merged table and goals land in
 # $OUT/detection.txt, the plot in $OUT/detection.png, the parts (JSON per job) and
 # their logs in $OUT/parts.tar.gz (re-merge: detection.py --from-json parts/*.json). Run locally too: PY=.venv/bin/python OUT=/tmp/det bash benchmarks/detection_device.sh
-# Configs: new (defaults) and s4 (the behaviour before session 5, same seeds; CONFIGS="new s3" for session 4's baseline).
+# Configs: new (defaults) and s5 (the behaviour before session 6, same seeds; CONFIGS="new s4" for session 5's baseline).
 set -uo pipefail
 . "$(dirname "$0")/device_env.sh"  # PY, PYTHONPATH (wheels on the device)
 OUT=${OUT:-/tmp/det}; mkdir -p "$OUT/parts" "$OUT/logs"
 JOBS=${JOBS:-$(nproc)}; SEEDS=${SEEDS:-2}; FF_SEEDS=${FF_SEEDS:-125}; FF_CHUNK=${FF_CHUNK:-16}
-CONFIGS=${CONFIGS:-"new s4"}; LIMIT=${LIMIT:-540}
+CONFIGS=${CONFIGS:-"new s5"}; LIMIT=${LIMIT:-540}
+# SKIP / ONLY: extended regexps on scenario names (e.g. SKIP='n=1000' ONLY='n=1000' to
+# split one run over two device calls); FF_SEEDS=0 leaves the false-flag runs out
+SKIP=${SKIP:-'^$'}; ONLY=${ONLY:-.}
 echo "cores $(nproc), jobs $JOBS, seeds $SEEDS, false-flag runs $FF_SEEDS, configs $CONFIGS"
 list=$OUT/jobs.txt; : > "$list"
 # longest first: the 1,000-node scenarios, then the false-flag chunks, then the rest
 "$PY" -c "import sys; sys.path.insert(0, 'benchmarks'); import detection as d
-print('\n'.join(s.name for s in sorted(d.scenarios(), key=lambda s: -s.spec.n_nodes)))" > "$OUT/names.txt" || exit 1
+print('\n'.join(s.name for s in sorted(d.scenarios(), key=lambda s: -s.spec.n_nodes)))" \
+  | grep -E -- "$ONLY" | grep -v -E -- "$SKIP" > "$OUT/names.txt"
+[ -s "$OUT/names.txt" ] || [ "$FF_SEEDS" -gt 0 ] || { echo "no scenario left"; exit 1; }
 n=0
 add() { n=$((n + 1)); printf '%s\0' "$n" "$@" >> "$OUT/jobs.txt.tmp.$n"; echo "$n" >> "$list"; }
 while IFS= read -r name; do
@@ -23,7 +28,7 @@ while IFS= read -r name; do
   for c in $CONFIGS; do for s in $(seq 0 $((SEEDS - 1))); do
     add --scenario "$name" --config "$c" --seeds 1 --first-seed "$s" --ff-seeds 0; done; done
 done < "$OUT/names.txt"
-for sigma in 0.05 0.15; do for c in $CONFIGS; do
+[ "$FF_SEEDS" -gt 0 ] && for sigma in 0.05 0.15; do for c in $CONFIGS; do
   for first in $(seq 0 "$FF_CHUNK" $((FF_SEEDS - 1))); do
     k=$((FF_SEEDS - first < FF_CHUNK ? FF_SEEDS - first : FF_CHUNK))
     add --only NOSUCH --config "$c" --ff-sigma "$sigma" --ff-seeds "$k" --first-seed "$first"; done

@@ -294,6 +294,7 @@ class ConfirmationBatch:
     looks: list[int] = field(default_factory=list)
     stopped: dict[int, str] = field(default_factory=dict)
     _rounds: list[SharedRound] | None = None
+    _held: tuple[tuple[int, ...], frozenset[str]] | None = None
 
     def __post_init__(self) -> None:
         for secret in (self.secret, self.coins):
@@ -353,8 +354,14 @@ class ConfirmationBatch:
 
     def held(self) -> frozenset[str]:
         """The nodes no coin loads: the members of the active runs (loaded by plan only)
-        and their :attr:`links` neighbours (idle)."""
-        members = {k for s in self.active for k in self.runs[s].members}
+        and their :attr:`links` neighbours (idle). Cached per set of active runs."""
+        active = tuple(self.active)
+        if self._held is None or self._held[0] != active:
+            self._held = (active, self._held_by(active))
+        return self._held[1]
+
+    def _held_by(self, active: Sequence[int]) -> frozenset[str]:
+        members = {k for s in active for k in self.runs[s].members}
         near = {y for a, b in self.links for x, y in ((a, b), (b, a)) if x in members}
         return frozenset(members | near)
 

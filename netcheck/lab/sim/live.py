@@ -23,7 +23,14 @@ round, through the same code paths; only the nodes are simulated
   :class:`~netcheck.analysis.confirm_run.ConfirmationRun` (the live driver), each round
   turned into an observation by
   :func:`~netcheck.coordinator.screening.confirmation_observation`, with the attempt
-  count of earlier confirmations (error spending);
+  count of earlier confirmations (error spending); with ``confirm_coins`` the other
+  nodes get screening coins (:meth:`ConfirmationBatch.held
+  <netcheck.analysis.confirm_batch.ConfirmationBatch.held>` decides who is held) and
+  the analysis reads those rounds, as live. One shortcut: the simulator draws these
+  coins from its RNG instead of the HMAC schedule (both are fair independent coins
+  to every node; 25 million HMACs cost 2 of the 7 minutes of one 1,000-node run to 32
+  rounds), and stores only the ``coins`` part of the round's context (all the
+  analysis reads);
 - the persistent-slowness test (:func:`~netcheck.analysis.slowness.persistent_slowness`)
   at every analysis over the same window, against the profile's reference time;
 - slowness nominees confirmed on rounds loading each alone
@@ -40,7 +47,6 @@ Defaults come from :class:`netcheck.config.CoordinatorConfig`.
 from __future__ import annotations
 
 import itertools
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,10 +55,11 @@ from typing import Any
 import numpy as np
 
 from netcheck.analysis.alone import AloneConfig, alone_test, nominees
+from netcheck.analysis.coins import coin_context
 from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
-from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
+from netcheck.analysis.lateness import CapacityTestConfig, capacity_test
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.screening import (
     ProbePairs,
@@ -143,23 +150,33 @@ class LiveSimulation:
         service = pop.service_times(bits, self.rng)
         transit = pop.rtt_s + self.rng.exponential(pop.spec.rtt_jitter_s, len(self.keys))
         order = self.rng.permutation(np.flatnonzero(bits))
+        # vectorised; the same values as one row at a time (np.rint rounds half to even
+        # like round()), and the same random draws in the same order
+        svc = service[order]
+        ok = ~np.isnan(svc)
+        elapsed = svc + transit[order]
+        released = st.clock_ns + np.arange(len(order), dtype=np.int64) * pop.spec.release_gap_ns
+        arrived = released + np.rint(np.where(ok, elapsed, 0.0) * 1e9).astype(np.int64)
+        late = ok & (elapsed > self.deadline[order])
+        shared = {v: {"round_id": round_id, "verdict": v} for v in ("pass", "late", "missing")}
         rows: list[dict[str, Any]] = []
         strikes: list[str] = []
-        for slot, i in enumerate(order):
+        for i, rel, arr, good, lt, rtt in zip(order.tolist(), released.tolist(), arrived.tolist(),
+                                              ok.tolist(), late.tolist(),
+                                              pop.rtt_s[order].tolist(), strict=True):  # fmt: skip
             key = self.keys[i]
-            released = st.clock_ns + slot * pop.spec.release_gap_ns
-            ok = not math.isnan(service[i])
-            elapsed = service[i] + transit[i] if ok else math.nan
-            arrived = released + round(elapsed * 1e9) if ok else None
-            rows.append({"round_id": round_id, "node_key": key, "released_ns": released,
-                         "arrived_ns": arrived, "rtt_s": float(pop.rtt_s[i]),
-                         "commitment": "sim" if ok else None})  # fmt: skip
-            verdict = "missing" if not ok else ("late" if elapsed > self.deadline[i] else "pass")
-            hist = st.verdicts.setdefault(key, deque(maxlen=self._history))
-            hist.appendleft({"round_id": round_id, "verdict": verdict})
-            if verdict in STRIKES:
+            rows.append({"round_id": round_id, "node_key": key, "released_ns": rel,
+                         "arrived_ns": arr if good else None, "rtt_s": rtt,
+                         "commitment": "sim" if good else None})  # fmt: skip
+            verdict = "missing" if not good else ("late" if lt else "pass")
+            hist = st.verdicts.get(key)
+            if hist is None:
+                hist = st.verdicts[key] = deque(maxlen=self._history)
+            hist.appendleft(shared[verdict])  # read only: one dict per verdict and round
+            if verdict != "pass":
                 strikes.append(key)
-            if pop.spec.relay_leg_s > 0:
+        if pop.spec.relay_leg_s > 0:
+            for i in order.tolist():
                 self._probe(round_id, i)
         st.clock_ns += 10**11
         if kind == "confirmation" and len(rows) == 1:  # one node alone: alone-slowness data
@@ -181,6 +198,8 @@ class LiveSimulation:
         fixed-count rule before it on the same verdicts; one flag per uncovered window."""
         st, cfg = self.state, self.cfg
         st.strikes[key] = st.strikes.get(key, 0) + 1
+        if st.capacity.get(key) and st.capacity_legacy.get(key):
+            return  # flagged by both rules: snapshots only ask whether a node is flagged
         recent = list(st.verdicts[key])
         window, need = LEGACY_CAPACITY
         hits, failed = capacity_check(recent, window, need)
@@ -319,6 +338,7 @@ class LiveSimulation:
         pending = list(groups)
         index = {k: i for i, k in enumerate(self.keys)}
         recorded: set[int] = set()
+        contexts: dict[frozenset[str], dict[str, Any]] = {}
         while True:
             pending = [g for g in pending if not self._covered(g)]
             busy = {k for s in batch.active for k in batch.runs[s].members}
@@ -340,18 +360,22 @@ class LiveSimulation:
             for rnd in batch.plan():
                 rid = f"confirm-{st.confirmation_rounds:06d}"
                 st.confirmation_rounds += 1
-                load = batch.load(rnd)
                 bits = np.zeros(len(self.keys), dtype=bool)
-                bits[
-                    [index[k] for k in (load if isinstance(load, set) else load(rid, self.keys))]
-                ] = True
+                bits[[index[k] for k in rnd.load]] = True
+                held = batch.held()
+                if batch.coins is not None:  # EMULATION: fair coins from the RNG (docstring)
+                    free = np.ones(len(self.keys), dtype=bool)
+                    free[[index[k] for k in held]] = False
+                    bits |= free & (self.rng.random(len(self.keys)) < 0.5)
                 rows = self._round(rid, "confirmation", bits)
                 planned = [r for r in rows if r["node_key"] in rnd.load]  # the runs read no other
                 block.append(confirmation_observation(rid, st.schedules[rid], planned,
                                                       self.censor_s))  # fmt: skip
                 if batch.coins is not None:  # screening reads it (analysis.coins)
                     st.round_ids.append(rid)
-                    st.contexts[rid] = batch.context(rnd)
+                    if held not in contexts:  # one context per held set (read only)
+                        contexts[held] = coin_context(held)
+                    st.contexts[rid] = contexts[held]
                     self._prune()
                 else:
                     del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
