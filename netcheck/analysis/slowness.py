@@ -51,10 +51,9 @@ from typing import Any
 from scipy import stats
 
 from netcheck.analysis import rules
-from netcheck.analysis.coins import held_nodes, screen_round_ids
 from netcheck.analysis.evidence import latency, receipt
 from netcheck.analysis.screening import timing_rows
-from netcheck.records import FlagKind, StoredRounds
+from netcheck.records import FlagKind, RoundKind, StoredRounds
 
 SLOW = FlagKind.SLOW
 
@@ -147,9 +146,12 @@ def persistent_slowness(
     stored: StoredRounds, t_ref_s: float, look: int, cfg: SlownessConfig | None = None
 ) -> SlownessReport:
     """The persistent-slowness test of every node over the ``screening`` rounds of
-    ``stored`` and the coin nodes of its confirmation rounds with screening coins
-    (:func:`~netcheck.analysis.coins.screen_round_ids`, held nodes left out), as the
-    ``look``-th test (1-based) of these nodes.
+    ``stored`` (module docstring), as the ``look``-th test (1-based) of these nodes.
+    Confirmation rounds with screening coins (:mod:`netcheck.analysis.coins`) are not
+    read: a coin node's co-hosted neighbour may be held and loaded by a plan in most of
+    them, more often than a screening coin would, which raises an honest node's ratios
+    (a level test would see it, the contention test does not: it conditions on the
+    neighbour's load). The callers pass a window of screening rounds.
 
     ``t_ref_s``: the profile's reference batch time, seconds (its ``[capacity]`` t(1),
     else ``deadline.t_ref_s``). Nodes with fewer than ``cfg.min_rounds`` loaded
@@ -162,12 +164,11 @@ def persistent_slowness(
     if not t_ref_s > 0:
         raise ValueError("t_ref_s must be positive")
     level = spent_level(cfg.alpha, look)
-    screening = set(screen_round_ids(stored, full=False))
-    held = {r: held_nodes(stored.contexts.get(r)) or frozenset() for r in screening}
+    screening = {r for r in stored.round_ids if stored.kinds.get(r) == RoundKind.SCREENING}
     order = {r: i for i, r in enumerate(stored.round_ids)}
     per_node: dict[str, list[tuple[str, float | None]]] = {}
     for row in timing_rows(stored):
-        if not row.loaded or row.round_id not in screening or row.node_key in held[row.round_id]:
+        if not row.loaded or row.round_id not in screening:
             continue
         service = row.service_s()
         ratio = None if service is None else max(service, 0.0) / t_ref_s

@@ -275,7 +275,12 @@ class Screening:
                     "flag_ids": []}  # fmt: skip
         analysis = await asyncio.to_thread(analyse, stored, deadline_s, self.detector)
         summary = ev.detection_summary(analysis)
-        slow_ids, slow_report = await self._slowness(profile, stored)
+        screened = stored  # the slowness test reads screening rounds only (its docstring)
+        if any(stored.kinds.get(r) == RoundKind.CONFIRMATION for r in stored.round_ids):
+            screened = await asyncio.to_thread(
+                self.flags.recent_rounds, profile.name, kinds, self.config.screening_window_rounds
+            )
+        slow_ids, slow_report = await self._slowness(profile, screened)
         flag_ids += slow_ids
         log.info(
             "screening analysis %s: %d nodes x %d rounds, %d edges, %d suspect groups",

@@ -247,12 +247,12 @@ class LiveSimulation:
 
     # -- analysis and confirmation ---------------------------------------------------
 
-    def _window(self) -> list[str]:
+    def _window(self, coins: bool = True) -> list[str]:
         """Ids of the rounds the live analysis reads: the most recent ``window_rounds``
-        of its kinds and of the confirmation rounds with coins."""
+        of its kinds and (``coins``) of the confirmation rounds with coins."""
         st = self.state
         kinds = ("screening",) if self.cfg.detector.drop_full_rounds else ("screening", "full")
-        ids = [r for r in st.round_ids if st.kinds[r] in kinds or r in st.contexts]
+        ids = [r for r in st.round_ids if st.kinds[r] in kinds or (coins and r in st.contexts)]
         return ids[-self.cfg.window_rounds :]
 
     def _prune(self) -> None:
@@ -265,11 +265,11 @@ class LiveSimulation:
             del st.results[rid], st.schedules[rid], st.contexts[rid], st.kinds[rid]
         st.round_ids = [r for r in st.round_ids if r in st.kinds]
 
-    def stored(self) -> StoredRounds:
+    def stored(self, coins: bool = True) -> StoredRounds:
         """The window the live analysis reads (``recent_rounds`` of its kinds and
-        ``kind_rules``)."""
+        ``kind_rules``); ``coins=False``: without the coin rounds (the slowness test's)."""
         st = self.state
-        ids = self._window()
+        ids = self._window(coins)
         results = tuple(row for r in ids for row in st.results[r])
         return StoredRounds(tuple(ids), {r: st.kinds[r] for r in ids},
                             {r: st.schedules[r] for r in ids}, results,
@@ -285,7 +285,7 @@ class LiveSimulation:
         st.analyses += 1
         report = None
         if self.cfg.slowness is not None:  # Screening.slowness: look = the analysis index
-            report = persistent_slowness(stored, self.profile.reference_t_s, st.analyses,
+            report = persistent_slowness(self.stored(coins=False), self.profile.reference_t_s, st.analyses,
                                          self.cfg.slowness)  # fmt: skip
             st.slow.update(n.node_key for n in report.flagged)
         st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
