@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from netcheck.analysis.coins import held_nodes
 from netcheck.analysis.screening import round_kind
 from netcheck.lab.sim.live import LiveConfig, LiveSimulation, legacy_config
 from netcheck.lab.sim.population import PopulationSpec, make_population
@@ -78,3 +79,30 @@ def test_padded_pairs_near_the_floor_are_caught_alone() -> None:
             caught[name] += sum(bool(set(f) & flagged) for f in pop.farms)
             assert not snap.slow & pop.honest
     assert caught["alone"] >= 9 and caught["before"] <= 3, caught
+
+
+def test_confirmation_rounds_with_coins_enter_the_window_and_memory_stays_flat() -> None:
+    """With ``confirm_coins`` the confirmation rounds are kept as screening data: the
+    analysis window holds them (with their held sets), the slowness window does not,
+    coin nodes are loaded in them and held nodes only by plan; rows of coin rounds that
+    left the window are forgotten. Without coins no confirmation round is kept."""
+    pop = make_population(SPEC, np.random.default_rng(5))
+    cfg = LiveConfig(window_rounds=32)
+    sim = LiveSimulation(pop, cfg, np.random.default_rng(6))
+    sim.run([32])
+    st = sim.state
+    assert st.confirmation_rounds > 2 * cfg.window_rounds  # the farm of 5 was confirmed
+    stored = sim.stored()
+    coin = [r for r in stored.round_ids if stored.kinds[r] == "confirmation"]
+    assert coin and len(stored.round_ids) == cfg.window_rounds
+    for rid in coin:
+        held = held_nodes(stored.contexts[rid])
+        assert held is not None
+        loaded = {k for k, on in stored.schedules[rid].items() if on}
+        assert loaded - held  # coins loaded nodes outside the runs
+    assert set(sim.stored(coins=False).kinds.values()) == {"screening"}
+    assert len(st.contexts) <= 2 * cfg.window_rounds and len(st.results) <= 32 + 2 * 32
+    plain = LiveSimulation(pop, LiveConfig(window_rounds=32, confirm_coins=False),
+                           np.random.default_rng(6))  # fmt: skip
+    plain.run([32])
+    assert set(plain.stored().kinds.values()) == {"screening"} and not plain.state.contexts
