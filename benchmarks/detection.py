@@ -30,7 +30,9 @@ Configs: ``new`` = current defaults; ``old`` = the behaviour before issue 13
 (:func:`netcheck.sim.live.legacy_config`); ``tky`` (``--tukey``) = current defaults with
 Tukey's median polish (``DetectorConfig.round_prior_cells = 0``); ``s3``
 (``--config s3``) = the behaviour at the end of session 3 (the "before" of session 4);
-``s4`` = the end of session 4 (the "before" of session 5); ``s5a`` = current
+``s4`` = the end of session 4 (the "before" of session 5); ``coins`` = current
+defaults with screening coins in confirmation rounds (``confirm_coins``, session 6;
+``s5`` = explicitly off, the defaults); ``s5a`` = current
 defaults with the mutual test's BH family of every testable pair
 (``DetectorConfig.mutual_fdr_family = "all"``);
 all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
@@ -234,8 +236,11 @@ CONFIGS: dict[str, Any] = {
     "s5a": lambda: LiveConfig(detector=DetectorConfig(mutual_fdr_family="all")),
     # the behaviour at the end of session 5 (the "before" of session 6, same run):
     # confirmation rounds load the groups under test only, no screening coins for the
-    # other nodes (docs/screening-in-confirmation.md)
+    # other nodes (docs/screening-in-confirmation.md); today's default too
     "s5": lambda: LiveConfig(confirm_coins=False),
+    # current defaults with screening coins in confirmation rounds (session 6, off by
+    # default: more pairs found per screening round, 2-9x the confirmation rounds)
+    "coins": lambda: LiveConfig(confirm_coins=True),
 }
 
 

@@ -5,12 +5,12 @@
 # 16 CPU cores; the GPU is not used). The merged table and goals land in
 # $OUT/detection.txt, the plot in $OUT/detection.png, the parts (JSON per job) and
 # their logs in $OUT/parts.tar.gz (re-merge: detection.py --from-json parts/*.json). Run locally too: PY=.venv/bin/python OUT=/tmp/det bash benchmarks/detection_device.sh
-# Configs: new (defaults) and s5 (the behaviour before session 6, same seeds; CONFIGS="new s4" for session 5's baseline).
+# Configs: new (defaults) and coins (screening coins in confirmation rounds, off by default; CONFIGS="new s4" for session 5's baseline).
 set -uo pipefail
 . "$(dirname "$0")/device_env.sh"  # PY, PYTHONPATH (wheels on the device)
 OUT=${OUT:-/tmp/det}; mkdir -p "$OUT/parts" "$OUT/logs"
 JOBS=${JOBS:-$(nproc)}; SEEDS=${SEEDS:-2}; FF_SEEDS=${FF_SEEDS:-125}; FF_CHUNK=${FF_CHUNK:-16}
-CONFIGS=${CONFIGS:-"new s5"}; LIMIT=${LIMIT:-540}
+CONFIGS=${CONFIGS:-"new coins"}; LIMIT=${LIMIT:-540}
 # SKIP / ONLY: extended regexps on scenario names (e.g. SKIP='n=1000' ONLY='n=1000' to
 # split one run over two device calls); FF_SEEDS=0 leaves the false-flag runs out
 SKIP=${SKIP:-'^$'}; ONLY=${ONLY:-.}

@@ -109,10 +109,12 @@ class CoordinatorConfig(FileConfig):
     """Confirm the disjoint suspect groups of one analysis in shared rounds (each round
     loads the union of their load sets, each group judged on its own members;
     docs/confirmation-batches.md); false = one group at a time."""
-    confirm_coins: bool = True
-    """Confirmation rounds also load every node outside the groups under test with the
-    screening schedule's coin, and screening reads those nodes' cells
-    (docs/screening-in-confirmation.md); false = confirmation rounds load the groups only."""
+    confirm_coins: bool = False
+    """Confirmation rounds also load every node outside the groups under test (and their
+    linked neighbours) with the screening schedule's coin, and screening reads those
+    nodes' cells (docs/screening-in-confirmation.md). Off by default: it raises pairs
+    found per *screening* round but multiplies confirmation rounds 2-9 times, and per
+    round of any kind it finds no more (docs/detection.md, session 6)."""
     capacity_window: int = Field(default=48, ge=2)
     """Capacity test (docs/detection.md): a node's most recent this many verdicts judged
     against the deadline (``pass``, ``late``, ``missing``) form the window."""

@@ -68,7 +68,7 @@ async def _start(rc: RunningCoordinator, leave_at: int = 0) -> dict[str, str]:
     leaving.leave = rc.nodes[-1].cancel
     await rc.wait_connected(4)
     rc.coord.screening.config = rc.coord.config.model_copy(
-        update={"confirm_cycles": 3, "confirm_max_cycles": 6}
+        update={"confirm_cycles": 3, "confirm_max_cycles": 6, "confirm_coins": True}
     )
     return names
 
@@ -91,7 +91,7 @@ def _rounds(rc: RunningCoordinator) -> list[tuple[set[str], dict]]:  # type: ign
     for r in stored.round_ids:
         loaded = {k for k, on in stored.schedules[r].items() if on}
         held = held_nodes(stored.contexts[r])
-        assert held is not None  # coins are on by default
+        assert held is not None  # _start turns coins on
         out.append((loaded & held, stored.contexts[r]))
     return out
 

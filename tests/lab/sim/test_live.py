@@ -87,7 +87,7 @@ def test_confirmation_rounds_with_coins_enter_the_window_and_memory_stays_flat()
     coin nodes are loaded in them and held nodes only by plan; rows of coin rounds that
     left the window are forgotten. Without coins no confirmation round is kept."""
     pop = make_population(SPEC, np.random.default_rng(5))
-    cfg = LiveConfig(window_rounds=32)
+    cfg = LiveConfig(window_rounds=32, confirm_coins=True)
     sim = LiveSimulation(pop, cfg, np.random.default_rng(6))
     sim.run([32])
     st = sim.state
