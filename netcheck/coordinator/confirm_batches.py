@@ -20,7 +20,8 @@ A member that is not connected when its group would start: the group is not run 
 round, no record, no attempt spent). A member that leaves while its run is active: that
 run stops before the next shared round, the others go on; if it had judged a look, its
 cleared record is stored (the attempt counts: a node could otherwise leave to get its
-group fresh looks at the same level), else nothing is.
+group fresh looks at the same level), else nothing is; its stored rounds still count
+the attempt (:func:`~netcheck.coordinator.group_flags.started_runs`).
 """
 
 from __future__ import annotations
