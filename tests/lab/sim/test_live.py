@@ -50,8 +50,8 @@ def test_capacity_strikes_at_the_real_deadline() -> None:
 def test_padded_pairs_on_the_claimed_class_are_caught_by_slowness() -> None:
     """Padded pairs (every answer held back to 1.5 t_ref, beta 0.5, a backend of the
     claimed class) pass the deadline and show no contention; the persistent-slowness
-    test flags them by 32 rounds (none escaped it before: slowness=None), and flags no
-    honest node, co-hosted pairs at 20% coupling included."""
+    test (its rejections judged alone) flags them by 32 rounds (none escaped it before:
+    slowness=None), and flags no honest node, co-hosted pairs at 20% coupling included."""
     spec = PopulationSpec(n_nodes=40, farm_sizes=(2, 2, 2), cohosted_pairs=6,
                           benign_coupling=0.2, adversary="pad")  # fmt: skip
     pop = make_population(spec, np.random.default_rng(5))
