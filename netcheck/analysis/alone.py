@@ -189,9 +189,13 @@ def alone_evidence(
     """Evidence of a ``slow`` flag (or its ``cleared`` record) from alone rounds: rule,
     settings, per round the ratio and raw latencies, counts, p-value and receipts;
     ``screening``: why the screening test nominated the node (:func:`nomination`),
-    under ``"screening"`` when given. ``rows``: stored result rows of
-    ``test.round_ids``. To re-check: recompute ``service_s / t_ref_s`` from the
-    latencies, count those above ``floor`` and take the binomial tail."""
+    under ``"screening"`` when given (a cleared record keeps it without the screening
+    rounds' latencies and receipts: an honest nominee may be judged at every analysis).
+    ``rows``: stored result rows of ``test.round_ids``. To re-check: recompute
+    ``service_s / t_ref_s`` from the latencies, count those above ``floor`` and take the
+    binomial tail."""
+    if screening is not None and not test.flagged:
+        screening = {k: v for k, v in screening.items() if k not in ("latencies", "receipts")}
     extra = {} if screening is None else {"screening": screening}
     return {
         "rule": rules.slow_alone(cfg.floor, cfg.alpha),

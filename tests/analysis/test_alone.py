@@ -79,8 +79,12 @@ def test_slowness_report_carries_the_direct_option() -> None:
     [pad] = new.flagged
     evidence = nomination(pad, new, CFG, rows)
     assert evidence["rejected"] and "rejected at its level" in evidence["by"]
-    assert evidence["above"] == 12 and len(evidence["receipts"]) == 0 and evidence["look"] == 1
-    assert alone_evidence(pad, 1, CFG, 1.0, rows, evidence)["screening"] is evidence
+    assert evidence["above"] == 12 and len(evidence["latencies"]) == 12 and evidence["look"] == 1
+    flagged = alone_test("pad", [(f"a{i}", 1.5) for i in range(16)], 1, CFG)
+    cleared = alone_test("pad", [(f"a{i}", 1.0) for i in range(16)], 1, CFG)
+    assert alone_evidence(flagged, 1, CFG, 1.0, rows, evidence)["screening"] is evidence
+    kept = alone_evidence(cleared, 1, CFG, 1.0, rows, evidence)["screening"]
+    assert "receipts" not in kept and kept["ratios"] == evidence["ratios"]
 
 
 def test_alone_rounds_are_rounds_loading_exactly_one_node() -> None:
