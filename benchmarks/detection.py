@@ -32,7 +32,9 @@ Tukey's median polish (``DetectorConfig.round_prior_cells = 0``); ``s3``
 (``--config s3``) = the behaviour at the end of session 3 (the "before" of session 4);
 ``s4`` = the end of session 4 (the "before" of session 5); ``coins`` = current
 defaults with screening coins in confirmation rounds (``confirm_coins``, session 6;
-``s5`` = explicitly off, the defaults); ``s5a`` = current
+``s5`` = explicitly off, the defaults); ``s6slow`` = current defaults with the
+persistent-slowness test flagging by itself (``SlownessConfig.direct_flags``, the
+behaviour before session 6); ``s5a`` = current
 defaults with the mutual test's BH family of every testable pair
 (``DetectorConfig.mutual_fdr_family = "all"``);
 all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
@@ -76,6 +78,7 @@ import numpy as np
 from netcheck.analysis.confirm import ConfirmConfig
 from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage
+from netcheck.analysis.slowness import SlownessConfig
 from netcheck.lab.sim.live import LiveConfig, LiveSimulation, Snapshot, legacy_config
 from netcheck.lab.sim.population import Population, PopulationSpec, make_population
 
@@ -241,6 +244,9 @@ CONFIGS: dict[str, Any] = {
     # current defaults with screening coins in confirmation rounds (session 6, off by
     # default: more pairs found per screening round, 2-9x the confirmation rounds)
     "coins": lambda: LiveConfig(confirm_coins=True),
+    # current defaults but the persistent-slowness test flags by itself (before session
+    # 6; now its rejections only go to the alone stage, which raises the flag)
+    "s6slow": lambda: LiveConfig(slowness=SlownessConfig(direct_flags=True)),
 }
 
 

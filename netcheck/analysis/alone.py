@@ -10,11 +10,14 @@ reference error (docs/detection.md, "Persistent slowness", "Confirmation alone")
 
 Stages (the coordinator and the simulator run the same functions):
 
-1. **Nomination** (:func:`nominees`): after each screening-slowness test, every node
-   it did not flag whose screening rounds are above *this* floor more often than not,
-   by the same sign test at ``nominate_p`` (0.05; screening only nominates, as for
-   contention: an honest node whose co-hosted neighbour slows it in some rounds may be
-   nominated, and is then judged alone).
+1. **Nomination** (:func:`nominees`): after each screening-slowness test, first every
+   node it rejected (since session 6 a rejection is not a flag: the screening floor's
+   null is violated by an honest slow card coupled to a busy neighbour, measured in the
+   benchmark's false-flag population; with ``SlownessConfig.direct_flags`` it is a flag
+   and the node is not nominated), then every other node whose screening rounds are
+   above *this* floor more often than not, by the same sign test at ``nominate_p``
+   (0.05; screening only nominates, as for contention: an honest node whose co-hosted
+   neighbour slows it in some rounds may be nominated, and is then judged alone).
 2. **Alone rounds**: ``rounds`` (16) rounds, each loading only that node.
 3. **Test** (:func:`alone_test`): the one-sided **sign test** of ``H0: P(ratio > floor)
    <= 1/2`` (``ratio = service_s / t_ref``; a loaded round without a result counts as
@@ -44,6 +47,7 @@ from netcheck.analysis.slowness import (
     SlownessReport,
     node_record,
     sign_test_p,
+    slowness_evidence,
     spent_level,
 )
 from netcheck.records import StoredRounds
@@ -76,20 +80,52 @@ class AloneConfig:
 
 
 def nominees(report: SlownessReport, cfg: AloneConfig, skip: Collection[str] = ()) -> list[str]:
-    """Nodes of a screening-slowness report to confirm alone: not flagged by it, not in
-    ``skip`` (already flagged slow), with the sign test of their screening ratios
-    against ``cfg.floor`` at most ``cfg.nominate_p``; none when the report's reference
-    check failed (``t_ref`` does not describe the population)."""
+    """Nodes of a screening-slowness report to confirm alone, not in ``skip`` (already
+    flagged slow): first those the report rejected (unless its rejections are flags,
+    ``direct_flags``), then the others whose sign test of their screening ratios
+    against ``cfg.floor`` is at most ``cfg.nominate_p``; none when the report's
+    reference check failed (``t_ref`` does not describe the population)."""
     if not report.reference_ok:
         return []
-    out = []
+    first, then = [], []
     for n in report.nodes:
-        if n.flagged or n.node_key in skip:
+        if n.node_key in skip or (n.flagged and report.direct_flags):
             continue
-        above = sum(1 for r in n.ratios if r is None or r > cfg.floor)
-        if sign_test_p(above, n.n) <= cfg.nominate_p:
-            out.append(n.node_key)
-    return out
+        if n.flagged:
+            first.append(n.node_key)
+        elif nomination_p(n, cfg) <= cfg.nominate_p:
+            then.append(n.node_key)
+    return first + then
+
+
+def nomination_p(node: NodeSlowness, cfg: AloneConfig) -> float:
+    """The sign test's p of ``node``'s screening ratios against the alone floor."""
+    return sign_test_p(sum(1 for r in node.ratios if r is None or r > cfg.floor), node.n)
+
+
+def nomination(
+    node: NodeSlowness, report: SlownessReport, cfg: AloneConfig, rows: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """Why the screening test sent ``node`` to the alone stage, for the evidence of
+    its alone test: ``by`` in words, the screening test's full record (as a ``slow``
+    flag of that test had it: :func:`~netcheck.analysis.slowness.slowness_evidence`,
+    with ``rejected``) and the nomination test against the alone floor. ``rows``: the
+    stored result rows of the screening window."""
+    by = (
+        f"the persistent-slowness test over screening rounds rejected at its level (p "
+        f"{node.p_value:.3g} <= {node.level:.3g}, floor {report.floor:g})"
+        if node.flagged
+        else f"screening ratios above the alone floor {cfg.floor:g} more often than not "
+        f"(sign test p {nomination_p(node, cfg):.3g} <= {cfg.nominate_p:g})"
+    )
+    return {
+        "by": by,
+        "rejected": node.flagged,
+        "nominate_floor": cfg.floor,
+        "nominate_p": cfg.nominate_p,
+        "nomination_p_value": nomination_p(node, cfg),
+        **slowness_evidence(node, report, rows),
+    }
 
 
 def alone_rounds(stored: StoredRounds, t_ref_s: float) -> dict[str, list[tuple[str, float | None]]]:
@@ -148,12 +184,19 @@ def alone_evidence(
     cfg: AloneConfig,
     t_ref_s: float,
     rows: Sequence[dict[str, Any]],
+    screening: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evidence of a ``slow`` flag (or its ``cleared`` record) from alone rounds: rule,
-    settings, per round the ratio and raw latencies, counts, p-value and receipts.
+    settings, per round the ratio and raw latencies, counts, p-value and receipts;
+    ``screening``: why the screening test nominated the node (:func:`nomination`),
+    under ``"screening"`` when given (a cleared record keeps it without the screening
+    rounds' latencies and receipts: an honest nominee may be judged at every analysis).
     ``rows``: stored result rows of ``test.round_ids``. To re-check: recompute
     ``service_s / t_ref_s`` from the latencies, count those above ``floor`` and take the
     binomial tail."""
+    if screening is not None and not test.flagged:
+        screening = {k: v for k, v in screening.items() if k not in ("latencies", "receipts")}
+    extra = {} if screening is None else {"screening": screening}
     return {
         "rule": rules.slow_alone(cfg.floor, cfg.alpha),
         "test": "one-sided sign test over rounds loading only this node, "
@@ -165,4 +208,5 @@ def alone_evidence(
         "attempt": attempt,
         "level": test.level,
         **node_record(test, rows),
+        **extra,
     }

@@ -32,6 +32,12 @@ slows an honest node by the benign coupling in *every* such round):
 - **Reference check**: when the median over nodes of their median ratio is above the
   floor, ``t_ref`` does not describe this population (a stale or wrong profile, a slow
   coordinator): nothing is flagged and the report says so.
+- **No flag by itself** (session 6): a rejection makes the node a candidate of the
+  alone stage (:mod:`netcheck.analysis.alone`), which alone raises the ``slow`` flag.
+  The floor's null is violated by honest nodes too: a card 17% slow coupled 20% to a
+  co-hosted neighbour has its median screening ratio near 1.35 (measured, the
+  benchmark's false-flag population), but alone it is at 1.17, under the alone floor.
+  ``SlownessConfig.direct_flags`` keeps the behaviour before (a rejection flags).
 
 What escapes (docs/detection.md): a farm whose padded time is within the floor (for
 example two identities on a card of the class at ``beta <= 0.25``, or any farm on a
@@ -64,7 +70,10 @@ class SlownessConfig:
 
     ``floor``: the ratio to ``t_ref`` an honest node's median stays below (1.25);
     ``alpha``: a node's lifetime false-flag level at the floor, spent over looks
-    (0.01); ``min_rounds``: loaded screening rounds a node needs to be tested (8).
+    (0.01); ``min_rounds``: loaded screening rounds a node needs to be tested (8);
+    ``direct_flags``: a rejection flags the node ``slow`` by itself (the behaviour
+    before session 6); False (default): it only makes the node a candidate of the alone
+    stage (module docstring).
 
     Raises:
         ValueError: ``floor <= 1``, ``alpha`` outside (0, 1) or ``min_rounds < 1``.
@@ -73,6 +82,7 @@ class SlownessConfig:
     floor: float = 1.25
     alpha: float = 0.01
     min_rounds: int = 8
+    direct_flags: bool = False
 
     def __post_init__(self) -> None:
         if not self.floor > 1.0 or not 0.0 < self.alpha < 1.0 or self.min_rounds < 1:
@@ -103,7 +113,9 @@ class NodeSlowness:
     """The test of one node: the rounds used (oldest first), ``ratios`` (service time /
     ``t_ref``; None = loaded, no result), rounds ``above`` the floor out of ``n``, the
     median ratio (inf when half or more have no result), the sign test's ``p_value``,
-    the ``level`` it was held to and whether it was ``flagged``."""
+    the ``level`` it was held to and whether it was ``flagged`` (the test rejected; for
+    the screening test a ``slow`` flag only with ``direct_flags``, else a candidate of
+    the alone stage)."""
 
     node_key: str
     round_ids: tuple[str, ...]
@@ -120,7 +132,8 @@ class NodeSlowness:
 class SlownessReport:
     """Every tested node of one analysis, with the settings and the reference check
     (``population_median_ratio``: median over tested nodes of their median ratio;
-    ``reference_ok``: it is within the floor)."""
+    ``reference_ok``: it is within the floor; ``direct_flags``: the settings' option,
+    rejections are ``slow`` flags by themselves)."""
 
     t_ref_s: float
     floor: float
@@ -131,11 +144,18 @@ class SlownessReport:
     population_median_ratio: float
     reference_ok: bool
     nodes: tuple[NodeSlowness, ...]
+    direct_flags: bool = False
 
     @property
     def flagged(self) -> tuple[NodeSlowness, ...]:
-        """The nodes the test flags."""
+        """The nodes the test rejects (``slow`` flags or alone candidates)."""
         return tuple(n for n in self.nodes if n.flagged)
+
+    @property
+    def direct(self) -> tuple[NodeSlowness, ...]:
+        """The nodes this report flags ``slow`` by itself: the rejected ones with
+        ``direct_flags``, else none (they are candidates of the alone stage)."""
+        return self.flagged if self.direct_flags else ()
 
 
 def _median(ratios: Sequence[float | None]) -> float:
@@ -190,7 +210,7 @@ def persistent_slowness(
         nodes.append(NodeSlowness(key, rids, ratios, above, len(ratios), med, p, level,
                                   ok and p <= level))  # fmt: skip
     return SlownessReport(t_ref_s, cfg.floor, cfg.alpha, look, level, cfg.min_rounds, pop, ok,
-                          tuple(nodes))  # fmt: skip
+                          tuple(nodes), cfg.direct_flags)  # fmt: skip
 
 
 def slowness_evidence(

@@ -1,22 +1,32 @@
 """Slowness confirmed on rounds loading one node alone, in the running coordinator.
 
 After each persistent-slowness test (:meth:`netcheck.coordinator.detection.Screening.analyse_and_confirm`),
-every nominee (:func:`netcheck.analysis.alone.nominees`) gets ``AloneConfig.rounds``
+every nominee (:func:`netcheck.analysis.alone.nominees`: the nodes the test rejected,
+then the weaker nominees; a ``slow`` flag needs this stage) gets ``AloneConfig.rounds``
 confirmation rounds that load only it; then :func:`netcheck.analysis.alone.alone_test`
 judges every stored round that loaded only this node (the most recent
 ``AloneConfig.pool_rounds``; contention confirmation's member-alone rounds count too)
 as the node's next attempt. The outcome is stored as a ``slow`` flag (``confirmed``) or
 a ``cleared`` ``slow`` record (kept for audit; it also counts the attempts, so the
-level is spent across them, docs/detection.md "Confirmation alone").
+level is spent across them, docs/detection.md "Confirmation alone"); its evidence says
+why the screening test nominated the node (:func:`netcheck.analysis.alone.nomination`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Any
 
-from netcheck.analysis.alone import AloneConfig, alone_evidence, alone_rounds, alone_test, nominees
+from netcheck.analysis.alone import (
+    AloneConfig,
+    alone_evidence,
+    alone_rounds,
+    alone_test,
+    nomination,
+    nominees,
+)
 from netcheck.analysis.slowness import SLOW, SlownessReport
 from netcheck.config import Profile
 from netcheck.coordinator.hooks import RoundHost
@@ -38,9 +48,13 @@ def slow_nodes(flags: FlagStore, profile: str) -> set[str]:
     return {k for f in confirmed for k in f.node_keys}
 
 
-def record_alone_test(flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig) -> int:
-    """Judge ``key``'s stored alone rounds as its next attempt and store the outcome;
-    returns the flag (or cleared record) id."""
+def record_alone_test(
+    flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig,
+    screening: dict[str, Any] | None = None,
+) -> int:  # fmt: skip
+    """Judge ``key``'s stored alone rounds as its next attempt and store the outcome
+    (``screening``: why it was nominated, in the evidence); returns the flag (or
+    cleared record) id."""
     earlier = flags.list_flags(kind=SLOW, status=FlagStatus.CLEARED, node_key=key,
                                profile=profile.name, limit=None)  # fmt: skip
     t_ref = profile.reference_t_s
@@ -49,7 +63,7 @@ def record_alone_test(flags: FlagStore, profile: Profile, key: str, cfg: AloneCo
     attempt = len(earlier) + 1
     test = alone_test(key, alone_rounds(stored, t_ref).get(key, []), attempt, cfg)
     rows = flags.round_results(list(test.round_ids))
-    evidence = alone_evidence(test, attempt, cfg, t_ref, rows)
+    evidence = alone_evidence(test, attempt, cfg, t_ref, rows, screening)
     status = FlagStatus.CONFIRMED if test.flagged else FlagStatus.CLEARED
     fid, _new = raise_flag(flags, SLOW, status, profile.name, [key], test.p_value, test.level,
                            evidence)  # fmt: skip
@@ -61,13 +75,17 @@ def record_alone_test(flags: FlagStore, profile: Profile, key: str, cfg: AloneCo
 
 async def confirm_alone(
     coord: RoundHost, flags: FlagStore, profile: Profile, report: SlownessReport,
-    cfg: AloneConfig, skip: Collection[str] = (),
+    cfg: AloneConfig, skip: Collection[str] = (), rows: Sequence[dict[str, Any]] = (),
 ) -> list[int]:  # fmt: skip
     """Alone rounds and the test for every nominee of ``report`` not in ``skip``;
     returns the ids stored. A nominee that is not connected (it left) gets no round and
-    no test (an empty test would still spend one of its attempts); one that leaves
-    midway gets no more rounds, and its test only if a round of this attempt loaded it."""
+    no test (an empty test would still spend one of its attempts), hence no flag, even
+    one the screening test rejected; one that leaves midway gets no more rounds, and
+    its test only if a round of this attempt loaded it. ``rows``: the stored result
+    rows of the report's window (the screening rounds' latencies and receipts in the
+    evidence)."""
     ids = []
+    tested = {n.node_key: n for n in report.nodes}
     for key in nominees(report, cfg, skip):
         loaded = 0
         try:
@@ -84,5 +102,6 @@ async def confirm_alone(
         if not loaded:
             log.warning("alone rounds of %s not run: not connected", who(key))
             continue
-        ids.append(await asyncio.to_thread(record_alone_test, flags, profile, key, cfg))
+        why = nomination(tested[key], report, cfg, rows)
+        ids.append(await asyncio.to_thread(record_alone_test, flags, profile, key, cfg, why))
     return ids

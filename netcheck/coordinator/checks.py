@@ -13,7 +13,8 @@
   the recent rounds of each node whose probe this round exceeded the floor or went
   unanswered -> ``relay`` flag, ``confirmed`` or ``pending``;
 - :func:`slowness`: after every analysis, the persistent-slowness test's findings
-  (:mod:`netcheck.analysis.slowness`) -> ``slow`` flag.
+  (:mod:`netcheck.analysis.slowness`) -> ``slow`` flag (only with ``direct_flags``;
+  else its rejections go to the alone stage).
 
 A finding is stored with :func:`~netcheck.storage.flag_merge.raise_flag`: a repeat of
 an open flag (same kind and nodes, not resolved) adds its evidence to that flag instead
@@ -210,7 +211,9 @@ def relay(flags: FlagStore, profile: Profile, records: Mapping[str, NodeRecord])
 def slowness(
     flags: FlagStore, profile: Profile, stored: StoredRounds, report: SlownessReport
 ) -> list[int]:
-    """A ``slow`` flag (``confirmed``) for every node the persistent-slowness test flags,
+    """A ``slow`` flag (``confirmed``) for every node the persistent-slowness test flags
+    by itself (:attr:`SlownessReport.direct`: only with ``direct_flags``; by default its
+    rejections are candidates of the alone stage, :mod:`netcheck.coordinator.alone`),
     unless a ``slow`` flag of that node already covers a round of its window; returns
     flag ids. A failed reference check is logged (``t_ref`` does not describe the
     population) and flags nothing."""
@@ -221,7 +224,7 @@ def slowness(
                     report.floor)  # fmt: skip
         return []
     ids = []
-    for node in report.flagged:
+    for node in report.direct:
         if _covered(flags, SLOW, "rounds", node.node_key, node.round_ids):
             continue
         evidence = slowness_evidence(node, report, stored.results)

@@ -23,7 +23,10 @@ them to live rounds and to storage:
    confirmed group becomes a ``shared-backend`` flag, an unconfirmed one a ``cleared``
    record (it stays in screening).
 4. **Persistent slowness** after every analysis, over the same window
-   (:func:`~netcheck.analysis.slowness.persistent_slowness`; ``slow`` flags).
+   (:func:`~netcheck.analysis.slowness.persistent_slowness`): its rejections and
+   nominees are judged on rounds loading each alone (:mod:`netcheck.coordinator.alone`),
+   which raises the ``slow`` flags (with ``SlownessConfig.direct_flags`` a rejection
+   is a flag by itself, the behaviour before session 6).
 5. **After every round** (:meth:`Screening.after_round`): the per-round checks of
    :mod:`netcheck.coordinator.checks` (answer-level proof, capacity strikes, the relay
    test).
@@ -296,7 +299,7 @@ class Screening:
         confirmations = [res.as_dict() for res in outcomes]
         skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
         flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report, self.alone,
-                                        skip)  # fmt: skip
+                                        skip, screened.results)  # fmt: skip
         return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
                 "flag_ids": flag_ids}  # fmt: skip
 
@@ -305,8 +308,9 @@ class Screening:
     ) -> tuple[list[int], SlownessReport]:
         """The persistent-slowness test over ``stored`` as the next look: the larger of
         this process's analyses of the profile and the stored screening and full rounds
-        / ``screening_analyze_every`` (survives a restart); returns flag ids and the
-        report (its nominees are confirmed alone after the contention confirmations)."""
+        / ``screening_analyze_every`` (survives a restart); returns flag ids (none
+        unless ``direct_flags``) and the report (its rejections and nominees are
+        confirmed alone after the contention confirmations)."""
         count = await asyncio.to_thread(self.flags.count_rounds, profile.name, SCREEN_KINDS)
         look = max(self._analyses.get(profile.name, 0) + 1,
                    -(-count // self.config.screening_analyze_every))  # fmt: skip

@@ -6,8 +6,21 @@ import math
 
 import pytest
 
-from netcheck.analysis.alone import AloneConfig, alone_rounds, alone_test, nominees
-from netcheck.analysis.slowness import NodeSlowness, SlownessReport, spent_level
+from netcheck.analysis.alone import (
+    AloneConfig,
+    alone_evidence,
+    alone_rounds,
+    alone_test,
+    nomination,
+    nominees,
+)
+from netcheck.analysis.slowness import (
+    NodeSlowness,
+    SlownessConfig,
+    SlownessReport,
+    persistent_slowness,
+    spent_level,
+)
 from netcheck.records import StoredRounds
 
 CFG = AloneConfig()
@@ -18,8 +31,8 @@ def _node(key: str, ratios: list[float | None], flagged: bool = False) -> NodeSl
                         len(ratios), 1.0, 0.5, 1e-3, flagged)  # fmt: skip
 
 
-def _report(nodes: list[NodeSlowness], ok: bool = True) -> SlownessReport:
-    return SlownessReport(1.0, 1.25, 0.01, 1, 1e-3, 8, 1.0, ok, tuple(nodes))
+def _report(nodes: list[NodeSlowness], ok: bool = True, direct: bool = True) -> SlownessReport:
+    return SlownessReport(1.0, 1.25, 0.01, 1, 1e-3, 8, 1.0, ok, tuple(nodes), direct)
 
 
 def test_nominees_are_slow_against_the_alone_floor_in_screening() -> None:
@@ -32,6 +45,46 @@ def test_nominees_are_slow_against_the_alone_floor_in_screening() -> None:
     assert nominees(_report([padded, cohost, done]), CFG) == ["pad"]
     assert nominees(_report([padded]), CFG, skip={"pad"}) == []
     assert nominees(_report([padded], ok=False), CFG) == []
+
+
+def test_screening_rejections_are_candidates_first_not_flags() -> None:
+    """By default the screening test's rejections are not flags (``report.direct`` is
+    empty): they are the first nominees, before the weaker ones; with ``direct_flags``
+    they are flags and not nominated; none already flagged, none when t_ref is off."""
+    padded = _node("pad", [1.3, 1.28, 1.35, 1.22, 1.31, 1.26, 1.33, 1.3, 1.18, 1.29, None, 1.3])
+    rejected = _node("a-rej", [1.3] * 12, flagged=True)
+    report = _report([rejected, padded], direct=False)
+    assert report.flagged == (rejected,) and report.direct == ()
+    assert nominees(report, CFG) == ["a-rej", "pad"]
+    assert nominees(_report([padded, rejected], direct=False), CFG) == ["a-rej", "pad"]
+    assert nominees(report, CFG, skip={"a-rej"}) == ["pad"]
+    assert nominees(_report([rejected], ok=False, direct=False), CFG) == []
+    direct = _report([rejected, padded], direct=True)
+    assert direct.direct == (rejected,) and nominees(direct, CFG) == ["pad"]
+
+
+def test_slowness_report_carries_the_direct_option() -> None:
+    """``persistent_slowness`` rejects a node at 1.5 t_ref in every round either way;
+    only with ``direct_flags`` is the rejection a flag of the report."""
+    ids = tuple(f"r{i}" for i in range(12))
+    times = {"pad": 1.6, "n1": 1.0, "n2": 1.05}  # arrival - release, s (t_ref 1, rtt 0.1)
+    sched = {r: dict.fromkeys(times, True) for r in ids}
+    rows = tuple({"round_id": r, "node_key": k, "released_ns": 0, "arrived_ns": int(t * 1e9),
+                  "rtt_s": 0.1, "commitment": "c"} for r in ids for k, t in times.items())  # fmt: skip
+    stored = StoredRounds(ids, dict.fromkeys(ids, "screening"), sched, rows)
+    new = persistent_slowness(stored, 1.0, 1)
+    old = persistent_slowness(stored, 1.0, 1, SlownessConfig(direct_flags=True))
+    assert [n.node_key for n in new.flagged] == ["pad"] and new.direct == ()
+    assert [n.node_key for n in old.direct] == ["pad"]
+    [pad] = new.flagged
+    evidence = nomination(pad, new, CFG, rows)
+    assert evidence["rejected"] and "rejected at its level" in evidence["by"]
+    assert evidence["above"] == 12 and len(evidence["latencies"]) == 12 and evidence["look"] == 1
+    flagged = alone_test("pad", [(f"a{i}", 1.5) for i in range(16)], 1, CFG)
+    cleared = alone_test("pad", [(f"a{i}", 1.0) for i in range(16)], 1, CFG)
+    assert alone_evidence(flagged, 1, CFG, 1.0, rows, evidence)["screening"] is evidence
+    kept = alone_evidence(cleared, 1, CFG, 1.0, rows, evidence)["screening"]
+    assert "receipts" not in kept and kept["ratios"] == evidence["ratios"]
 
 
 def test_alone_rounds_are_rounds_loading_exactly_one_node() -> None:

@@ -129,9 +129,10 @@ async def test_every_run_of_a_group_counts_as_an_attempt(tmp_path: Path) -> None
 
 
 async def test_nominees_and_groups_that_left_get_no_rounds_and_no_attempt(tmp_path: Path) -> None:
-    """A slowness nominee or a suspect-group member that is not connected gets no
-    confirmation round and no record: an empty test would spend one of its attempts (a
-    slow node could leave around analyses to shrink its level) and run empty rounds."""
+    """A slowness nominee (here one the screening test rejected: no flag by itself) or
+    a suspect-group member that is not connected gets no confirmation round and no
+    record: an empty test would spend one of its attempts (a slow node could leave
+    around analyses to shrink its level) and run empty rounds."""
     fast = PROFILE.model_copy(update={"deadline": DeadlineParams(t_ref_s=0.1)})
     store = canary_store(tmp_path / "netcheck.db", fast, FP, 50, answer=(1,) * T)
     async with running_coordinator(tmp_path, [fast], store=store) as rc:
@@ -140,7 +141,7 @@ async def test_nominees_and_groups_that_left_get_no_rounds_and_no_attempt(tmp_pa
         here, gone = names["here"], "ed25519:" + "A" * 43
         screening = rc.coord.screening
         node = NodeSlowness(gone, tuple(f"s{i}" for i in range(10)), (1.5,) * 10, 10, 10,
-                            1.5, 1e-3, 1e-4, False)  # fmt: skip
+                            1.5, 1e-3, 1e-4, True)  # fmt: skip
         report = SlownessReport(0.1, 1.25, 0.01, 1, 1e-4, 8, 1.0, True, (node,))
         before = len(rc.coord.store.list_rounds(100))
         assert await confirm_alone(rc.coord, screening.flags, fast, report, AloneConfig()) == []

@@ -224,10 +224,11 @@ class Delayed(MadeUpWorker):
 
 
 async def test_slowness_nominees_are_judged_on_rounds_loading_them_alone(tmp_path: Path) -> None:
-    """Two nominees get rounds loading each alone: the node at 2x t_ref alone gets a
-    confirmed slow flag (stage alone, its alone rounds as evidence); the fast one a
-    cleared record; the fast one's second attempt pools both attempts' rounds at the
-    second attempt's level."""
+    """Two nominees get rounds loading each alone: the node at 2x t_ref alone (which
+    the screening test rejected: not a flag by itself) gets a confirmed slow flag
+    (stage alone, its alone rounds as evidence, and why screening nominated it); the
+    fast one a cleared record; the fast one's second attempt pools both attempts'
+    rounds at the second attempt's level."""
     fast_profile = PROFILE.model_copy(update={"deadline": DeadlineParams(t_ref_s=0.1)})
     async with running_coordinator(tmp_path, [fast_profile], store=_store(tmp_path)) as rc:
         keys = await _join(rc, {"slow": Delayed(0.2), "fast": Delayed(0.0)})
@@ -236,7 +237,7 @@ async def test_slowness_nominees_are_judged_on_rounds_loading_them_alone(tmp_pat
         screening.alone = AloneConfig(rounds=8)
         nodes = tuple(
             NodeSlowness(k, tuple(f"s{i}" for i in range(10)), (1.5,) * 10, 10, 10, 1.5, 1e-3,
-                         1e-4, False)
+                         1e-4, k == slow)
             for k in (slow, fast)
         )  # fmt: skip
         report = SlownessReport(0.1, 1.25, 0.01, 1, 1e-4, 8, 1.0, True, nodes)
@@ -247,6 +248,10 @@ async def test_slowness_nominees_are_judged_on_rounds_loading_them_alone(tmp_pat
         ev = got[slow].evidence or {}
         assert ev["stage"] == "alone" and ev["n"] == 8 and ev["above"] == 8
         assert "only node loaded" in ev["rule"] and len(ev["latencies"]) == 8
+        assert ev["screening"]["rejected"] and "rejected at its level" in ev["screening"]["by"]
+        assert ev["screening"]["ratios"] == [1.5] * 10 and "sign test" in ev["screening"]["rule"]
+        cleared = got[fast].evidence or {}
+        assert not cleared["screening"]["rejected"] and "alone floor" in cleared["screening"]["by"]
         again = await confirm_alone(rc.coord, screening.flags, fast_profile, report,
                                     screening.alone, skip={slow})  # fmt: skip
         second = screening.flags.get_flag(again[0])

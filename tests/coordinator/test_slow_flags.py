@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from netcheck.analysis.slowness import persistent_slowness
+from netcheck.analysis.slowness import SlownessConfig, persistent_slowness
 from netcheck.config import CapacityRecord
 from netcheck.coordinator import checks
 from netcheck.lab.testing import small_profile
@@ -51,15 +51,20 @@ def store_round(fs: FlagStore, rid: str, kind: str) -> None:
 
 
 def test_a_padded_node_gets_one_slow_flag_per_window(flags: FlagStore) -> None:
-    """The node at 1.5 t_ref in every screening round gets a confirmed ``slow`` flag
-    with its rule, counts and receipts; the same window again raises nothing; the round
-    count the look is derived from counts the profile's rounds of the given kinds."""
+    """With ``direct_flags`` (the behaviour before session 6) the node at 1.5 t_ref in
+    every screening round gets a confirmed ``slow`` flag with its rule, counts and
+    receipts; the same window again raises nothing; the round count the look is derived
+    from counts the profile's rounds of the given kinds. By default the test's
+    rejection raises no flag here (the alone stage judges it)."""
     for i in range(16):
         store_round(flags, f"r{i:02d}", "full" if i % 4 == 3 else "screening")
     assert flags.count_rounds(PROFILE.name, ("screening", "full")) == 16
     assert flags.count_rounds(PROFILE.name, ("screening",)) == 12
     stored = flags.recent_rounds(PROFILE.name, ("screening",), 128)
-    report = persistent_slowness(stored, T_REF, look=1)
+    default = persistent_slowness(stored, T_REF, look=1)
+    assert [n.node_key for n in default.flagged] == ["pad"]
+    assert checks.slowness(flags, PROFILE, stored, default) == []
+    report = persistent_slowness(stored, T_REF, look=1, cfg=SlownessConfig(direct_flags=True))
     [fid] = checks.slowness(flags, PROFILE, stored, report)
     flag = flags.get_flag(fid)
     assert flag is not None and flag.evidence is not None

@@ -33,8 +33,10 @@ round, through the same code paths; only the nodes are simulated
   analysis reads);
 - the persistent-slowness test (:func:`~netcheck.analysis.slowness.persistent_slowness`)
   at every analysis over the same window, against the profile's reference time;
-- slowness nominees confirmed on rounds loading each alone
-  (:mod:`netcheck.analysis.alone`), over every alone round of the node so far;
+- slowness nominees (the test's rejections first) confirmed on rounds loading each
+  alone (:mod:`netcheck.analysis.alone`), over every alone round of the node so far:
+  the ``slow`` flags (with ``SlownessConfig.direct_flags``, or ``alone=None``, a
+  rejection of the screening test flags by itself, the behaviour before session 6);
 - the relay test after every round for nodes whose probe exceeded the floor
   (:func:`~netcheck.coordinator.screening.relay_check`).
 
@@ -287,7 +289,9 @@ class LiveSimulation:
         if self.cfg.slowness is not None:  # Screening.slowness: look = the analysis index
             report = persistent_slowness(self.stored(coins=False), self.profile.reference_t_s, st.analyses,
                                          self.cfg.slowness)  # fmt: skip
-            st.slow.update(n.node_key for n in report.flagged)
+            # a rejection flags only with direct_flags (or with no alone stage to judge it)
+            direct = report.flagged if self.cfg.alone is None else report.direct
+            st.slow.update(n.node_key for n in direct)
         st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
         groups = [g.members for g in analysis.detection.groups]
         links = batch_links(groups, [(e.a, e.b) for e in analysis.detection.edges],

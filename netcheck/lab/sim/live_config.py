@@ -53,7 +53,9 @@ class LiveConfig:
     persistent-slowness test's settings (None: not run, the behaviour before it).
     ``pool_rounds``: ``confirm_pool_rounds`` (0: each confirmation attempt judged on its
     own rounds, the behaviour before evidence was pooled). ``alone``: the alone-round
-    confirmation of slowness nominees (None: not run, the behaviour before it).
+    confirmation of slowness nominees (None: not run, the behaviour before it; the
+    screening test's rejections then flag by themselves, as with
+    ``SlownessConfig.direct_flags``).
     ``confirm_batching``: confirm the disjoint suspect groups of an analysis in shared
     rounds (:class:`~netcheck.analysis.confirm_batch.ConfirmationBatch`, as the
     coordinator's ``confirm_batching``); False = one group at a time, the behaviour
