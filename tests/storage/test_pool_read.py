@@ -67,3 +67,34 @@ def test_round_contexts_every_status_oldest_first(db_url: str) -> None:
     assert fs.round_contexts("p", ["confirmation"], node_keys=["a", "b"]) == [{"n": 1}, {}]
     assert fs.round_contexts("q", ["confirmation"]) == []
     fs.store.close()
+
+
+def test_kind_rules_add_the_confirmation_rounds_with_coins(db_url: str) -> None:
+    """``kind_rules``: the screening read takes the screening rounds and, of the
+    confirmation rounds, those stored with the coin rule only (what
+    ``Screening.analyse_and_confirm`` asks for); the order stays the persistence order."""
+    from netcheck.analysis.coins import COIN_RULE, HMAC_RULE, coin_context
+    from netcheck.records import RoundKind
+
+    fs = FlagStore(Store(db_url))
+    for k in ("a", "b"):
+        fs.store.upsert_node(k, k, "p", "fp", {}, 0.0)
+    rounds = [("s1", "screening", HMAC_RULE, None), ("c1", "confirmation", "explicit", None),
+              ("c2", "confirmation", COIN_RULE, coin_context(["a"])),
+              ("s2", "screening", HMAC_RULE, None)]  # fmt: skip
+    for rid, kind, rule, context in rounds:
+        assigned = (Assignment("a", ("a",), (), (), (), bytes(32), bytes(12)),)
+        fs.store.record_plan(RoundPlan(rid, "p", 1, 2, assigned, ()), 0.0)
+        fs.record_schedule(rid, "p", kind, rule, {"a": True, "b": False}, context)
+        fs.store.record_outcome(rid, [NodeOutcome("a", Verdict.PASS, "x", 0.5, 1, 1)],
+                                {"a": NodeRecord()})  # fmt: skip
+        fs.store.finish_round(rid, "complete", {})
+    got = fs.recent_rounds("p", [RoundKind.SCREENING], 10,
+                           kind_rules=[(RoundKind.CONFIRMATION, COIN_RULE)])  # fmt: skip
+    assert got.round_ids == ("s1", "c2", "s2")
+    assert got.contexts["c2"] == coin_context(["a"])
+    assert fs.recent_rounds("p", ["screening"], 10).round_ids == ("s1", "s2")
+    assert fs.recent_rounds(
+        "p", ["screening"], 2, kind_rules=[("confirmation", COIN_RULE)]
+    ).round_ids == ("c2", "s2")
+    fs.store.close()
