@@ -1,9 +1,11 @@
 """The confirmation pool read (``recent_rounds(node_keys=...)``) on SQLite and
-PostgreSQL: a group's own rounds, each schedule cut to the bits it needs."""
+PostgreSQL: a group's own rounds, each schedule cut to the bits it needs; the round
+contexts read; the screening read's ``kind_rules``."""
 
 from __future__ import annotations
 
-from netcheck.records import Assignment, NodeOutcome, NodeRecord, RoundPlan, Verdict
+from netcheck.analysis.coins import COIN_RULE, HMAC_RULE, coin_context
+from netcheck.records import Assignment, NodeOutcome, NodeRecord, RoundKind, RoundPlan, Verdict
 from netcheck.storage import Store
 from netcheck.storage.flags import FlagStore
 
@@ -73,9 +75,6 @@ def test_kind_rules_add_the_confirmation_rounds_with_coins(db_url: str) -> None:
     """``kind_rules``: the screening read takes the screening rounds and, of the
     confirmation rounds, those stored with the coin rule only (what
     ``Screening.analyse_and_confirm`` asks for); the order stays the persistence order."""
-    from netcheck.analysis.coins import COIN_RULE, HMAC_RULE, coin_context
-    from netcheck.records import RoundKind
-
     fs = FlagStore(Store(db_url))
     for k in ("a", "b"):
         fs.store.upsert_node(k, k, "p", "fp", {}, 0.0)
