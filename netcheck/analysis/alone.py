@@ -111,19 +111,20 @@ def nomination(
     flag of that test had it: :func:`~netcheck.analysis.slowness.slowness_evidence`,
     with ``rejected``) and the nomination test against the alone floor. ``rows``: the
     stored result rows of the screening window."""
+    p = nomination_p(node, cfg)
     by = (
         f"the persistent-slowness test over screening rounds rejected at its level (p "
         f"{node.p_value:.3g} <= {node.level:.3g}, floor {report.floor:g})"
         if node.flagged
         else f"screening ratios above the alone floor {cfg.floor:g} more often than not "
-        f"(sign test p {nomination_p(node, cfg):.3g} <= {cfg.nominate_p:g})"
+        f"(sign test p {p:.3g} <= {cfg.nominate_p:g})"
     )
     return {
         "by": by,
         "rejected": node.flagged,
         "nominate_floor": cfg.floor,
         "nominate_p": cfg.nominate_p,
-        "nomination_p_value": nomination_p(node, cfg),
+        "nomination_p_value": p,
         **slowness_evidence(node, report, rows),
     }
 

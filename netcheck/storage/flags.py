@@ -32,6 +32,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    Select,
     String,
     Table,
     and_,
@@ -107,6 +108,12 @@ def jsonable(value: object) -> object:
 
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+def _rounds_with_results_of(node_keys: Collection[str]) -> Select[tuple[str]]:
+    """The ids of the rounds in which one of ``node_keys`` has a ``results`` row (it
+    was sent work; index ``ix_results_node``)."""
+    return select(results.c.round_id).where(results.c.node_key.in_(list(node_keys)))
 
 
 class FlagStore:
@@ -190,8 +197,7 @@ class FlagStore:
             .limit(limit)
         )
         if node_keys is not None:
-            mine = select(results.c.round_id).where(results.c.node_key.in_(list(node_keys)))
-            query = query.where(s.round_id.in_(mine))
+            query = query.where(s.round_id.in_(_rounds_with_results_of(node_keys)))
         if complete_only:
             # recorded-late: complete, its results waited in the spool (docs/spool.md)
             query = query.where(rounds.c.status.in_(["complete", "recorded-late"]))
@@ -252,8 +258,7 @@ class FlagStore:
             .order_by(rounds.c.seq)
         )
         if node_keys is not None:
-            mine = select(results.c.round_id).where(results.c.node_key.in_(list(node_keys)))
-            query = query.where(s.round_id.in_(mine))
+            query = query.where(s.round_id.in_(_rounds_with_results_of(node_keys)))
         with self.store._read("read round contexts") as conn:
             return [dict(r.context) if isinstance(r.context, Mapping) else {}
                     for r in conn.execute(query)]  # fmt: skip

@@ -61,7 +61,7 @@ from netcheck.analysis.coins import coin_context
 from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
-from netcheck.analysis.lateness import CapacityTestConfig, capacity_test
+from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.screening import (
     ProbePairs,
@@ -175,7 +175,7 @@ class LiveSimulation:
             if hist is None:
                 hist = st.verdicts[key] = deque(maxlen=self._history)
             hist.appendleft(shared[verdict])  # read only: one dict per verdict and round
-            if verdict != "pass":
+            if verdict in STRIKES:
                 strikes.append(key)
         if pop.spec.relay_leg_s > 0:
             for i in order.tolist():
