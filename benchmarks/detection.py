@@ -34,7 +34,9 @@ Tukey's median polish (``DetectorConfig.round_prior_cells = 0``); ``s3``
 defaults with screening coins in confirmation rounds (``confirm_coins``, session 6;
 ``s5`` = explicitly off, the defaults); ``s6slow`` = current defaults with the
 persistent-slowness test flagging by itself (``SlownessConfig.direct_flags``, the
-behaviour before session 6); ``s5a`` = current
+behaviour before session 6); ``s6`` = the end of session 6 (each confirmation look at
+an equal share of the level, ``ConfirmConfig.look_spending = "equal"``); ``c256`` =
+current defaults with a confirmation cap of 256 cycles; ``s5a`` = current
 defaults with the mutual test's BH family of every testable pair
 (``DetectorConfig.mutual_fdr_family = "all"``);
 all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
@@ -247,6 +249,12 @@ CONFIGS: dict[str, Any] = {
     # current defaults but the persistent-slowness test flags by itself (before session
     # 6; now its rejections only go to the alone stage, which raises the flag)
     "s6slow": lambda: LiveConfig(slowness=SlownessConfig(direct_flags=True)),
+    # the behaviour at the end of session 6 (the "before" of session 7, same run): each
+    # look of a confirmation phase at an equal share of its level (1 / looks), not the
+    # share of the cycles it adds (ConfirmConfig.look_spending)
+    "s6": lambda: LiveConfig(confirm=ConfirmConfig(look_spending="equal")),
+    # current defaults with a confirmation cap of 256 cycles (a sixth doubling look)
+    "c256": lambda: LiveConfig(confirm_max_cycles=256),
 }
 
 

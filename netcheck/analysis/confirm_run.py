@@ -13,9 +13,10 @@ Design (docs/detection.md "Confirmation"):
    data so far (:func:`~netcheck.analysis.confirm.judge_confirmation`), up to
    ``max_cycles`` cycles; looks after ``cycles``, ``2 cycles``, ``4 cycles``... cumulative
    cycles (``ConfirmConfig.look_schedule`` ``"doubling"``; ``"constant"``: after every
-   ``cycles``); each look at ``alpha_attempt / phases / looks`` (Bonferroni
-   over looks and the two phases; a pair has one phase, its group test being the pair
-   test).
+   ``cycles``); look j at ``alpha_attempt / phases * w_j`` with ``w_j`` the share of the
+   phase's cycles the look adds (``ConfirmConfig.look_spending``; ``"equal"``: ``1 /
+   looks``), the shares summing to 1 (Bonferroni over looks and phases; a pair has one
+   phase, its group test being the pair test).
    It finds the members that slow down when the group is loaded; it does not stop at
    the first look where 2 members pass, but when all members pass, when the passing
    set (2+) is the same at two looks in a row, or after the last look (stopping early
@@ -298,11 +299,29 @@ class ConfirmationRun:
         selection did not read)."""
         return self.cfg.pair_phases if len(self.members) == 2 else self.cfg.group_phases
 
+    def look_share(self, look: int) -> float:
+        """The share of a phase's level spent at its ``look``-th look (1-based):
+        ``1 / looks`` (``look_spending = "equal"``), or the share of the phase's cycles
+        the look adds, ``(c_j - c_{j-1}) / c_L`` (``"information"``); the shares of the
+        looks 1..``looks`` sum to 1.
+
+        Raises:
+            ValueError: ``look`` outside 1..``looks``.
+        """
+        if not 1 <= look <= self.looks:
+            raise ValueError(f"look {look} outside 1..{self.looks}")
+        if self.cfg.look_spending == "equal":
+            return 1.0 / self.looks
+        total = self._cumulative(self.looks)
+        return (self._cumulative(look) - self._cumulative(look - 1)) / total
+
     def judge_config(self) -> ConfirmConfig:
-        """Thresholds of one look of the current phase (``alpha / phases / looks``)."""
+        """Thresholds of the current look of the current phase (``alpha / phases *``
+        :meth:`look_share`; the look being judged, or the next one before any)."""
         if self.legacy:
             return replace(self.cfg, alpha=self.alpha / self.looks, floor_test=False)
-        return replace(self.cfg, alpha=self.alpha / self.phases / self.looks)
+        look = min(max(self._looks_done, 1), self.looks)
+        return replace(self.cfg, alpha=self.alpha / self.phases * self.look_share(look))
 
     @property
     def verdict(self) -> str:

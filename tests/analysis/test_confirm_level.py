@@ -137,8 +137,46 @@ def test_a_group_of_three_gives_its_split_phase_the_whole_level() -> None:
     (sessions 4-5a)."""
     run = ConfirmationRun(("a", "b", "c"), 8, 128, ConfirmConfig(alpha=1e-3))
     assert run.phases == 1
-    assert run.judge_config().alpha == pytest.approx(run.alpha / run.looks)
+    assert run.judge_config().alpha == pytest.approx(run.alpha * run.look_share(1))
     old = ConfirmationRun(("a", "b", "c"), 8, 128, ConfirmConfig(alpha=1e-3, group_phases=2))
     assert old.judge_config().alpha == pytest.approx(run.judge_config().alpha / 2)
     with pytest.raises(ValueError, match="group_phases"):
         ConfirmConfig(group_phases=3)
+
+
+def test_look_shares_follow_the_cycles_each_look_adds_and_sum_to_one() -> None:
+    """Information spending (the default): looks at 8, 16, 32, 64, 128 cycles get 1/16,
+    1/16, 1/8, 1/4, 1/2 of the phase's level; equal spending 1/5 each; a cap that is
+    not a doubling (8 ... 100) still sums to 1; a look outside 1..looks is an error."""
+    run = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig())
+    assert [run.look_share(j) for j in range(1, 6)] == pytest.approx(
+        [1 / 16, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
+    )
+    flat = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig(look_spending="equal"))
+    assert [flat.look_share(j) for j in range(1, 6)] == pytest.approx([0.2] * 5)
+    odd = ConfirmationRun(("a", "b"), 8, 100, ConfirmConfig())
+    assert sum(odd.look_share(j) for j in range(1, odd.looks + 1)) == pytest.approx(1.0)
+    assert odd.look_share(odd.looks) == pytest.approx((100 - 64) / 100)
+    const = ConfirmationRun(("a", "b"), 8, 64, ConfirmConfig(look_schedule="constant"))
+    assert [const.look_share(j) for j in range(1, 9)] == pytest.approx([1 / 8] * 8)
+    with pytest.raises(ValueError, match="outside"):
+        run.look_share(6)
+    with pytest.raises(ValueError, match="look_spending"):
+        ConfirmConfig(look_spending="pocock")
+
+
+def test_the_level_of_each_look_is_the_share_of_that_look() -> None:
+    """A pair whose slowdown sits just above the floor is judged at every look; the
+    threshold each look recorded is alpha * share(j) (the last look, 128 cycles, half
+    the level)."""
+    rng = np.random.default_rng(3)
+    run = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig(futility_stop=False))
+    levels = []
+    while not run.done:
+        obs = [ConfirmationObservation(f"r{len(run.observations)}-{r}", frozenset(m),
+                                       {k: rng.normal(0, 0.3) for k in sorted(m)})
+               for r, m in enumerate(run.next_block())]  # fmt: skip
+        run.add(obs)
+        assert run.group_result is not None
+        levels.append(run.group_result.p_threshold)
+    assert levels == pytest.approx([run.alpha * s for s in (1 / 16, 1 / 16, 1 / 8, 1 / 4, 1 / 2)])
