@@ -35,8 +35,8 @@ defaults with screening coins in confirmation rounds (``confirm_coins``, session
 ``s5`` = explicitly off, the defaults); ``s6slow`` = current defaults with the
 persistent-slowness test flagging by itself (``SlownessConfig.direct_flags``, the
 behaviour before session 6); ``s6`` = the end of session 6 (each confirmation look at
-an equal share of the level, ``ConfirmConfig.look_spending = "equal"``); ``c256`` =
-current defaults with a confirmation cap of 256 cycles; ``s5a`` = current
+an equal share of the level, ``ConfirmConfig.look_spending = "equal"``, and a cap of
+128 cycles); ``c128`` = current defaults with the cap of 128 cycles; ``s5a`` = current
 defaults with the mutual test's BH family of every testable pair
 (``DetectorConfig.mutual_fdr_family = "all"``);
 all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
@@ -251,10 +251,13 @@ CONFIGS: dict[str, Any] = {
     "s6slow": lambda: LiveConfig(slowness=SlownessConfig(direct_flags=True)),
     # the behaviour at the end of session 6 (the "before" of session 7, same run): each
     # look of a confirmation phase at an equal share of its level (1 / looks), not the
-    # share of the cycles it adds (ConfirmConfig.look_spending)
-    "s6": lambda: LiveConfig(confirm=ConfirmConfig(look_spending="equal")),
-    # current defaults with a confirmation cap of 256 cycles (a sixth doubling look)
-    "c256": lambda: LiveConfig(confirm_max_cycles=256),
+    # share of the cycles it adds (ConfirmConfig.look_spending), and a cap of 128 cycles
+    "s6": lambda: LiveConfig(
+        confirm_max_cycles=128, confirm=ConfirmConfig(look_spending="equal")
+    ),  # fmt: skip
+    # current defaults but the session-6 cap of 128 cycles (the look spending alone;
+    # measured as "new" in session 7's first device run, when 128 was still the default)
+    "c128": lambda: LiveConfig(confirm_max_cycles=128),
 }
 
 
