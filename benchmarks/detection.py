@@ -34,9 +34,9 @@ Tukey's median polish (``DetectorConfig.round_prior_cells = 0``); ``s3``
 defaults with screening coins in confirmation rounds (``confirm_coins``, session 6;
 ``s5`` = explicitly off, the defaults); ``s6slow`` = current defaults with the
 persistent-slowness test flagging by itself (``SlownessConfig.direct_flags``, the
-behaviour before session 6); ``s6`` = the end of session 6 (each confirmation look at
-an equal share of the level, ``ConfirmConfig.look_spending = "equal"``, and a cap of
-128 cycles); ``c128`` = current defaults with the cap of 128 cycles; ``s5a`` = current
+behaviour before session 6); ``s6`` = the end of session 6 (a confirmation cap of 128
+cycles); ``info`` = current defaults with information look spending
+(``ConfirmConfig.look_spending``); ``s5a`` = current
 defaults with the mutual test's BH family of every testable pair
 (``DetectorConfig.mutual_fdr_family = "all"``);
 all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
@@ -249,15 +249,12 @@ CONFIGS: dict[str, Any] = {
     # current defaults but the persistent-slowness test flags by itself (before session
     # 6; now its rejections only go to the alone stage, which raises the flag)
     "s6slow": lambda: LiveConfig(slowness=SlownessConfig(direct_flags=True)),
-    # the behaviour at the end of session 6 (the "before" of session 7, same run): each
-    # look of a confirmation phase at an equal share of its level (1 / looks), not the
-    # share of the cycles it adds (ConfirmConfig.look_spending), and a cap of 128 cycles
-    "s6": lambda: LiveConfig(
-        confirm_max_cycles=128, confirm=ConfirmConfig(look_spending="equal")
-    ),  # fmt: skip
-    # current defaults but the session-6 cap of 128 cycles (the look spending alone;
-    # measured as "new" in session 7's first device run, when 128 was still the default)
-    "c128": lambda: LiveConfig(confirm_max_cycles=128),
+    # the behaviour at the end of session 6 (the "before" of session 7, same run): a
+    # confirmation cap of 128 cycles (5 looks)
+    "s6": lambda: LiveConfig(confirm_max_cycles=128),
+    # current defaults but each confirmation look at the share of the cycles it adds
+    # (ConfirmConfig.look_spending = "information"; measured, not the default)
+    "info": lambda: LiveConfig(confirm=ConfirmConfig(look_spending="information")),
 }
 
 

@@ -73,18 +73,19 @@ class ConfirmConfig:
       comes at the second look (16 cycles). Group-sequential designs with looks at
       growing information fractions: Jennison & Turnbull, *Group Sequential Methods*
       (2000), ch. 7.
-    - ``look_spending`` (``"information"``): how the level of one attempt's phase is
-      split over its looks. ``"information"``: look j gets the share of the phase's
-      cycles it adds, ``(c_j - c_{j-1}) / c_L`` (c_j = cumulative cycles after look j);
-      with doubling looks at 8 ... 256 cycles: 1/32, 1/32, 1/16, 1/8, 1/4, 1/2. ``"equal"``:
-      ``1 / looks`` each (before session 7). Either way the shares sum to 1, so the
-      union bound over the looks holds the phase at its level whatever the
-      correlation between looks; information weighting is the linear alpha-spending
-      function of Lan & DeMets (*Biometrika* 70 (1983) 659-663), spent by Bonferroni
-      instead of the exact joint boundary. It moves level from the first looks, where
-      strong pairs pass anyway, to the last ones, where pairs near the floor are
-      decided (one attempt of a pair at plain beta 0.3 passes 0.83 of the time instead
-      of 0.79 with a cap of 128, for 1% fewer rounds; docs/detection.md "Session 7").
+    - ``look_spending`` (``"equal"``): how the level of one attempt's phase is split
+      over its looks. ``"equal"``: ``1 / looks`` each. ``"information"``: look j gets
+      the share of the phase's cycles it adds, ``(c_j - c_{j-1}) / c_L`` (c_j =
+      cumulative cycles after look j; with doubling looks at 8 ... 256 cycles: 1/32,
+      1/32, 1/16, 1/8, 1/4, 1/2), the linear alpha-spending function of Lan & DeMets
+      (*Biometrika* 70 (1983) 659-663) spent by Bonferroni instead of the exact joint
+      boundary. Either way the shares sum to 1, so the union bound over the looks holds
+      the phase at its level whatever the correlation between looks. Measured
+      (``benchmarks/confirm_power.py``, session 7): with a cap of 128 cycles
+      information spending raises one attempt's power on pairs near the floor (plain
+      beta 0.3: 0.79 -> 0.83) but costs easy pairs rounds (plain: +10%); with the cap
+      of 256, equal shares reach the same power (0.96 / 0.95) with 7-16% fewer rounds
+      on the easier pairs, so ``"equal"`` stays the default.
     """
 
     effect_floor: float = math.log(1.25)
@@ -97,7 +98,7 @@ class ConfirmConfig:
     group_phases: int = 1
     member_level: str = "iut"
     look_schedule: str = "doubling"
-    look_spending: str = "information"
+    look_spending: str = "equal"
 
     def member_alpha(self, g: int) -> float:
         """Level of each member's test in a group of ``g`` (``member_level``)."""

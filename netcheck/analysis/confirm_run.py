@@ -13,10 +13,10 @@ Design (docs/detection.md "Confirmation"):
    data so far (:func:`~netcheck.analysis.confirm.judge_confirmation`), up to
    ``max_cycles`` cycles; looks after ``cycles``, ``2 cycles``, ``4 cycles``... cumulative
    cycles (``ConfirmConfig.look_schedule`` ``"doubling"``; ``"constant"``: after every
-   ``cycles``); look j at ``alpha_attempt / phases * w_j`` with ``w_j`` the share of the
-   phase's cycles the look adds (``ConfirmConfig.look_spending``; ``"equal"``: ``1 /
-   looks``), the shares summing to 1 (Bonferroni over looks and phases; a pair has one
-   phase, its group test being the pair test).
+   ``cycles``); look j at ``alpha_attempt / phases * w_j``, ``w_j = 1 / looks``
+   (``ConfirmConfig.look_spending``; ``"information"``: the share of the phase's cycles
+   the look adds), the shares summing to 1 (Bonferroni over looks and phases; a pair
+   has one phase, its group test being the pair test).
    It finds the members that slow down when the group is loaded; it does not stop at
    the first look where 2 members pass, but when all members pass, when the passing
    set (2+) is the same at two looks in a row, or after the last look (stopping early

@@ -145,19 +145,21 @@ def test_a_group_of_three_gives_its_split_phase_the_whole_level() -> None:
 
 
 def test_look_shares_follow_the_cycles_each_look_adds_and_sum_to_one() -> None:
-    """Information spending (the default): looks at 8, 16, 32, 64, 128 cycles get 1/16,
-    1/16, 1/8, 1/4, 1/2 of the phase's level; equal spending 1/5 each; a cap that is
+    """Information spending: looks at 8, 16, 32, 64, 128 cycles get 1/16, 1/16, 1/8,
+    1/4, 1/2 of the phase's level; equal spending (the default) 1/5 each; a cap that is
     not a doubling (8 ... 100) still sums to 1; a look outside 1..looks is an error."""
-    run = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig())
+    info = ConfirmConfig(look_spending="information")
+    run = ConfirmationRun(("a", "b"), 8, 128, info)
     assert [run.look_share(j) for j in range(1, 6)] == pytest.approx(
         [1 / 16, 1 / 16, 1 / 8, 1 / 4, 1 / 2]
     )
-    flat = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig(look_spending="equal"))
+    flat = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig())
     assert [flat.look_share(j) for j in range(1, 6)] == pytest.approx([0.2] * 5)
-    odd = ConfirmationRun(("a", "b"), 8, 100, ConfirmConfig())
+    odd = ConfirmationRun(("a", "b"), 8, 100, info)
     assert sum(odd.look_share(j) for j in range(1, odd.looks + 1)) == pytest.approx(1.0)
     assert odd.look_share(odd.looks) == pytest.approx((100 - 64) / 100)
-    const = ConfirmationRun(("a", "b"), 8, 64, ConfirmConfig(look_schedule="constant"))
+    const = ConfirmationRun(("a", "b"), 8, 64, ConfirmConfig(look_schedule="constant",
+                                                             look_spending="information"))  # fmt: skip
     assert [const.look_share(j) for j in range(1, 9)] == pytest.approx([1 / 8] * 8)
     with pytest.raises(ValueError, match="outside"):
         run.look_share(6)
@@ -166,11 +168,12 @@ def test_look_shares_follow_the_cycles_each_look_adds_and_sum_to_one() -> None:
 
 
 def test_the_level_of_each_look_is_the_share_of_that_look() -> None:
-    """A pair whose slowdown sits just above the floor is judged at every look; the
-    threshold each look recorded is alpha * share(j) (the last look, 128 cycles, half
-    the level)."""
+    """Information spending: a pair with no slowdown, judged at every look (no futility
+    stop), records alpha * share(j) at look j (the last look, 128 cycles, half the
+    level)."""
     rng = np.random.default_rng(3)
-    run = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig(futility_stop=False))
+    cfg = ConfirmConfig(futility_stop=False, look_spending="information")
+    run = ConfirmationRun(("a", "b"), 8, 128, cfg)
     levels = []
     while not run.done:
         obs = [ConfirmationObservation(f"r{len(run.observations)}-{r}", frozenset(m),

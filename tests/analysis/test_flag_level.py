@@ -30,37 +30,41 @@ def _drive(run: ConfirmationRun, slow: dict[str, set[str]], seed: int) -> None:
 
 
 def test_a_pair_flag_records_the_look_level_of_both_members() -> None:
-    """Pair, attempt 1, alpha 1e-3, 5 doubling looks (8 ... 128 cycles): a strong pair
-    passes at the first look, 8 of 128 cycles, so each member is held to 1e-3 * 6 /
-    pi^2 * 8 / 128 (information spending; the intersection-union test), and that is the
-    flag's level; with equal spending 1e-3 * 6 / pi^2 / 5."""
+    """Pair, attempt 1, alpha 1e-3, 5 doubling looks: each member at 1e-3 / 5 = 2e-4
+    (the intersection-union test), and that is the flag's level."""
     run = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig())
     _drive(run, {"a": {"b"}, "b": {"a"}}, 1)
-    assert run.flags == [("a", "b")] and len(run.observations) == 8 * 3  # first look
+    assert run.flags == [("a", "b")]
     stat, level = flag_statistic(run, run.flags[0])
-    want = 1e-3 * 6 / math.pi**2 * 8 / 128
-    assert math.isclose(level, want) and math.isclose(run.judge_config().alpha, want)
-    assert stat < level
-    equal = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig(look_spending="equal"))
-    _drive(equal, {"a": {"b"}, "b": {"a"}}, 1)
-    stat, level = flag_statistic(equal, equal.flags[0])
     want = 1e-3 * 6 / math.pi**2 / 5
-    assert math.isclose(level, want) and math.isclose(equal.judge_config().alpha, want)
+    assert math.isclose(level, want) and math.isclose(run.judge_config().alpha, want)
     assert stat < level
 
 
 def test_a_split_phase_flag_records_the_pair_level() -> None:
     """Triple {a, b, c} where a and b share a backend and c is honest but slowed with
     both (its own co-host): the flag {a, b} comes from the split phase, whose pair tests
-    are held to alpha * (64 / 128 cycles: the last look's share; the phase runs to its
-    last look because c is in no confirmed pair) / 3 pairs (IUT within a pair; one
-    phase's share since the group phase raises no flag, ``ConfirmConfig.group_phases``),
-    not the group phase's level / (g - 1), which passed at its first look (8 / 128)."""
+    are held to alpha / 5 looks / 3 pairs (IUT within a pair; one phase's share since
+    the group phase raises no flag, ``ConfirmConfig.group_phases``), not the group
+    phase's alpha / 5 / (g - 1)."""
     run = ConfirmationRun(("a", "b", "c"), 8, 128, ConfirmConfig())
     _drive(run, {"a": {"b"}, "b": {"a"}, "c": {"a", "b"}}, 2)
     assert run.flags == [("a", "b")]
     _stat, level = flag_statistic(run, run.flags[0])
-    spent = 1e-3 * 6 / math.pi**2
-    assert math.isclose(level, spent * 64 / 128 / 3)
+    split = 1e-3 * 6 / math.pi**2 / 5
+    assert math.isclose(level, split / 3)
     assert run.group_result is not None
-    assert math.isclose(run.group_result.p_threshold, spent * 8 / 128 / 2)
+    assert math.isclose(run.group_result.p_threshold, split / 2)
+
+
+def test_with_information_spending_a_flag_records_its_look_share() -> None:
+    """``look_spending = "information"``: a strong pair passes at the first look, 8 of
+    128 cycles, so each member is held to 1e-3 * 6 / pi^2 * 8 / 128, and that is the
+    flag's level."""
+    run = ConfirmationRun(("a", "b"), 8, 128, ConfirmConfig(look_spending="information"))
+    _drive(run, {"a": {"b"}, "b": {"a"}}, 1)
+    assert run.flags == [("a", "b")] and len(run.observations) == 8 * 3  # first look
+    stat, level = flag_statistic(run, run.flags[0])
+    want = 1e-3 * 6 / math.pi**2 * 8 / 128
+    assert math.isclose(level, want) and math.isclose(run.judge_config().alpha, want)
+    assert stat < level
