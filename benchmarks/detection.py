@@ -247,6 +247,12 @@ CONFIGS: dict[str, Any] = {
     # current defaults but the persistent-slowness test flags by itself (before session
     # 6; now its rejections only go to the alone stage, which raises the flag)
     "s6slow": lambda: LiveConfig(slowness=SlownessConfig(direct_flags=True)),
+    # the alone stage at the end of session 6 (the "before" of session 7): nomination by
+    # the sign test of screening ratios against the alone floor, one alone attempt per
+    # nominee and analysis (AloneConfig nominate_test "sign", max_attempts 1)
+    "s6alone": lambda: LiveConfig(
+        alone=replace(LiveConfig().alone, nominate_test="sign", max_attempts=1)  # type: ignore[type-var]
+    ),
 }
 
 
