@@ -14,10 +14,17 @@ Stages (the coordinator and the simulator run the same functions):
    node it rejected (since session 6 a rejection is not a flag: the screening floor's
    null is violated by an honest slow card coupled to a busy neighbour, measured in the
    benchmark's false-flag population; with ``SlownessConfig.direct_flags`` it is a flag
-   and the node is not nominated), then every other node whose screening rounds are
-   above *this* floor more often than not, by the same sign test at ``nominate_p``
+   and the node is not nominated), then every other node whose screening ratios sit
+   above *this* floor by the nomination test (:func:`nomination_p`) at ``nominate_p``
    (0.05; screening only nominates, as for contention: an honest node whose co-hosted
-   neighbour slows it in some rounds may be nominated, and is then judged alone).
+   neighbour slows it in some rounds may be nominated, and is then judged alone). The
+   nomination test (``nominate_test``) is by default the one-sided **Wilcoxon
+   signed-rank test** of ``log(ratio / floor)`` (a round without a result: the largest
+   difference): it uses how far each round is above or below the floor, not only its
+   side. A padded pair on a card a few % fast with noise sigma 0.15 sits at 1.35-1.45
+   ``t_ref``, and the sign test needed about 10 of its ~12 screening rounds above 1.2
+   to nominate it (session 7). ``"sign"`` keeps the sign test (before session 7).
+   Nomination spends no level: only the alone test flags.
 2. **Alone rounds**: ``rounds`` (16) rounds, each loading only that node.
 3. **Test** (:func:`alone_test`): the one-sided **sign test** of ``H0: P(ratio > floor)
    <= 1/2`` (``ratio = service_s / t_ref``; a loaded round without a result counts as
