@@ -35,11 +35,11 @@ defaults with screening coins in confirmation rounds (``confirm_coins``, session
 ``s5`` = explicitly off, the defaults); ``s6slow`` = current defaults with the
 persistent-slowness test flagging by itself (``SlownessConfig.direct_flags``, the
 behaviour before session 6); ``s6`` = the end of session 6 (a confirmation cap of 128
-cycles); ``info`` = current defaults with information look spending
-(``ConfirmConfig.look_spending``); ``s5a`` = current
-defaults with the mutual test's BH family of every testable pair
-(``DetectorConfig.mutual_fdr_family = "all"``);
-all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
+cycles; the alone stage's sign-test nomination, one alone attempt per analysis);
+``s6alone`` = current defaults with session 6's alone stage only; ``info`` = current
+defaults with information look spending (``ConfirmConfig.look_spending``); ``s5a`` =
+current defaults with the mutual test's BH family of every testable pair
+(``DetectorConfig.mutual_fdr_family = "all"``); all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
 half of a round's loaded nodes.
 
 Goals (printed and checked at the end, each with its status; ``--check`` exits 1 when
@@ -77,6 +77,7 @@ from typing import Any
 
 import numpy as np
 
+from netcheck.analysis.alone import AloneConfig
 from netcheck.analysis.confirm import ConfirmConfig
 from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage
@@ -250,8 +251,13 @@ CONFIGS: dict[str, Any] = {
     # 6; now its rejections only go to the alone stage, which raises the flag)
     "s6slow": lambda: LiveConfig(slowness=SlownessConfig(direct_flags=True)),
     # the behaviour at the end of session 6 (the "before" of session 7, same run): a
-    # confirmation cap of 128 cycles (5 looks)
-    "s6": lambda: LiveConfig(confirm_max_cycles=128),
+    # confirmation cap of 128 cycles (5 looks) and the alone stage of session 6
+    # (nomination by the sign test, one alone attempt per nominee and analysis)
+    "s6": lambda: LiveConfig(
+        confirm_max_cycles=128, alone=AloneConfig(nominate_test="sign", max_attempts=1)
+    ),
+    # current defaults but the session-6 alone stage only (the alone7 change's baseline)
+    "s6alone": lambda: LiveConfig(alone=AloneConfig(nominate_test="sign", max_attempts=1)),
     # current defaults but each confirmation look at the share of the cycles it adds
     # (ConfirmConfig.look_spending = "information"; measured, not the default)
     "info": lambda: LiveConfig(confirm=ConfirmConfig(look_spending="information")),

@@ -14,10 +14,17 @@ Stages (the coordinator and the simulator run the same functions):
    node it rejected (since session 6 a rejection is not a flag: the screening floor's
    null is violated by an honest slow card coupled to a busy neighbour, measured in the
    benchmark's false-flag population; with ``SlownessConfig.direct_flags`` it is a flag
-   and the node is not nominated), then every other node whose screening rounds are
-   above *this* floor more often than not, by the same sign test at ``nominate_p``
+   and the node is not nominated), then every other node whose screening ratios sit
+   above *this* floor by the nomination test (:func:`nomination_p`) at ``nominate_p``
    (0.05; screening only nominates, as for contention: an honest node whose co-hosted
-   neighbour slows it in some rounds may be nominated, and is then judged alone).
+   neighbour slows it in some rounds may be nominated, and is then judged alone). The
+   nomination test (``nominate_test``) is by default the one-sided **Wilcoxon
+   signed-rank test** of ``log(ratio / floor)`` (a round without a result: the largest
+   difference): it uses how far each round is above or below the floor, not only its
+   side. A padded pair on a card a few % fast with noise sigma 0.15 sits at 1.35-1.45
+   ``t_ref``, and the sign test needed about 10 of its ~12 screening rounds above 1.2
+   to nominate it (session 7). ``"sign"`` keeps the sign test (before session 7).
+   Nomination spends no level: only the alone test flags.
 2. **Alone rounds**: ``rounds`` (16) rounds, each loading only that node.
 3. **Test** (:func:`alone_test`): the one-sided **sign test** of ``H0: P(ratio > floor)
    <= 1/2`` (``ratio = service_s / t_ref``; a loaded round without a result counts as
@@ -28,6 +35,22 @@ Stages (the coordinator and the simulator run the same functions):
    (:func:`~netcheck.analysis.slowness.spent_level`), so over its whole life a node
    whose median alone time sits at the floor is flagged with probability at most
    ``alpha``.
+4. **Sequential attempts** (:func:`extend`, session 7): an attempt that is not flagged
+   but promising (``p <= extend_p``, 0.1) is followed at once, in the same analysis, by
+   ``rounds`` more alone rounds and the node's *next* attempt (its own level, its own
+   stored ``cleared`` record in the coordinator), up to ``max_attempts`` (3) attempts
+   per nominee and analysis. The level argument is unchanged: the ``k``-th attempt of a
+   node is the sign test, at ``alpha * 6 / (pi^2 k^2)``, over the node's alone rounds
+   so far, which (alone-stage rounds only, ``rounds`` per attempt, none lost) are the
+   node's first ``k * rounds`` alone rounds whether attempt ``k`` runs right after
+   attempt ``k - 1`` or analyses later. Under ``H0`` each of those rounds is above
+   the floor with probability at most 1/2 given the rounds before, so ``P(attempt k is
+   run and flags) <= P(the sign test of the first k * rounds alone rounds <= level_k)
+   <= level_k``, and by the union bound the node is flagged with probability at most
+   ``sum_k level_k = alpha`` over its life, whatever rule (``extend_p``, the analysis
+   timer) decides when the next attempt runs. (Alone rounds from contention
+   confirmation, a node leaving midway, or ``pool_rounds`` cutting the oldest, make the
+   pool of attempt ``k`` differ from that, as before session 7.)
 
 What it does not see: anything that is fast alone (a plain farm, whose slowdown needs a
 sibling loaded: contention; a backend faster than the class).
@@ -35,10 +58,14 @@ sibling loaded: contention; a backend faster than the class).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats
 
 from netcheck.analysis import rules
 from netcheck.analysis.screening import timing_rows
@@ -57,12 +84,16 @@ from netcheck.records import StoredRounds
 class AloneConfig:
     """Settings of the alone-round confirmation (module docstring): ``floor`` (1.2, a
     ratio to ``t_ref``), ``alpha`` (0.01, a node's lifetime level at the floor),
-    ``nominate_p`` (0.05), ``rounds`` per attempt (16), ``min_rounds`` before a test
-    (8), ``pool_rounds`` (256, most recent alone rounds judged).
+    ``nominate_p`` (0.05) and ``nominate_test`` (``"signed-rank"``, or ``"sign"``:
+    before session 7) of the nomination, ``rounds`` per attempt (16), ``min_rounds``
+    before a test (8), ``pool_rounds`` (256, most recent alone rounds judged),
+    ``extend_p`` (0.1: an attempt not flagged with ``p <= extend_p`` is followed at
+    once by the next) and ``max_attempts`` per nominee and analysis (3; 1: one attempt
+    per analysis, before session 7).
 
     Raises:
-        ValueError: ``floor <= 1``, ``alpha`` or ``nominate_p`` outside (0, 1), or a
-            count below 1.
+        ValueError: ``floor <= 1``, ``alpha`` or ``nominate_p`` outside (0, 1),
+            ``extend_p`` outside [0, 1], an unknown ``nominate_test`` or a count below 1.
     """
 
     floor: float = 1.2
@@ -71,19 +102,24 @@ class AloneConfig:
     rounds: int = 16
     min_rounds: int = 8
     pool_rounds: int = 256
+    nominate_test: Literal["signed-rank", "sign"] = "signed-rank"
+    extend_p: float = 0.1
+    max_attempts: int = 3
 
     def __post_init__(self) -> None:
         if not self.floor > 1.0 or not 0.0 < self.alpha < 1.0 or not 0.0 < self.nominate_p < 1.0:
             raise ValueError("need floor > 1 and alpha, nominate_p in (0, 1)")
-        if min(self.rounds, self.min_rounds, self.pool_rounds) < 1:
-            raise ValueError("rounds, min_rounds and pool_rounds must be >= 1")
+        if not 0.0 <= self.extend_p <= 1.0 or self.nominate_test not in ("signed-rank", "sign"):
+            raise ValueError("need extend_p in [0, 1] and nominate_test signed-rank or sign")
+        if min(self.rounds, self.min_rounds, self.pool_rounds, self.max_attempts) < 1:
+            raise ValueError("rounds, min_rounds, pool_rounds and max_attempts must be >= 1")
 
 
 def nominees(report: SlownessReport, cfg: AloneConfig, skip: Collection[str] = ()) -> list[str]:
     """Nodes of a screening-slowness report to confirm alone, not in ``skip`` (already
     flagged slow): first those the report rejected (unless its rejections are flags,
-    ``direct_flags``), then the others whose sign test of their screening ratios
-    against ``cfg.floor`` is at most ``cfg.nominate_p``; none when the report's
+    ``direct_flags``), then the others whose nomination test of their screening ratios
+    against ``cfg.floor`` (:func:`nomination_p`) is at most ``cfg.nominate_p``; none when the report's
     reference check failed (``t_ref`` does not describe the population)."""
     if not report.reference_ok:
         return []
@@ -99,8 +135,26 @@ def nominees(report: SlownessReport, cfg: AloneConfig, skip: Collection[str] = (
 
 
 def nomination_p(node: NodeSlowness, cfg: AloneConfig) -> float:
-    """The sign test's p of ``node``'s screening ratios against the alone floor."""
-    return sign_test_p(sum(1 for r in node.ratios if r is None or r > cfg.floor), node.n)
+    """The nomination test's p of ``node``'s screening ratios against the alone floor
+    (``cfg.nominate_test``): ``"sign"``, the sign test of the rounds above it;
+    ``"signed-rank"``, the one-sided Wilcoxon signed-rank test (``H1``: above) of
+    ``log(ratio / floor)``, a round without a result counting as the largest difference
+    (rounds exactly at the floor dropped; 1.0 when none is left)."""
+    if cfg.nominate_test == "sign":
+        return sign_test_p(sum(1 for r in node.ratios if r is None or r > cfg.floor), node.n)
+    logs = [math.log(max(r, 1e-9) / cfg.floor) for r in node.ratios if r is not None]
+    top = max((abs(d) for d in logs), default=0.0) + 1.0
+    diffs = np.array(logs + [top] * sum(1 for r in node.ratios if r is None))
+    if not np.any(diffs != 0.0):
+        return 1.0
+    return float(stats.wilcoxon(diffs, alternative="greater").pvalue)
+
+
+NOMINATION_TESTS = {
+    "sign": "sign test of the rounds above the alone floor",
+    "signed-rank": "one-sided Wilcoxon signed-rank test of log(ratio / alone floor), a round "
+    "without a result the largest difference",
+}
 
 
 def nomination(
@@ -109,21 +163,23 @@ def nomination(
     """Why the screening test sent ``node`` to the alone stage, for the evidence of
     its alone test: ``by`` in words, the screening test's full record (as a ``slow``
     flag of that test had it: :func:`~netcheck.analysis.slowness.slowness_evidence`,
-    with ``rejected``) and the nomination test against the alone floor. ``rows``: the
+    with ``rejected``) and the nomination test against the alone floor (which test:
+    ``nominate_test``; its p: ``nomination_p_value``). ``rows``: the
     stored result rows of the screening window."""
     p = nomination_p(node, cfg)
     by = (
         f"the persistent-slowness test over screening rounds rejected at its level (p "
         f"{node.p_value:.3g} <= {node.level:.3g}, floor {report.floor:g})"
         if node.flagged
-        else f"screening ratios above the alone floor {cfg.floor:g} more often than not "
-        f"(sign test p {p:.3g} <= {cfg.nominate_p:g})"
+        else f"screening ratios above the alone floor {cfg.floor:g} "
+        f"({NOMINATION_TESTS[cfg.nominate_test]}: p {p:.3g} <= {cfg.nominate_p:g})"
     )
     return {
         "by": by,
         "rejected": node.flagged,
         "nominate_floor": cfg.floor,
         "nominate_p": cfg.nominate_p,
+        "nominate_test": cfg.nominate_test,
         "nomination_p_value": p,
         **slowness_evidence(node, report, rows),
     }
@@ -179,6 +235,14 @@ def alone_test(
                         median, p, level, flagged)  # fmt: skip
 
 
+def extend(test: NodeSlowness, in_analysis: int, cfg: AloneConfig) -> bool:
+    """Whether a nominee's attempt ``test``, its ``in_analysis``-th of this analysis
+    (1-based), is followed at once by its next attempt (module docstring, "Sequential
+    attempts"): not flagged, ``p <= cfg.extend_p`` and fewer than ``cfg.max_attempts``
+    attempts this analysis."""
+    return not test.flagged and test.p_value <= cfg.extend_p and in_analysis < cfg.max_attempts
+
+
 def alone_evidence(
     test: NodeSlowness,
     attempt: int,
@@ -186,9 +250,12 @@ def alone_evidence(
     t_ref_s: float,
     rows: Sequence[dict[str, Any]],
     screening: dict[str, Any] | None = None,
+    in_analysis: int = 1,
 ) -> dict[str, Any]:
     """Evidence of a ``slow`` flag (or its ``cleared`` record) from alone rounds: rule,
     settings, per round the ratio and raw latencies, counts, p-value and receipts;
+    ``in_analysis``: the attempt's index among this analysis's attempts of the node
+    (above 1: it followed a promising one at once, :func:`extend`);
     ``screening``: why the screening test nominated the node (:func:`nomination`),
     under ``"screening"`` when given (a cleared record keeps it without the screening
     rounds' latencies and receipts: an honest nominee may be judged at every analysis).
@@ -207,6 +274,8 @@ def alone_evidence(
         "floor": cfg.floor,
         "alpha": cfg.alpha,
         "attempt": attempt,
+        "attempt_in_analysis": in_analysis,
+        "extend_p": cfg.extend_p,
         "level": test.level,
         **node_record(test, rows),
         **extra,

@@ -10,6 +10,10 @@ as the node's next attempt. The outcome is stored as a ``slow`` flag (``confirme
 a ``cleared`` ``slow`` record (kept for audit; it also counts the attempts, so the
 level is spent across them, docs/detection.md "Confirmation alone"); its evidence says
 why the screening test nominated the node (:func:`netcheck.analysis.alone.nomination`).
+An attempt that is not flagged but promising (:func:`netcheck.analysis.alone.extend`)
+is followed at once by ``rounds`` more alone rounds and the node's next attempt (its own
+level and its own stored record), up to ``AloneConfig.max_attempts`` per analysis; the
+lifetime level argument is in :mod:`netcheck.analysis.alone` ("Sequential attempts").
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from netcheck.analysis.alone import (
     alone_evidence,
     alone_rounds,
     alone_test,
+    extend,
     nomination,
     nominees,
 )
-from netcheck.analysis.slowness import SLOW, SlownessReport
+from netcheck.analysis.slowness import SLOW, NodeSlowness, SlownessReport
 from netcheck.config import Profile
 from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.rounds import run_round
@@ -50,11 +55,12 @@ def slow_nodes(flags: FlagStore, profile: str) -> set[str]:
 
 def record_alone_test(
     flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig,
-    screening: dict[str, Any] | None = None,
-) -> int:  # fmt: skip
+    screening: dict[str, Any] | None = None, in_analysis: int = 1,
+) -> tuple[int, NodeSlowness]:  # fmt: skip
     """Judge ``key``'s stored alone rounds as its next attempt and store the outcome
-    (``screening``: why it was nominated, in the evidence); returns the flag (or
-    cleared record) id."""
+    (``screening``: why it was nominated, in the evidence; ``in_analysis``: the
+    attempt's index among this analysis's attempts of the node); returns the flag (or
+    cleared record) id and the test."""
     earlier = flags.list_flags(kind=SLOW, status=FlagStatus.CLEARED, node_key=key,
                                profile=profile.name, limit=None)  # fmt: skip
     t_ref = profile.reference_t_s
@@ -63,14 +69,14 @@ def record_alone_test(
     attempt = len(earlier) + 1
     test = alone_test(key, alone_rounds(stored, t_ref).get(key, []), attempt, cfg)
     rows = flags.round_results(list(test.round_ids))
-    evidence = alone_evidence(test, attempt, cfg, t_ref, rows, screening)
+    evidence = alone_evidence(test, attempt, cfg, t_ref, rows, screening, in_analysis)
     status = FlagStatus.CONFIRMED if test.flagged else FlagStatus.CLEARED
     fid, _new = raise_flag(flags, SLOW, status, profile.name, [key], test.p_value, test.level,
                            evidence)  # fmt: skip
     log.warning("node %s: alone %d of %d rounds above %.2f x t_ref, p = %.2g (level %.2g): %s "
                 "(flag %d)", who(key), test.above, test.n, cfg.floor, test.p_value, test.level,
                 "slow" if test.flagged else "cleared", fid)  # fmt: skip
-    return fid
+    return fid, test
 
 
 async def confirm_alone(
@@ -81,27 +87,40 @@ async def confirm_alone(
     returns the ids stored. A nominee that is not connected (it left) gets no round and
     no test (an empty test would still spend one of its attempts), hence no flag, even
     one the screening test rejected; one that leaves midway gets no more rounds, and
-    its test only if a round of this attempt loaded it. ``rows``: the stored result
-    rows of the report's window (the screening rounds' latencies and receipts in the
-    evidence)."""
+    its test only if a round of this attempt loaded it. A promising attempt is followed
+    at once by the next (:func:`netcheck.analysis.alone.extend`), while the node stays.
+    ``rows``: the stored result rows of the report's window (the screening rounds'
+    latencies and receipts in the evidence)."""
     ids = []
     tested = {n.node_key: n for n in report.nodes}
     for key in nominees(report, cfg, skip):
-        loaded = 0
-        try:
-            for i in range(cfg.rounds):
-                if key not in {s.node_key for s in coord.connected(profile.name)}:
-                    break
-                done = await run_round(coord, profile.name, load={key},
-                                       kind=RoundKind.CONFIRMATION, rule="explicit",
-                                       context={"slowness": key, "round": i})  # fmt: skip
-                loaded += bool(done.schedule.get(key))
-        except RoundError as exc:
-            log.warning("alone rounds of %s not run: %s", who(key), exc)
-            continue
-        if not loaded:
-            log.warning("alone rounds of %s not run: not connected", who(key))
-            continue
         why = nomination(tested[key], report, cfg, rows)
-        ids.append(await asyncio.to_thread(record_alone_test, flags, profile, key, cfg, why))
+        for in_analysis in range(1, cfg.max_attempts + 1):
+            loaded = await _alone_rounds(coord, profile, key, cfg.rounds)
+            if not loaded:
+                break
+            fid, test = await asyncio.to_thread(record_alone_test, flags, profile, key, cfg,
+                                                why, in_analysis)  # fmt: skip
+            ids.append(fid)
+            if not extend(test, in_analysis, cfg):
+                break
     return ids
+
+
+async def _alone_rounds(coord: RoundHost, profile: Profile, key: str, rounds: int) -> int:
+    """Up to ``rounds`` confirmation rounds loading only ``key``, while it is
+    connected; returns how many loaded it (0: none run, logged)."""
+    loaded = 0
+    try:
+        for i in range(rounds):
+            if key not in {s.node_key for s in coord.connected(profile.name)}:
+                break
+            done = await run_round(coord, profile.name, load={key}, kind=RoundKind.CONFIRMATION,
+                                   rule="explicit", context={"slowness": key, "round": i})  # fmt: skip
+            loaded += bool(done.schedule.get(key))
+    except RoundError as exc:
+        log.warning("alone rounds of %s not run: %s", who(key), exc)
+        return 0
+    if not loaded:
+        log.warning("alone rounds of %s not run: not connected", who(key))
+    return loaded

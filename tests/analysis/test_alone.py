@@ -11,7 +11,9 @@ from netcheck.analysis.alone import (
     alone_evidence,
     alone_rounds,
     alone_test,
+    extend,
     nomination,
+    nomination_p,
     nominees,
 )
 from netcheck.analysis.slowness import (
@@ -45,6 +47,33 @@ def test_nominees_are_slow_against_the_alone_floor_in_screening() -> None:
     assert nominees(_report([padded, cohost, done]), CFG) == ["pad"]
     assert nominees(_report([padded]), CFG, skip={"pad"}) == []
     assert nominees(_report([padded], ok=False), CFG) == []
+
+
+def test_signed_rank_nominates_a_noisy_padded_node_the_sign_test_misses() -> None:
+    """A noisy padded node far above the alone floor in most screening rounds and just
+    below it in 4 of 12: the sign test (8 of 12 above, p 0.19) does not nominate it,
+    the signed-rank test of log(ratio / floor) does (p 0.021), and a round without a
+    result counts as the largest difference; an honest co-hosted node (1.0, or 1.2 when
+    its neighbour is loaded) is nominated by neither; no rounds, or all at the floor:
+    p 1. The nomination's evidence names the test used."""
+    noisy = [1.6, 1.7, 1.5, 1.45, 1.8, 1.35, 1.3, 1.25, 1.15, 1.1, 1.18, 1.19]
+    cohost = [1.0, 1.21, 0.98, 1.22, 1.01, 1.19, 1.02, 1.23, 0.99, 1.2, 1.0, 1.21]
+    sign = AloneConfig(nominate_test="sign")
+    assert CFG.nominate_test == "signed-rank"
+    assert nominees(_report([_node("pad", noisy), _node("co", cohost)]), CFG) == ["pad"]
+    assert nominees(_report([_node("pad", noisy), _node("co", cohost)]), sign) == []
+    assert math.isclose(nomination_p(_node("pad", noisy), sign), 0.1938, rel_tol=1e-3)
+    assert math.isclose(nomination_p(_node("pad", noisy), CFG), 0.02124, rel_tol=1e-3)
+    missing = nomination_p(_node("pad", [*noisy[:-1], None]), CFG)
+    assert math.isclose(missing, 0.008057, rel_tol=1e-3)  # as a difference above 1.8's
+    assert nomination_p(_node("n", []), CFG) == nomination_p(_node("n", [1.2] * 9), CFG) == 1.0
+    report = _report([_node("pad", noisy)], direct=False)
+    ev = nomination(report.nodes[0], report, CFG, [])
+    assert ev["nominate_test"] == "signed-rank" and "signed-rank" in ev["by"]
+    assert math.isclose(ev["nomination_p_value"], 0.02124, rel_tol=1e-3)
+    assert nomination(report.nodes[0], report, sign, [])["nominate_test"] == "sign"
+    with pytest.raises(ValueError):
+        AloneConfig(nominate_test="t")  # type: ignore[arg-type]
 
 
 def test_screening_rejections_are_candidates_first_not_flags() -> None:
@@ -129,3 +158,28 @@ def test_attempts_spend_the_level_and_pool_the_rounds() -> None:
     assert alone_test("n", obs, 1, CFG).flagged
     assert not alone_test("n", obs, 4, CFG).flagged
     assert alone_test("n", obs * 20, 1, AloneConfig(pool_rounds=10)).n == 10
+
+
+def test_a_promising_attempt_is_extended_up_to_max_attempts() -> None:
+    """An attempt not flagged with p <= extend_p is followed at once by the next one,
+    up to max_attempts per analysis; a flagged one, an unpromising one, or one at the
+    limit is not; max_attempts 1 is the behaviour before (never)."""
+    obs = [(f"r{i}", 1.3 if i % 8 else 1.1) for i in range(16)]  # 14 of 16: p 0.0021
+    promising = alone_test("n", obs, 2, CFG)  # level 0.0015
+    assert not promising.flagged and promising.p_value <= CFG.extend_p
+    assert extend(promising, 1, CFG) and extend(promising, 2, CFG)
+    assert not extend(promising, 3, CFG) and not extend(promising, 1, AloneConfig(max_attempts=1))
+    assert not extend(alone_test("n", obs, 1, CFG), 1, CFG)  # flagged at attempt 1
+    honest = alone_test("n", [(f"r{i}", 1.1 if i % 2 else 1.3) for i in range(16)], 1, CFG)
+    assert honest.p_value > CFG.extend_p and not extend(honest, 1, CFG)
+    with pytest.raises(ValueError):
+        AloneConfig(max_attempts=0)
+    with pytest.raises(ValueError):
+        AloneConfig(extend_p=1.5)
+
+
+def test_alone_evidence_says_which_attempt_of_the_analysis() -> None:
+    """The evidence carries the attempt's index within its analysis and extend_p."""
+    test = alone_test("n", [(f"r{i}", 1.3) for i in range(16)], 2, CFG)
+    ev = alone_evidence(test, 2, CFG, 1.0, [], None, in_analysis=2)
+    assert ev["attempt"] == 2 and ev["attempt_in_analysis"] == 2 and ev["extend_p"] == 0.1

@@ -258,3 +258,42 @@ async def test_slowness_nominees_are_judged_on_rounds_loading_them_alone(tmp_pat
         assert second is not None and second.evidence is not None
         assert second.evidence["attempt"] == 2 and second.evidence["n"] == 16
         assert second.evidence["level"] == spent_level(0.01, 2)
+
+
+async def test_a_promising_alone_attempt_is_followed_by_the_next_at_once(tmp_path: Path) -> None:
+    """At alpha 5e-5 a node at 2x t_ref in every alone round is not flagged by 8 rounds
+    (p 0.0039 > level 3.0e-5) nor 16 (1.5e-5 > 7.6e-6), but is promising: in one
+    analysis it gets 3 attempts of 8 rounds each, every one stored as its next attempt
+    (cleared, cleared, then confirmed at attempt 3 on all 24 rounds); the fast nominee
+    (p 1) gets one. With ``max_attempts = 1`` (before session 7) one attempt each."""
+    fast_profile = PROFILE.model_copy(update={"deadline": DeadlineParams(t_ref_s=0.1)})
+    async with running_coordinator(tmp_path, [fast_profile], store=_store(tmp_path)) as rc:
+        keys = await _join(rc, {"slow": Delayed(0.2), "fast": Delayed(0.0), "once": Delayed(0.2)})
+        slow, fast, once = keys["slow"], keys["fast"], keys["once"]
+        flags = rc.coord.screening.flags
+        nodes = tuple(
+            NodeSlowness(k, tuple(f"s{i}" for i in range(10)), (1.5,) * 10, 10, 10, 1.5, 1e-3,
+                         1e-4, True)
+            for k in (slow, fast, once)
+        )  # fmt: skip
+        report = SlownessReport(0.1, 1.25, 0.01, 1, 1e-4, 8, 1.0, True, nodes)
+        cfg = AloneConfig(rounds=8, alpha=5e-5)
+        ids = await confirm_alone(rc.coord, flags, fast_profile, report, cfg, skip={once})
+        got = [f for f in (flags.get_flag(i) for i in ids) if f and f.evidence]
+        runs = [(f.node_keys[0], f.status, f.evidence["attempt"], f.evidence["n"],
+                 f.evidence["attempt_in_analysis"]) for f in got if f.evidence]  # fmt: skip
+        assert runs == [
+            (slow, "cleared", 1, 8, 1),
+            (slow, "cleared", 2, 16, 2),
+            (slow, "confirmed", 3, 24, 3),
+            (fast, "cleared", 1, 8, 1),
+        ]
+        assert [f.evidence["level"] for f in got[:3] if f.evidence] == [
+            spent_level(5e-5, k) for k in (1, 2, 3)
+        ]
+        single = AloneConfig(rounds=8, alpha=5e-5, max_attempts=1)
+        ids = await confirm_alone(rc.coord, flags, fast_profile, report, single, skip={slow})
+        got = [f for f in (flags.get_flag(i) for i in ids) if f and f.evidence]
+        assert [(f.node_keys[0], f.status, f.evidence["attempt"]) for f in got if f.evidence] == [
+            (fast, "cleared", 2), (once, "cleared", 1)
+        ]  # fmt: skip

@@ -34,7 +34,8 @@ round, through the same code paths; only the nodes are simulated
 - the persistent-slowness test (:func:`~netcheck.analysis.slowness.persistent_slowness`)
   at every analysis over the same window, against the profile's reference time;
 - slowness nominees (the test's rejections first) confirmed on rounds loading each
-  alone (:mod:`netcheck.analysis.alone`), over every alone round of the node so far:
+  alone (:mod:`netcheck.analysis.alone`), over every alone round of the node so far,
+  a promising attempt followed at once by the next (``AloneConfig.max_attempts``):
   the ``slow`` flags (with ``SlownessConfig.direct_flags``, or ``alone=None``, a
   rejection of the screening test flags by itself, the behaviour before session 6);
 - the relay test after every round for nodes whose probe exceeded the floor
@@ -56,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from netcheck.analysis.alone import AloneConfig, alone_test, nominees
+from netcheck.analysis.alone import AloneConfig, alone_test, extend, nominees
 from netcheck.analysis.coins import coin_context
 from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
@@ -302,18 +303,24 @@ class LiveSimulation:
                 self._confirm_alone(key, self.cfg.alone)
 
     def _confirm_alone(self, key: str, cfg: AloneConfig) -> None:
-        """Alone rounds for one slowness nominee, then the test over its alone rounds."""
+        """Alone rounds for one slowness nominee, then the test over its alone rounds;
+        a promising attempt is followed at once by the next (``extend``), as in the
+        coordinator."""
         st = self.state
         bits = np.array([k == key for k in self.keys])
-        for _ in range(cfg.rounds):
-            rid = f"confirm-{st.confirmation_rounds:06d}"
-            st.confirmation_rounds += 1
-            self._round(rid, "confirmation", bits)
-            del st.results[rid], st.schedules[rid]
-        attempt = st.alone_attempts.get(key, 0) + 1
-        st.alone_attempts[key] = attempt
-        if alone_test(key, st.alone.get(key, []), attempt, cfg).flagged:
-            st.slow.add(key)
+        for in_analysis in range(1, cfg.max_attempts + 1):
+            for _ in range(cfg.rounds):
+                rid = f"confirm-{st.confirmation_rounds:06d}"
+                st.confirmation_rounds += 1
+                self._round(rid, "confirmation", bits)
+                del st.results[rid], st.schedules[rid]
+            attempt = st.alone_attempts.get(key, 0) + 1
+            st.alone_attempts[key] = attempt
+            test = alone_test(key, st.alone.get(key, []), attempt, cfg)
+            if test.flagged:
+                st.slow.add(key)
+            if not extend(test, in_analysis, cfg):
+                return
 
     def _prior(self, members: Sequence[str]) -> tuple[ConfirmationObservation, ...]:
         """The run parts of the most recent ``pool_rounds`` confirmation rounds that

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
+from netcheck.analysis.alone import AloneConfig
 from netcheck.analysis.coins import held_nodes
 from netcheck.analysis.screening import round_kind
 from netcheck.analysis.slowness import SlownessConfig
@@ -83,6 +84,28 @@ def test_padded_pairs_near_the_floor_are_caught_alone() -> None:
             caught[name] += sum(bool(set(f) & flagged) for f in pop.farms)
             assert not snap.slow & pop.honest
     assert caught["alone"] >= 9 and caught["before"] <= 3, caught
+
+
+def test_a_promising_alone_attempt_is_followed_by_the_next_in_the_simulator() -> None:
+    """As in the coordinator: at alpha 5e-5 with 8 rounds per attempt, a padded pair
+    (1.5 t_ref alone) is not flagged by 8 or 16 alone rounds but is promising, so each
+    nominee of the first analysis gets 3 attempts at once and is flagged at the third
+    (48 confirmation rounds); with max_attempts 1 (before session 7) one attempt each
+    and no flag yet. No honest node is flagged."""
+    spec = PopulationSpec(n_nodes=40, farm_sizes=(2, 2, 2), cohosted_pairs=6,
+                          benign_coupling=0.2, adversary="pad")  # fmt: skip
+    pop = make_population(spec, np.random.default_rng(5))
+    got = {}
+    for tries in (3, 1):
+        cfg = LiveConfig(alone=AloneConfig(rounds=8, alpha=5e-5, max_attempts=tries))
+        sim = LiveSimulation(pop, cfg, np.random.default_rng(6), secret=bytes(32))
+        snap = sim.run([16])[0]
+        assert snap.analyses == 1 and not snap.slow & pop.honest
+        got[tries] = (snap.slow, dict(sim.state.alone_attempts), snap.confirmation_rounds)
+    pair = set(got[3][1])
+    assert len(pair) == 2 and pair <= {k for f in pop.farms for k in f}
+    assert got[3] == (pair, dict.fromkeys(pair, 3), 48)
+    assert got[1] == (frozenset(), dict.fromkeys(pair, 1), 16)
 
 
 @dataclass(frozen=True)
