@@ -370,7 +370,7 @@ def round_run(
         click.echo(json.dumps(report, indent=2))
     else:
         print_round(report)
-    check_round_outcome([report], fail_on_failing=fail_on_failing)
+    check_round_outcome([report], fail_on_failing=fail_on_failing, config_path=config_path)
 
 
 @main.command()

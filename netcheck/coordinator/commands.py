@@ -150,7 +150,7 @@ def screen_run(
     rounds_run = [{**r, "profile": report["profile"]} for r in report.get("rounds", [])]
     if as_json:
         click.echo(json.dumps(report, indent=2))
-        check_round_outcome(rounds_run)
+        check_round_outcome(rounds_run, config_path=config_path)
         return
     names = held.get("names", {})
     console = report_console()
@@ -166,7 +166,7 @@ def screen_run(
         members = ", ".join(_who(m, names) for m in c["group"])
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
     console.print(flags_table(report.get("flags", []), "flags raised", names))
-    check_round_outcome(rounds_run)
+    check_round_outcome(rounds_run, config_path=config_path)
 
 
 #: Pair coverage below which the analysis line says that more rounds are needed.
