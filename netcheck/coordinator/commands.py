@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -320,6 +321,9 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
         return
     console = report_console()
     console.print(flags_table([flag], f"flag {flag_id}"))
+    config = f"--config {shlex.quote(str(config_path))}"  # the commands below run as shown
+    pairs = zip(flag.get("node_keys", []), flag.get("node_names") or [], strict=False)
+    names = {k: n for k, n in pairs if n}  # the operator's display names, as in the table
     for r in flag.get("reviews", []):
         console.print(Text(f"review: {r['state']} by {r['by']} at {_when(r['at'])}: {r['note']}"))
     ev = flag.get("evidence", {})
@@ -336,7 +340,9 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
             console.print(Text(f"  {_when(o.get('at'))}: statistic {_num(o.get('statistic'))}"
                                f", {len(o.get('rounds') or [])} rounds"))  # fmt: skip
     rounds = flag.get("evidence_rounds", [])
-    console.print(f"evidence rounds: {len(rounds)} (see each with: netcheck round show ID)")
+    console.print(
+        Text(f"evidence rounds: {len(rounds)} (see each with: netcheck round show {config} ID)")
+    )
     for r in rounds:
         console.print(Text(f"  {r['round_id']}  {r['dashboard']}"))
     if links := flag.get("links"):
@@ -347,13 +353,13 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
             table.add_column(col)
         for m in section_members:
             table.add_row(
-                Text(m["node_key"]), str(m["n_coloaded"]), str(m["n_alone"]),
+                Text(_who(m["node_key"], names)), str(m["n_coloaded"]), str(m["n_alone"]),
                 _num(m.get("slowdown")), _num(m.get("t")), _num(m.get("p")),
                 "yes" if m["confirmed"] else "no",
             )  # fmt: skip
         console.print(table)
     console.print(f"receipts: {len(ev.get('receipts', []))} (session id, commitment, signature)")
-    console.print("full evidence: netcheck flags show --json " + str(flag_id))
+    console.print(Text(f"full evidence: netcheck flags show {config} --json {flag_id}"))
 
 
 def _review_command(name: str, state: str, summary: str) -> None:

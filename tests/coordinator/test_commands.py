@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def test_cli_groups_have_commands() -> None:
     """``screen run``, ``flags list`` and ``flags show`` exist with their options."""
@@ -60,3 +62,38 @@ def test_analysis_line_is_plain_about_its_level() -> None:
     assert "linked only with probability 0.81 after 16; 22 screening rounds give 0.95" in line
     enough = {**seven, "n_rounds": 24}
     assert "Too few screening rounds" not in analysis_line(enough)
+
+
+def test_flags_show_prints_commands_that_run_as_shown(tmp_path: Path) -> None:
+    """The follow-up commands that ``flags show`` prints carry its --config (another
+    coordinator's config would otherwise be read), and the per-member table names
+    members as the flags table does."""
+    import pytest
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    key = "ed25519:" + "A" * 43
+    flag = {
+        "flag_id": 5, "kind": "shared-backend", "status": "confirmed", "profile": "p",
+        "node_keys": [key], "node_names": ["proxy-a"], "statistic": 1e-9, "threshold": 1e-5,
+        "created_at": 0.0, "evidence_rounds": [], "evidence": {"confirmation": {"rounds": [],
+        "members": [{"node_key": key, "n_coloaded": 8, "n_alone": 8, "slowdown": 2.0,
+                     "t": 9.0, "p": 1e-9, "confirmed": True}]}},
+    }  # fmt: skip
+    cfg = tmp_path / "my dir" / "coordinator.toml"
+    cfg.parent.mkdir()
+    cfg.write_text("")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(commands, "admin_call", lambda *a, **k: flag)
+    try:
+        result = CliRunner().invoke(
+            commands.flags, ["show", "5", "--config", str(cfg)], terminal_width=400
+        )
+    finally:
+        mp.undo()
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert f"netcheck flags show --config '{cfg}' --json 5" in out
+    assert f"netcheck round show --config '{cfg}' ID" in out
+    assert f"proxy-a ({key})" in out.split("confirmation per member")[1]
