@@ -324,10 +324,21 @@ def doctor(config_path: Path, no_selftest: bool) -> None:
 
 
 @node.command("backend", hidden=True)
-@click.option("--profile", "profile_name", required=True)
-@click.option("--port", type=int, required=True)
-@click.option("--emulate-batch-time", type=float, required=True)
-@click.option("--beta", type=float, default=1.0, show_default=True)
+@click.option("--profile", "profile_name", required=True, help="Profile name or TOML path.")
+@click.option("--port", type=int, required=True, help="Loopback port the proxies connect to.")
+@click.option(
+    "--emulate-batch-time",
+    type=float,
+    required=True,
+    help="EMULATION: seconds one batch takes on the one shared emulated GPU.",
+)
+@click.option(
+    "--beta",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Batching efficiency of the emulated GPU, 0..1 (1 = batches run one after another).",
+)
 def node_backend(profile_name: str, port: int, emulate_batch_time: float, beta: float) -> None:
     """DEMO ADVERSARY: shared inference backend behind several proxy identities."""
     from netcheck.lab.nodes import run_backend
