@@ -292,15 +292,27 @@ def flags() -> None:
     "slow (another name is an error, exit 2).",
 )
 @click.option("--status", default=None, help="confirmed, pending or cleared.")
+@click.option(
+    "--review",
+    default=None,
+    help="The analyst's review state: open, acknowledged, resolved or false-positive "
+    "(e.g. --review open: the flags nobody has looked at yet).",
+)
 @click.option("--node", "node_key", default=None, help="Only flags naming this node key.")
 @_json_option
 def flags_list(
-    config_path: Path, kind: str | None, status: str | None, node_key: str | None, as_json: bool
+    config_path: Path,
+    kind: str | None,
+    status: str | None,
+    review: str | None,
+    node_key: str | None,
+    as_json: bool,
 ) -> None:
     """List flags, newest first."""
     from urllib.parse import urlencode
 
-    params = {k: v for k, v in (("kind", kind), ("status", status), ("node", node_key)) if v}
+    filters = (("kind", kind), ("status", status), ("review", review), ("node", node_key))
+    params = {k: v for k, v in filters if v}
     path = "/admin/flags" + (f"?{urlencode(params)}" if params else "")
     data = admin_call(config_path, "GET", path)
     if as_json:

@@ -97,3 +97,28 @@ def test_flags_show_prints_commands_that_run_as_shown(tmp_path: Path) -> None:
     assert f"netcheck flags show --config '{cfg}' --json 5" in out
     assert f"netcheck round show --config '{cfg}' ID" in out
     assert f"proxy-a ({key})" in out.split("confirmation per member")[1]
+
+
+def test_flags_list_filters_by_review_state() -> None:
+    """``flags list --review open`` asks the API for the flags nobody has reviewed yet
+    (``GET /admin/flags?review=open``), alongside the other filters."""
+    import pytest
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    asked: list[str] = []
+
+    def fake_call(config: object, method: str, path: str, *a: object, **k: object) -> object:
+        asked.append(path)
+        return {"flags": []}
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(commands, "admin_call", fake_call)
+    try:
+        args = ["list", "--review", "open", "--kind", "slow", "--json"]
+        result = CliRunner().invoke(commands.flags, args)
+    finally:
+        mp.undo()
+    assert result.exit_code == 0, result.output
+    assert asked == ["/admin/flags?kind=slow&review=open"]
