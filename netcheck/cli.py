@@ -222,7 +222,13 @@ def coordinator() -> None:
 @_config_file("configs/coordinator.toml", "Coordinator config")
 @_verbose_option
 def coordinator_serve(config_path: Path, verbose: bool) -> None:
-    """Serve the node websocket endpoint and the admin API until interrupted."""
+    """Serve the node websocket endpoint and the admin API until interrupted.
+
+    Every field of the config is commented in configs/coordinator.toml (the detection
+    settings, confirm_max_cycles among them, also in docs/detection.md, 'Operator
+    interface'). A bad value or an unknown key stops it at start with a message naming
+    the file and the field (exit 3).
+    """
     from netcheck.coordinator.app import serve
 
     setup_logging(verbose, "coordinator")

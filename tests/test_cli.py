@@ -117,6 +117,14 @@ def test_options_have_help(args: list[str], options: list[str]) -> None:
         assert len(words) > 10, (option, text)
 
 
+def test_coordinator_serve_help_says_where_the_fields_are() -> None:
+    """An operator changing a setting learns from --help where the fields are described
+    and that a bad one is refused, naming it."""
+    text = help_text("coordinator", "serve")
+    assert "configs/coordinator.toml" in text and "docs/detection.md" in text
+    assert "naming the file and the field (exit 3)" in text
+
+
 def test_every_option_of_every_command_has_help() -> None:
     """No option's --help line is bare (hidden commands included: the demo starts them)."""
     import click
