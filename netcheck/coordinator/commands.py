@@ -16,6 +16,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -130,7 +131,8 @@ def screen_run(
     Refused for a profile that cannot tell two identities on one card apart, unless
     --override-capacity gives a reason.
 
-    Shows rounds done and an ETA while it runs. Ctrl-C cancels the run on the
+    Shows rounds done and an ETA while it runs (then the time the analysis and the
+    confirmation rounds have taken: they have no ETA). Ctrl-C cancels the run on the
     coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
     no node was checked in any round (empty canary pool).
     """
@@ -245,21 +247,45 @@ async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, 
     err = Console(stderr=True)
     path = f"/admin/screening/jobs/{job['job_id']}"
     columns = (TextColumn("screening {task.fields[profile]}"), BarColumn(),
-               MofNCompleteColumn(), TextColumn("rounds  ETA {task.fields[eta]}"))  # fmt: skip
+               MofNCompleteColumn(), TextColumn("rounds  {task.fields[eta]}"))  # fmt: skip
     with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("", total=job["rounds_total"], profile=job["profile"], eta="-")
-        shown = -1
+        task = bar.add_task("", total=job["rounds_total"], profile=job["profile"], eta="ETA -")
+        shown, said_at, after_t0 = -1, 0.0, None
         while job["state"] in ("running", "cancelling"):
             await asyncio.sleep(POLL_S)
             job = await admin_request(cfg, "GET", path, timeout_s=30)
-            eta = "-" if job["eta_s"] is None else f"{job['eta_s']:.0f} s"
-            if job["rounds_done"] == job["rounds_total"] and job["state"] == "running":
-                eta = "analysing"
+            if after_t0 is None and _screening_done(job):
+                after_t0 = time.monotonic()
+            after_s = None if after_t0 is None else time.monotonic() - after_t0
+            eta = eta_text(job, after_s)
             bar.update(task, completed=job["rounds_done"], eta=eta)
-            if not err.is_terminal and job["rounds_done"] != shown:  # a log line instead
-                shown = job["rounds_done"]
-                err.print(f"screening: {shown} of {job['rounds_total']} rounds, ETA {eta}")
+            if err.is_terminal:
+                continue
+            now = time.monotonic()  # a log line instead: per round, then every AFTER_LINE_S
+            if job["rounds_done"] != shown or (after_s and now - said_at >= AFTER_LINE_S):
+                shown, said_at = job["rounds_done"], now
+                err.print(f"screening: {shown} of {job['rounds_total']} rounds, {eta}")
     return job
+
+
+#: Without a terminal, ``screen run`` repeats its progress line this often (seconds)
+#: while the analysis and the confirmation rounds run (they report no progress).
+AFTER_LINE_S = 30.0
+
+
+def _screening_done(job: Mapping[str, Any]) -> bool:
+    return bool(job["rounds_done"] == job["rounds_total"] and job["state"] == "running")
+
+
+def eta_text(job: Mapping[str, Any], after_s: float | None = None) -> str:
+    """What a screening job's progress line ends with: ``ETA <s>`` until its last
+    screening round ends; once they are all done, that the analysis and confirmation
+    rounds are running, for how long (``after_s``), and that they have no ETA (a
+    suspect group's confirmation takes from a few rounds to hundreds)."""
+    if _screening_done(job):
+        took = "" if after_s is None else f"; {after_s:.0f} s so far"
+        return f"analysis and confirmation rounds running (no ETA{took})"
+    return "ETA -" if job["eta_s"] is None else f"ETA {job['eta_s']:.0f} s"
 
 
 async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 
 def test_cli_groups_have_commands() -> None:
     """``screen run``, ``flags list`` and ``flags show`` exist with their options."""
@@ -122,3 +124,48 @@ def test_flags_list_filters_by_review_state() -> None:
         mp.undo()
     assert result.exit_code == 0, result.output
     assert asked == ["/admin/flags?kind=slow&review=open"]
+
+
+def test_eta_text_says_confirmation_has_no_eta() -> None:
+    """Before the last screening round ends: its ETA; after: that the analysis and
+    confirmation rounds run, how long so far, and that they have no ETA (the line said
+    'ETA analysing' for the minutes confirmation takes)."""
+    from netcheck.coordinator.commands import eta_text
+
+    job = {"rounds_done": 3, "rounds_total": 16, "state": "running", "eta_s": 41.2}
+    assert eta_text(job) == "ETA 41 s"
+    assert eta_text({**job, "eta_s": None}) == "ETA -"
+    done = {**job, "rounds_done": 16, "eta_s": None}
+    assert eta_text(done) == "analysis and confirmation rounds running (no ETA)"
+    assert eta_text(done, 95.4) == "analysis and confirmation rounds running (no ETA; 95 s so far)"
+
+
+async def test_screen_run_keeps_saying_it_is_confirming(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a terminal, the progress line is repeated while the confirmation rounds
+    run, so a long confirmation does not look like a hang."""
+    from netcheck.coordinator import commands
+
+    base = {"job_id": "s1", "profile": "p", "rounds_total": 2, "eta_s": None}
+    states = iter([
+        {**base, "state": "running", "rounds_done": 1, "eta_s": 5.0},
+        {**base, "state": "running", "rounds_done": 2},
+        {**base, "state": "running", "rounds_done": 2},
+        {**base, "state": "running", "rounds_done": 2},
+        {**base, "state": "done", "rounds_done": 2, "report": {}},
+    ])  # fmt: skip
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        return {"known": []} if path == "/admin/nodes" else next(states)
+
+    monkeypatch.setattr(commands, "admin_request", fake_request)
+    monkeypatch.setattr(commands, "POLL_S", 0.0)
+    monkeypatch.setattr(commands, "AFTER_LINE_S", 0.0)
+    job = await commands._follow(object(), {}, {})  # type: ignore[arg-type]
+    assert job["state"] == "done"
+    err = capsys.readouterr().err
+    assert "screening: 1 of 2 rounds, ETA 5 s" in err
+    assert err.count("analysis and confirmation rounds running (no ETA") >= 2, err
