@@ -222,7 +222,13 @@ def coordinator() -> None:
 @_config_file("configs/coordinator.toml", "Coordinator config")
 @_verbose_option
 def coordinator_serve(config_path: Path, verbose: bool) -> None:
-    """Serve the node websocket endpoint and the admin API until interrupted."""
+    """Serve the node websocket endpoint and the admin API until interrupted.
+
+    Every field of the config is commented in configs/coordinator.toml (the detection
+    settings, confirm_max_cycles among them, also in docs/detection.md, 'Operator
+    interface'). A bad value or an unknown key stops it at start with a message naming
+    the file and the field (exit 3).
+    """
     from netcheck.coordinator.app import serve
 
     setup_logging(verbose, "coordinator")
@@ -324,10 +330,21 @@ def doctor(config_path: Path, no_selftest: bool) -> None:
 
 
 @node.command("backend", hidden=True)
-@click.option("--profile", "profile_name", required=True)
-@click.option("--port", type=int, required=True)
-@click.option("--emulate-batch-time", type=float, required=True)
-@click.option("--beta", type=float, default=1.0, show_default=True)
+@click.option("--profile", "profile_name", required=True, help="Profile name or TOML path.")
+@click.option("--port", type=int, required=True, help="Loopback port the proxies connect to.")
+@click.option(
+    "--emulate-batch-time",
+    type=float,
+    required=True,
+    help="EMULATION: seconds one batch takes on the one shared emulated GPU.",
+)
+@click.option(
+    "--beta",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Batching efficiency of the emulated GPU, 0..1 (1 = batches run one after another).",
+)
 def node_backend(profile_name: str, port: int, emulate_batch_time: float, beta: float) -> None:
     """DEMO ADVERSARY: shared inference backend behind several proxy identities."""
     from netcheck.lab.nodes import run_backend
@@ -370,7 +387,7 @@ def round_run(
         click.echo(json.dumps(report, indent=2))
     else:
         print_round(report)
-    check_round_outcome([report], fail_on_failing=fail_on_failing)
+    check_round_outcome([report], fail_on_failing=fail_on_failing, config_path=config_path)
 
 
 @main.command()

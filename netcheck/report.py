@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -79,7 +80,10 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
 
 
 def check_round_outcome(
-    reports: Sequence[Mapping[str, Any]], *, fail_on_failing: bool = False
+    reports: Sequence[Mapping[str, Any]],
+    *,
+    fail_on_failing: bool = False,
+    config_path: Path | None = None,
 ) -> None:
     """Raise when round reports checked nobody, or (if asked) when a node failed.
 
@@ -88,6 +92,7 @@ def check_round_outcome(
             ``verdicts`` (``verdict``, ...) or ``counts`` (verdict -> number, as the
             screening report's rounds carry them) and ``profile``.
         fail_on_failing: also raise :class:`NodesFailed` for a failing verdict.
+        config_path: the command's coordinator config, named in the build command.
 
     Raises:
         NothingChecked: at least one verdict and none checked (every node
@@ -95,6 +100,7 @@ def check_round_outcome(
         NodesFailed: ``fail_on_failing`` and some verdict other than pass/unchecked.
     """
     from netcheck.admin_client import NodesFailed, NothingChecked
+    from netcheck.references.pool import build_command, with_config
 
     verdicts = [v for r in reports for v in r.get("verdicts", ())]
     for r in reports:  # screening reports carry verdict counts per round instead
@@ -105,10 +111,9 @@ def check_round_outcome(
             f"nothing was checked: all {len(verdicts)} verdicts in {len(reports)} round(s) "
             "are 'unchecked' (no unspent canary for the nodes' fingerprints). "
             "Build references with: "
-            + "; ".join(f"netcheck reference build --profile {p} --config <coordinator.toml>"
-                        for p in profiles)
+            + "; ".join(with_config(build_command(p), config_path) for p in profiles)
             + " (see `netcheck references status`)"
-        )  # fmt: skip
+        )
     failing = [v for v in verdicts if v["verdict"] != "pass" and v["verdict"] not in NOT_CHECKED]
     if fail_on_failing and failing:
         raise NodesFailed(f"{len(failing)} failing verdict(s)")

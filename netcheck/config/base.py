@@ -5,10 +5,11 @@ path resolution against the file's folder, and the public-key text check."""
 from __future__ import annotations
 
 import base64
+import difflib
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
@@ -61,12 +62,35 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def format_error(path: Path, exc: ValidationError) -> str:
-    """One line per pydantic error: ``<file>: <field>: <message>``."""
+def _fields_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
+    """The field names of the (nested) model that ``loc`` (without its last part) points
+    into; empty when that is not a model."""
+    for part in loc:
+        field = model.model_fields.get(str(part)) if model is not None else None
+        kinds = (field.annotation, *get_args(field.annotation)) if field is not None else ()
+        models = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+        model = models[0] if models else None  # a table, or an optional table (X | None)
+    return [] if model is None else list(model.model_fields)
+
+
+def unknown_field_message(name: str, known: list[str]) -> str:
+    """The message for a key no field reads: the closest known names, if any look alike
+    (a typo such as ``confirm_max_cycle``)."""
+    close = difflib.get_close_matches(name, known, n=2, cutoff=0.75)
+    if not close:
+        return "unknown field (not a setting netcheck reads)"
+    return "unknown field; did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def format_error(path: Path, exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line per pydantic error: ``<file>: <field>: <message>``. A key that no field
+    of ``model`` reads is an *unknown field*, with the names it may be a typo of."""
     lines = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(part) for part in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden" and err["loc"]:
+            msg = unknown_field_message(str(err["loc"][-1]), _fields_at(model, err["loc"][:-1]))
         lines.append(f"{path}: {loc}: {msg}" if loc else f"{path}: {msg}")
     return "\n".join(lines)
 
@@ -100,4 +124,4 @@ def load_model(model: type[_M], path: Path, data: dict[str, Any]) -> _M:
     try:
         return model.model_validate(data, context={"base_dir": path.resolve().parent})
     except ValidationError as exc:
-        raise ConfigError(format_error(path, exc)) from None
+        raise ConfigError(format_error(path, exc, model)) from None

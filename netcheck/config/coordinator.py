@@ -220,11 +220,20 @@ class CoordinatorConfig(FileConfig):
         if not self.allowed_nodes and not self.open_enrollment:
             raise ValueError("allowed_nodes is empty; list node keys or set open_enrollment = true")
         if self.capacity_strikes > self.capacity_window:
-            raise ValueError("capacity_strikes must be <= capacity_window")
+            raise ValueError(
+                f"capacity_strikes ({self.capacity_strikes}) must be <= capacity_window "
+                f"({self.capacity_window})"
+            )
         if self.answer_failure_strikes > self.answer_failure_window:
-            raise ValueError("answer_failure_strikes must be <= answer_failure_window")
+            raise ValueError(
+                f"answer_failure_strikes ({self.answer_failure_strikes}) must be <= "
+                f"answer_failure_window ({self.answer_failure_window})"
+            )
         if self.confirm_max_cycles < self.confirm_cycles:
-            raise ValueError("confirm_max_cycles must be >= confirm_cycles")
+            raise ValueError(
+                f"confirm_max_cycles ({self.confirm_max_cycles}) must be >= confirm_cycles "
+                f"({self.confirm_cycles}, the first look)"
+            )
         return self
 
 

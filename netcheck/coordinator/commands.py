@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -129,7 +131,8 @@ def screen_run(
     Refused for a profile that cannot tell two identities on one card apart, unless
     --override-capacity gives a reason.
 
-    Shows rounds done and an ETA while it runs. Ctrl-C cancels the run on the
+    Shows rounds done and an ETA while it runs (then the time the analysis and the
+    confirmation rounds have taken: they have no ETA). Ctrl-C cancels the run on the
     coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
     no node was checked in any round (empty canary pool).
     """
@@ -150,7 +153,7 @@ def screen_run(
     rounds_run = [{**r, "profile": report["profile"]} for r in report.get("rounds", [])]
     if as_json:
         click.echo(json.dumps(report, indent=2))
-        check_round_outcome(rounds_run)
+        check_round_outcome(rounds_run, config_path=config_path)
         return
     names = held.get("names", {})
     console = report_console()
@@ -166,7 +169,7 @@ def screen_run(
         members = ", ".join(_who(m, names) for m in c["group"])
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
     console.print(flags_table(report.get("flags", []), "flags raised", names))
-    check_round_outcome(rounds_run)
+    check_round_outcome(rounds_run, config_path=config_path)
 
 
 #: Pair coverage below which the analysis line says that more rounds are needed.
@@ -244,21 +247,45 @@ async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, 
     err = Console(stderr=True)
     path = f"/admin/screening/jobs/{job['job_id']}"
     columns = (TextColumn("screening {task.fields[profile]}"), BarColumn(),
-               MofNCompleteColumn(), TextColumn("rounds  ETA {task.fields[eta]}"))  # fmt: skip
+               MofNCompleteColumn(), TextColumn("rounds  {task.fields[eta]}"))  # fmt: skip
     with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("", total=job["rounds_total"], profile=job["profile"], eta="-")
-        shown = -1
+        task = bar.add_task("", total=job["rounds_total"], profile=job["profile"], eta="ETA -")
+        shown, said_at, after_t0 = -1, 0.0, None
         while job["state"] in ("running", "cancelling"):
             await asyncio.sleep(POLL_S)
             job = await admin_request(cfg, "GET", path, timeout_s=30)
-            eta = "-" if job["eta_s"] is None else f"{job['eta_s']:.0f} s"
-            if job["rounds_done"] == job["rounds_total"] and job["state"] == "running":
-                eta = "analysing"
+            if after_t0 is None and _screening_done(job):
+                after_t0 = time.monotonic()
+            after_s = None if after_t0 is None else time.monotonic() - after_t0
+            eta = eta_text(job, after_s)
             bar.update(task, completed=job["rounds_done"], eta=eta)
-            if not err.is_terminal and job["rounds_done"] != shown:  # a log line instead
-                shown = job["rounds_done"]
-                err.print(f"screening: {shown} of {job['rounds_total']} rounds, ETA {eta}")
+            if err.is_terminal:
+                continue
+            now = time.monotonic()  # a log line instead: per round, then every AFTER_LINE_S
+            if job["rounds_done"] != shown or (after_s and now - said_at >= AFTER_LINE_S):
+                shown, said_at = job["rounds_done"], now
+                err.print(f"screening: {shown} of {job['rounds_total']} rounds, {eta}")
     return job
+
+
+#: Without a terminal, ``screen run`` repeats its progress line this often (seconds)
+#: while the analysis and the confirmation rounds run (they report no progress).
+AFTER_LINE_S = 30.0
+
+
+def _screening_done(job: Mapping[str, Any]) -> bool:
+    return bool(job["rounds_done"] == job["rounds_total"] and job["state"] == "running")
+
+
+def eta_text(job: Mapping[str, Any], after_s: float | None = None) -> str:
+    """What a screening job's progress line ends with: ``ETA <s>`` until its last
+    screening round ends; once they are all done, that the analysis and confirmation
+    rounds are running, for how long (``after_s``), and that they have no ETA (a
+    suspect group's confirmation takes from a few rounds to hundreds)."""
+    if _screening_done(job):
+        took = "" if after_s is None else f"; {after_s:.0f} s so far"
+        return f"analysis and confirmation rounds running (no ETA{took})"
+    return "ETA -" if job["eta_s"] is None else f"ETA {job['eta_s']:.0f} s"
 
 
 async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:
@@ -291,15 +318,27 @@ def flags() -> None:
     "slow (another name is an error, exit 2).",
 )
 @click.option("--status", default=None, help="confirmed, pending or cleared.")
+@click.option(
+    "--review",
+    default=None,
+    help="The analyst's review state: open, acknowledged, resolved or false-positive "
+    "(e.g. --review open: the flags nobody has looked at yet).",
+)
 @click.option("--node", "node_key", default=None, help="Only flags naming this node key.")
 @_json_option
 def flags_list(
-    config_path: Path, kind: str | None, status: str | None, node_key: str | None, as_json: bool
+    config_path: Path,
+    kind: str | None,
+    status: str | None,
+    review: str | None,
+    node_key: str | None,
+    as_json: bool,
 ) -> None:
     """List flags, newest first."""
     from urllib.parse import urlencode
 
-    params = {k: v for k, v in (("kind", kind), ("status", status), ("node", node_key)) if v}
+    filters = (("kind", kind), ("status", status), ("review", review), ("node", node_key))
+    params = {k: v for k, v in filters if v}
     path = "/admin/flags" + (f"?{urlencode(params)}" if params else "")
     data = admin_call(config_path, "GET", path)
     if as_json:
@@ -320,6 +359,9 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
         return
     console = report_console()
     console.print(flags_table([flag], f"flag {flag_id}"))
+    config = f"--config {shlex.quote(str(config_path))}"  # the commands below run as shown
+    pairs = zip(flag.get("node_keys", []), flag.get("node_names") or [], strict=False)
+    names = {k: n for k, n in pairs if n}  # the operator's display names, as in the table
     for r in flag.get("reviews", []):
         console.print(Text(f"review: {r['state']} by {r['by']} at {_when(r['at'])}: {r['note']}"))
     ev = flag.get("evidence", {})
@@ -336,7 +378,9 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
             console.print(Text(f"  {_when(o.get('at'))}: statistic {_num(o.get('statistic'))}"
                                f", {len(o.get('rounds') or [])} rounds"))  # fmt: skip
     rounds = flag.get("evidence_rounds", [])
-    console.print(f"evidence rounds: {len(rounds)} (see each with: netcheck round show ID)")
+    console.print(
+        Text(f"evidence rounds: {len(rounds)} (see each with: netcheck round show {config} ID)")
+    )
     for r in rounds:
         console.print(Text(f"  {r['round_id']}  {r['dashboard']}"))
     if links := flag.get("links"):
@@ -347,13 +391,13 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
             table.add_column(col)
         for m in section_members:
             table.add_row(
-                Text(m["node_key"]), str(m["n_coloaded"]), str(m["n_alone"]),
+                Text(_who(m["node_key"], names)), str(m["n_coloaded"]), str(m["n_alone"]),
                 _num(m.get("slowdown")), _num(m.get("t")), _num(m.get("p")),
                 "yes" if m["confirmed"] else "no",
             )  # fmt: skip
         console.print(table)
     console.print(f"receipts: {len(ev.get('receipts', []))} (session id, commitment, signature)")
-    console.print("full evidence: netcheck flags show --json " + str(flag_id))
+    console.print(Text(f"full evidence: netcheck flags show {config} --json {flag_id}"))
 
 
 def _review_command(name: str, state: str, summary: str) -> None:

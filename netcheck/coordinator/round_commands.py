@@ -26,7 +26,8 @@ def _when(ts: float | None) -> str:
 
 @click.command("list")
 @coordinator_config_option
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 10_000),
+              help="Show this many rounds (newest first).")  # fmt: skip
 @click.option("--offset", default=0, show_default=True, type=click.IntRange(0, None),
               help="Skip this many newer rounds.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")

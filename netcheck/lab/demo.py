@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -36,8 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
+
 from netcheck.admin_client import AdminError, admin_request
-from netcheck.config import CoordinatorConfig, load_coordinator_config, load_profile
+from netcheck.capacity import capacity_status
+from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
 from netcheck.lab.demo_refs import DemoReferences
 from netcheck.lab.demo_report import report_overruns, summarize
@@ -219,8 +224,42 @@ async def wait_connected(
     raise RuntimeError(f"only {connected}/{n} nodes connected after {timeout_s:.0f} s")
 
 
-async def _serve_until_interrupted(cfg: CoordinatorConfig) -> None:
+SCREEN_ROUNDS = 16
+"""Screening rounds that :func:`serve_hints` suggests (12 screening + 4 full-load: enough
+for the demo's proxy pair, whose shared GPU doubles its service time)."""
+
+
+def serve_hints(coord_path: Path, profile: Profile, nodes: int) -> list[str]:
+    """The operator commands to try against a ``--serve`` demo, each with the demo's own
+    config: the screening run needs canaries beyond the demo's rounds (``SCREEN_ROUNDS``
+    plus as many confirmation rounds, every node drawing ``canaries_max``) and, on a
+    profile whose capacity is not measured (``cpu-tiny``), ``--override-capacity``."""
+    shown = Path(os.path.relpath(coord_path)) if coord_path.is_absolute() else coord_path
+    if shown.parts[:1] == ("..",):
+        shown = coord_path
+    cfg = f"--config {shlex.quote(str(shown))}"
+    count = 2 * SCREEN_ROUNDS * nodes * profile.canaries_max
+    override = ""
+    if not capacity_status(profile).safe:
+        override = ' --override-capacity "demo: emulated GPUs"'
+    return [
+        "operator commands for this coordinator, from another shell:",
+        f"  netcheck nodes {cfg}",
+        f"  netcheck round run {cfg}",
+        f"  netcheck reference build --profile {profile.name} --count {count} {cfg}"
+        "   # canaries for the screening run",
+        f"  netcheck screen run {cfg} --rounds {SCREEN_ROUNDS}{override}"
+        "   # should flag proxy-a + proxy-b (docs/detection.md)",
+        f"  netcheck flags list {cfg}   # then: netcheck flags show {cfg} ID",
+    ]
+
+
+async def _serve_until_interrupted(
+    cfg: CoordinatorConfig, coord_path: Path, profile: Profile, nodes: int
+) -> None:
     url = f"http://127.0.0.1:{cfg.port}/dashboard/nodes?token={cfg.admin_token}"
+    for line in serve_hints(coord_path, profile, nodes):
+        console.print(Text(line))
     console.print(
         f"dashboard: [bold]{url}[/bold]\ncoordinator and nodes keep running; Ctrl-C stops"
     )
@@ -319,7 +358,7 @@ async def _run(
     ok = summarize(console, NODES, reports, names)
     report_overruns(console, procs.logs, procs.procs)
     if serve:
-        await _serve_until_interrupted(cfg)
+        await _serve_until_interrupted(cfg, coord_path, profile, len(nodes))
     return ok
 
 

@@ -26,7 +26,13 @@ from rich.text import Text
     type=click.Path(dir_okay=False, path_type=Path),
     help="Node config file (its verdict log lies next to it).",
 )
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option(
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(1, 1000),
+    help="Show the most recent this many verdicts.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
 def node_status(config_path: Path, limit: int, as_json: bool) -> None:
     """Show this node's recent verdicts (as the coordinator signed them)."""
@@ -89,7 +95,13 @@ def node_status(config_path: Path, limit: int, as_json: bool) -> None:
     "--coordinator-key", required=True, help="The coordinator's public key (ed25519:...)."
 )
 @click.option("--profile", "profile_name", required=True, help="Profile every card claims.")
-@click.option("--first-card", default=0, show_default=True, type=click.IntRange(0, 63))
+@click.option(
+    "--first-card",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 63),
+    help="Index of the first card: configs for cuda:FIRST .. cuda:FIRST+CARDS-1.",
+)
 def node_setup(
     cards: int, host: str | None, out_dir: Path, coordinator_url: str,
     coordinator_key: str, profile_name: str, first_card: int,

@@ -55,6 +55,7 @@ def references_status(config_path: Path, as_json: bool) -> None:
     A fingerprint with no unspent reference leaves its nodes unchecked; the command
     that builds more is printed under the table.
     """
+    from netcheck.references.pool import build_command, with_config
     from netcheck.report import console
 
     live = True
@@ -69,8 +70,8 @@ def references_status(config_path: Path, as_json: bool) -> None:
         return
     out = console()
     if not entries:
-        out.print("no references stored: build them with "
-                  "`netcheck reference build --profile NAME --config <coordinator.toml>`")  # fmt: skip
+        command = with_config(build_command("NAME"), config_path)
+        out.print(Text(f"no references stored: build them with `{command}`"))
         return
     out.print(pool_table(entries, "canary pool" + ("" if live else " (database only)")))
     for e in entries:
@@ -78,5 +79,5 @@ def references_status(config_path: Path, as_json: bool) -> None:
             what = "empty" if e["state"] == "empty" else f"low ({e['rounds_left']} rounds left)"
             out.print(
                 Text(f"{e['profile']} / {str(e['fingerprint_id'])[:12]}: {what}; "
-                     f"build more: {e['build_command']}")
+                     f"build more: {with_config(e['build_command'], config_path)}")
             )  # fmt: skip

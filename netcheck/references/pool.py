@@ -13,8 +13,10 @@ none is connected, so an idle pool still reads in rounds).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from netcheck.config import Profile
@@ -23,9 +25,23 @@ from netcheck.config import Profile
 LOW_POOL_ROUNDS = 10
 
 
-def build_command(profile: str) -> str:
+#: Stands for the coordinator config in :func:`build_command` where the surface does not
+#: know its path (admin API, dashboard); the CLI puts its ``--config`` there
+#: (:func:`with_config`), since a shell reads ``<coordinator.toml>`` as a redirection.
+CONFIG_PLACEHOLDER = "<coordinator.toml>"
+
+
+def build_command(profile: str, config: str = CONFIG_PLACEHOLDER) -> str:
     """The command that adds references for ``profile`` (shown wherever a pool is short)."""
-    return f"netcheck reference build --profile {profile} --config <coordinator.toml>"
+    return f"netcheck reference build --profile {profile} --config {config}"
+
+
+def with_config(text: str, config_path: Path | None) -> str:
+    """``text`` with :data:`CONFIG_PLACEHOLDER` replaced by ``config_path`` (shell-quoted),
+    so that a printed command runs as shown; unchanged without a path."""
+    if config_path is None:
+        return text
+    return text.replace(CONFIG_PLACEHOLDER, shlex.quote(str(config_path)))
 
 
 @dataclass(frozen=True)

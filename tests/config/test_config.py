@@ -96,9 +96,21 @@ def test_nested_field_named(tmp_path: Path) -> None:
 
 
 def test_unknown_field_rejected(tmp_path: Path) -> None:
-    """Unknown fields are errors, not silently ignored."""
+    """Unknown fields are errors, not silently ignored; a typo names the field it is
+    probably meant to be, in a nested table too."""
     path = write(tmp_path / "x.toml", "batch_sise = 3\n" + PROFILE)
-    with pytest.raises(ConfigError, match="batch_sise: Extra inputs are not permitted"):
+    with pytest.raises(ConfigError) as err:
+        load_profile(path)
+    assert str(err.value) == f"{path}: batch_sise: unknown field; did you mean 'batch_size'?"
+    path = write(tmp_path / "x.toml", PROFILE.replace("t_ref_s", "t_reff_s"))
+    with pytest.raises(
+        ConfigError, match=r"deadline\.t_reff_s: unknown field; did you mean 't_ref_s'"
+    ):
+        load_profile(path)
+    path = write(tmp_path / "x.toml", "colour = 3\n" + PROFILE)
+    with pytest.raises(
+        ConfigError, match="colour: unknown field \\(not a setting netcheck reads\\)$"
+    ):
         load_profile(path)
 
 
@@ -257,6 +269,24 @@ def extra(line: str) -> tuple[str, str]:
         ),
         (extra("max_message_bytes = 1e14"), "max_message_bytes: Input should be"),
         (extra("max_message_bytes = 67108865"), "max_message_bytes: Input should be less"),
+        (
+            extra("confirm_max_cycle = 64"),
+            "confirm_max_cycle: unknown field; did you mean 'confirm_max_cycles' or "
+            "'confirm_cycles'?",
+        ),
+        (extra("confirm_max_cycles = 2"), "confirm_max_cycles: Input should be greater than"),
+        (
+            extra("confirm_max_cycles = 4"),
+            "confirm_max_cycles (4) must be >= confirm_cycles (8, the first look)",
+        ),
+        (
+            extra("capacity_strikes = 9\ncapacity_window = 8"),
+            "capacity_strikes (9) must be <= capacity_window (8)",
+        ),
+        (
+            extra("answer_failure_strikes = 9"),
+            "answer_failure_strikes (9) must be <= answer_failure_window (8)",
+        ),
         (
             extra('node_names = { "bob" = "x" }'),
             "node_names: not a public key of the form ed25519:<43 base64url chars>: 'bob'",

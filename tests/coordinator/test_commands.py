@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 
 def test_cli_groups_have_commands() -> None:
     """``screen run``, ``flags list`` and ``flags show`` exist with their options."""
@@ -60,3 +64,108 @@ def test_analysis_line_is_plain_about_its_level() -> None:
     assert "linked only with probability 0.81 after 16; 22 screening rounds give 0.95" in line
     enough = {**seven, "n_rounds": 24}
     assert "Too few screening rounds" not in analysis_line(enough)
+
+
+def test_flags_show_prints_commands_that_run_as_shown(tmp_path: Path) -> None:
+    """The follow-up commands that ``flags show`` prints carry its --config (another
+    coordinator's config would otherwise be read), and the per-member table names
+    members as the flags table does."""
+    import pytest
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    key = "ed25519:" + "A" * 43
+    flag = {
+        "flag_id": 5, "kind": "shared-backend", "status": "confirmed", "profile": "p",
+        "node_keys": [key], "node_names": ["proxy-a"], "statistic": 1e-9, "threshold": 1e-5,
+        "created_at": 0.0, "evidence_rounds": [], "evidence": {"confirmation": {"rounds": [],
+        "members": [{"node_key": key, "n_coloaded": 8, "n_alone": 8, "slowdown": 2.0,
+                     "t": 9.0, "p": 1e-9, "confirmed": True}]}},
+    }  # fmt: skip
+    cfg = tmp_path / "my dir" / "coordinator.toml"
+    cfg.parent.mkdir()
+    cfg.write_text("")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(commands, "admin_call", lambda *a, **k: flag)
+    try:
+        result = CliRunner().invoke(
+            commands.flags, ["show", "5", "--config", str(cfg)], terminal_width=400
+        )
+    finally:
+        mp.undo()
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert f"netcheck flags show --config '{cfg}' --json 5" in out
+    assert f"netcheck round show --config '{cfg}' ID" in out
+    assert f"proxy-a ({key})" in out.split("confirmation per member")[1]
+
+
+def test_flags_list_filters_by_review_state() -> None:
+    """``flags list --review open`` asks the API for the flags nobody has reviewed yet
+    (``GET /admin/flags?review=open``), alongside the other filters."""
+    import pytest
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    asked: list[str] = []
+
+    def fake_call(config: object, method: str, path: str, *a: object, **k: object) -> object:
+        asked.append(path)
+        return {"flags": []}
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(commands, "admin_call", fake_call)
+    try:
+        args = ["list", "--review", "open", "--kind", "slow", "--json"]
+        result = CliRunner().invoke(commands.flags, args)
+    finally:
+        mp.undo()
+    assert result.exit_code == 0, result.output
+    assert asked == ["/admin/flags?kind=slow&review=open"]
+
+
+def test_eta_text_says_confirmation_has_no_eta() -> None:
+    """Before the last screening round ends: its ETA; after: that the analysis and
+    confirmation rounds run, how long so far, and that they have no ETA (the line said
+    'ETA analysing' for the minutes confirmation takes)."""
+    from netcheck.coordinator.commands import eta_text
+
+    job = {"rounds_done": 3, "rounds_total": 16, "state": "running", "eta_s": 41.2}
+    assert eta_text(job) == "ETA 41 s"
+    assert eta_text({**job, "eta_s": None}) == "ETA -"
+    done = {**job, "rounds_done": 16, "eta_s": None}
+    assert eta_text(done) == "analysis and confirmation rounds running (no ETA)"
+    assert eta_text(done, 95.4) == "analysis and confirmation rounds running (no ETA; 95 s so far)"
+
+
+async def test_screen_run_keeps_saying_it_is_confirming(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a terminal, the progress line is repeated while the confirmation rounds
+    run, so a long confirmation does not look like a hang."""
+    from netcheck.coordinator import commands
+
+    base = {"job_id": "s1", "profile": "p", "rounds_total": 2, "eta_s": None}
+    states = iter([
+        {**base, "state": "running", "rounds_done": 1, "eta_s": 5.0},
+        {**base, "state": "running", "rounds_done": 2},
+        {**base, "state": "running", "rounds_done": 2},
+        {**base, "state": "running", "rounds_done": 2},
+        {**base, "state": "done", "rounds_done": 2, "report": {}},
+    ])  # fmt: skip
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        return {"known": []} if path == "/admin/nodes" else next(states)
+
+    monkeypatch.setattr(commands, "admin_request", fake_request)
+    monkeypatch.setattr(commands, "POLL_S", 0.0)
+    monkeypatch.setattr(commands, "AFTER_LINE_S", 0.0)
+    job = await commands._follow(object(), {}, {})  # type: ignore[arg-type]
+    assert job["state"] == "done"
+    err = capsys.readouterr().err
+    assert "screening: 1 of 2 rounds, ETA 5 s" in err
+    assert err.count("analysis and confirmation rounds running (no ETA") >= 2, err

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from netcheck.lab.demo import DEMO_MARKER, prepare_workdir, run_demo
 
 
@@ -32,3 +34,30 @@ def test_new_empty_and_own_folders_are_prepared(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     assert prepare_workdir(empty) is None
+
+
+def test_serve_hints_name_the_demo_config_and_what_screening_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``demo --serve`` prints commands that run as shown against the demo's coordinator:
+    its config (relative when below the current folder, else whole and shell-quoted),
+    enough canaries for the screening run, and --override-capacity on cpu-tiny, whose
+    capacity is unmeasured (screen run is refused without it)."""
+    from netcheck.config import load_profile
+    from netcheck.lab.demo import SCREEN_ROUNDS, serve_hints
+
+    monkeypatch.chdir(tmp_path)
+    profile = load_profile("cpu-tiny")
+    lines = serve_hints(tmp_path / "demo-run" / "coordinator.toml", profile, nodes=7)
+    text = "\n".join(lines)
+    commands = [line.split("#")[0].strip() for line in lines[1:]]
+    assert all(c.startswith("netcheck ") for c in commands)
+    assert all("--config demo-run/coordinator.toml" in c for c in commands)
+    count = 2 * SCREEN_ROUNDS * 7 * profile.canaries_max
+    assert f"netcheck reference build --profile cpu-tiny --count {count} --config" in text
+    assert (
+        f"netcheck screen run --config demo-run/coordinator.toml --rounds {SCREEN_ROUNDS} " in text
+    )
+    assert '--override-capacity "demo: emulated GPUs"' in text
+    elsewhere = serve_hints(Path("/other/my demo/coordinator.toml"), profile, nodes=7)
+    assert "  netcheck nodes --config '/other/my demo/coordinator.toml'" in elsewhere

@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from netcheck.lab.testing import small_profile
-from netcheck.references.pool import LOW_POOL_ROUNDS, pool_status, shortest
+from netcheck.references.pool import (
+    LOW_POOL_ROUNDS,
+    build_command,
+    pool_status,
+    shortest,
+    with_config,
+)
 from netcheck.storage import ReferenceRow, Store
 
 PROFILE = small_profile("p", canaries_max=2, batch_size=4)
@@ -42,3 +48,16 @@ def test_store_counts_per_profile_and_fingerprint(tmp_path: Path) -> None:
         {"profile": "p", "fingerprint_id": "fb", "total": 1, "unspent": 0},
     ]
     store.close()
+
+
+def test_build_command_names_the_callers_config() -> None:
+    """Surfaces that know the coordinator config (the CLI) print a command that runs as
+    shown, the path shell-quoted; others keep the placeholder."""
+    assert build_command("p").endswith("--config <coordinator.toml>")
+    assert with_config(build_command("p"), None) == build_command("p")
+    assert with_config(build_command("p"), Path("etc/c.toml")) == (
+        "netcheck reference build --profile p --config etc/c.toml"
+    )
+    assert with_config(build_command("p"), Path("my dir/c.toml")).endswith(
+        "--config 'my dir/c.toml'"
+    )
