@@ -96,10 +96,11 @@ class CoordinatorConfig(FileConfig):
     confirm_cycles: int = Field(default=8, ge=3)
     """Confirmation cycles (group, then each member alone) before the first look; later
     looks come at doubling cumulative cycles (16, 32, ...)."""
-    confirm_max_cycles: int = Field(default=256, ge=3)
+    confirm_max_cycles: int = Field(default=256, ge=3, le=4096)
     """Cycles before a suspect group is cleared (a group phase also stops early when all
     members pass, or, from its second look, when fewer than 2 are even estimated above
-    the floor). 256 since session 7 (128 before): looks at 8 ... 256 cycles; pairs whose
+    the floor). At most 4096 (a pair's run of 12,288 rounds; more is a typo, not a
+    setting). 256 since session 7 (128 before): looks at 8 ... 256 cycles; pairs whose
     slowdown sits near the floor pass in one attempt more often (docs/detection.md
     "Session 7")."""
     confirm_pool_rounds: int = Field(default=4096, ge=0)

@@ -275,6 +275,7 @@ def extra(line: str) -> tuple[str, str]:
             "'confirm_cycles'?",
         ),
         (extra("confirm_max_cycles = 2"), "confirm_max_cycles: Input should be greater than"),
+        (extra("confirm_max_cycles = 100000000"), "confirm_max_cycles: Input should be less than"),
         (
             extra("confirm_max_cycles = 4"),
             "confirm_max_cycles (4) must be >= confirm_cycles (8, the first look)",
