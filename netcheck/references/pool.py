@@ -31,9 +31,10 @@ LOW_POOL_ROUNDS = 10
 CONFIG_PLACEHOLDER = "<coordinator.toml>"
 
 
-def build_command(profile: str, config: str = CONFIG_PLACEHOLDER) -> str:
-    """The command that adds references for ``profile`` (shown wherever a pool is short)."""
-    return f"netcheck reference build --profile {profile} --config {config}"
+def build_command(profile: str) -> str:
+    """The command that adds references for ``profile`` (shown wherever a pool is short),
+    with :data:`CONFIG_PLACEHOLDER` for the config (:func:`with_config` fills it in)."""
+    return f"netcheck reference build --profile {profile} --config {CONFIG_PLACEHOLDER}"
 
 
 def with_config(text: str, config_path: Path | None) -> str:
