@@ -2,11 +2,12 @@
 
 What it measures: the power and the cost of a single
 :class:`~netcheck.analysis.confirm_run.ConfirmationRun` (attempt 1, nothing pooled) on
-the pairs of a :mod:`benchmarks.detection` scenario's simulated population, for the
-look-spending rules and caps of the confirmation design (docs/detection.md
-"Confirmation", "Session 7"): ``equal`` = each look at ``1 / looks`` of the level
-(sessions 5-6), ``information`` = each look at the share of the cycles it adds (session
-7); cap 128 or 256 cycles. The full benchmark (``benchmarks/detection.py``) measures
+the pairs of a :mod:`benchmarks.detection` scenario's simulated population (rounds
+simulated and read as stored rows, :func:`netcheck.lab.sim.pipeline.confirm_members`),
+for the look-spending rules and caps of the confirmation design (docs/detection.md
+"Confirmation", "Session 7"): ``equal`` = each look at ``1 / looks`` of the level (the
+default), ``information`` = each look at the share of the cycles it adds (measured,
+not the default); cap 128 (sessions 5-6) or 256 cycles (session 7). The full benchmark (``benchmarks/detection.py``) measures
 these through the whole loop, where one different confirmation changes every random
 draw after it, so its cells differ by a pair or two at random; this one runs every
 variant on the same pairs with the same random stream per pair and variant, so the
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 import time
 from pathlib import Path
@@ -36,37 +36,26 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import detection  # noqa: E402  (the scenarios of the full benchmark)
 
-from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig  # noqa: E402
-from netcheck.analysis.confirm_run import ConfirmationRun  # noqa: E402
+from netcheck.analysis.confirm import ConfirmConfig  # noqa: E402
+from netcheck.lab.sim.pipeline import PipelineConfig, confirm_members  # noqa: E402
 from netcheck.lab.sim.population import Population, make_population  # noqa: E402
 
 VARIANTS: dict[str, tuple[ConfirmConfig, int]] = {
     "equal/128": (ConfirmConfig(look_spending="equal"), 128),  # sessions 5-6 (baseline)
-    "information/128": (ConfirmConfig(), 128),
-    "equal/256": (ConfirmConfig(look_spending="equal"), 256),
-    "information/256": (ConfirmConfig(), 256),  # session 7 default
+    "information/128": (ConfirmConfig(look_spending="information"), 128),
+    "equal/256": (ConfirmConfig(look_spending="equal"), 256),  # session 7 default
+    "information/256": (ConfirmConfig(look_spending="information"), 256),
 }
 
 
 def one_run(
     pop: Population, pair: tuple[str, str], cfg: ConfirmConfig, cap: int, rng: np.random.Generator
 ) -> tuple[bool, int]:
-    """One attempt on ``pair`` (rounds simulated by ``pop.service_times``): (flagged,
-    rounds run)."""
-    idx = {k: i for i, k in enumerate(pop.node_keys)}
-    run = ConfirmationRun(pair, 8, cap, cfg)
-    n = 0
-    while not run.done:
-        block = []
-        for load in run.next_block():
-            bits = np.zeros(len(pop.node_keys), dtype=bool)
-            bits[[idx[k] for k in load]] = True
-            s = pop.service_times(bits, rng)
-            n += 1
-            values = {k: math.log(s[idx[k]]) for k in load if not math.isnan(s[idx[k]])}
-            block.append(ConfirmationObservation(f"r{n}", frozenset(load), values))
-        run.add(block)
-    return bool(run.flags), n
+    """One attempt on ``pair`` (:func:`~netcheck.lab.sim.pipeline.confirm_members`, 8
+    cycles before the first look, cap ``cap``): (flagged, rounds run)."""
+    pipe = PipelineConfig(confirm=cfg, confirm_cycles=8, confirm_max_cycles=cap)
+    run, rounds = confirm_members(pop, pair, pipe, rng, pipe.deadline_factor * pop.spec.t_ref_s)
+    return bool(run.flags), rounds
 
 
 def main() -> None:

@@ -83,8 +83,8 @@ class ConfirmConfig:
       the phase at its level whatever the correlation between looks. Measured
       (``benchmarks/confirm_power.py``, session 7): with a cap of 128 cycles
       information spending raises one attempt's power on pairs near the floor (plain
-      beta 0.3: 0.79 -> 0.83) but costs easy pairs rounds (plain: +10%); with the cap
-      of 256, equal shares reach the same power (0.96 / 0.95) with 7-16% fewer rounds
+      beta 0.3: 0.79 -> 0.83) but costs easy pairs rounds (plain: +17%); with the cap
+      of 256, equal shares reach the same power (0.92 / 0.93) with 6-18% fewer rounds
       on the easier pairs, so ``"equal"`` stays the default.
     """
 

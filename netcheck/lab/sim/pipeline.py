@@ -111,11 +111,15 @@ def simulate_screening(
     return Screening(secret, round_ids, tuple(rows))
 
 
-def _confirm(
+def confirm_members(
     population: Population, members: Sequence[str], cfg: PipelineConfig,
     rng: np.random.Generator, deadline_s: float,
 ) -> tuple[ConfirmationRun, int]:  # fmt: skip
-    """Confirmation as the coordinator runs it (:class:`ConfirmationRun`)."""
+    """EMULATION: one confirmation attempt of ``members`` as the coordinator runs it
+    (:class:`ConfirmationRun`, ``cfg.confirm_cycles`` / ``confirm_max_cycles`` /
+    ``confirm``), each round simulated by ``population`` and read as stored rows (a
+    missing result censored at ``deadline_s``); returns the finished run and the rounds
+    it took."""
     index = {k: i for i, k in enumerate(population.node_keys)}
     run = ConfirmationRun(tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm)
     spent = 0
@@ -180,7 +184,7 @@ def run_screening(
     results = []
     spent = 0
     for group in detection.groups:
-        res, used = _confirm(population, group.members, cfg, rng, deadline_s)
+        res, used = confirm_members(population, group.members, cfg, rng, deadline_s)
         results.append(res)
         spent += used
     capacity = _capacity(population, cfg, rng)
