@@ -195,12 +195,13 @@ def analysis_line(analysis: Mapping[str, Any]) -> str:
         f"spread over {pairs} pairs; a suspect group is flagged only after confirmation "
         "rounds)"
     )
-    coverage = pair_coverage(rounds)
+    q = float(analysis.get("load_probability", 0.5))  # absent: a coordinator before session 8
+    coverage = pair_coverage(rounds, probability=q)
     if coverage < COVERAGE_TARGET:
         line += (
             f". Too few screening rounds to see every pair: two identities on one card can "
             f"be linked only with probability {coverage:.2f} after {rounds}; "
-            f"{rounds_for_coverage(COVERAGE_TARGET)} screening rounds give "
+            f"{rounds_for_coverage(COVERAGE_TARGET, probability=q)} screening rounds give "
             f'{COVERAGE_TARGET:.2f} (docs/detection.md, "Rounds needed")'
         )
     return line

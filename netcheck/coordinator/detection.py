@@ -6,7 +6,8 @@ docs/detection.md describes the method; the statistics are the pure functions of
 them to live rounds and to storage:
 
 1. **Screening rounds** (:meth:`Screening.screening_round`): each node connected with
-   the profile is loaded with probability 1/2 from the secret schedule
+   the profile is loaded with probability ``screening_load_probability`` (2/3) from
+   the secret schedule
    (:func:`netcheck.analysis.schedule.screening_plan`, keyed by the coordinator's
    ``schedule_secret_file`` and the round id); every ``screening_full_every``-th round
    loads every node (a full-load capacity round). A background timer can run them
@@ -45,14 +46,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from netcheck.analysis import evidence as ev
 from netcheck.analysis.alone import AloneConfig
-from netcheck.analysis.coins import COIN_RULE, HMAC_RULE
+from netcheck.analysis.coins import COIN_RULE
 from netcheck.analysis.confirm import (
     ConfirmationObservation,
     ConfirmConfig,
 )
 from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
-from netcheck.analysis.schedule import MIN_SECRET_BYTES
+from netcheck.analysis.schedule import MIN_SECRET_BYTES, rule_name
 from netcheck.analysis.screening import (
     SCREEN_KINDS,
     Analysis,
@@ -197,8 +198,9 @@ class Screening:
                 self.coord, profile_name, kind=RoundKind.FULL, rule="all", context=context
             )
         return await run_round(
-            self.coord, profile_name, load=hmac_load_rule(self.secret), kind=RoundKind.SCREENING,
-            rule=HMAC_RULE, context=context,
+            self.coord, profile_name, kind=RoundKind.SCREENING, context=context,
+            load=hmac_load_rule(self.secret, self.config.screening_load_probability),
+            rule=rule_name(self.config.screening_load_probability),
         )  # fmt: skip
 
     async def run(
@@ -278,6 +280,7 @@ class Screening:
                     "flag_ids": []}  # fmt: skip
         analysis = await asyncio.to_thread(analyse, stored, deadline_s, self.detector)
         summary = ev.detection_summary(analysis)
+        summary["load_probability"] = self.config.screening_load_probability
         screened = stored  # the slowness test reads screening rounds only (its docstring)
         if any(stored.kinds.get(r) == RoundKind.CONFIRMATION for r in stored.round_ids):
             screened = await asyncio.to_thread(
