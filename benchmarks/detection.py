@@ -37,8 +37,8 @@ persistent-slowness test flagging by itself (``SlownessConfig.direct_flags``, th
 behaviour before session 6); ``s6`` = the end of session 6 (a confirmation cap of 128
 cycles; the alone stage's sign-test nomination, one alone attempt per analysis);
 ``s6alone`` = current defaults with session 6's alone stage only; ``s7`` = the end of
-session 7 (screening load probability 1/2, nomination FDR 0.25; the "before" of session
-8); ``fdr75`` / ``p23`` = current defaults with session 7's load probability / FDR; ``info`` = current
+session 7 (nomination FDR 0.25; the "before" of session 8); ``p23`` = current defaults
+with screening load probability 2/3 (``screening_load_probability``); ``info`` = current
 defaults with information look spending (``ConfirmConfig.look_spending``); ``s5a`` =
 current defaults with the mutual test's BH family of every testable pair
 (``DetectorConfig.mutual_fdr_family = "all"``); all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
@@ -47,10 +47,10 @@ half of a round's loaded nodes.
 Goals (printed and checked at the end, each with its status; ``--check`` exits 1 when
 one is missed): G1 plain and jitter farms of 2 found >= 0.95 in every scenario of the
 grid from the first checkpoint whose screening rounds allow it: 32 rounds (24
-screening rounds, ``pair_coverage`` 0.962 at the default load probability 2/3, 0.973 at
-1/2). The issue asked for 16 rounds, but 16 rounds are 12 screening rounds (every 4th is
+screening rounds, ``pair_coverage`` 0.973 at the default load probability 1/2, 0.962 at
+2/3). The issue asked for 16 rounds, but 16 rounds are 12 screening rounds (every 4th is
 a full round), after which a pair has the >= 2 rounds in each of the three arms that any
-link needs with probability ``pair_coverage(12)`` = 0.585 (0.558 at 1/2): no detector
+link needs with probability ``pair_coverage(12)`` = 0.558 (0.585 at 2/3): no detector
 can reach 0.95 there; the 16-round figure
 is printed beside it. G2 every farm on a backend of the claimed class caught by 32
 rounds; G3 found and caught never fall as rounds grow; G4 zero confirmed false flags
@@ -265,13 +265,12 @@ CONFIGS: dict[str, Any] = {
         load_probability=0.5,
         detector=DetectorConfig(mutual_fdr=0.25),
     ),
-    # the behaviour at the end of session 7 (the "before" of session 8, same run):
-    # screening load probability 1/2, the mutual test's nomination at FDR 0.25
-    "s7": lambda: LiveConfig(load_probability=0.5, detector=DetectorConfig(mutual_fdr=0.25)),
-    # current defaults but the load probability of session 7 (1/2): the FDR change alone
-    "fdr75": lambda: LiveConfig(load_probability=0.5),
-    # current defaults but the nomination FDR of session 7 (0.25): the load change alone
-    "p23": lambda: LiveConfig(detector=DetectorConfig(mutual_fdr=0.25)),
+    # the behaviour at the end of session 7 (the "before" of session 8, same run): the
+    # mutual test's nomination at FDR 0.25
+    "s7": lambda: LiveConfig(detector=DetectorConfig(mutual_fdr=0.25)),
+    # current defaults with screening load probability 2/3 (measured in session 8, not
+    # the default: the capacity and alone floors assume about 1/2)
+    "p23": lambda: LiveConfig(load_probability=2 / 3),
     # current defaults but the session-6 alone stage only (the alone7 change's baseline)
     "s6alone": lambda: LiveConfig(alone=AloneConfig(nominate_test="sign", max_attempts=1)),
     # current defaults but each confirmation look at the share of the cycles it adds

@@ -6,7 +6,7 @@ docs/detection.md describes the method; the statistics are the pure functions of
 them to live rounds and to storage:
 
 1. **Screening rounds** (:meth:`Screening.screening_round`): each node connected with
-   the profile is loaded with probability ``screening_load_probability`` (2/3) from
+   the profile is loaded with probability ``screening_load_probability`` (1/2) from
    the secret schedule
    (:func:`netcheck.analysis.schedule.screening_plan`, keyed by the coordinator's
    ``schedule_secret_file`` and the round id); every ``screening_full_every``-th round

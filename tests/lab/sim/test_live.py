@@ -70,10 +70,10 @@ def test_padded_pairs_near_the_floor_are_caught_alone() -> None:
     mostly caught by 32 rounds once slowness nominees are judged on rounds loading them
     alone (floor 1.2); without the alone stage most escape; no honest node is flagged.
     (A pair on a card faster than the class pads to within the floor and escapes both.)
-    The baseline runs at load probability 1/2, as before the alone stage: at 2/3 a
-    co-hosted honest node's partner is loaded in most of its rounds, its median
-    screening ratio sits at the coupling (1.2 x its card), and the screening floor
-    alone (a rejection flags without the alone stage) flags slow honest cards."""
+    Both at load probability 1/2 (named: at 2/3 a co-hosted honest node's partner is
+    loaded in most of its rounds, its median screening ratio sits at the coupling, 1.2 x
+    its card, and the screening floor without the alone stage flags slow honest
+    cards)."""
     spec = PopulationSpec(n_nodes=40, farm_sizes=(2, 2, 2, 2), cohosted_pairs=6,
                           benign_coupling=0.2, adversary="pad", beta=0.3)  # fmt: skip
     caught = {"alone": 0, "before": 0}
@@ -109,7 +109,7 @@ def test_a_promising_alone_attempt_is_followed_by_the_next_in_the_simulator() ->
         snap = sim.run([16])[0]
         assert snap.analyses == 1 and not snap.slow & pop.honest
         got[tries] = (snap.slow, dict(sim.state.alone_attempts), snap.confirmation_rounds)
-    nominees = set(got[3][1])  # padded identities only (2 farms at load probability 2/3)
+    nominees = set(got[3][1])  # padded identities only
     assert len(nominees) >= 2 and nominees <= {k for f in pop.farms for k in f}
     assert got[3] == (nominees, dict.fromkeys(nominees, 3), 24 * len(nominees))
     assert got[1] == (frozenset(), dict.fromkeys(nominees, 1), 8 * len(nominees))
