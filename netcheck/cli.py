@@ -394,14 +394,26 @@ def round_run(
 @coordinator_config_option
 @click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
 def nodes(config_path: Path, as_json: bool) -> None:
-    """List nodes connected to the running coordinator."""
+    """List nodes connected to the running coordinator (and those seen before).
+
+    With no node connected it says so in one line, naming the coordinator asked and
+    the command a node operator runs to join.
+    """
+    from netcheck.admin_client import coordinator_label, load_admin_config, node_endpoint
     from netcheck.report import print_nodes
 
     data = admin_call(config_path, "GET", "/admin/nodes")
     if as_json:
         click.echo(json.dumps(data, indent=2))
-    else:
+        return
+    if data["known"] or data["connected"]:
         print_nodes(data)
+    if not data["connected"]:
+        click.echo(
+            f"no node connected to {coordinator_label(config_path)}; a node operator joins "
+            "with `netcheck node run --config node.toml` (coordinator_url = "
+            f"{node_endpoint(load_admin_config(config_path))} in that file)"
+        )
 
 
 # -- demo ------------------------------------------------------------------------------

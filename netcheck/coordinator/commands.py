@@ -32,6 +32,7 @@ from netcheck.admin_client import (
     admin_call,
     admin_request,
     coordinator_config_option,
+    coordinator_label,
 )
 from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
 from netcheck.config import CoordinatorConfig
@@ -343,8 +344,14 @@ def flags_list(
     data = admin_call(config_path, "GET", path)
     if as_json:
         click.echo(json.dumps(data, indent=2))
-    else:
+    elif data["flags"]:
         report_console().print(flags_table(data["flags"]))
+    else:
+        matching = " matching " + ", ".join(f"{k}={v}" for k, v in params.items()) if params else ""
+        click.echo(
+            f"no flags{matching} on {coordinator_label(config_path)}; every round's checks and "
+            f"`netcheck screen run --config {shlex.quote(str(config_path))}` raise them"
+        )
 
 
 @flags.command("show")

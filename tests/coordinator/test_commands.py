@@ -169,3 +169,54 @@ async def test_screen_run_keeps_saying_it_is_confirming(
     err = capsys.readouterr().err
     assert "screening: 1 of 2 rounds, ETA 5 s" in err
     assert err.count("analysis and confirmation rounds running (no ETA") >= 2, err
+
+
+def _config(tmp_path: Path) -> Path:
+    cfg = tmp_path / "coordinator.toml"
+    cfg.write_text(
+        'port = 8471\nidentity_key = "k.pem"\nopen_enrollment = true\n'
+        'admin_token = "a-test-token-of-some-length"\nprofiles = ["cpu-tiny"]\n'
+    )
+    return cfg
+
+
+def test_flags_list_without_flags_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No flag: one line naming the coordinator asked, the filters and what raises flags,
+    not an empty table; exit 0."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    monkeypatch.setattr(commands, "admin_call", lambda *a, **k: {"flags": []})
+    cfg = _config(tmp_path)
+    result = CliRunner().invoke(commands.flags, ["list", "--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1 and "┃" not in result.output, result.output
+    assert f"no flags on the coordinator at http://127.0.0.1:8471 ({cfg})" in result.output
+    assert f"`netcheck screen run --config {cfg}`" in result.output
+    args = ["list", "--config", str(cfg), "--kind", "slow", "--review", "open"]
+    result = CliRunner().invoke(commands.flags, args)
+    assert "no flags matching kind=slow, review=open on the coordinator" in result.output
+
+
+def test_round_list_without_rounds_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No stored round: one line with the command that runs one; an offset past the
+    end says how many are stored."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import round_commands
+
+    answer = {"rounds": [], "total": 0}
+    monkeypatch.setattr(round_commands, "admin_call", lambda *a, **k: answer)
+    cfg = _config(tmp_path)
+    result = CliRunner().invoke(round_commands.round_list, ["--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1 and "┃" not in result.output, result.output
+    assert f"no rounds stored on the coordinator at http://127.0.0.1:8471 ({cfg})" in result.output
+    assert f"`netcheck round run --config {cfg}`" in result.output
+    answer["total"] = 3
+    args = ["--config", str(cfg), "--offset", "5"]
+    result = CliRunner().invoke(round_commands.round_list, args)
+    assert result.exit_code == 0, result.output
+    assert "no rounds after the newest 5: the coordinator at" in result.output
+    assert "stores 3" in result.output
