@@ -1,7 +1,7 @@
 """The ``netcheck`` command line (click).
 
-Groups: ``keygen``, ``model synth``, ``reference build``, ``coordinator serve``,
-``node run``, ``round run``, ``nodes``, ``demo``. Every command has ``--help``.
+Groups: ``keygen``, ``model synth``, ``reference build``, ``coordinator serve`` and
+``check``, ``node run``, ``round run``, ``nodes``, ``demo``. Every command has ``--help``.
 Errors netcheck raises on purpose (:class:`~netcheck.errors.NetcheckError`) are printed
 as one line and exit with the status :func:`netcheck.exitcodes.exit_code_for` gives
 (docs/admin-api.md, "Exit codes"); anything else is a bug and shows a traceback.
@@ -460,12 +460,14 @@ def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
 
 def _register_subcommands() -> None:
     from netcheck.coordinator.commands import flags, screen
+    from netcheck.coordinator.preflight import coordinator_check
     from netcheck.coordinator.round_commands import round_list, round_show
     from netcheck.engines.commands import engine
     from netcheck.node.commands import node_setup, node_status
     from netcheck.receipts import receipt
     from netcheck.references.commands import references_status
 
+    coordinator.add_command(coordinator_check)
     node.add_command(node_status)
     node.add_command(node_setup)
     reference.add_command(references_status)

@@ -17,6 +17,7 @@ COMMANDS = [
     ["model", "synth"],
     ["reference", "build"],
     ["coordinator", "serve"],
+    ["coordinator", "check"],
     ["node", "run"],
     ["round", "run"],
     ["nodes"],
