@@ -132,8 +132,8 @@ def screen_run(
     Refused for a profile that cannot tell two identities on one card apart, unless
     --override-capacity gives a reason.
 
-    Shows rounds done and an ETA while it runs (then the time the analysis and the
-    confirmation rounds have taken: they have no ETA). Ctrl-C cancels the run on the
+    Shows rounds done and an ETA while it runs, then the confirmation: rounds run so
+    far, suspect groups under test and settled, and the time taken (it has no ETA). Ctrl-C cancels the run on the
     coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
     no node was checked in any round (empty canary pool).
     """
@@ -247,11 +247,13 @@ async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, 
     held["names"] = await _names(cfg)
     err = Console(stderr=True)
     path = f"/admin/screening/jobs/{job['job_id']}"
-    columns = (TextColumn("screening {task.fields[profile]}"), BarColumn(),
-               MofNCompleteColumn(), TextColumn("rounds  {task.fields[eta]}"))  # fmt: skip
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("rounds  {task.fields[eta]}"))  # fmt: skip
     with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("", total=job["rounds_total"], profile=job["profile"], eta="ETA -")
-        shown, said_at, after_t0 = -1, 0.0, None
+        task = bar.add_task(f"screening {job['profile']}", total=job["rounds_total"], eta="ETA -")
+        confirm_task = None  # a second bar once confirmation rounds run (no total: no ETA)
+        shown: tuple[Any, ...] = ()
+        said_at, after_t0 = 0.0, None
         while job["state"] in ("running", "cancelling"):
             await asyncio.sleep(POLL_S)
             job = await admin_request(cfg, "GET", path, timeout_s=30)
@@ -259,14 +261,34 @@ async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, 
                 after_t0 = time.monotonic()
             after_s = None if after_t0 is None else time.monotonic() - after_t0
             eta = eta_text(job, after_s)
+            confirming = (job.get("confirmation") or {}).get("stage") in CONFIRM_STAGES
+            if confirming and confirm_task is None:
+                confirm_task = bar.add_task(f"confirmation {job['profile']}", total=None, eta="")
+            if confirm_task is not None and job["state"] in ("running", "cancelling"):
+                rounds = job["confirmation"]["rounds_done"]  # the bar counts them itself
+                bar.update(confirm_task, completed=rounds, eta=confirm_text(job, after_s, False))
+                eta = "done"
             bar.update(task, completed=job["rounds_done"], eta=eta)
             if err.is_terminal:
                 continue
-            now = time.monotonic()  # a log line instead: per round, then every AFTER_LINE_S
-            if job["rounds_done"] != shown or (after_s and now - said_at >= AFTER_LINE_S):
-                shown, said_at = job["rounds_done"], now
-                err.print(f"screening: {shown} of {job['rounds_total']} rounds, {eta}")
+            # a log line instead: per screening round, when the confirmation's stage or
+            # groups change, and every AFTER_LINE_S
+            now, state = time.monotonic(), _line_state(job)
+            if state != shown or (after_s and now - said_at >= AFTER_LINE_S):
+                shown, said_at = state, now
+                err.print(f"screening: {job['rounds_done']} of {job['rounds_total']} rounds, "
+                          f"{eta_text(job, after_s)}", soft_wrap=True)  # fmt: skip
     return job
+
+
+#: Confirmation stages of a job that show the confirmation bar (``analysis`` runs no round).
+CONFIRM_STAGES = ("groups", "alone")
+
+
+def _line_state(job: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What, when it changes, earns a new progress line off a terminal."""
+    c = job.get("confirmation") or {}
+    return (job["rounds_done"], c.get("stage"), c.get("groups_active"), c.get("groups_done"))
 
 
 #: Without a terminal, ``screen run`` repeats its progress line this often (seconds)
@@ -280,13 +302,40 @@ def _screening_done(job: Mapping[str, Any]) -> bool:
 
 def eta_text(job: Mapping[str, Any], after_s: float | None = None) -> str:
     """What a screening job's progress line ends with: ``ETA <s>`` until its last
-    screening round ends; once they are all done, that the analysis and confirmation
-    rounds are running, for how long (``after_s``), and that they have no ETA (a
-    suspect group's confirmation takes from a few rounds to hundreds)."""
+    screening round ends; once they are all done, what the analysis and confirmation
+    are doing (:func:`confirm_text`), for how long (``after_s``), and that they have no
+    ETA (a suspect group's confirmation takes from a few rounds to hundreds); a job
+    that has ended, its state."""
+    if job["state"] not in ("running", "cancelling"):
+        return str(job["state"])
     if _screening_done(job):
-        took = "" if after_s is None else f"; {after_s:.0f} s so far"
-        return f"analysis and confirmation rounds running (no ETA{took})"
+        return confirm_text(job, after_s)
     return "ETA -" if job["eta_s"] is None else f"ETA {job['eta_s']:.0f} s"
+
+
+def confirm_text(
+    job: Mapping[str, Any], after_s: float | None = None, with_rounds: bool = True
+) -> str:
+    """The analysis and confirmation part of a job's progress, from its ``confirmation``
+    (docs/admin-api.md): the stage, confirmation rounds run so far in this job (unless
+    ``with_rounds`` is False: a bar shows them), suspect groups under test and settled;
+    a coordinator that does not report it (or before the analysis starts) gets the
+    general line."""
+    took = "" if after_s is None else f"; {after_s:.0f} s so far"
+    c = job.get("confirmation") or {}
+    stage = c.get("stage")
+    if stage is None:
+        return f"analysis and confirmation rounds running (no ETA{took})"
+    if stage == "analysis":
+        return f"analysis running (no ETA{took})"
+    n = int(c["rounds_done"])
+    rounds = f"{n} confirmation round{'' if n == 1 else 's'} so far; " if with_rounds else ""
+    total, done = int(c["groups_total"]), int(c["groups_done"])
+    if stage == "groups":
+        return (f"{rounds}suspect groups: {c['groups_active']} under test, {done} of {total} "
+                f"settled (no ETA{took})")  # fmt: skip
+    groups = f"{done} of {total} suspect groups settled; " if total else ""
+    return f"{rounds}{groups}slow nodes confirmed alone (no ETA{took})"
 
 
 async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:

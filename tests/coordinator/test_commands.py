@@ -220,3 +220,60 @@ def test_round_list_without_rounds_says_so(tmp_path: Path, monkeypatch: pytest.M
     assert result.exit_code == 0, result.output
     assert "no rounds after the newest 5: the coordinator at" in result.output
     assert "stores 3" in result.output
+
+
+def test_confirm_text_counts_rounds_and_groups() -> None:
+    """Once the screening rounds are done the line says what the confirmation is doing:
+    the stage, confirmation rounds so far in this job, suspect groups under test and
+    settled (the line only said 'running' for the minutes confirmation takes)."""
+    from netcheck.coordinator.commands import eta_text
+
+    c = {"stage": "analysis", "rounds_done": 0, "groups_total": 0, "groups_active": 0,
+         "groups_done": 0}  # fmt: skip
+    job = {"rounds_done": 16, "rounds_total": 16, "state": "running", "eta_s": None,
+           "confirmation": c}  # fmt: skip
+    assert eta_text(job, 3.2) == "analysis running (no ETA; 3 s so far)"
+    c.update(stage="groups", rounds_done=14, groups_total=3, groups_active=2, groups_done=1)
+    assert eta_text(job, 95.4) == (
+        "14 confirmation rounds so far; suspect groups: 2 under test, 1 of 3 settled "
+        "(no ETA; 95 s so far)"
+    )
+    c.update(stage="alone", rounds_done=30, groups_active=0, groups_done=3)
+    assert eta_text(job) == (
+        "30 confirmation rounds so far; 3 of 3 suspect groups settled; slow nodes confirmed "
+        "alone (no ETA)"
+    )
+    c.update(rounds_done=1, groups_total=0, groups_done=0)
+    assert eta_text(job) == "1 confirmation round so far; slow nodes confirmed alone (no ETA)"
+
+
+async def test_screen_run_prints_confirmation_progress(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a terminal, a progress line whenever the confirmation's groups change,
+    with the rounds run so far (the job's ``confirmation``)."""
+    from netcheck.coordinator import commands
+
+    base = {"job_id": "s1", "profile": "p", "rounds_total": 2, "rounds_done": 2, "eta_s": None}
+
+    def conf(stage: str | None, rounds: int, active: int, done: int) -> dict[str, object]:
+        c = {"stage": stage, "rounds_done": rounds, "groups_total": 2, "groups_active": active,
+             "groups_done": done}  # fmt: skip
+        return {**base, "state": "running", "confirmation": c}
+
+    states = iter([conf("analysis", 0, 0, 0), conf("groups", 3, 2, 0), conf("groups", 9, 1, 1),
+                   {**conf("groups", 12, 0, 2), "state": "done", "report": {}}])  # fmt: skip
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        return {"known": []} if path == "/admin/nodes" else next(states)
+
+    monkeypatch.setattr(commands, "admin_request", fake_request)
+    monkeypatch.setattr(commands, "POLL_S", 0.0)
+    job = await commands._follow(object(), {}, {})  # type: ignore[arg-type]
+    assert job["state"] == "done"
+    err = capsys.readouterr().err
+    assert "screening: 2 of 2 rounds, analysis running (no ETA" in err
+    assert "3 confirmation rounds so far; suspect groups: 2 under test, 0 of 2 settled" in err
+    assert "9 confirmation rounds so far; suspect groups: 1 under test, 1 of 2 settled" in err
