@@ -130,7 +130,7 @@ def test_eta_text_says_confirmation_has_no_eta() -> None:
     """Before the last screening round ends: its ETA; after: that the analysis and
     confirmation rounds run, how long so far, and that they have no ETA (the line said
     'ETA analysing' for the minutes confirmation takes)."""
-    from netcheck.coordinator.commands import eta_text
+    from netcheck.coordinator.screen_follow import eta_text
 
     job = {"rounds_done": 3, "rounds_total": 16, "state": "running", "eta_s": 41.2}
     assert eta_text(job) == "ETA 41 s"
@@ -145,7 +145,7 @@ async def test_screen_run_keeps_saying_it_is_confirming(
 ) -> None:
     """Without a terminal, the progress line is repeated while the confirmation rounds
     run, so a long confirmation does not look like a hang."""
-    from netcheck.coordinator import commands
+    from netcheck.coordinator import screen_follow
 
     base = {"job_id": "s1", "profile": "p", "rounds_total": 2, "eta_s": None}
     states = iter([
@@ -161,10 +161,10 @@ async def test_screen_run_keeps_saying_it_is_confirming(
             return {**base, "state": "running", "rounds_done": 0}
         return {"known": []} if path == "/admin/nodes" else next(states)
 
-    monkeypatch.setattr(commands, "admin_request", fake_request)
-    monkeypatch.setattr(commands, "POLL_S", 0.0)
-    monkeypatch.setattr(commands, "AFTER_LINE_S", 0.0)
-    job = await commands._follow(object(), {}, {})  # type: ignore[arg-type]
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    monkeypatch.setattr(screen_follow, "AFTER_LINE_S", 0.0)
+    job = await screen_follow._follow(object(), {}, {})  # type: ignore[arg-type]
     assert job["state"] == "done"
     err = capsys.readouterr().err
     assert "screening: 1 of 2 rounds, ETA 5 s" in err
@@ -226,7 +226,7 @@ def test_confirm_text_counts_rounds_and_groups() -> None:
     """Once the screening rounds are done the line says what the confirmation is doing:
     the stage, confirmation rounds so far in this job, suspect groups under test and
     settled (the line only said 'running' for the minutes confirmation takes)."""
-    from netcheck.coordinator.commands import eta_text
+    from netcheck.coordinator.screen_follow import eta_text
 
     c = {"stage": "analysis", "rounds_done": 0, "groups_total": 0, "groups_active": 0,
          "groups_done": 0}  # fmt: skip
@@ -252,7 +252,7 @@ async def test_screen_run_prints_confirmation_progress(
 ) -> None:
     """Without a terminal, a progress line whenever the confirmation's groups change,
     with the rounds run so far (the job's ``confirmation``)."""
-    from netcheck.coordinator import commands
+    from netcheck.coordinator import screen_follow
 
     base = {"job_id": "s1", "profile": "p", "rounds_total": 2, "rounds_done": 2, "eta_s": None}
 
@@ -269,9 +269,9 @@ async def test_screen_run_prints_confirmation_progress(
             return {**base, "state": "running", "rounds_done": 0}
         return {"known": []} if path == "/admin/nodes" else next(states)
 
-    monkeypatch.setattr(commands, "admin_request", fake_request)
-    monkeypatch.setattr(commands, "POLL_S", 0.0)
-    job = await commands._follow(object(), {}, {})  # type: ignore[arg-type]
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    job = await screen_follow._follow(object(), {}, {})  # type: ignore[arg-type]
     assert job["state"] == "done"
     err = capsys.readouterr().err
     assert "screening: 2 of 2 rounds, analysis running (no ETA" in err
