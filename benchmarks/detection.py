@@ -37,7 +37,8 @@ persistent-slowness test flagging by itself (``SlownessConfig.direct_flags``, th
 behaviour before session 6); ``s6`` = the end of session 6 (a confirmation cap of 128
 cycles; the alone stage's sign-test nomination, one alone attempt per analysis);
 ``s6alone`` = current defaults with session 6's alone stage only; ``s7`` = the end of
-session 7 (nomination FDR 0.25; the "before" of session 8); ``p23`` = current defaults
+session 7 (nomination FDR 0.25, 2 rounds per arm for the mutual test; the "before" of
+session 8); ``m2`` = current defaults with 2 rounds per arm; ``p23`` = current defaults
 with screening load probability 2/3 (``screening_load_probability``); ``info`` = current
 defaults with information look spending (``ConfirmConfig.look_spending``); ``s5a`` =
 current defaults with the mutual test's BH family of every testable pair
@@ -47,11 +48,12 @@ half of a round's loaded nodes.
 Goals (printed and checked at the end, each with its status; ``--check`` exits 1 when
 one is missed): G1 plain and jitter farms of 2 found >= 0.95 in every scenario of the
 grid from the first checkpoint whose screening rounds allow it: 32 rounds (24
-screening rounds, ``pair_coverage`` 0.973 at the default load probability 1/2, 0.962 at
-2/3). The issue asked for 16 rounds, but 16 rounds are 12 screening rounds (every 4th is
-a full round), after which a pair has the >= 2 rounds in each of the three arms that any
-link needs with probability ``pair_coverage(12)`` = 0.558 (0.585 at 2/3): no detector
-can reach 0.95 there; the 16-round figure
+screening rounds; ``pair_coverage`` 0.997 with the mutual test's one round per arm at
+load probability 1/2, 0.973 with two, before session 8). The issue asked for 16 rounds,
+but 16 rounds are 12 screening rounds (every 4th is a full round), after which a pair
+has the >= 1 round in each of the three arms that any link needs with probability
+``pair_coverage(12, 1)`` = 0.906 (0.558 with two rounds per arm): no detector can reach
+0.95 there; the 16-round figure
 is printed beside it. G2 every farm on a backend of the claimed class caught by 32
 rounds; G3 found and caught never fall as rounds grow; G4 zero confirmed false flags
 over >= 1,000 analyses with benign coupling up to 20%: honest nodes in shared-backend
@@ -239,7 +241,7 @@ CONFIGS: dict[str, Any] = {
         load_probability=0.5,
         confirm_max_cycles=64,
         confirm=ConfirmConfig(member_level="bonferroni", look_schedule="constant"),
-        detector=DetectorConfig(mutual_fdr=0.0),
+        detector=DetectorConfig(mutual_fdr=0.0, mutual_min_rounds=2),
         confirm_batching=False,  # one group at a time (session 4)
     ),
     # current defaults but the mutual test's BH over every testable pair's own p (the
@@ -263,11 +265,14 @@ CONFIGS: dict[str, Any] = {
         confirm_max_cycles=128,
         alone=AloneConfig(nominate_test="sign", max_attempts=1),
         load_probability=0.5,
-        detector=DetectorConfig(mutual_fdr=0.25),
+        detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2),
     ),
     # the behaviour at the end of session 7 (the "before" of session 8, same run): the
     # mutual test's nomination at FDR 0.25
-    "s7": lambda: LiveConfig(detector=DetectorConfig(mutual_fdr=0.25)),
+    "s7": lambda: LiveConfig(detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2)),
+    # current defaults but the mutual test needing 2 rounds per arm (session 7): the
+    # baseline of DetectorConfig.mutual_min_rounds (FDR 0.75 in both)
+    "m2": lambda: LiveConfig(detector=DetectorConfig(mutual_min_rounds=2)),
     # current defaults with screening load probability 2/3 (measured in session 8, not
     # the default: the capacity and alone floors assume about 1/2)
     "p23": lambda: LiveConfig(load_probability=2 / 3),
@@ -332,7 +337,8 @@ def g1_rounds(full_every: int = 4, level: float = 0.95, q: float | None = None) 
     """The first checkpoint whose screening rounds give ``pair_coverage >= level`` at
     load probability ``q`` (None: the coordinator's default)."""
     q = LiveConfig().load_probability if q is None else q
-    return next(r for r in ROUNDS if pair_coverage(r - r // full_every, probability=q) >= level)
+    m = DetectorConfig().mutual_min_rounds
+    return next(r for r in ROUNDS if pair_coverage(r - r // full_every, m, q) >= level)
 
 
 def goals(
@@ -353,14 +359,14 @@ def goals(
            if not by[(s.name, r1)]["found2"] >= 0.95]  # fmt: skip
     at16 = [f"{s.name} {by[(s.name, 16)]['found2']:.2f}" for s in grid
             if (s.name, 16) in by and not by[(s.name, 16)]["found2"] >= 0.95]  # fmt: skip
-    q = LiveConfig().load_probability
-    cov = pair_coverage(16 - 16 // 4, probability=q)
+    q, m = LiveConfig().load_probability, DetectorConfig().mutual_min_rounds
+    cov = pair_coverage(16 - 16 // 4, m, q)
     # the goal counts screening rounds; confirmation rounds run in between (wall time)
     run = [r1 + by[(s.name, r1)]["conf"] for s in grid]
     spent = f"{min(run):,.0f}-{max(run):,.0f}" if run else "-"
     out.append((
         f"G1 plain/jitter pairs found >= 0.95 by {r1} rounds ({r1 - r1 // 4} screening, "
-        f"pair coverage {pair_coverage(r1 - r1 // 4, probability=q):.3f}; at 16 rounds "
+        f"pair coverage {pair_coverage(r1 - r1 // 4, m, q):.3f}; at 16 rounds "
         f"coverage caps "
         f"recall at {cov:.3f})", (not bad) if grid else None,
         f"{'; '.join(bad) or 'all cells'} | at 16 rounds: {'; '.join(at16) or 'all cells'}"

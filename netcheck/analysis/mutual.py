@@ -72,7 +72,7 @@ def moderated_pairwise(
         effect = mean1 - mean0
         t = effect / np.sqrt(s2 * (1.0 / n1 + 1.0 / n0))
     df = dof + cfg.prior_df
-    bad = (n1 < cfg.min_rounds) | (n0 < cfg.min_rounds) | ~np.isfinite(t)
+    bad = (n1 < cfg.mutual_min_rounds) | (n0 < cfg.mutual_min_rounds) | ~np.isfinite(t)
     np.fill_diagonal(bad, True)
     for arr in (effect, t, df):
         arr[bad] = np.nan

@@ -98,13 +98,15 @@ def pair_coverage(screening_rounds: int, min_rounds: int = 2, probability: float
     rounds of this schedule at load probability ``q`` (``probability``): each round puts
     the pair in one of four arms (both loaded ``q^2``, only the first and only the second
     ``q (1 - q)`` each, neither ``(1 - q)^2``), and a mutual contention edge needs at
-    least ``min_rounds`` rounds in each of the first three (``DetectorConfig.min_rounds``:
-    a partner-loaded and a partner-unloaded arm for each direction). Exact multinomial
-    sum.
+    least ``min_rounds`` rounds in each of the first three (a partner-loaded and a
+    partner-unloaded arm for each direction: ``DetectorConfig.mutual_min_rounds``, 1
+    since session 8; 2 before and for the other detectors, ``DetectorConfig.min_rounds``).
+    Exact multinomial sum.
 
-    It bounds the recall of any detector on this design. At ``q = 1/2``: 0.558 at 12
-    screening rounds (16 rounds with every 4th a full round), 0.973 at 24, 0.9999 at 48;
-    at ``q = 2/3``: 0.585 at 12, 0.962 at 24.
+    It bounds the recall of any detector on this design. At ``q = 1/2`` and
+    ``min_rounds`` 2: 0.558 at 12 screening rounds (16 rounds with every 4th a full
+    round), 0.973 at 24, 0.9999 at 48; at 1: 0.906 at 12, 0.997 at 24; at ``q = 2/3``
+    and 2: 0.585 at 12, 0.962 at 24.
 
     Raises:
         ValueError: negative ``screening_rounds`` or ``min_rounds``, ``probability``

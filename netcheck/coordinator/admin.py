@@ -75,8 +75,8 @@ FLAG_KINDS = (
     "slow",
 )  # fmt: skip
 
-#: 32 rounds = 24 screening rounds: 97% of node pairs comparable at the default load
-#: probability 1/2 (96% at 2/3; schedule.pair_coverage)
+#: 32 rounds = 24 screening rounds: 99.7% of node pairs comparable by the mutual test
+#: (schedule.pair_coverage at the default load probability 1/2, one round per arm)
 DEFAULT_SCREENING_ROUNDS = 32
 MAX_SCREENING_ROUNDS = 1024
 

@@ -32,6 +32,7 @@ from netcheck.admin_client import (
     coordinator_config_option,
     coordinator_label,
 )
+from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
 from netcheck.coordinator.screen_follow import cancel_job, run_job
 from netcheck.exitcodes import Exit
@@ -195,12 +196,14 @@ def analysis_line(analysis: Mapping[str, Any]) -> str:
         "rounds)"
     )
     q = float(analysis.get("load_probability", 0.5))  # absent: a coordinator before session 8
-    coverage = pair_coverage(rounds, probability=q)
+    min_rounds = DetectorConfig().mutual_min_rounds  # the coordinator's detector
+    coverage = pair_coverage(rounds, min_rounds, q)
     if coverage < COVERAGE_TARGET:
         line += (
             f". Too few screening rounds to see every pair: two identities on one card can "
             f"be linked only with probability {coverage:.2f} after {rounds}; "
-            f"{rounds_for_coverage(COVERAGE_TARGET, probability=q)} screening rounds give "
+            f"{rounds_for_coverage(COVERAGE_TARGET, min_rounds, probability=q)} screening "
+            f"rounds give "
             f'{COVERAGE_TARGET:.2f} (docs/detection.md, "Rounds needed")'
         )
     return line

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy import stats
 
 from netcheck.analysis.detectors import DetectorConfig, detect
 from netcheck.analysis.mutual import (
@@ -132,3 +133,41 @@ def test_fdr_nominates_pairs_bonferroni_misses_and_no_honest_node_more() -> None
         assert found["fdr"] >= found["bonf"] + 20, found
         share = honest_nominated / (honest_nominated + found["fdr"])
         assert share <= fdr.mutual_fdr + 0.05, (fdr.mutual_fdr, honest_nominated, found)
+
+
+def test_one_round_in_an_arm_is_testable_by_the_mutual_test() -> None:
+    """Nodes 0 and 1 share a card (effect 0.5, noise 0.05) but node 0 was loaded alone in
+    a single round: at ``mutual_min_rounds`` 1 (the default) the pair is tested and
+    passes the level, at 2 (before session 8) it is untestable. Arms of 1 and 1 have no
+    variance of their own and stay untestable; the t's null distribution holds (under
+    no effect, P(p < 0.01) over many one-round arms stays about 0.01)."""
+    rng = np.random.default_rng(4)
+    loaded = rng.random((N, R)) < 0.5
+    loaded[0], loaded[1] = True, True
+    loaded[1, 5] = False  # the only round with node 0 loaded and node 1 not
+    loaded[0, 6] = False
+    y = rng.normal(0, 0.05, (N, R))
+    y[0] += 0.5 * loaded[1]
+    y[1] += 0.5 * loaded[0]
+    y[~loaded] = np.nan
+    e = median_polish(y).residuals
+    for cfg, testable in ((DetectorConfig(), True), (DetectorConfig(mutual_min_rounds=2), False)):
+        mt = mutual_test(e, loaded, cfg)
+        assert bool(np.isfinite(mt.z[0, 1])) is testable
+        assert bool(mutual_hits(mt, cfg)[0, 1]) is testable
+    lone = np.zeros((2, 4), dtype=bool)
+    lone[0, :2] = lone[1, [0, 2]] = True  # row 0: one round each with and without row 1
+    ones = np.where(lone, 0.0, np.nan)
+    assert np.isnan(moderated_pairwise(ones, lone, DetectorConfig())[1][0, 1])
+    # null: node rows independent of the partner's bit, one round in the unloaded arm
+    small = 0
+    for seed in range(400):
+        rng = np.random.default_rng(100 + seed)
+        bits = rng.random((N, R)) < 0.5
+        bits[0] = True
+        bits[1] = True
+        bits[1, rng.integers(R)] = False
+        resid = np.where(bits, rng.normal(0, 0.1, (N, R)), np.nan)
+        _, t, df, _ = moderated_pairwise(median_polish(resid).residuals, bits, DetectorConfig())
+        small += int(stats.t.sf(t[0, 1], df[0, 1]) < 0.01)
+    assert small <= 12, small  # 400 x 0.01 = 4 expected; binomial 99.9% bound about 12

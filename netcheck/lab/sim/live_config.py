@@ -93,7 +93,11 @@ def legacy_config() -> LiveConfig:
     components, point-estimate floor, stop at the first passing look, no spending)."""
     return LiveConfig(
         detector=DetectorConfig(
-            alpha=0.01, grouping="components", drop_full_rounds=False, mutual_fdr=0.0
+            alpha=0.01,
+            grouping="components",
+            drop_full_rounds=False,
+            mutual_fdr=0.0,
+            mutual_min_rounds=2,
         ),
         confirm=ConfirmConfig(floor_test=False, member_level="bonferroni"),
         legacy_confirm=True,
