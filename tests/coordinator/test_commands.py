@@ -56,13 +56,16 @@ def test_analysis_line_is_plain_about_its_level() -> None:
     line = analysis_line(one)
     assert "p < 0.5" not in line and "Bonferroni" not in line
     assert "1 node x 3 rounds: no node pairs to compare" in line
-    seven = {"n_nodes": 7, "n_rounds": 16, "edges": [{}], "groups": [], "p_crit": 0.5 / 42}
+    seven = {"n_nodes": 7, "n_rounds": 12, "edges": [{}], "groups": [], "p_crit": 0.5 / 42}
     line = analysis_line(seven)
     assert "1 edges, 0 suspect groups" in line
     assert "p < 0.0119, i.e. 0.5 spread over 42 pairs" in line
     assert "flagged only after confirmation rounds" in line
-    assert "linked only with probability 0.81 after 16; 22 screening rounds give 0.95" in line
-    enough = {**seven, "n_rounds": 24}
+    # the mutual test's one round per arm (DetectorConfig.mutual_min_rounds)
+    assert "linked only with probability 0.91 after 12; 15 screening rounds give 0.95" in line
+    at_two_thirds = analysis_line({**seven, "load_probability": 2 / 3})
+    assert "linked only with probability 0.90 after 12; 15 screening rounds" in at_two_thirds
+    enough = {**seven, "n_rounds": 16}
     assert "Too few screening rounds" not in analysis_line(enough)
 
 
