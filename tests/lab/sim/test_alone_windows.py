@@ -41,6 +41,8 @@ WANT = [
     ["cont"] * 5 + ["stage"] * 3 + ["cont"] * 8,
     ["cont"] * 5 + ["stage"] * 3 + ["cont"] * 12 + ["stage"] * 4,
 ]
+#: the alone stage's rounds run by each attempt's end
+WANT_RUN = [3, 3, 7]
 
 
 def _report(key: str) -> SlownessReport:
@@ -48,8 +50,9 @@ def _report(key: str) -> SlownessReport:
     return SlownessReport(0.1, 1.25, 0.01, 1, 1e-4, 8, 1.0, True, (node,))
 
 
-async def _live(tmp_path: Path) -> list[list[str]]:
-    """The script on a live coordinator: each attempt's window by source."""
+async def _live(tmp_path: Path) -> tuple[list[list[str]], list[int]]:
+    """The script on a live coordinator: each attempt's window by source, and the
+    alone stage's rounds run by its end."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FAKE_FINGERPRINT, 200, answer=(1,) * T)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
         workers = {n: MadeUpWorker(FAKE_FINGERPRINT, T) for n in ("node", "other")}
@@ -57,7 +60,7 @@ async def _live(tmp_path: Path) -> list[list[str]]:
         await rc.wait_connected(2)
         key, flags = keys["node"], rc.coord.screening.flags
         group = {"group": sorted(keys.values()), "phase": "group", "look": 0}
-        windows = []
+        windows, run = [], []
         for what, n in SCRIPT:
             if what == "stage":
                 if len(windows) == 2:  # the node is short of attempt 3's window: no test
@@ -71,39 +74,43 @@ async def _live(tmp_path: Path) -> list[list[str]]:
                     "stage" if "slowness" in (flags.schedule(r) or {}).get("context", {})
                     else "cont" for r in flag.evidence["rounds"]
                 ])  # fmt: skip
+                contexts = flags.round_contexts(PROFILE.name, ["confirmation"])
+                run.append(sum("slowness" in c for c in contexts))
             for _ in range(n):
                 load = set(keys.values()) if what == "pair" else {key}
                 await run_round(rc.coord, PROFILE.name, load=load, kind="confirmation",
                                 rule="explicit", context=group)  # fmt: skip
-        return windows
+        return windows, run
 
 
-def _simulated() -> list[list[str]]:
-    """The script in the simulator: each attempt's window by source."""
+def _simulated() -> tuple[list[list[str]], list[int]]:
+    """The script in the simulator: each attempt's window by source, and the alone
+    stage's rounds run by its end."""
     spec = PopulationSpec(n_nodes=6, farm_sizes=(2,), cohosted_pairs=0, adversary="pad")
     pop = make_population(spec, np.random.default_rng(1))
     sim = LiveSimulation(pop, LiveConfig(alone=CFG), np.random.default_rng(2))
     key, other = pop.node_keys[0], pop.node_keys[1]
-    windows, before = [], 0
+    windows, run, before = [], [], 0
     for what, n in SCRIPT:
         if what == "stage":
             sim._confirm_alone(key, CFG)
             test = sim.state.alone_last[key]
             windows.append(["cont" if r.startswith("cont") else "stage" for r in test.round_ids])
             assert sim.state.alone_attempts[key] == len(windows)
+            run.append(sim.state.confirmation_rounds)  # the injected rounds are not counted
         for i in range(n):
             rid = f"cont-{before + i}"
             sim._round(rid, "confirmation", np.array([k in (key, other)[: 1 + (what == "pair")]
                                                       for k in pop.node_keys]))  # fmt: skip
         before += n
-    return windows
+    return windows, run
 
 
 async def test_coordinator_and_simulator_judge_the_same_windows(tmp_path: Path) -> None:
     """Five member-alone rounds of a contention confirmation and one round loading the
     node with another, then an attempt (8 rounds a window): the stage tops up 3 rounds;
     twelve more member-alone rounds, then attempt 2 runs no round and judges 8 of them;
-    attempt 3 cannot run on 20 (coordinator: nothing stored) and tops up 4. Both
-    judge the same windows, their evidence names them."""
-    assert _simulated() == WANT
-    assert await _live(tmp_path) == WANT
+    attempt 3 cannot run on 20 (coordinator: nothing stored) and tops up 4. Both run
+    the same rounds and judge the same windows; the evidence names them."""
+    assert _simulated() == (WANT, WANT_RUN)
+    assert await _live(tmp_path) == (WANT, WANT_RUN)
