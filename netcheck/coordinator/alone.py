@@ -18,7 +18,9 @@ before its window is complete gets no test and no record (its next attempt is th
 one, on the same window). An attempt that is not flagged but promising
 (:func:`netcheck.analysis.alone.extend`) is followed at once by the node's next attempt
 (its own rounds, level and stored record), up to ``AloneConfig.max_attempts`` per
-analysis; the lifetime level argument is in :mod:`netcheck.analysis.alone` ("Level").
+analysis, and so is one after which the next attempt's window is complete already
+(catch-up, no round needed, up to ``AloneConfig.catch_up_attempts`` more); the
+lifetime level argument is in :mod:`netcheck.analysis.alone` ("Level").
 """
 
 from __future__ import annotations
@@ -77,12 +79,13 @@ def alone_short(flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig) 
 def record_alone_test(
     flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig,
     screening: dict[str, Any] | None = None, in_analysis: int = 1,
-) -> tuple[int, NodeSlowness] | None:  # fmt: skip
+) -> tuple[int, NodeSlowness, int] | None:  # fmt: skip
     """Judge ``key``'s stored alone rounds as its next attempt, on that attempt's window,
     and store the outcome (``screening``: why it was nominated, in the evidence;
     ``in_analysis``: the attempt's index among this analysis's attempts of the node);
-    returns the flag (or cleared record) id and the test, or None (nothing stored) when
-    the window is not complete."""
+    returns the flag (or cleared record) id, the test and how many rounds the attempt
+    after it lacks (:func:`~netcheck.analysis.alone.rounds_short`), or None (nothing
+    stored) when the window is not complete."""
     t_ref = profile.reference_t_s
     attempt = next_attempt(flags, profile.name, key)
     obs = alone_ratios(flags.alone_results(profile.name, key), t_ref)
@@ -99,7 +102,7 @@ def record_alone_test(
                 "(level %.2g): %s (flag %d)", who(key), attempt, span.start + 1, span.stop,
                 test.above, test.n, cfg.floor, test.p_value, test.level,
                 "slow" if test.flagged else "cleared", fid)  # fmt: skip
-    return fid, test
+    return fid, test, rounds_short(len(obs), attempt + 1, cfg)
 
 
 async def confirm_alone(
@@ -111,7 +114,8 @@ async def confirm_alone(
     window (:func:`alone_short`); a nominee that is not connected (it left) gets no
     round, and one that leaves before its window is complete no test (an empty or
     short test would still spend one of its attempts), hence no flag, even one the
-    screening test rejected. A promising attempt is followed at once by the next
+    screening test rejected. A promising attempt, or one after which the next
+    attempt's window is complete already (catch-up), is followed at once by the next
     (:func:`netcheck.analysis.alone.extend`), while the node stays. ``rows``: the
     stored result rows of the report's window (the screening rounds' latencies and
     receipts in the evidence)."""
@@ -119,7 +123,7 @@ async def confirm_alone(
     tested = {n.node_key: n for n in report.nodes}
     for key in nominees(report, cfg, skip):
         why = nomination(tested[key], report, cfg, rows)
-        for in_analysis in range(1, cfg.max_attempts + 1):
+        for in_analysis in range(1, cfg.max_attempts + cfg.catch_up_attempts + 1):
             short = await asyncio.to_thread(alone_short, flags, profile, key, cfg)
             if short and not await _alone_rounds(coord, profile, key, short):
                 break
@@ -127,9 +131,9 @@ async def confirm_alone(
                                            in_analysis)  # fmt: skip
             if done is None:  # it left (or its rounds failed) before the window was complete
                 break
-            fid, test = done
+            fid, test, next_short = done
             ids.append(fid)
-            if not extend(test, in_analysis, cfg):
+            if not extend(test, in_analysis, cfg, next_short):
                 break
     return ids
 

@@ -259,15 +259,16 @@ def _lifetime_flags(cfg: AloneConfig, rule: str, nodes: int, analyses: int, seed
     significant at its next level, up to ``max_extra``: optional stopping); then up to ``max_attempts`` attempts, each
     after a promising one (``extend_p``); at each attempt the node leaves midway with
     probability ``leave_p``. ``rule``: ``"window"``, this module's (top up to
-    :func:`window`, judge it at ``spent_level``; a node that left has no attempt);
+    :func:`window`, judge it at ``spent_level``; a node that left has no attempt; the
+    next attempt at once also when its window is complete: catch-up);
     ``"recent"``, sessions 4-7 (``rounds`` rounds per attempt, however many loaded it,
     then the most recent ``pool_rounds`` at ``spent_level``); ``"recent-full"``, the
     most recent ``pool_rounds`` at the full ``alpha`` every attempt. Also returns what
     the histories exercised (the most attempts, rounds left waiting for the next
-    attempt, departures, follow-ups)."""
+    attempt, departures, follow-ups, catch-ups)."""
     rng = np.random.default_rng(seed)
     big_r, pool = cfg.rounds, cfg.pool_rounds
-    kmax = analyses * cfg.max_attempts + 1
+    kmax = analyses * (cfg.max_attempts + cfg.catch_up_attempts) + 2
     length = analyses * (cfg.max_attempts * big_r + max_extra) + 1
     cs = np.zeros((nodes, length + 1), dtype=np.int32)  # rounds above the floor before index i
     np.cumsum(rng.random((nodes, length)) < 0.5, axis=1, out=cs[:, 1:])
@@ -281,7 +282,7 @@ def _lifetime_flags(cfg: AloneConfig, rule: str, nodes: int, analyses: int, seed
     have = np.zeros(nodes, dtype=np.int64)  # the node's alone rounds so far
     att = np.zeros(nodes, dtype=np.int64)  # its attempts judged
     flagged = np.zeros(nodes, dtype=bool)
-    seen = {"surplus": 0, "left": 0, "followed": 0}
+    seen = {"surplus": 0, "left": 0, "followed": 0, "caught_up": 0}
 
     def p_of(lo: Any, hi: Any) -> Any:
         return p_table[hi - lo, cs[rows, hi] - cs[rows, lo]]
@@ -295,7 +296,7 @@ def _lifetime_flags(cfg: AloneConfig, rule: str, nodes: int, analyses: int, seed
             have += more
         seen["surplus"] = max(seen["surplus"], int((have - w_hi[att]).max()))
         going = ~flagged
-        for in_analysis in range(1, cfg.max_attempts + 1):
+        for in_analysis in range(1, cfg.max_attempts + cfg.catch_up_attempts + 1):
             k = att + 1
             leave = going & (rng.random(nodes) < leave_p)
             if rule == "window":
@@ -316,6 +317,13 @@ def _lifetime_flags(cfg: AloneConfig, rule: str, nodes: int, analyses: int, seed
             flagged |= hit
             att = np.where(judged, k, att)
             going = judged & ~hit & (p <= cfg.extend_p) & (in_analysis < cfg.max_attempts)
+            if rule == "window":  # catch-up: the next window is complete already
+                ready = (w_hi[np.minimum(k + 1, kmax)] <= have) & (
+                    cfg.catch_up_attempts > 0
+                    and in_analysis < cfg.max_attempts + cfg.catch_up_attempts
+                )
+                seen["caught_up"] += int((judged & ~hit & ready & ~going).sum())
+                going |= judged & ~hit & ready
             seen["left"] += int(left.sum())
             seen["followed"] += int(going.sum())
     seen["attempts"] = int(att.max())
@@ -324,14 +332,14 @@ def _lifetime_flags(cfg: AloneConfig, rule: str, nodes: int, analyses: int, seed
 
 def test_nodes_at_the_floor_are_flagged_at_most_alpha_over_their_life() -> None:
     """Null calibration: 4,000 simulated nodes exactly at the floor, judged at each of
-    16 analyses with data-dependent follow-ups, windows past pool_rounds, contention
-    rounds interleaved against the test (at every analysis, or at a quarter of them
-    with departures midway at a fifth of the attempts): at most alpha (0.05 here) are
-    ever flagged by the fixed windows, with a binomial margin (exceeded with
-    probability < 1e-6 at a true rate of alpha; measured 82 of 4,000 in both mixes:
-    the timing does not change which windows are judged). Under contention at every
-    analysis the pool of the most recent rounds (sessions 4-7) flags about 0.13 and
-    the full alpha at every attempt about 0.5: the check sees an invalid rule."""
+    16 analyses with data-dependent follow-ups and catch-ups, windows past
+    pool_rounds, contention rounds interleaved against the test (at every analysis, or
+    at a quarter of them with departures midway at a fifth of the attempts): at most
+    alpha (0.05 here) are ever flagged by the fixed windows, with a binomial margin
+    (269: exceeded with probability < 1e-6 at a true rate of alpha; measured 86 and 83
+    of 4,000). Under contention at every analysis the pool of the most recent rounds
+    (sessions 4-7) flags 503 and the full alpha at every attempt 2,109: the check sees
+    an invalid rule."""
     cfg = AloneConfig(alpha=0.05, pool_rounds=48)
     nodes, bound = 4000, int(stats.binom.isf(1e-6, 4000, 0.05))
     always = {"contention_p": 1.0, "leave_p": 0.0}
@@ -340,5 +348,23 @@ def test_nodes_at_the_floor_are_flagged_at_most_alpha_over_their_life() -> None:
         assert got <= bound, (got, bound, mix)
         assert seen["attempts"] * cfg.rounds > cfg.pool_rounds and seen["surplus"] > cfg.rounds
         assert seen["followed"] > 1000 and seen["left"] > (1000 if mix["leave_p"] else -1)
+        assert seen["caught_up"] > 1000
     for rule in ("recent", "recent-full"):
         assert _lifetime_flags(cfg, rule, nodes, 16, 4, **always)[0] > bound, rule
+
+
+def test_an_attempt_whose_next_window_is_complete_is_followed_at_once() -> None:
+    """Catch-up: an attempt not flagged is followed by the next one whatever its p when
+    the next window needs no round (next_short 0), up to max_attempts +
+    catch_up_attempts per analysis; not when it needs rounds, nor when flagged, nor
+    with catch_up_attempts 0."""
+    honest = alone_test("n", [(f"r{i}", 1.1 if i % 2 else 1.3) for i in range(16)], 1, CFG)
+    flagged = alone_test("n", [(f"r{i}", 1.5) for i in range(16)], 1, CFG)
+    assert honest.p_value > CFG.extend_p and flagged.flagged
+    assert not extend(honest, 1, CFG) and not extend(honest, 1, CFG, next_short=5)
+    assert extend(honest, 1, CFG, next_short=0) and extend(honest, 18, CFG, next_short=0)
+    assert not extend(honest, 19, CFG, next_short=0)  # 3 + 16 attempts this analysis
+    assert not extend(flagged, 1, CFG, next_short=0)
+    assert not extend(honest, 1, AloneConfig(catch_up_attempts=0), next_short=0)
+    with pytest.raises(ValueError):
+        AloneConfig(catch_up_attempts=-1)

@@ -36,7 +36,8 @@ round, through the same code paths; only the nodes are simulated
 - slowness nominees (the test's rejections first) confirmed on rounds loading each
   alone (:mod:`netcheck.analysis.alone`), each attempt on its fixed window of the
   node's alone rounds (any confirmation round that loaded it alone), topped up first,
-  a promising attempt followed at once by the next (``AloneConfig.max_attempts``):
+  a promising attempt, or one whose successor's window is complete already (catch-up),
+  followed at once by the next (``AloneConfig.max_attempts``, ``catch_up_attempts``):
   the ``slow`` flags (with ``SlownessConfig.direct_flags``, or ``alone=None``, a
   rejection of the screening test flags by itself, the behaviour before session 6);
 - the relay test after every round for nodes whose probe exceeded the floor
@@ -115,7 +116,7 @@ class _State:
     conf_obs: dict[str, deque[ConfirmationObservation]] = field(default_factory=dict)
     alone: dict[str, list[tuple[str, float | None]]] = field(default_factory=dict)
     alone_attempts: dict[str, int] = field(default_factory=dict)
-    alone_last: dict[str, NodeSlowness] = field(default_factory=dict)  # each node's last test
+    alone_tests: dict[str, list[NodeSlowness]] = field(default_factory=dict)  # in order
 
 
 class LiveSimulation:
@@ -308,10 +309,11 @@ class LiveSimulation:
         """Alone rounds for one slowness nominee, as many as its next attempt's window
         lacks (``rounds_short``: its alone rounds are every confirmation round that
         loaded it alone, contention's too), then the test on that window; a promising
-        attempt is followed at once by the next (``extend``), as in the coordinator."""
+        attempt, or one whose successor's window is complete already (catch-up), is
+        followed at once by the next (``extend``), as in the coordinator."""
         st = self.state
         bits = np.array([k == key for k in self.keys])
-        for in_analysis in range(1, cfg.max_attempts + 1):
+        for in_analysis in range(1, cfg.max_attempts + cfg.catch_up_attempts + 1):
             attempt = st.alone_attempts.get(key, 0) + 1
             for _ in range(rounds_short(len(st.alone.get(key, [])), attempt, cfg)):
                 rid = f"confirm-{st.confirmation_rounds:06d}"
@@ -319,10 +321,13 @@ class LiveSimulation:
                 self._round(rid, "confirmation", bits)
                 del st.results[rid], st.schedules[rid]
             st.alone_attempts[key] = attempt
-            test = st.alone_last[key] = alone_test(key, st.alone.get(key, []), attempt, cfg)
+            test = alone_test(key, st.alone.get(key, []), attempt, cfg)
+            st.alone_tests.setdefault(key, []).append(test)
             if test.flagged:
                 st.slow.add(key)
-            if not extend(test, in_analysis, cfg):
+            if not extend(
+                test, in_analysis, cfg, rounds_short(len(st.alone[key]), attempt + 1, cfg)
+            ):
                 return
 
     def _prior(self, members: Sequence[str]) -> tuple[ConfirmationObservation, ...]:
