@@ -36,7 +36,9 @@ defaults with screening coins in confirmation rounds (``confirm_coins``, session
 persistent-slowness test flagging by itself (``SlownessConfig.direct_flags``, the
 behaviour before session 6); ``s6`` = the end of session 6 (a confirmation cap of 128
 cycles; the alone stage's sign-test nomination, one alone attempt per analysis);
-``s6alone`` = current defaults with session 6's alone stage only; ``info`` = current
+``s6alone`` = current defaults with session 6's alone stage only; ``s7`` = the end of
+session 7 (nomination FDR 0.25; the "before" of session 8); ``p23`` = current defaults
+with screening load probability 2/3 (``screening_load_probability``); ``info`` = current
 defaults with information look spending (``ConfirmConfig.look_spending``); ``s5a`` =
 current defaults with the mutual test's BH family of every testable pair
 (``DetectorConfig.mutual_fdr_family = "all"``); all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
@@ -45,10 +47,11 @@ half of a round's loaded nodes.
 Goals (printed and checked at the end, each with its status; ``--check`` exits 1 when
 one is missed): G1 plain and jitter farms of 2 found >= 0.95 in every scenario of the
 grid from the first checkpoint whose screening rounds allow it: 32 rounds (24
-screening rounds, ``pair_coverage`` 0.973). The issue asked for 16 rounds, but 16
-rounds are 12 screening rounds (every 4th is a full round), after which a pair has the
->= 2 rounds in each of the three arms that any link needs with probability
-``pair_coverage(12)`` = 0.558: no detector can reach 0.95 there; the 16-round figure
+screening rounds, ``pair_coverage`` 0.973 at the default load probability 1/2, 0.962 at
+2/3). The issue asked for 16 rounds, but 16 rounds are 12 screening rounds (every 4th is
+a full round), after which a pair has the >= 2 rounds in each of the three arms that any
+link needs with probability ``pair_coverage(12)`` = 0.558 (0.585 at 2/3): no detector
+can reach 0.95 there; the 16-round figure
 is printed beside it. G2 every farm on a backend of the claimed class caught by 32
 rounds; G3 found and caught never fall as rounds grow; G4 zero confirmed false flags
 over >= 1,000 analyses with benign coupling up to 20%: honest nodes in shared-backend
@@ -209,6 +212,7 @@ CONFIGS: dict[str, Any] = {
     # pair's level halved for a split phase it never runs, no mutual pair test, no
     # alone-round slowness stage
     "s3": lambda: LiveConfig(
+        load_probability=0.5,
         pool_rounds=0,
         alone=None,
         confirm_cycles=4,
@@ -232,6 +236,7 @@ CONFIGS: dict[str, Any] = {
     # intersection-union test), the mutual pair test at the Bonferroni level only, looks
     # after every 8 cycles up to 64 (not at 8, 16, 32, 64, 128)
     "s4": lambda: LiveConfig(
+        load_probability=0.5,
         confirm_max_cycles=64,
         confirm=ConfirmConfig(member_level="bonferroni", look_schedule="constant"),
         detector=DetectorConfig(mutual_fdr=0.0),
@@ -252,10 +257,20 @@ CONFIGS: dict[str, Any] = {
     "s6slow": lambda: LiveConfig(slowness=SlownessConfig(direct_flags=True)),
     # the behaviour at the end of session 6 (the "before" of session 7, same run): a
     # confirmation cap of 128 cycles (5 looks) and the alone stage of session 6
-    # (nomination by the sign test, one alone attempt per nominee and analysis)
+    # (nomination by the sign test, one alone attempt per nominee and analysis), load
+    # probability 1/2, nomination at FDR 0.25
     "s6": lambda: LiveConfig(
-        confirm_max_cycles=128, alone=AloneConfig(nominate_test="sign", max_attempts=1)
+        confirm_max_cycles=128,
+        alone=AloneConfig(nominate_test="sign", max_attempts=1),
+        load_probability=0.5,
+        detector=DetectorConfig(mutual_fdr=0.25),
     ),
+    # the behaviour at the end of session 7 (the "before" of session 8, same run): the
+    # mutual test's nomination at FDR 0.25
+    "s7": lambda: LiveConfig(detector=DetectorConfig(mutual_fdr=0.25)),
+    # current defaults with screening load probability 2/3 (measured in session 8, not
+    # the default: the capacity and alone floors assume about 1/2)
+    "p23": lambda: LiveConfig(load_probability=2 / 3),
     # current defaults but the session-6 alone stage only (the alone7 change's baseline)
     "s6alone": lambda: LiveConfig(alone=AloneConfig(nominate_test="sign", max_attempts=1)),
     # current defaults but each confirmation look at the share of the cycles it adds
@@ -313,9 +328,11 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def g1_rounds(full_every: int = 4, level: float = 0.95) -> int:
-    """The first checkpoint whose screening rounds give ``pair_coverage >= level``."""
-    return next(r for r in ROUNDS if pair_coverage(r - r // full_every) >= level)
+def g1_rounds(full_every: int = 4, level: float = 0.95, q: float | None = None) -> int:
+    """The first checkpoint whose screening rounds give ``pair_coverage >= level`` at
+    load probability ``q`` (None: the coordinator's default)."""
+    q = LiveConfig().load_probability if q is None else q
+    return next(r for r in ROUNDS if pair_coverage(r - r // full_every, probability=q) >= level)
 
 
 def goals(
@@ -336,13 +353,15 @@ def goals(
            if not by[(s.name, r1)]["found2"] >= 0.95]  # fmt: skip
     at16 = [f"{s.name} {by[(s.name, 16)]['found2']:.2f}" for s in grid
             if (s.name, 16) in by and not by[(s.name, 16)]["found2"] >= 0.95]  # fmt: skip
-    cov = pair_coverage(16 - 16 // 4)
+    q = LiveConfig().load_probability
+    cov = pair_coverage(16 - 16 // 4, probability=q)
     # the goal counts screening rounds; confirmation rounds run in between (wall time)
     run = [r1 + by[(s.name, r1)]["conf"] for s in grid]
     spent = f"{min(run):,.0f}-{max(run):,.0f}" if run else "-"
     out.append((
         f"G1 plain/jitter pairs found >= 0.95 by {r1} rounds ({r1 - r1 // 4} screening, "
-        f"pair coverage {pair_coverage(r1 - r1 // 4):.3f}; at 16 rounds coverage caps "
+        f"pair coverage {pair_coverage(r1 - r1 // 4, probability=q):.3f}; at 16 rounds "
+        f"coverage caps "
         f"recall at {cov:.3f})", (not bad) if grid else None,
         f"{'; '.join(bad) or 'all cells'} | at 16 rounds: {'; '.join(at16) or 'all cells'}"
         f" | rounds run by {r1} counting confirmation rounds: {spent} per population",

@@ -109,11 +109,37 @@ def admin_call(
         ConfigError: the coordinator config is invalid.
         AdminError: as :func:`admin_request`.
     """
+    cfg = load_admin_config(config_path)
+    return asyncio.run(admin_request(cfg, method, path, body, timeout_s=timeout_s))
+
+
+def load_admin_config(config_path: Path) -> CoordinatorConfig:
+    """The coordinator (or gateway) config at ``config_path``, as :func:`admin_call` reads it.
+
+    Raises:
+        ConfigError: the config is invalid (naming file and field).
+    """
     from netcheck.config import load_coordinator_config, load_gateway_config, read_toml
 
     gateway = "gateway_id" in read_toml(Path(config_path))  # a gateway of several
-    cfg = load_gateway_config(config_path) if gateway else load_coordinator_config(config_path)
-    return asyncio.run(admin_request(cfg, method, path, body, timeout_s=timeout_s))
+    return load_gateway_config(config_path) if gateway else load_coordinator_config(config_path)
+
+
+def coordinator_label(config_path: Path) -> str:
+    """``the coordinator at <admin URL> (<config path>)``: which coordinator a command
+    asked, for lines that report an empty answer."""
+    return f"the coordinator at {admin_url(load_admin_config(config_path), '')} ({config_path})"
+
+
+def node_endpoint(cfg: CoordinatorConfig) -> str:
+    """The websocket URL a node's ``coordinator_url`` names for ``cfg``'s listen address
+    (a wildcard bind address stands for this host's public name, which only the
+    operator knows)."""
+    from netcheck.protocol.handshake import ENDPOINT
+
+    wildcard = cfg.host in ("0.0.0.0", "", "::")
+    host = "<this host>" if wildcard else f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+    return f"ws://{host}:{cfg.port}{ENDPOINT}"
 
 
 #: ``--config`` option of the operator commands that talk to a running coordinator.

@@ -1,7 +1,7 @@
 """The ``netcheck`` command line (click).
 
-Groups: ``keygen``, ``model synth``, ``reference build``, ``coordinator serve``,
-``node run``, ``round run``, ``nodes``, ``demo``. Every command has ``--help``.
+Groups: ``keygen``, ``model synth``, ``reference build``, ``coordinator serve`` and
+``check``, ``node run``, ``round run``, ``nodes``, ``demo``. Every command has ``--help``.
 Errors netcheck raises on purpose (:class:`~netcheck.errors.NetcheckError`) are printed
 as one line and exit with the status :func:`netcheck.exitcodes.exit_code_for` gives
 (docs/admin-api.md, "Exit codes"); anything else is a bug and shows a traceback.
@@ -394,14 +394,26 @@ def round_run(
 @coordinator_config_option
 @click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
 def nodes(config_path: Path, as_json: bool) -> None:
-    """List nodes connected to the running coordinator."""
+    """List nodes connected to the running coordinator (and those seen before).
+
+    With no node connected it says so in one line, naming the coordinator asked and
+    the command a node operator runs to join.
+    """
+    from netcheck.admin_client import coordinator_label, load_admin_config, node_endpoint
     from netcheck.report import print_nodes
 
     data = admin_call(config_path, "GET", "/admin/nodes")
     if as_json:
         click.echo(json.dumps(data, indent=2))
-    else:
+        return
+    if data["known"] or data["connected"]:
         print_nodes(data)
+    if not data["connected"]:
+        click.echo(
+            f"no node connected to {coordinator_label(config_path)}; a node operator joins "
+            "with `netcheck node run --config node.toml` (coordinator_url = "
+            f"{node_endpoint(load_admin_config(config_path))} in that file)"
+        )
 
 
 # -- demo ------------------------------------------------------------------------------
@@ -448,12 +460,14 @@ def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
 
 def _register_subcommands() -> None:
     from netcheck.coordinator.commands import flags, screen
+    from netcheck.coordinator.preflight import coordinator_check
     from netcheck.coordinator.round_commands import round_list, round_show
     from netcheck.engines.commands import engine
     from netcheck.node.commands import node_setup, node_status
     from netcheck.receipts import receipt
     from netcheck.references.commands import references_status
 
+    coordinator.add_command(coordinator_check)
     node.add_command(node_status)
     node.add_command(node_setup)
     reference.add_command(references_status)

@@ -7,7 +7,7 @@ coordinator is down" from "a node failed":
 code  name                   meaning
 ====  =====================  ==========================================================
 0     OK                     done; every check passed
-1     CHECK_FAILED           ``doctor`` found a failing check
+1     CHECK_FAILED           ``doctor`` or ``coordinator check`` found a failing check
 2     USAGE                  bad command line (click's own usage errors), other errors
 3     CONFIG                 a config, profile or key file is invalid or missing; a
                              node refused for good (profile not accepted, said in

@@ -220,3 +220,43 @@ def load_or_create_secret(path: Path, what: str, min_bytes: int, nbytes: int = 3
     if os.name == "posix" and path.stat().st_mode & 0o077:
         log.warning("%s %s is readable by group/others; chmod 600 it", what, path)
     return data
+
+
+def unwritable_folder(folder: Path) -> Path | None:
+    """The nearest existing folder at or above ``folder`` when this user cannot create
+    files in it (so nothing can be created in ``folder``), else None."""
+    existing = Path(folder)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return None if os.access(existing, os.W_OK | os.X_OK) else existing
+
+
+def check_secret(path: Path, what: str, min_bytes: int) -> str:
+    """What :func:`load_or_create_secret` would find at ``path``, found without creating
+    anything (``netcheck coordinator check``); returns a one-line detail.
+
+    Raises:
+        ConfigError: unreadable, shorter than ``min_bytes``, readable or writable by
+            group or others (a start only warns; the fix is named), or missing where it
+            could not be created.
+    """
+    path = Path(path)
+    if not path.exists():
+        blocked = unwritable_folder(path.parent)
+        if blocked is not None:
+            raise ConfigError(
+                f"{path}: {what} missing and cannot be created: {blocked} is not a writable folder"
+            )
+        return f"{path}: missing; the first start creates it (32 random bytes, mode 0600)"
+    try:
+        size = len(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    if size < min_bytes:
+        raise ConfigError(f"{path}: {what} must be at least {min_bytes} bytes, has {size}")
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if os.name == "posix" and mode & 0o077:
+        raise ConfigError(
+            f"{path}: permissions {mode:04o} allow group/other access; run chmod 600 {path}"
+        )
+    return f"{path}: {size} bytes, mode {mode:04o}"

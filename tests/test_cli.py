@@ -17,6 +17,7 @@ COMMANDS = [
     ["model", "synth"],
     ["reference", "build"],
     ["coordinator", "serve"],
+    ["coordinator", "check"],
     ["node", "run"],
     ["round", "run"],
     ["nodes"],
@@ -242,3 +243,47 @@ def test_no_command_help_shows_rst_markup() -> None:
 
     walk(main, ["netcheck"])
     assert not found, found
+
+
+def _coordinator_toml(tmp_path: Path, host: str = "127.0.0.1") -> Path:
+    cfg = tmp_path / "coordinator.toml"
+    cfg.write_text(
+        f'host = "{host}"\nport = 8471\nidentity_key = "k.pem"\nopen_enrollment = true\n'
+        'admin_token = "a-test-token-of-some-length"\nprofiles = ["cpu-tiny"]\n'
+    )
+    return cfg
+
+
+def test_nodes_with_no_node_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`netcheck nodes` on a coordinator no node ever joined prints one line (the
+    coordinator asked, the join command and the URL for it), not an empty table; exit 0."""
+    from netcheck import cli
+
+    monkeypatch.setattr(cli, "admin_call", lambda *a, **k: {"connected": [], "known": []})
+    cfg = _coordinator_toml(tmp_path, "0.0.0.0")
+    result = CliRunner().invoke(main, ["nodes", "--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1, result.output
+    assert "known node(s)" not in result.output  # no table
+    assert f"no node connected to the coordinator at http://127.0.0.1:8471 ({cfg})" in result.output
+    assert "`netcheck node run --config node.toml`" in result.output
+    assert "coordinator_url = ws://<this host>:8471/v1/ws" in result.output
+
+
+def test_nodes_with_known_nodes_none_connected_adds_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nodes seen before but none connected: the table of known nodes, then the line."""
+    from netcheck import cli
+
+    known = {"node_key": "ed25519:" + "A" * 43, "name": "", "display_name": "gpu-a",
+             "profile": "cpu-tiny", "fingerprint_id": "f" * 64, "last_seen_at": 1.0e9}  # fmt: skip
+    monkeypatch.setattr(cli, "admin_call", lambda *a, **k: {"connected": [], "known": [known]})
+    cfg = _coordinator_toml(tmp_path)
+    result = CliRunner().invoke(main, ["nodes", "--config", str(cfg)], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    assert "1 known node(s), 0 connected" in result.output
+    assert "no node connected to the coordinator at http://127.0.0.1:8471" in result.output
+    assert "coordinator_url = ws://127.0.0.1:8471/v1/ws" in result.output

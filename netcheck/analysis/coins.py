@@ -24,11 +24,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from netcheck.analysis.schedule import load_bit
+from netcheck.analysis.schedule import HMAC_RULE, load_bit
 from netcheck.records import RoundKind, StoredRounds
 
-HMAC_RULE = "hmac-sha256/netcheck/1"
-#: The ``rule`` stored with a confirmation round that carries screening coins.
 COIN_RULE = "explicit+" + HMAC_RULE
 
 

@@ -42,8 +42,10 @@ RESULT_SHARING = FlagKind.RESULT_SHARING
 STRIKE_VERDICTS = frozenset({str(Verdict.LATE), str(Verdict.MISSING)})
 SCREEN_KINDS = (RoundKind.SCREENING, RoundKind.FULL)
 SCHEDULE_RULE_TEXT = (
-    "loaded = HMAC-SHA256(secret, b'netcheck/1 schedule\\0' + round_id + b'\\0' + "
-    "node_key)[0] >> 7 (netcheck.analysis.schedule); full rounds load every node"
+    "loaded = int.from_bytes(HMAC-SHA256(secret, b'netcheck/1 schedule\\0' + round_id + "
+    "b'\\0' + node_key)[:8], 'big') >= 2**64 - floor(q * 2**64), q the load probability "
+    "in each round's stored rule ('hmac-sha256/netcheck/1;q=...'; no q: 1/2, the tag's "
+    "first bit) (netcheck.analysis.schedule); full rounds load every node"
 )
 
 
@@ -59,11 +61,20 @@ def round_kind(index: int, full_every: int) -> str:
     return RoundKind.FULL if index % full_every == full_every - 1 else RoundKind.SCREENING
 
 
-def hmac_load_rule(secret: bytes) -> Callable[[str, Sequence[str]], set[str]]:
-    """The load rule of screening rounds: ``(round_id, node_keys) -> loaded keys``."""
+def hmac_load_rule(
+    secret: bytes, probability: float = 0.5
+) -> Callable[[str, Sequence[str]], set[str]]:
+    """The load rule of screening rounds: ``(round_id, node_keys) -> loaded keys``, each
+    node loaded with probability ``probability`` (:func:`~netcheck.analysis.schedule.
+    screening_plan`).
+
+    Raises:
+        ValueError: ``probability`` outside (0, 1) (when the rule is called).
+    """
 
     def rule(round_id: str, node_keys: Sequence[str]) -> set[str]:
-        return {k for k, bit in screening_plan(secret, round_id, node_keys).items() if bit}
+        plan = screening_plan(secret, round_id, node_keys, probability)
+        return {k for k, bit in plan.items() if bit}
 
     return rule
 

@@ -89,6 +89,12 @@ class CoordinatorConfig(FileConfig):
     """Run one screening round per profile every this many seconds (0 = no timer)."""
     screening_full_every: int = Field(default=4, ge=1)
     """Every n-th screening round loads every node (a full-load capacity round)."""
+    screening_load_probability: float = Field(default=0.5, gt=0, lt=1)
+    """Chance that a node is loaded in a (not full) screening round, from the secret
+    schedule (netcheck.analysis.schedule). 2/3 gives each pair's contention contrast the
+    least variance per round, but the capacity and alone tests' floors assume honest
+    co-hosted neighbours loaded in about half of the rounds: at 2/3 they flagged honest
+    nodes (docs/detection.md, "Session 8"). Keep 1/2 unless those are re-calibrated."""
     screening_window_rounds: int = Field(default=128, ge=4)
     """Analysis uses the most recent this many screening and full rounds."""
     screening_analyze_every: int = Field(default=16, ge=1)

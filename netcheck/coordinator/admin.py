@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from netcheck.coordinator.capacity_gate import capacity_context
-from netcheck.coordinator.jobs import ScreeningJobs
+from netcheck.coordinator.jobs import ConfirmProgress, ScreeningJobs
 from netcheck.coordinator.pool import live_pool
 from netcheck.errors import NetcheckError
 from netcheck.storage.durable import spooled_status
@@ -75,7 +75,8 @@ FLAG_KINDS = (
     "slow",
 )  # fmt: skip
 
-#: 32 rounds = 24 screening rounds: 97% of node pairs comparable (schedule.pair_coverage)
+#: 32 rounds = 24 screening rounds: 97% of node pairs comparable at the default load
+#: probability 1/2 (96% at 2/3; schedule.pair_coverage)
 DEFAULT_SCREENING_ROUNDS = 32
 MAX_SCREENING_ROUNDS = 1024
 
@@ -241,9 +242,11 @@ def admin_app(coord: Coordinator) -> web.Application:
         return profile, n, context
 
     async def run_screening(
-        profile: str, n: int, progress: Any, cancel: asyncio.Event
+        profile: str, n: int, progress: Any, cancel: asyncio.Event, confirming: ConfirmProgress
     ) -> dict[str, Any]:
-        return await coord.screening.run(profile, n, progress=progress, cancel=cancel)
+        return await coord.screening.run(
+            profile, n, progress=progress, cancel=cancel, confirming=confirming
+        )
 
     jobs = ScreeningJobs(run_screening)
 
@@ -255,10 +258,10 @@ def admin_app(coord: Coordinator) -> web.Application:
             raise web.HTTPConflict(text=f"no node connected with profile {profile!r}")
 
         async def runner(
-            profile: str, n: int, progress: Any, cancel: asyncio.Event
+            profile: str, n: int, progress: Any, cancel: asyncio.Event, confirming: ConfirmProgress
         ) -> dict[str, Any]:
             return await coord.screening.run(
-                profile, n, progress=progress, cancel=cancel, context=context
+                profile, n, progress=progress, cancel=cancel, context=context, confirming=confirming
             )
 
         job = jobs.start(profile, n, runner)

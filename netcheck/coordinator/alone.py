@@ -44,6 +44,7 @@ from netcheck.analysis.alone import (
 from netcheck.analysis.slowness import SLOW, NodeSlowness, SlownessReport
 from netcheck.config import Profile
 from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.jobs import ConfirmProgress
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import RoundError
 from netcheck.logs import node_label as who
@@ -108,6 +109,7 @@ def record_alone_test(
 async def confirm_alone(
     coord: RoundHost, flags: FlagStore, profile: Profile, report: SlownessReport,
     cfg: AloneConfig, skip: Collection[str] = (), rows: Sequence[dict[str, Any]] = (),
+    progress: ConfirmProgress | None = None,
 ) -> list[int]:  # fmt: skip
     """Alone rounds and the test for every nominee of ``report`` not in ``skip``;
     returns the ids stored. Each attempt first tops the node's alone rounds up to its
@@ -118,14 +120,16 @@ async def confirm_alone(
     attempt's window is complete already (catch-up), is followed at once by the next
     (:func:`netcheck.analysis.alone.extend`), while the node stays. ``rows``: the
     stored result rows of the report's window (the screening rounds' latencies and
-    receipts in the evidence)."""
+    receipts in the evidence); ``progress`` (a job's) counts the rounds."""
     ids = []
     tested = {n.node_key: n for n in report.nodes}
+    progress = progress or ConfirmProgress()
     for key in nominees(report, cfg, skip):
+        progress.stage = "alone"
         why = nomination(tested[key], report, cfg, rows)
         for in_analysis in range(1, cfg.max_attempts + cfg.catch_up_attempts + 1):
             short = await asyncio.to_thread(alone_short, flags, profile, key, cfg)
-            if short and not await _alone_rounds(coord, profile, key, short):
+            if short and not await _alone_rounds(coord, profile, key, short, progress):
                 break
             done = await asyncio.to_thread(record_alone_test, flags, profile, key, cfg, why,
                                            in_analysis)  # fmt: skip
@@ -138,9 +142,12 @@ async def confirm_alone(
     return ids
 
 
-async def _alone_rounds(coord: RoundHost, profile: Profile, key: str, rounds: int) -> int:
+async def _alone_rounds(
+    coord: RoundHost, profile: Profile, key: str, rounds: int, progress: ConfirmProgress
+) -> int:
     """Up to ``rounds`` confirmation rounds loading only ``key``, while it is
-    connected; returns how many loaded it (0: none run, logged)."""
+    connected (each counted in ``progress``); returns how many loaded it (0: none run,
+    logged)."""
     loaded = 0
     try:
         for i in range(rounds):
@@ -148,6 +155,7 @@ async def _alone_rounds(coord: RoundHost, profile: Profile, key: str, rounds: in
                 break
             done = await run_round(coord, profile.name, load={key}, kind=RoundKind.CONFIRMATION,
                                    rule="explicit", context={"slowness": key, "round": i})  # fmt: skip
+            progress.rounds_done += 1
             loaded += bool(done.schedule.get(key))
     except RoundError as exc:
         log.warning("alone rounds of %s not run: %s", who(key), exc)

@@ -7,34 +7,33 @@ coordinator through its admin API (:func:`netcheck.admin_client.admin_request`):
 - ``netcheck screen run [--rounds N] [--profile P] [--json]`` -> ``POST /admin/screening``
 - ``netcheck flags list [--kind K] [--status S] [--node KEY] [--json]`` -> ``GET /admin/flags``
 - ``netcheck flags show ID [--json]`` -> ``GET /admin/flags/ID``
+
+``screen run`` follows its job with :mod:`netcheck.coordinator.screen_follow`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shlex
 import sys
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from netcheck.admin_client import (
     AdminConflict,
     admin_call,
-    admin_request,
     coordinator_config_option,
+    coordinator_label,
 )
 from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
-from netcheck.config import CoordinatorConfig
+from netcheck.coordinator.screen_follow import cancel_job, run_job
 from netcheck.exitcodes import Exit
 from netcheck.report import check_round_outcome
 from netcheck.report import console as report_console
@@ -131,8 +130,8 @@ def screen_run(
     Refused for a profile that cannot tell two identities on one card apart, unless
     --override-capacity gives a reason.
 
-    Shows rounds done and an ETA while it runs (then the time the analysis and the
-    confirmation rounds have taken: they have no ETA). Ctrl-C cancels the run on the
+    Shows rounds done and an ETA while it runs, then the confirmation: rounds run so
+    far, suspect groups under test and settled, and the time taken (it has no ETA). Ctrl-C cancels the run on the
     coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
     no node was checked in any round (empty canary pool).
     """
@@ -195,113 +194,22 @@ def analysis_line(analysis: Mapping[str, Any]) -> str:
         f"spread over {pairs} pairs; a suspect group is flagged only after confirmation "
         "rounds)"
     )
-    coverage = pair_coverage(rounds)
+    q = float(analysis.get("load_probability", 0.5))  # absent: a coordinator before session 8
+    coverage = pair_coverage(rounds, probability=q)
     if coverage < COVERAGE_TARGET:
         line += (
             f". Too few screening rounds to see every pair: two identities on one card can "
             f"be linked only with probability {coverage:.2f} after {rounds}; "
-            f"{rounds_for_coverage(COVERAGE_TARGET)} screening rounds give "
+            f"{rounds_for_coverage(COVERAGE_TARGET, probability=q)} screening rounds give "
             f'{COVERAGE_TARGET:.2f} (docs/detection.md, "Rounds needed")'
         )
     return line
-
-
-def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
-    """Start a screening job on the coordinator named by ``config_path`` and follow it
-    to its end (``held`` receives ``job_id`` and ``names`` as soon as known)."""
-    from netcheck.config import load_coordinator_config
-
-    return asyncio.run(_follow(load_coordinator_config(config_path), body, held))
-
-
-def cancel_job(config_path: Path, held: dict[str, Any]) -> Any:
-    """Cancel the job in ``held`` and wait until it has stopped."""
-    from netcheck.config import load_coordinator_config
-
-    return asyncio.run(_cancel(load_coordinator_config(config_path), held))
 
 
 def _who(key: str, names: Mapping[str, str]) -> str:
     """A node as ``name (key)`` when it has a display name, else its whole key."""
     name = names.get(key)
     return f"{name} ({key})" if name else key
-
-
-async def _names(cfg: CoordinatorConfig) -> dict[str, str]:
-    data = await admin_request(cfg, "GET", "/admin/nodes", timeout_s=30)
-    out = {}
-    for n in data.get("known", []):
-        name = n.get("display_name") or n.get("name")
-        if name:
-            out[n["node_key"]] = name
-    return out
-
-
-async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, Any]) -> Any:
-    """Start a screening job, show its progress until it ends; returns the final job."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    job = await admin_request(cfg, "POST", "/admin/screening/jobs", body, timeout_s=30)
-    held["job_id"] = job["job_id"]
-    held["names"] = await _names(cfg)
-    err = Console(stderr=True)
-    path = f"/admin/screening/jobs/{job['job_id']}"
-    columns = (TextColumn("screening {task.fields[profile]}"), BarColumn(),
-               MofNCompleteColumn(), TextColumn("rounds  {task.fields[eta]}"))  # fmt: skip
-    with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("", total=job["rounds_total"], profile=job["profile"], eta="ETA -")
-        shown, said_at, after_t0 = -1, 0.0, None
-        while job["state"] in ("running", "cancelling"):
-            await asyncio.sleep(POLL_S)
-            job = await admin_request(cfg, "GET", path, timeout_s=30)
-            if after_t0 is None and _screening_done(job):
-                after_t0 = time.monotonic()
-            after_s = None if after_t0 is None else time.monotonic() - after_t0
-            eta = eta_text(job, after_s)
-            bar.update(task, completed=job["rounds_done"], eta=eta)
-            if err.is_terminal:
-                continue
-            now = time.monotonic()  # a log line instead: per round, then every AFTER_LINE_S
-            if job["rounds_done"] != shown or (after_s and now - said_at >= AFTER_LINE_S):
-                shown, said_at = job["rounds_done"], now
-                err.print(f"screening: {shown} of {job['rounds_total']} rounds, {eta}")
-    return job
-
-
-#: Without a terminal, ``screen run`` repeats its progress line this often (seconds)
-#: while the analysis and the confirmation rounds run (they report no progress).
-AFTER_LINE_S = 30.0
-
-
-def _screening_done(job: Mapping[str, Any]) -> bool:
-    return bool(job["rounds_done"] == job["rounds_total"] and job["state"] == "running")
-
-
-def eta_text(job: Mapping[str, Any], after_s: float | None = None) -> str:
-    """What a screening job's progress line ends with: ``ETA <s>`` until its last
-    screening round ends; once they are all done, that the analysis and confirmation
-    rounds are running, for how long (``after_s``), and that they have no ETA (a
-    suspect group's confirmation takes from a few rounds to hundreds)."""
-    if _screening_done(job):
-        took = "" if after_s is None else f"; {after_s:.0f} s so far"
-        return f"analysis and confirmation rounds running (no ETA{took})"
-    return "ETA -" if job["eta_s"] is None else f"ETA {job['eta_s']:.0f} s"
-
-
-async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:
-    """Cancel the job on the coordinator and wait (bounded) until it has stopped."""
-    path = f"/admin/screening/jobs/{held['job_id']}"
-    job = await admin_request(cfg, "DELETE", path, timeout_s=30)
-    async with asyncio.timeout(CANCEL_WAIT_S):
-        while job.get("state") == "cancelling":
-            await asyncio.sleep(POLL_S)
-            job = await admin_request(cfg, "GET", path, timeout_s=30)
-    return job
-
-
-#: Seconds between progress polls; the most a cancel waits for the round in flight.
-POLL_S = 0.5
-CANCEL_WAIT_S = 600.0
 
 
 @click.group("flags")
@@ -343,8 +251,14 @@ def flags_list(
     data = admin_call(config_path, "GET", path)
     if as_json:
         click.echo(json.dumps(data, indent=2))
-    else:
+    elif data["flags"]:
         report_console().print(flags_table(data["flags"]))
+    else:
+        matching = " matching " + ", ".join(f"{k}={v}" for k, v in params.items()) if params else ""
+        click.echo(
+            f"no flags{matching} on {coordinator_label(config_path)}; every round's checks and "
+            f"`netcheck screen run --config {shlex.quote(str(config_path))}` raise them"
+        )
 
 
 @flags.command("show")

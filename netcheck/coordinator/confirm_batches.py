@@ -40,6 +40,7 @@ from netcheck.analysis.screening import Analysis, confirmation_observation
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator.group_flags import started_runs
 from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.jobs import ConfirmProgress
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import RoundError
 from netcheck.logs import node_label
@@ -115,7 +116,7 @@ class GroupOutcome:
 
 async def confirm_groups(
     screening: ConfirmHost, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
-    analysis: Analysis, *, batching: bool,
+    analysis: Analysis, *, batching: bool, progress: ConfirmProgress | None = None,
 ) -> list[GroupOutcome]:  # fmt: skip
     """Confirm ``groups`` (detector order) in shared rounds (module docstring): at each
     step boundary the waiting groups that share no node and no link (a detector edge of
@@ -125,7 +126,8 @@ async def confirm_groups(
     time in planned order. A waiting group whose every pair is already inside a
     confirmed flag gets an ``already-flagged`` outcome, one with a member not connected
     a ``not-run`` outcome (``reason``); a run that finishes stores its flags or record
-    at once. Returns one outcome per group, in order.
+    at once. ``progress`` (a job's) counts the rounds run and the groups under test
+    and settled as it goes. Returns one outcome per group, in order.
 
     Raises:
         StorageError: a round or a flag could not be stored.
@@ -141,6 +143,8 @@ async def confirm_groups(
     group_of: dict[int, int] = {}  # batch slot -> group index
     finished: set[int] = set()
     schedules: dict[str, dict[str, bool]] = {}
+    progress = progress or ConfirmProgress()
+    progress.stage, progress.groups_total = "groups", len(groups)
     while True:
         pending = await _runnable(screening, profile, outcomes, pending)
         busy = {k for slot in batch.active for k in batch.runs[slot].members}
@@ -164,9 +168,11 @@ async def confirm_groups(
                 attempt=next_attempt(members, earlier, started), prior=prior,
             ))] = i  # fmt: skip
         pending = [i for i in pending if i not in picks]
+        progress.groups_active = len(batch.active)
+        progress.groups_done = len(groups) - len(pending) - len(batch.active)
         if not batch.active:
             return outcomes
-        batch.add(await _step(screening, profile, batch, analysis, schedules))
+        batch.add(await _step(screening, profile, batch, analysis, schedules, progress))
         for slot, run in enumerate(batch.runs):
             if slot not in finished and (run.done or slot in batch.stopped):
                 finished.add(slot)
@@ -196,10 +202,10 @@ async def _runnable(
 
 async def _step(
     screening: ConfirmHost, profile: Profile, batch: ConfirmationBatch, analysis: Analysis,
-    schedules: dict[str, dict[str, bool]],
+    schedules: dict[str, dict[str, bool]], progress: ConfirmProgress,
 ) -> list[ConfirmationObservation | None]:  # fmt: skip
-    """Run the shared rounds of the batch's next step; a run whose member left stops
-    before the next round (the others go on)."""
+    """Run the shared rounds of the batch's next step (each counted in ``progress``); a
+    run whose member left stops before the next round (the others go on)."""
     observations: list[ConfirmationObservation | None] = []
     for rnd in batch.plan():
         here = {s.node_key for s in screening.coord.connected(profile.name)}
@@ -221,6 +227,7 @@ async def _step(
                 batch.stop(slot, str(exc))
             observations.append(None)
             continue
+        progress.rounds_done += 1
         rows = await asyncio.to_thread(screening.flags.round_results, [report.round_id])
         schedules[report.round_id] = report.schedule
         observations.append(confirmation_observation(

@@ -6,7 +6,8 @@ docs/detection.md describes the method; the statistics are the pure functions of
 them to live rounds and to storage:
 
 1. **Screening rounds** (:meth:`Screening.screening_round`): each node connected with
-   the profile is loaded with probability 1/2 from the secret schedule
+   the profile is loaded with probability ``screening_load_probability`` (1/2) from
+   the secret schedule
    (:func:`netcheck.analysis.schedule.screening_plan`, keyed by the coordinator's
    ``schedule_secret_file`` and the round id); every ``screening_full_every``-th round
    loads every node (a full-load capacity round). A background timer can run them
@@ -45,14 +46,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from netcheck.analysis import evidence as ev
 from netcheck.analysis.alone import AloneConfig
-from netcheck.analysis.coins import COIN_RULE, HMAC_RULE
+from netcheck.analysis.coins import COIN_RULE
 from netcheck.analysis.confirm import (
     ConfirmationObservation,
     ConfirmConfig,
 )
 from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
-from netcheck.analysis.schedule import MIN_SECRET_BYTES
+from netcheck.analysis.schedule import MIN_SECRET_BYTES, rule_name
 from netcheck.analysis.screening import (
     SCREEN_KINDS,
     Analysis,
@@ -71,6 +72,7 @@ from netcheck.coordinator.group_flags import (
     store_group_flags,
 )
 from netcheck.coordinator.hooks import RoundHost
+from netcheck.coordinator.jobs import ConfirmProgress
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import NetcheckError, RoundError
 from netcheck.keys import load_or_create_secret
@@ -197,8 +199,9 @@ class Screening:
                 self.coord, profile_name, kind=RoundKind.FULL, rule="all", context=context
             )
         return await run_round(
-            self.coord, profile_name, load=hmac_load_rule(self.secret), kind=RoundKind.SCREENING,
-            rule=HMAC_RULE, context=context,
+            self.coord, profile_name, kind=RoundKind.SCREENING, context=context,
+            load=hmac_load_rule(self.secret, self.config.screening_load_probability),
+            rule=rule_name(self.config.screening_load_probability),
         )  # fmt: skip
 
     async def run(
@@ -209,11 +212,13 @@ class Screening:
         progress: Callable[[int, int], None] | None = None,
         cancel: asyncio.Event | None = None,
         context: Mapping[str, Any] | None = None,
+        confirming: ConfirmProgress | None = None,
     ) -> dict[str, Any]:
         """``n_rounds`` screening rounds, then analysis and confirmation (the admin
         ``POST /admin/screening``). Returns a JSON-ready report with the flags raised.
 
-        ``progress(done, total)`` is called after each round. When ``cancel`` is set,
+        ``progress(done, total)`` is called after each round; ``confirming`` is kept up
+        to date through the analysis and confirmation. When ``cancel`` is set,
         no further round starts (the one running finishes and is stored), analysis and
         confirmation are skipped, and the report carries ``"cancelled": true``.
 
@@ -237,7 +242,7 @@ class Screening:
                 outcome: dict[str, Any] = {"profile": profile_name, "analysis": None, "confirmations": [],
                            "flag_ids": []}  # fmt: skip
             else:
-                outcome = await self.analyse_and_confirm(profile_name)
+                outcome = await self.analyse_and_confirm(profile_name, confirming)
         outcome["cancelled"] = cancelled
         round_flags = [f for r in reports for f in r.flags]
         outcome["rounds"] = [{"round_id": r.round_id, "kind": r.kind,
@@ -259,11 +264,16 @@ class Screening:
 
     # -- analysis and confirmation -------------------------------------------------------
 
-    async def analyse_and_confirm(self, profile_name: str) -> dict[str, Any]:
-        """Analyse the stored window of ``profile_name``, confirm every suspect group.
+    async def analyse_and_confirm(
+        self, profile_name: str, confirming: ConfirmProgress | None = None
+    ) -> dict[str, Any]:
+        """Analyse the stored window of ``profile_name``, confirm every suspect group
+        (``confirming``: updated as it goes, for a job's progress).
 
         Returns ``{"profile", "analysis", "confirmations", "flag_ids"}``.
         """
+        confirming = confirming or ConfirmProgress()
+        confirming.stage = "analysis"
         profile = self._profile(profile_name)
         deadline_s = profile.deadline_s(0.0)
         kinds = (RoundKind.SCREENING,) if self.detector.drop_full_rounds else SCREEN_KINDS
@@ -278,6 +288,7 @@ class Screening:
                     "flag_ids": []}  # fmt: skip
         analysis = await asyncio.to_thread(analyse, stored, deadline_s, self.detector)
         summary = ev.detection_summary(analysis)
+        summary["load_probability"] = self.config.screening_load_probability
         screened = stored  # the slowness test reads screening rounds only (its docstring)
         if any(stored.kinds.get(r) == RoundKind.CONFIRMATION for r in stored.round_ids):
             screened = await asyncio.to_thread(
@@ -291,7 +302,8 @@ class Screening:
             len(summary["groups"]),
         )  # fmt: skip
         outcomes = await confirm_groups(self, profile, analysis.detection.groups, stored, analysis,
-                                        batching=self.config.confirm_batching)  # fmt: skip
+                                        batching=self.config.confirm_batching,
+                                        progress=confirming)  # fmt: skip
         for res in outcomes:
             if res.run is None and res.reason != ALREADY_FLAGGED:
                 log.warning("confirmation of %s not run: %s", res.group.members, res.reason)
@@ -299,7 +311,7 @@ class Screening:
         confirmations = [res.as_dict() for res in outcomes]
         skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
         flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report, self.alone,
-                                        skip, screened.results)  # fmt: skip
+                                        skip, screened.results, confirming)  # fmt: skip
         return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
                 "flag_ids": flag_ids}  # fmt: skip
 

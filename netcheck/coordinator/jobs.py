@@ -15,7 +15,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from netcheck.errors import NetcheckError
@@ -25,8 +25,36 @@ log = logging.getLogger("netcheck.admin")
 #: Finished jobs kept for polling, newest last.
 KEEP_FINISHED = 32
 
-#: Runs a screening: (profile, rounds, progress callback, cancel event) -> report.
-Runner = Callable[[str, int, Callable[[int, int], None], asyncio.Event], Awaitable[dict[str, Any]]]
+
+@dataclass
+class ConfirmProgress:
+    """How far the analysis and confirmation after a job's screening rounds have got
+    (``confirmation`` in ``GET /admin/screening/jobs/{job_id}``), updated by
+    :func:`~netcheck.coordinator.confirm_batches.confirm_groups` and
+    :func:`~netcheck.coordinator.alone.confirm_alone` as they run.
+
+    ``stage``: None before the analysis, then ``analysis``, ``groups`` (suspect groups
+    confirmed in shared rounds), ``alone`` (slowness nominees loaded alone);
+    ``rounds_done``: confirmation rounds run so far in this job (both stages);
+    ``groups_total``: suspect groups the analysis found; ``groups_active``: those under
+    test now; ``groups_done``: those settled (flagged, cleared or not run)."""
+
+    stage: str | None = None
+    rounds_done: int = 0
+    groups_total: int = 0
+    groups_active: int = 0
+    groups_done: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: Runs a screening: (profile, rounds, progress callback, cancel event, confirmation
+#: progress) -> report.
+Runner = Callable[
+    [str, int, Callable[[int, int], None], asyncio.Event, ConfirmProgress],
+    Awaitable[dict[str, Any]],
+]
 
 
 @dataclass
@@ -44,6 +72,7 @@ class ScreeningJob:
     error: str | None = None
     report: dict[str, Any] | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    confirmation: ConfirmProgress = field(default_factory=ConfirmProgress)
     task: asyncio.Task[None] | None = None
     _t0: float = field(default_factory=time.monotonic)  # durations: never the wall clock
     _round_times: list[float] = field(default_factory=list)  # time.monotonic() per round
@@ -70,6 +99,7 @@ class ScreeningJob:
             "rounds_done": self.rounds_done, "rounds_total": self.rounds_total,
             "started_at": self.started_at, "finished_at": self.finished_at,
             "eta_s": self.eta_s(), "error": self.error, "report": self.report,
+            "confirmation": self.confirmation.as_dict(),
         }  # fmt: skip
 
 
@@ -91,7 +121,9 @@ class ScreeningJobs:
 
     async def _run(self, job: ScreeningJob, runner: Runner) -> None:
         try:
-            job.report = await runner(job.profile, job.rounds_total, job.progress, job.cancel)
+            job.report = await runner(
+                job.profile, job.rounds_total, job.progress, job.cancel, job.confirmation
+            )
             job.state = "cancelled" if job.report.get("cancelled") else "done"
         except NetcheckError as exc:
             job.state, job.error = "failed", str(exc)

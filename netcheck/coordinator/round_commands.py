@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -15,7 +16,12 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from netcheck.admin_client import AdminNotFound, admin_call, coordinator_config_option
+from netcheck.admin_client import (
+    AdminNotFound,
+    admin_call,
+    coordinator_config_option,
+    coordinator_label,
+)
 
 
 def _when(ts: float | None) -> str:
@@ -41,6 +47,15 @@ def round_list(config_path: Path, limit: int, offset: int, as_json: bool) -> Non
         click.echo(json.dumps(data, indent=2))
         return
     shown = len(data["rounds"])
+    if not shown:
+        where = coordinator_label(config_path)
+        click.echo(
+            f"no rounds stored on {where}; run one with `netcheck round run --config "
+            f"{shlex.quote(str(config_path))}`"
+            if not data["total"]
+            else f"no rounds after the newest {offset}: {where} stores {data['total']}"
+        )
+        return
     table = Table(title=f"rounds {offset + 1 if shown else 0}-{offset + shown} of {data['total']}")
     for col in ("round", "profile", "started (UTC)", "status", "verdicts"):
         table.add_column(col)

@@ -81,12 +81,22 @@ class Database:
             ``sqlite://`` (in memory) or ``postgresql+psycopg://...``. Tables are created
             if missing.
         busy_timeout_ms: how long a SQLite write waits for another writer's lock.
+        create: False opens the database as it is: no folder or table created, no schema
+            upgrade (:mod:`netcheck.storage.probe`, which connects once itself).
+        connect_timeout_s: PostgreSQL only: give up connecting after this long.
 
     Raises:
         StorageError: the database cannot be opened or initialised.
     """
 
-    def __init__(self, url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        create: bool = True,
+        connect_timeout_s: float | None = None,
+    ) -> None:
         self.url = url
         parsed = make_url(url)
         self.backend: str = parsed.get_backend_name()
@@ -98,7 +108,7 @@ class Database:
             kwargs["connect_args"] = {"check_same_thread": False}
             if database in ("", ":memory:"):
                 kwargs["poolclass"] = StaticPool
-            else:
+            elif create:
                 Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         elif parsed.get_backend_name() == "postgresql":
             # The PostgreSQL analogue of busy_timeout: a write waits this long for a row or
@@ -106,10 +116,14 @@ class Database:
             opts = f"-c lock_timeout={max(1, int(busy_timeout_ms))}"  # 0 would mean forever
             extra = parsed.query.get("options")
             kwargs["connect_args"] = {"options": f"{extra} {opts}" if extra else opts}
+            if connect_timeout_s is not None:
+                kwargs["connect_args"]["connect_timeout"] = max(1, round(connect_timeout_s))
         try:
             self._engine: Engine = create_engine(url, **kwargs)
             if self._sqlite:
                 self._setup_sqlite(self._engine, busy_timeout_ms)
+            if not create:
+                return
             with self._errors("create tables"):
                 metadata.create_all(self._engine)
             with self._read("check schema") as conn:

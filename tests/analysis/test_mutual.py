@@ -107,25 +107,28 @@ def _farm_rows(seed: int, pairs: int, effect: float, sd: float) -> tuple[np.ndar
 
 
 def test_fdr_nominates_pairs_bonferroni_misses_and_no_honest_node_more() -> None:
-    """With 10 noisy farm pairs among 60 nodes, BH at q 0.25 nominates more of them than
+    """With 10 noisy farm pairs among 60 nodes, BH at q nominates more of them than
     Bonferroni over the 1,770 pairs (each miss is a pair confirmation never gets to
     test), and the level it uses is never stricter than Bonferroni's; over 20
-    populations the share of nominated pairs that are not farm pairs stays about q
-    (measured 22 of 93 = 0.24; nominees are then tested by confirmation)."""
-    fdr, bonf = DetectorConfig(), DetectorConfig(mutual_fdr=0.0)
-    found = {"fdr": 0, "bonf": 0}
-    honest_nominated = 0
-    for seed in range(20):
-        e, loaded = _farm_rows(seed, 10, 0.35, 0.25)
-        mt = mutual_test(e, loaded, fdr)
-        assert mutual_level(mt, fdr) >= mutual_level(mt, bonf) == bonf.p_crit_mutual(N)
-        hits_fdr, hits_bonf = mutual_hits(mt, fdr), mutual_hits(mt, bonf)
-        assert not (hits_bonf & ~hits_fdr).any()
-        farm = np.zeros((N, N), dtype=bool)
-        for k in range(10):
-            farm[2 * k, 2 * k + 1] = True
-        found["fdr"] += int((hits_fdr & farm).sum())
-        found["bonf"] += int((hits_bonf & farm).sum())
-        honest_nominated += int((hits_fdr & ~farm).sum())
-    assert found["fdr"] >= found["bonf"] + 20, found
-    assert honest_nominated / (honest_nominated + found["fdr"]) <= 0.3, (honest_nominated, found)
+    populations the share of nominated pairs that are not farm pairs stays under q
+    (measured at q 0.25: 22 of 93 = 0.24; at the default 0.75: 149 of 274 = 0.54;
+    nominees are then tested by confirmation)."""
+    bonf = DetectorConfig(mutual_fdr=0.0)
+    for fdr in (DetectorConfig(mutual_fdr=0.25), DetectorConfig()):
+        found = {"fdr": 0, "bonf": 0}
+        honest_nominated = 0
+        for seed in range(20):
+            e, loaded = _farm_rows(seed, 10, 0.35, 0.25)
+            mt = mutual_test(e, loaded, fdr)
+            assert mutual_level(mt, fdr) >= mutual_level(mt, bonf) == bonf.p_crit_mutual(N)
+            hits_fdr, hits_bonf = mutual_hits(mt, fdr), mutual_hits(mt, bonf)
+            assert not (hits_bonf & ~hits_fdr).any()
+            farm = np.zeros((N, N), dtype=bool)
+            for k in range(10):
+                farm[2 * k, 2 * k + 1] = True
+            found["fdr"] += int((hits_fdr & farm).sum())
+            found["bonf"] += int((hits_bonf & farm).sum())
+            honest_nominated += int((hits_fdr & ~farm).sum())
+        assert found["fdr"] >= found["bonf"] + 20, found
+        share = honest_nominated / (honest_nominated + found["fdr"])
+        assert share <= fdr.mutual_fdr + 0.05, (fdr.mutual_fdr, honest_nominated, found)

@@ -47,13 +47,15 @@ def test_an_operator_slowing_its_own_identities_below_the_floor_nominates_no_hon
     """Residuals: 40 identities of one operator slow their partner (2k, 2k + 1) by 0.15
     log (below the floor, little noise, so their p is tiny), 20 honest noisy identities
     (sd 0.3, 24 rounds). Over 30 populations the honest pairs nominated at the default
-    family are those Bonferroni nominates (the attack buys nothing); with every pair's own
-    p in the family the operator's pairs loosen the level and honest pairs are nominated
-    (measured: 5 honest pairs nominated at the default family, 5 at Bonferroni, 31 with
-    every pair's own p)."""
+    family are those nominated without the operator's slowing (the attack buys nothing);
+    with every pair's own p in the family the operator's pairs loosen the level and
+    honest pairs are nominated (measured at FDR 0.25: 5 honest pairs nominated at the
+    default family, 5 at Bonferroni, 31 with every pair's own p; at 0.75, the default
+    since session 8: 8 at the default family, 8 without the slowing, 109 with every
+    pair's own p)."""
     default, loose, bonf = (DetectorConfig(), DetectorConfig(mutual_fdr_family="all"),
                             DetectorConfig(mutual_fdr=0.0))  # fmt: skip
-    counts = {"default": 0, "all": 0, "bonf": 0}
+    counts = {"default": 0, "all": 0, "bonf": 0, "clean": 0}
     honest = np.zeros((N, N), dtype=bool)
     honest[40:, 40:] = True
     for seed in range(30):
@@ -65,9 +67,15 @@ def test_an_operator_slowing_its_own_identities_below_the_floor_nominates_no_hon
             y[2 * k] += 0.15 * loaded[2 * k + 1]
             y[2 * k + 1] += 0.15 * loaded[2 * k]
         y[~loaded] = np.nan
+        clean = y.copy()  # the same identities without the operator's slowing
+        for k in range(20):
+            clean[2 * k] -= 0.15 * loaded[2 * k + 1]
+            clean[2 * k + 1] -= 0.15 * loaded[2 * k]
+        mt_clean = mutual_test(median_polish(clean).residuals, loaded, default)
+        counts["clean"] += int((mutual_hits(mt_clean, default) & honest).sum())
         e = median_polish(y).residuals
         mt = mutual_test(e, loaded, default)
         for name, cfg in (("default", default), ("all", loose), ("bonf", bonf)):
             counts[name] += int((mutual_hits(mt, cfg) & honest).sum())
-    assert counts["default"] <= counts["bonf"] + 1, counts
-    assert counts["all"] >= counts["bonf"] + 15, counts
+    assert counts["default"] <= counts["clean"] + 1, counts
+    assert counts["all"] >= counts["clean"] + 15, counts

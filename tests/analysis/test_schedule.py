@@ -61,3 +61,57 @@ def test_pair_coverage_bounds_what_any_detector_can_link() -> None:
         hits += min(arms[1:]) >= 2
     assert abs(hits / 20_000 - pair_coverage(12)) < 0.02
     assert rounds_for_coverage(0.95) == 22 and pair_coverage(22) >= 0.95 > pair_coverage(21)
+
+
+def test_load_probability_reads_the_tag_as_a_uniform_number() -> None:
+    """At q the bit is ``int(tag[:8]) >= 2^64 - floor(q 2^64)`` (module docstring); at 1/2
+    that is the tag's first bit (the rule before session 8), and the loaded sets are
+    nested: a node loaded at 1/2 is loaded at 2/3."""
+    msg = b"netcheck/1 schedule\0" + b"round-7" + b"\0"
+    for key in KEYS[:200]:
+        tag = hmac.new(SECRET, msg + key.encode(), hashlib.sha256).digest()
+        u = int.from_bytes(tag[:8], "big")
+        assert load_bit(SECRET, "round-7", key, 2 / 3) is (u >= 2**64 - int(2 / 3 * 2**64))
+        assert load_bit(SECRET, "round-7", key, 0.5) is bool(tag[0] >> 7)
+    half = screening_plan(SECRET, "round-1", KEYS, 0.5)
+    two_thirds = screening_plan(SECRET, "round-1", KEYS, 2 / 3)
+    assert half == screening_plan(SECRET, "round-1", KEYS)
+    assert all(two_thirds[k] for k, bit in half.items() if bit)
+    ones = sum(two_thirds.values())  # within 4 standard deviations of 2000 * 2/3
+    assert abs(ones - 2000 * 2 / 3) < 4 * (2000 * 2 / 9) ** 0.5
+    for bad in (0.0, 1.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="load probability"):
+            load_bit(SECRET, "r", "n", bad)
+
+
+def test_rule_name_carries_the_load_probability() -> None:
+    """The stored rule names q unless it is 1/2 (rounds stored before session 8)."""
+    from netcheck.analysis.schedule import HMAC_RULE, rule_name
+
+    assert rule_name(0.5) == HMAC_RULE == "hmac-sha256/netcheck/1"
+    assert rule_name(2 / 3) == "hmac-sha256/netcheck/1;q=0.6666666666666666"
+    assert float(rule_name(0.25).split(";q=")[1]) == 0.25
+    with pytest.raises(ValueError):
+        rule_name(1.0)
+
+
+def test_pair_coverage_at_another_load_probability() -> None:
+    """Arms both / first only / second only / neither at q^2, q(1-q), q(1-q), (1-q)^2:
+    the exact sum matches a Monte Carlo of that design."""
+    import random
+
+    from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
+
+    q = 2 / 3
+    rng = random.Random(5)
+    hits = 0
+    for _ in range(20_000):
+        arms = [0, 0, 0, 0]
+        for _ in range(12):
+            arms[2 * (rng.random() < q) + (rng.random() < q)] += 1
+        hits += min(arms[1:]) >= 2
+    assert abs(hits / 20_000 - pair_coverage(12, probability=q)) < 0.02
+    assert round(pair_coverage(24, probability=q), 3) == 0.962
+    assert rounds_for_coverage(0.95, probability=q) == 23
+    with pytest.raises(ValueError):
+        pair_coverage(12, probability=0.0)

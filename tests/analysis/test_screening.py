@@ -137,3 +137,12 @@ def test_probe_pairs_skips_rows_without_echo_and_lists_unanswered() -> None:
     pairs = probe_pairs(rows)
     assert pairs.round_ids == ("a",) and pairs.probe_rtts_s == (0.02,)
     assert pairs.echo_rtts_s == (0.01,) and pairs.unanswered == ("c",)
+
+
+def test_hmac_load_rule_at_a_load_probability() -> None:
+    """The coordinator's rule at q loads the schedule's nodes at q (about 2/3 here)."""
+    keys = [f"n{i}" for i in range(300)]
+    got = hmac_load_rule(SECRET, 2 / 3)("r1", keys)
+    assert got == {k for k, b in screening_plan(SECRET, "r1", keys, 2 / 3).items() if b}
+    assert got >= hmac_load_rule(SECRET)("r1", keys)  # nested in the 1/2 rule's set
+    assert 170 < len(got) < 230

@@ -38,6 +38,7 @@ async def test_disconnected_node_stays_listed_with_last_seen(tmp_path: Path) -> 
         assert row["last_seen_at"] <= left_at + 0.01
         table = await cli("nodes", "--config", str(cfg))
         assert "1 known node(s), 0 connected" in table.output
+        assert f"no node connected to the coordinator at http://127.0.0.1:{rc.port}" in table.output
         assert row["node_key"] in table.output
 
 

@@ -130,7 +130,7 @@ def test_eta_text_says_confirmation_has_no_eta() -> None:
     """Before the last screening round ends: its ETA; after: that the analysis and
     confirmation rounds run, how long so far, and that they have no ETA (the line said
     'ETA analysing' for the minutes confirmation takes)."""
-    from netcheck.coordinator.commands import eta_text
+    from netcheck.coordinator.screen_follow import eta_text
 
     job = {"rounds_done": 3, "rounds_total": 16, "state": "running", "eta_s": 41.2}
     assert eta_text(job) == "ETA 41 s"
@@ -145,7 +145,7 @@ async def test_screen_run_keeps_saying_it_is_confirming(
 ) -> None:
     """Without a terminal, the progress line is repeated while the confirmation rounds
     run, so a long confirmation does not look like a hang."""
-    from netcheck.coordinator import commands
+    from netcheck.coordinator import screen_follow
 
     base = {"job_id": "s1", "profile": "p", "rounds_total": 2, "eta_s": None}
     states = iter([
@@ -161,11 +161,119 @@ async def test_screen_run_keeps_saying_it_is_confirming(
             return {**base, "state": "running", "rounds_done": 0}
         return {"known": []} if path == "/admin/nodes" else next(states)
 
-    monkeypatch.setattr(commands, "admin_request", fake_request)
-    monkeypatch.setattr(commands, "POLL_S", 0.0)
-    monkeypatch.setattr(commands, "AFTER_LINE_S", 0.0)
-    job = await commands._follow(object(), {}, {})  # type: ignore[arg-type]
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    monkeypatch.setattr(screen_follow, "AFTER_LINE_S", 0.0)
+    job = await screen_follow._follow(object(), {}, {})  # type: ignore[arg-type]
     assert job["state"] == "done"
     err = capsys.readouterr().err
     assert "screening: 1 of 2 rounds, ETA 5 s" in err
     assert err.count("analysis and confirmation rounds running (no ETA") >= 2, err
+
+
+def _config(tmp_path: Path) -> Path:
+    cfg = tmp_path / "coordinator.toml"
+    cfg.write_text(
+        'port = 8471\nidentity_key = "k.pem"\nopen_enrollment = true\n'
+        'admin_token = "a-test-token-of-some-length"\nprofiles = ["cpu-tiny"]\n'
+    )
+    return cfg
+
+
+def test_flags_list_without_flags_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No flag: one line naming the coordinator asked, the filters and what raises flags,
+    not an empty table; exit 0."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    monkeypatch.setattr(commands, "admin_call", lambda *a, **k: {"flags": []})
+    cfg = _config(tmp_path)
+    result = CliRunner().invoke(commands.flags, ["list", "--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1 and "┃" not in result.output, result.output
+    assert f"no flags on the coordinator at http://127.0.0.1:8471 ({cfg})" in result.output
+    assert f"`netcheck screen run --config {cfg}`" in result.output
+    args = ["list", "--config", str(cfg), "--kind", "slow", "--review", "open"]
+    result = CliRunner().invoke(commands.flags, args)
+    assert "no flags matching kind=slow, review=open on the coordinator" in result.output
+
+
+def test_round_list_without_rounds_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No stored round: one line with the command that runs one; an offset past the
+    end says how many are stored."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import round_commands
+
+    answer = {"rounds": [], "total": 0}
+    monkeypatch.setattr(round_commands, "admin_call", lambda *a, **k: answer)
+    cfg = _config(tmp_path)
+    result = CliRunner().invoke(round_commands.round_list, ["--config", str(cfg)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("\n") == 1 and "┃" not in result.output, result.output
+    assert f"no rounds stored on the coordinator at http://127.0.0.1:8471 ({cfg})" in result.output
+    assert f"`netcheck round run --config {cfg}`" in result.output
+    answer["total"] = 3
+    args = ["--config", str(cfg), "--offset", "5"]
+    result = CliRunner().invoke(round_commands.round_list, args)
+    assert result.exit_code == 0, result.output
+    assert "no rounds after the newest 5: the coordinator at" in result.output
+    assert "stores 3" in result.output
+
+
+def test_confirm_text_counts_rounds_and_groups() -> None:
+    """Once the screening rounds are done the line says what the confirmation is doing:
+    the stage, confirmation rounds so far in this job, suspect groups under test and
+    settled (the line only said 'running' for the minutes confirmation takes)."""
+    from netcheck.coordinator.screen_follow import eta_text
+
+    c = {"stage": "analysis", "rounds_done": 0, "groups_total": 0, "groups_active": 0,
+         "groups_done": 0}  # fmt: skip
+    job = {"rounds_done": 16, "rounds_total": 16, "state": "running", "eta_s": None,
+           "confirmation": c}  # fmt: skip
+    assert eta_text(job, 3.2) == "analysis running (no ETA; 3 s so far)"
+    c.update(stage="groups", rounds_done=14, groups_total=3, groups_active=2, groups_done=1)
+    assert eta_text(job, 95.4) == (
+        "14 confirmation rounds so far; suspect groups: 2 under test, 1 of 3 settled "
+        "(no ETA; 95 s so far)"
+    )
+    c.update(stage="alone", rounds_done=30, groups_active=0, groups_done=3)
+    assert eta_text(job) == (
+        "30 confirmation rounds so far; 3 of 3 suspect groups settled; slow nodes confirmed "
+        "alone (no ETA)"
+    )
+    c.update(rounds_done=1, groups_total=0, groups_done=0)
+    assert eta_text(job) == "1 confirmation round so far; slow nodes confirmed alone (no ETA)"
+
+
+async def test_screen_run_prints_confirmation_progress(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a terminal, a progress line whenever the confirmation's groups change,
+    with the rounds run so far (the job's ``confirmation``)."""
+    from netcheck.coordinator import screen_follow
+
+    base = {"job_id": "s1", "profile": "p", "rounds_total": 2, "rounds_done": 2, "eta_s": None}
+
+    def conf(stage: str | None, rounds: int, active: int, done: int) -> dict[str, object]:
+        c = {"stage": stage, "rounds_done": rounds, "groups_total": 2, "groups_active": active,
+             "groups_done": done}  # fmt: skip
+        return {**base, "state": "running", "confirmation": c}
+
+    states = iter([conf("analysis", 0, 0, 0), conf("groups", 3, 2, 0), conf("groups", 9, 1, 1),
+                   {**conf("groups", 12, 0, 2), "state": "done", "report": {}}])  # fmt: skip
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        return {"known": []} if path == "/admin/nodes" else next(states)
+
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    job = await screen_follow._follow(object(), {}, {})  # type: ignore[arg-type]
+    assert job["state"] == "done"
+    err = capsys.readouterr().err
+    assert "screening: 2 of 2 rounds, analysis running (no ETA" in err
+    assert "3 confirmation rounds so far; suspect groups: 2 under test, 0 of 2 settled" in err
+    assert "9 confirmation rounds so far; suspect groups: 1 under test, 1 of 2 settled" in err

@@ -19,6 +19,7 @@ from netcheck.analysis.screening import analyse
 from netcheck.config import DeadlineParams
 from netcheck.coordinator.confirm_batches import confirm_groups
 from netcheck.coordinator.group_flags import started_runs
+from netcheck.coordinator.jobs import ConfirmProgress
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
 from netcheck.lab.testing import (
     FAKE_FINGERPRINT,
@@ -73,13 +74,23 @@ async def _start(rc: RunningCoordinator, leave_at: int = 0) -> dict[str, str]:
     return names
 
 
-async def _confirm(rc: RunningCoordinator, names: dict[str, str], batching: bool):  # type: ignore[no-untyped-def]
+class Recorded(ConfirmProgress):
+    """A job's confirmation progress that keeps every value it was set to."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        self.__dict__.setdefault("seen", []).append((name, value))
+
+
+async def _confirm(rc: RunningCoordinator, names: dict[str, str], batching: bool,  # type: ignore[no-untyped-def]
+                   progress: ConfirmProgress | None = None):  # fmt: skip
     groups = [
         SuspectGroup((names["a"], names["b"]), ()),
         SuspectGroup((names["c"], names["d"]), ()),
     ]
     return await confirm_groups(rc.coord.screening, PROFILE, groups, EMPTY,
-                                analyse(EMPTY, 0.65, DetectorConfig()), batching=batching)  # fmt: skip
+                                analyse(EMPTY, 0.65, DetectorConfig()), batching=batching,
+                                progress=progress)  # fmt: skip
 
 
 def _rounds(rc: RunningCoordinator) -> list[tuple[set[str], dict]]:  # type: ignore[type-arg]
@@ -100,11 +111,13 @@ async def test_disjoint_groups_share_rounds_and_are_judged_apart(tmp_path: Path)
     """A farm pair and an honest pair confirmed in one batch: each shared round loads
     the union of the runs' parts and records each part; fewer rounds than the two runs'
     rounds together; the farm is flagged, the honest pair cleared, each on its own
-    members' rounds; a later attempt reads back only its own group's parts."""
+    members' rounds; a later attempt reads back only its own group's parts. The job's
+    progress counted every round and showed both groups under test, then settled."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    progress = Recorded()
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
         names = await _start(rc)
-        farm, honest = await _confirm(rc, names, batching=True)
+        farm, honest = await _confirm(rc, names, batching=True, progress=progress)
         rounds = _rounds(rc)
         screening = rc.coord.screening
         sched: dict[str, dict[str, bool]] = {}
@@ -122,6 +135,9 @@ async def test_disjoint_groups_share_rounds_and_are_judged_apart(tmp_path: Path)
     assert all(o.loaded <= {a, b} and set(o.log_service) <= {a, b} for o in farm.run.observations)
     assert all(o.loaded <= {c, d} for o in honest.run.observations)
     assert len(prior) == len(honest.run.observations)
+    assert progress.rounds_done == len(rounds) and progress.stage == "groups"
+    assert (progress.groups_total, progress.groups_active, progress.groups_done) == (2, 0, 2)
+    assert ("groups_active", 2) in progress.__dict__["seen"]
     assert all(o.loaded <= {c, d} and o.tested == {c, d} and set(o.log_service) <= {c, d}
                for o in prior)  # fmt: skip
 

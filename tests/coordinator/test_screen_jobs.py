@@ -74,3 +74,21 @@ async def test_ctrl_c_cancels_the_run_on_the_coordinator(tmp_path: Path) -> None
         assert len(await asyncio.to_thread(rc.coord.store.list_rounds, 1000)) == n_rounds
         assert n_rounds < 500
         assert not jobs.lock.locked()  # the screening lock is free again
+
+
+async def test_job_status_carries_the_confirmation_progress() -> None:
+    """The job hands its runner a ConfirmProgress and reports it in its status."""
+    from netcheck.coordinator.jobs import ConfirmProgress, ScreeningJobs
+
+    async def runner(profile: str, n: int, progress: object, cancel: asyncio.Event,
+                     confirming: ConfirmProgress) -> dict[str, object]:  # fmt: skip
+        confirming.stage, confirming.rounds_done, confirming.groups_total = "groups", 7, 2
+        await asyncio.sleep(0.2)
+        return {}
+
+    jobs = ScreeningJobs(runner)
+    job = jobs.start("p", 4)
+    await asyncio.sleep(0.1)
+    status = job.as_dict()["confirmation"]
+    assert (status["stage"], status["rounds_done"], status["groups_total"]) == ("groups", 7, 2)
+    await jobs.close()

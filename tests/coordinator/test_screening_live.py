@@ -17,6 +17,7 @@ from netcheck.analysis.alone import AloneConfig
 from netcheck.analysis.slowness import NodeSlowness, SlownessReport, spent_level
 from netcheck.config import DeadlineParams
 from netcheck.coordinator.alone import confirm_alone
+from netcheck.coordinator.jobs import ConfirmProgress
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import EngineError
 from netcheck.lab.adversary import MadeUpWorker
@@ -241,7 +242,11 @@ async def test_slowness_nominees_are_judged_on_rounds_loading_them_alone(tmp_pat
             for k in (slow, fast)
         )  # fmt: skip
         report = SlownessReport(0.1, 1.25, 0.01, 1, 1e-4, 8, 1.0, True, nodes)
-        ids = await confirm_alone(rc.coord, screening.flags, fast_profile, report, screening.alone)
+        progress = ConfirmProgress()
+        ids = await confirm_alone(rc.coord, screening.flags, fast_profile, report, screening.alone,
+                                  progress=progress)  # fmt: skip
+        alone = screening.flags.recent_rounds(fast_profile.name, ["confirmation"], 1000)
+        assert progress.stage == "alone" and progress.rounds_done == len(alone.round_ids) >= 16
         got = {f.node_keys[0]: f for f in (screening.flags.get_flag(i) for i in ids) if f}
         assert (got[slow].kind, got[slow].status) == ("slow", "confirmed")
         assert (got[fast].kind, got[fast].status) == ("slow", "cleared")

@@ -245,7 +245,7 @@ class LiveSimulation:
         if kind == "full":
             bits = np.ones(len(self.keys), dtype=bool)
         else:
-            plan = screening_plan(self.secret, rid, self.keys)
+            plan = screening_plan(self.secret, rid, self.keys, self.cfg.load_probability)
             bits = np.array([plan[k] for k in self.keys])
         self.state.round_ids.append(rid)
         self._round(rid, kind, bits)

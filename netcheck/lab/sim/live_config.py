@@ -67,6 +67,7 @@ class LiveConfig:
     """
 
     full_every: int = field(default_factory=lambda: _default("screening_full_every"))
+    load_probability: float = field(default_factory=lambda: _fdefault("screening_load_probability"))
     analyze_every: int = field(default_factory=lambda: _default("screening_analyze_every"))
     window_rounds: int = field(default_factory=lambda: _default("screening_window_rounds"))
     confirm_cycles: int = field(default_factory=lambda: _default("confirm_cycles"))
@@ -102,6 +103,7 @@ def legacy_config() -> LiveConfig:
         alone=None,
         confirm_batching=False,
         confirm_coins=False,
+        load_probability=0.5,
     )
 
 

@@ -69,13 +69,20 @@ def test_padded_pairs_near_the_floor_are_caught_alone() -> None:
     """Padded pairs at beta 0.3 (1.3 t_ref, just above the screening floor 1.25) are
     mostly caught by 32 rounds once slowness nominees are judged on rounds loading them
     alone (floor 1.2); without the alone stage most escape; no honest node is flagged.
-    (A pair on a card faster than the class pads to within the floor and escapes both.)"""
+    (A pair on a card faster than the class pads to within the floor and escapes both.)
+    Both at load probability 1/2 (named: at 2/3 a co-hosted honest node's partner is
+    loaded in most of its rounds, its median screening ratio sits at the coupling, 1.2 x
+    its card, and the screening floor without the alone stage flags slow honest
+    cards)."""
     spec = PopulationSpec(n_nodes=40, farm_sizes=(2, 2, 2, 2), cohosted_pairs=6,
                           benign_coupling=0.2, adversary="pad", beta=0.3)  # fmt: skip
     caught = {"alone": 0, "before": 0}
     for seed in (10, 11, 12):
         pop = make_population(spec, np.random.default_rng(seed))
-        for name, cfg in (("alone", LiveConfig()), ("before", LiveConfig(alone=None))):
+        for name, cfg in (
+            ("alone", LiveConfig()),
+            ("before", LiveConfig(alone=None, load_probability=0.5)),
+        ):
             sim = LiveSimulation(pop, cfg, np.random.default_rng(seed + 1), secret=bytes(32))
             snap = sim.run([32])[0]
             flagged = (
@@ -90,7 +97,7 @@ def test_a_promising_alone_attempt_is_followed_by_the_next_in_the_simulator() ->
     """As in the coordinator: at alpha 5e-5 with 8 rounds per attempt, a padded pair
     (1.5 t_ref alone) is not flagged by 8 or 16 alone rounds but is promising, so each
     nominee of the first analysis gets 3 attempts at once and is flagged at the third
-    (48 confirmation rounds); with max_attempts 1 (before session 7) one attempt each
+    (24 confirmation rounds each); with max_attempts 1 (before session 7) one attempt each
     and no flag yet. No honest node is flagged."""
     spec = PopulationSpec(n_nodes=40, farm_sizes=(2, 2, 2), cohosted_pairs=6,
                           benign_coupling=0.2, adversary="pad")  # fmt: skip
@@ -102,10 +109,10 @@ def test_a_promising_alone_attempt_is_followed_by_the_next_in_the_simulator() ->
         snap = sim.run([16])[0]
         assert snap.analyses == 1 and not snap.slow & pop.honest
         got[tries] = (snap.slow, dict(sim.state.alone_attempts), snap.confirmation_rounds)
-    pair = set(got[3][1])
-    assert len(pair) == 2 and pair <= {k for f in pop.farms for k in f}
-    assert got[3] == (pair, dict.fromkeys(pair, 3), 48)
-    assert got[1] == (frozenset(), dict.fromkeys(pair, 1), 16)
+    nominees = set(got[3][1])  # padded identities only
+    assert len(nominees) >= 2 and nominees <= {k for f in pop.farms for k in f}
+    assert got[3] == (nominees, dict.fromkeys(nominees, 3), 24 * len(nominees))
+    assert got[1] == (frozenset(), dict.fromkeys(nominees, 1), 8 * len(nominees))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,158 @@
+"""``netcheck screen run`` following its coordinator job: start it, show its progress
+(a bar for the screening rounds with an ETA, then one for the confirmation: rounds so
+far, suspect groups under test and settled; lines instead off a terminal), cancel it on
+Ctrl-C. The job's fields are in docs/admin-api.md (``/admin/screening/jobs``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from netcheck.admin_client import admin_request
+from netcheck.config import CoordinatorConfig
+
+
+def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
+    """Start a screening job on the coordinator named by ``config_path`` and follow it
+    to its end (``held`` receives ``job_id`` and ``names`` as soon as known)."""
+    from netcheck.config import load_coordinator_config
+
+    return asyncio.run(_follow(load_coordinator_config(config_path), body, held))
+
+
+def cancel_job(config_path: Path, held: dict[str, Any]) -> Any:
+    """Cancel the job in ``held`` and wait until it has stopped."""
+    from netcheck.config import load_coordinator_config
+
+    return asyncio.run(_cancel(load_coordinator_config(config_path), held))
+
+
+async def _names(cfg: CoordinatorConfig) -> dict[str, str]:
+    data = await admin_request(cfg, "GET", "/admin/nodes", timeout_s=30)
+    out = {}
+    for n in data.get("known", []):
+        name = n.get("display_name") or n.get("name")
+        if name:
+            out[n["node_key"]] = name
+    return out
+
+
+async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, Any]) -> Any:
+    """Start a screening job, show its progress until it ends; returns the final job."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    job = await admin_request(cfg, "POST", "/admin/screening/jobs", body, timeout_s=30)
+    held["job_id"] = job["job_id"]
+    held["names"] = await _names(cfg)
+    err = Console(stderr=True)
+    path = f"/admin/screening/jobs/{job['job_id']}"
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("rounds  {task.fields[eta]}"))  # fmt: skip
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(f"screening {job['profile']}", total=job["rounds_total"], eta="ETA -")
+        confirm_task = None  # a second bar once confirmation rounds run (no total: no ETA)
+        shown: tuple[Any, ...] = ()
+        said_at, after_t0 = 0.0, None
+        while job["state"] in ("running", "cancelling"):
+            await asyncio.sleep(POLL_S)
+            job = await admin_request(cfg, "GET", path, timeout_s=30)
+            if after_t0 is None and _screening_done(job):
+                after_t0 = time.monotonic()
+            after_s = None if after_t0 is None else time.monotonic() - after_t0
+            eta = eta_text(job, after_s)
+            confirming = (job.get("confirmation") or {}).get("stage") in CONFIRM_STAGES
+            if confirming and confirm_task is None:
+                confirm_task = bar.add_task(f"confirmation {job['profile']}", total=None, eta="")
+            if confirm_task is not None and job["state"] in ("running", "cancelling"):
+                rounds = job["confirmation"]["rounds_done"]  # the bar counts them itself
+                bar.update(confirm_task, completed=rounds, eta=confirm_text(job, after_s, False))
+                eta = "done"
+            bar.update(task, completed=job["rounds_done"], eta=eta)
+            if err.is_terminal:
+                continue
+            # a log line instead: per screening round, when the confirmation's stage or
+            # groups change, and every AFTER_LINE_S
+            now, state = time.monotonic(), _line_state(job)
+            if state != shown or (after_s and now - said_at >= AFTER_LINE_S):
+                shown, said_at = state, now
+                err.print(f"screening: {job['rounds_done']} of {job['rounds_total']} rounds, "
+                          f"{eta_text(job, after_s)}", soft_wrap=True)  # fmt: skip
+    return job
+
+
+#: Confirmation stages of a job that show the confirmation bar (``analysis`` runs no round).
+CONFIRM_STAGES = ("groups", "alone")
+
+
+def _line_state(job: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What, when it changes, earns a new progress line off a terminal."""
+    c = job.get("confirmation") or {}
+    return (job["rounds_done"], c.get("stage"), c.get("groups_active"), c.get("groups_done"))
+
+
+#: Without a terminal, ``screen run`` repeats its progress line this often (seconds)
+#: while the analysis and the confirmation rounds run (they report no progress).
+AFTER_LINE_S = 30.0
+
+
+def _screening_done(job: Mapping[str, Any]) -> bool:
+    return bool(job["rounds_done"] == job["rounds_total"] and job["state"] == "running")
+
+
+def eta_text(job: Mapping[str, Any], after_s: float | None = None) -> str:
+    """What a screening job's progress line ends with: ``ETA <s>`` until its last
+    screening round ends; once they are all done, what the analysis and confirmation
+    are doing (:func:`confirm_text`), for how long (``after_s``), and that they have no
+    ETA (a suspect group's confirmation takes from a few rounds to hundreds); a job
+    that has ended, its state."""
+    if job["state"] not in ("running", "cancelling"):
+        return str(job["state"])
+    if _screening_done(job):
+        return confirm_text(job, after_s)
+    return "ETA -" if job["eta_s"] is None else f"ETA {job['eta_s']:.0f} s"
+
+
+def confirm_text(
+    job: Mapping[str, Any], after_s: float | None = None, with_rounds: bool = True
+) -> str:
+    """The analysis and confirmation part of a job's progress, from its ``confirmation``
+    (docs/admin-api.md): the stage, confirmation rounds run so far in this job (unless
+    ``with_rounds`` is False: a bar shows them), suspect groups under test and settled;
+    a coordinator that does not report it (or before the analysis starts) gets the
+    general line."""
+    took = "" if after_s is None else f"; {after_s:.0f} s so far"
+    c = job.get("confirmation") or {}
+    stage = c.get("stage")
+    if stage is None:
+        return f"analysis and confirmation rounds running (no ETA{took})"
+    if stage == "analysis":
+        return f"analysis running (no ETA{took})"
+    n = int(c["rounds_done"])
+    rounds = f"{n} confirmation round{'' if n == 1 else 's'} so far; " if with_rounds else ""
+    total, done = int(c["groups_total"]), int(c["groups_done"])
+    if stage == "groups":
+        return (f"{rounds}suspect groups: {c['groups_active']} under test, {done} of {total} "
+                f"settled (no ETA{took})")  # fmt: skip
+    groups = f"{done} of {total} suspect groups settled; " if total else ""
+    return f"{rounds}{groups}slow nodes confirmed alone (no ETA{took})"
+
+
+async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:
+    """Cancel the job on the coordinator and wait (bounded) until it has stopped."""
+    path = f"/admin/screening/jobs/{held['job_id']}"
+    job = await admin_request(cfg, "DELETE", path, timeout_s=30)
+    async with asyncio.timeout(CANCEL_WAIT_S):
+        while job.get("state") == "cancelling":
+            await asyncio.sleep(POLL_S)
+            job = await admin_request(cfg, "GET", path, timeout_s=30)
+    return job
+
+
+#: Seconds between progress polls; the most a cancel waits for the round in flight.
+POLL_S = 0.5
+CANCEL_WAIT_S = 600.0

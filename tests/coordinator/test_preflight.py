@@ -1,0 +1,130 @@
+"""``netcheck coordinator check``: each check of a coordinator's setup, without a start."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from netcheck.cli import main
+from netcheck.config import load_profile
+from netcheck.coordinator.preflight import pool_checks, run_checks
+from netcheck.keys import generate_key
+from netcheck.lab.testing import canary_store
+
+FP = {"engine": "torch", "model": "synth:tiny"}
+
+
+def write_config(tmp_path: Path, extra: str = "", profiles: str = '["cpu-tiny"]') -> Path:
+    cfg = tmp_path / "coordinator.toml"
+    cfg.write_text(
+        'identity_key = "keys/coordinator.pem"\nopen_enrollment = true\n'
+        f'admin_token = "a-test-token-of-some-length"\nprofiles = {profiles}\n'
+        f'database = "sqlite:///netcheck.db"\n{extra}'
+    )
+    return cfg
+
+
+def check(cfg: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["coordinator", "check", "--config", str(cfg)])
+    return result.exit_code, result.output
+
+
+def lines(output: str) -> dict[str, str]:
+    """check name -> its whole line."""
+    return {ln[6:].split(":", 1)[0]: ln for ln in output.splitlines() if ln[4:6] == "  "}
+
+
+def test_a_ready_setup_passes_every_check(tmp_path: Path) -> None:
+    """Key, profile and a pool with canaries: every check ok (the secret, the spool to
+    be created), exit 0, the canary count shown; nothing is created."""
+    generate_key(tmp_path / "keys" / "coordinator.pem")
+    canary_store(tmp_path / "netcheck.db", load_profile("cpu-tiny"), FP, 12).close()
+    cfg = write_config(tmp_path)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code, out = check(cfg)
+    assert code == 0, out
+    found = lines(out)
+    assert "FAIL" not in out
+    for name in ("config", "listen address", "identity key", "screening schedule secret",
+                 "spool", "profile cpu-tiny", "database", "references cpu-tiny"):  # fmt: skip
+        assert name in found, (name, out)
+    assert "the first start creates it" in found["screening schedule secret"]
+    assert "12 unspent of 12" in found["references cpu-tiny"]
+    assert "ws://127.0.0.1:8470/v1/ws" in found["listen address"]
+    assert out.splitlines()[-1].startswith(
+        "all 8 checks passed; start it with: netcheck coordinator serve"
+    )
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no secret, spool, db files
+
+
+def test_each_missing_part_fails_with_its_fix(tmp_path: Path) -> None:
+    """No key, a group-readable secret, an unknown profile and no database yet: one FAIL
+    line each, naming the fix; exit 1; the database file is not created."""
+    secret = tmp_path / "keys" / "schedule.secret"
+    secret.parent.mkdir()
+    secret.write_bytes(os.urandom(32))
+    secret.chmod(0o644)
+    code, out = check(write_config(tmp_path, profiles='["cpu-tiny", "no-such-profile"]'))
+    assert code == 1, out
+    found = lines(out)
+    key = tmp_path / "keys" / "coordinator.pem"
+    assert found["identity key"].startswith("FAIL")
+    assert f"create it with: netcheck keygen {key}" in found["identity key"]
+    assert found["screening schedule secret"].startswith("FAIL")
+    assert f"chmod 600 {secret}" in found["screening schedule secret"]
+    assert found["profile no-such-profile"].startswith("FAIL")
+    assert found["profile cpu-tiny"].startswith("warn")  # capacity unmeasured, as a start says
+    assert "does not exist yet: the first start creates it" in found["database"]
+    assert found["references cpu-tiny"].startswith("FAIL")
+    assert "netcheck reference build --profile cpu-tiny --config" in found["references cpu-tiny"]
+    assert out.splitlines()[-1] == "4 of 9 checks failed"
+    assert not (tmp_path / "netcheck.db").exists()
+
+
+def test_bad_config_field_is_one_failing_check(tmp_path: Path) -> None:
+    """A bad field: the loader's message (file and field) as the one FAIL line, exit 1."""
+    code, out = check(write_config(tmp_path, "port = 99999\n"))
+    assert code == 1, out
+    assert out.splitlines()[0].startswith("FAIL  config: ")
+    assert "coordinator.toml: port:" in out
+
+
+def test_unreachable_database_and_bad_host_fail(tmp_path: Path) -> None:
+    """A PostgreSQL server that refuses connections and a host that is not an address:
+    both FAIL with the reason; the pools are then said to be unchecked."""
+    generate_key(tmp_path / "keys" / "coordinator.pem")
+    cfg = write_config(tmp_path, 'host = "not a host!"\n')
+    text = cfg.read_text().replace(
+        "sqlite:///netcheck.db", "postgresql+psycopg://u:p@127.0.0.1:1/netcheck"
+    )
+    cfg.write_text(text)
+    checks = {c.name: c for c in run_checks(cfg)}
+    assert (
+        not checks["listen address"].ok and "not an IP address" in checks["listen address"].detail
+    )
+    db = checks["database"]
+    assert not db.ok and "127.0.0.1" in db.detail and "reference pools not checked" in db.detail
+
+
+def test_database_in_a_folder_that_cannot_exist_fails(tmp_path: Path) -> None:
+    """A SQLite path under a regular file: no start could create it."""
+    generate_key(tmp_path / "keys" / "coordinator.pem")
+    (tmp_path / "afile").write_text("")
+    cfg = write_config(tmp_path)
+    cfg.write_text(cfg.read_text().replace("netcheck.db", "afile/sub/netcheck.db"))
+    checks = {c.name: c for c in run_checks(cfg)}
+    assert not checks["database"].ok
+    assert "is not a writable folder" in checks["database"].detail
+
+
+def test_a_spent_pool_fails_and_a_low_one_warns(tmp_path: Path) -> None:
+    """Every canary spent: FAIL with the build command; a few rounds left: warn."""
+    profile = load_profile("cpu-tiny")
+    rows = [{"profile": "cpu-tiny", "fingerprint_id": "ab" * 32, "total": 40, "unspent": 0}]
+    (spent,) = pool_checks(tmp_path / "c.toml", {"cpu-tiny": profile}, rows)  # type: ignore[arg-type]
+    assert not spent.ok and "every canary is spent" in spent.detail
+    rows[0]["unspent"] = profile.canaries_max * 3
+    (low,) = pool_checks(tmp_path / "c.toml", {"cpu-tiny": profile}, rows)  # type: ignore[arg-type]
+    assert low.ok and low.warning and "3 rounds left" in low.detail
