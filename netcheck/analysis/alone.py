@@ -25,32 +25,63 @@ Stages (the coordinator and the simulator run the same functions):
    ``t_ref``, and the sign test needed about 10 of its ~12 screening rounds above 1.2
    to nominate it (session 7). ``"sign"`` keeps the sign test (before session 7).
    Nomination spends no level: only the alone test flags.
-2. **Alone rounds**: ``rounds`` (16) rounds, each loading only that node.
+2. **Alone rounds**: rounds loading only that node, as many as the window of its next
+   attempt still lacks (:func:`rounds_short`): ``rounds`` (16) when its earlier
+   attempts used all its alone rounds, fewer when contention confirmation loaded it
+   alone meanwhile, more when it left in the middle of an attempt.
 3. **Test** (:func:`alone_test`): the one-sided **sign test** of ``H0: P(ratio > floor)
    <= 1/2`` (``ratio = service_s / t_ref``; a loaded round without a result counts as
-   above; ``floor`` 1.2) over the node's most recent ``pool_rounds`` alone rounds —
-   this attempt's and every earlier round that loaded only this node, contention
-   confirmation's member-alone rounds included (evidence accumulates). The
-   ``attempt``-th test of a node runs at ``alpha * 6 / (pi^2 attempt^2)``
-   (:func:`~netcheck.analysis.slowness.spent_level`), so over its whole life a node
-   whose median alone time sits at the floor is flagged with probability at most
-   ``alpha``.
+   above; ``floor`` 1.2) over a **fixed window** of the node's alone rounds. Those are
+   indexed in time order over the node's life, ``X_1, X_2, ...``: every round that
+   loaded it and no other node (:func:`alone_ratios`), whatever ran it (this stage,
+   contention confirmation's member-alone rounds: evidence accumulates), each once.
+   The ``k``-th attempt judges ``X_i`` for ``max(0, k * rounds - pool_rounds) < i <=
+   k * rounds`` (:func:`window`: the first ``16 k`` rounds, the latest 256 of them
+   once ``16 k > 256``), at ``alpha * 6 / (pi^2 k^2)``
+   (:func:`~netcheck.analysis.slowness.spent_level`), and runs only once the node has
+   ``k * rounds`` alone rounds; a node that leaves before has no ``k``-th test, and
+   its next attempt is the ``k``-th again. Rounds after ``X_{k rounds}`` wait for
+   attempt ``k + 1``.
 4. **Sequential attempts** (:func:`extend`, session 7): an attempt that is not flagged
    but promising (``p <= extend_p``, 0.1) is followed at once, in the same analysis, by
-   ``rounds`` more alone rounds and the node's *next* attempt (its own level, its own
-   stored ``cleared`` record in the coordinator), up to ``max_attempts`` (3) attempts
-   per nominee and analysis. The level argument is unchanged: the ``k``-th attempt of a
-   node is the sign test, at ``alpha * 6 / (pi^2 k^2)``, over the node's alone rounds
-   so far, which (alone-stage rounds only, ``rounds`` per attempt, none lost) are the
-   node's first ``k * rounds`` alone rounds whether attempt ``k`` runs right after
-   attempt ``k - 1`` or analyses later. Under ``H0`` each of those rounds is above
-   the floor with probability at most 1/2 given the rounds before, so ``P(attempt k is
-   run and flags) <= P(the sign test of the first k * rounds alone rounds <= level_k)
-   <= level_k``, and by the union bound the node is flagged with probability at most
-   ``sum_k level_k = alpha`` over its life, whatever rule (``extend_p``, the analysis
-   timer) decides when the next attempt runs. (Alone rounds from contention
-   confirmation, a node leaving midway, or ``pool_rounds`` cutting the oldest, make the
-   pool of attempt ``k`` differ from that, as before session 7.)
+   the node's *next* attempt (its rounds topped up, its own level, its own stored
+   ``cleared`` record in the coordinator), up to ``max_attempts`` (3) attempts per
+   nominee and analysis. **Catch-up** (session 8): an attempt not flagged is also
+   followed at once by the next, whatever its ``p``, when the next one's window is
+   complete already (contention rounds left more than ``rounds`` alone rounds after
+   this window: it needs no round), up to ``catch_up_attempts`` (16) more per
+   analysis; otherwise a node with many member-alone rounds would be judged on windows
+   far behind its newest rounds (the benchmark's ``selective+jitter`` cell, 2 seeds
+   by 128 rounds: after a nominee's attempts of an analysis, its last window ended 16
+   or more alone rounds before its newest in 115 of 651 cases, 8 of 639 with
+   catch-up). The levels are the same ones in the same order, reached sooner.
+
+**Level.** Under ``H0`` each alone round is above the floor with probability at most
+1/2 given everything before it, whatever decided to run it. The window of attempt ``k``
+is a fixed set of indices, so the number of its rounds above the floor is at most
+``Binomial(|window|, 1/2)`` in distribution (the rounds a node never gets do not
+matter: the attempt does not run), and ``P(attempt k runs and flags) <= level_k``.
+By the union bound a node whose median alone time sits at the floor is flagged with
+probability at most ``sum_k level_k = alpha`` over its life, whatever decides when
+an attempt runs or which rounds come between: ``extend_p``, the analysis timer,
+contention confirmation's member-alone rounds, a node leaving midway, ``pool_rounds``.
+The attempt ``k`` is the node's stored ``cleared`` records plus one (a confirmed flag
+ends its attempts), and the index is recounted from the stored rounds at every
+attempt, so both survive a restart; a test whose record was lost in a crash is run
+again on the same window, with the same outcome. (Records written before session 8
+judged the most recent rounds instead: their attempts keep their numbers, their level
+is not covered by this argument.) ``tests/analysis/test_alone.py`` checks the rate by
+simulation, and that re-testing the most recent rounds breaks it.
+
+Alternatives considered: (a) the pool of the most recent ``pool_rounds`` alone rounds
+(sessions 4-7): attempt ``k``'s pool is a fixed index set only when every alone round
+comes from this stage, ``rounds`` per attempt, none lost; otherwise data-dependent
+timing (a promising attempt's follow-up, contention's rounds) makes it a test at a
+chosen time. (b) Counting this stage's rounds only: valid, but throws contention's
+member-alone rounds away, and a departure midway still needs the fixed index. (c)
+Skipping to the attempt whose window ends at the newest round when a node has surplus
+rounds: also valid (a skipped attempt spends nothing) but forfeits the skipped levels;
+running the attempts in order (catch-up) costs no rounds either and loses none.
 
 What it does not see: anything that is fast alone (a plain farm, whose slowdown needs a
 sibling loaded: contention; a backend faster than the class).
@@ -68,7 +99,6 @@ import numpy as np
 from scipy import stats
 
 from netcheck.analysis import rules
-from netcheck.analysis.screening import timing_rows
 from netcheck.analysis.slowness import (
     NodeSlowness,
     SlownessReport,
@@ -77,7 +107,7 @@ from netcheck.analysis.slowness import (
     slowness_evidence,
     spent_level,
 )
-from netcheck.records import StoredRounds
+from netcheck.analysis.timing import stored_timing_row
 
 
 @dataclass(frozen=True)
@@ -86,14 +116,17 @@ class AloneConfig:
     ratio to ``t_ref``), ``alpha`` (0.01, a node's lifetime level at the floor),
     ``nominate_p`` (0.05) and ``nominate_test`` (``"signed-rank"``, or ``"sign"``:
     before session 7) of the nomination, ``rounds`` per attempt (16), ``min_rounds``
-    before a test (8), ``pool_rounds`` (256, most recent alone rounds judged),
-    ``extend_p`` (0.1: an attempt not flagged with ``p <= extend_p`` is followed at
-    once by the next) and ``max_attempts`` per nominee and analysis (3; 1: one attempt
-    per analysis, before session 7).
+    before a test (8), ``pool_rounds`` (256, the most alone rounds one attempt
+    judges: :func:`window`), ``extend_p`` (0.1: an attempt not flagged with ``p <=
+    extend_p`` is followed at once by the next), ``max_attempts`` per nominee and
+    analysis (3; 1: one attempt per analysis, before session 7) and
+    ``catch_up_attempts`` (16: further attempts per nominee and analysis whose windows
+    are complete already, so that they need no round; 0: none, before session 8).
 
     Raises:
         ValueError: ``floor <= 1``, ``alpha`` or ``nominate_p`` outside (0, 1),
-            ``extend_p`` outside [0, 1], an unknown ``nominate_test`` or a count below 1.
+            ``extend_p`` outside [0, 1], an unknown ``nominate_test``, a count below 1
+            or ``catch_up_attempts`` below 0.
     """
 
     floor: float = 1.2
@@ -105,6 +138,7 @@ class AloneConfig:
     nominate_test: Literal["signed-rank", "sign"] = "signed-rank"
     extend_p: float = 0.1
     max_attempts: int = 3
+    catch_up_attempts: int = 16
 
     def __post_init__(self) -> None:
         if not self.floor > 1.0 or not 0.0 < self.alpha < 1.0 or not 0.0 < self.nominate_p < 1.0:
@@ -113,6 +147,8 @@ class AloneConfig:
             raise ValueError("need extend_p in [0, 1] and nominate_test signed-rank or sign")
         if min(self.rounds, self.min_rounds, self.pool_rounds, self.max_attempts) < 1:
             raise ValueError("rounds, min_rounds, pool_rounds and max_attempts must be >= 1")
+        if self.catch_up_attempts < 0:
+            raise ValueError("catch_up_attempts must be >= 0")
 
 
 def nominees(report: SlownessReport, cfg: AloneConfig, skip: Collection[str] = ()) -> list[str]:
@@ -185,62 +221,97 @@ def nomination(
     }
 
 
-def alone_rounds(stored: StoredRounds, t_ref_s: float) -> dict[str, list[tuple[str, float | None]]]:
-    """Per node, its rounds of ``stored`` that loaded it and no other node, oldest first,
-    with ``service_s / t_ref_s`` (None: no result).
+def alone_ratios(rows: Sequence[dict[str, Any]], t_ref_s: float) -> list[tuple[str, float | None]]:
+    """A node's alone rounds (round id, ``service_s / t_ref_s``; None: no result) from
+    its stored ``results`` rows of the rounds that loaded it alone, oldest first
+    (:meth:`netcheck.storage.flags.FlagStore.alone_results`): those in which it was
+    loaded (its release written, :func:`~netcheck.analysis.timing.stored_timing_row`).
+    The list's positions are the indices of :func:`window`.
 
     Raises:
         ValueError: ``t_ref_s <= 0``.
     """
     if not t_ref_s > 0:
         raise ValueError("t_ref_s must be positive")
-    single = {
-        rid: next(k for k, on in sched.items() if on)
-        for rid, sched in stored.schedules.items()
-        if sum(1 for on in sched.values() if on) == 1
-    }
-    order = {r: i for i, r in enumerate(stored.round_ids)}
-    out: dict[str, list[tuple[str, float | None]]] = {}
-    for row in timing_rows(stored):
-        if single.get(row.round_id) != row.node_key or not row.loaded:
-            continue
-        service = row.service_s()
-        ratio = None if service is None else max(service, 0.0) / t_ref_s
-        out.setdefault(row.node_key, []).append((row.round_id, ratio))
-    for obs in out.values():
-        obs.sort(key=lambda o: order.get(o[0], -1))
+    out: list[tuple[str, float | None]] = []
+    for r in rows:
+        row = stored_timing_row(r["round_id"], r["node_key"], True, r)
+        if row.loaded:
+            service = row.service_s()
+            out.append((row.round_id, None if service is None else max(service, 0.0) / t_ref_s))
     return out
+
+
+def window(attempt: int, cfg: AloneConfig) -> range:
+    """The indices (0-based, time order, :func:`alone_ratios`) of the node's alone
+    rounds that its ``attempt``-th test judges: ``range(max(0, attempt * rounds -
+    pool_rounds), attempt * rounds)``, fixed by ``attempt`` alone (module docstring,
+    "Level").
+
+    Raises:
+        ValueError: ``attempt < 1``.
+    """
+    if attempt < 1:
+        raise ValueError("attempt must be >= 1")
+    end = attempt * cfg.rounds
+    return range(max(0, end - cfg.pool_rounds), end)
+
+
+def rounds_short(have: int, attempt: int, cfg: AloneConfig) -> int:
+    """How many more alone rounds a node with ``have`` of them needs before its
+    ``attempt``-th test can run (0: its :func:`window` is complete).
+
+    Raises:
+        ValueError: ``attempt < 1``.
+    """
+    return max(0, window(attempt, cfg).stop - have)
 
 
 def alone_test(
     node_key: str, obs: Sequence[tuple[str, float | None]], attempt: int, cfg: AloneConfig
 ) -> NodeSlowness:
-    """The sign test over the node's most recent ``cfg.pool_rounds`` alone rounds
-    ``obs`` (round id, ratio; oldest first), as its ``attempt``-th test (module
-    docstring), as a :class:`~netcheck.analysis.slowness.NodeSlowness` (the same record
-    as the screening test's; ``level`` is this attempt's). Fewer than
-    ``cfg.min_rounds`` rounds: not flagged.
+    """The sign test of the node's ``attempt``-th test over its alone rounds in
+    :func:`window` of ``obs`` (round id, ratio: every alone round of the node, oldest
+    first, :func:`alone_ratios`), at the attempt's level (module docstring), as a
+    :class:`~netcheck.analysis.slowness.NodeSlowness` (the same record as the screening
+    test's). Fewer than ``cfg.min_rounds`` rounds in the window: not flagged.
 
     Raises:
-        ValueError: ``attempt < 1``.
+        ValueError: ``attempt < 1``, or the window is not complete (``len(obs) <
+            attempt * rounds``: run :func:`rounds_short` more alone rounds first).
     """
     level = spent_level(cfg.alpha, attempt)
-    recent = list(obs)[-cfg.pool_rounds :]
-    ratios = tuple(r for _, r in recent)
+    span = window(attempt, cfg)
+    if len(obs) < span.stop:
+        raise ValueError(f"attempt {attempt} judges alone rounds {span.start + 1}-{span.stop}; "
+                         f"the node has {len(obs)}")  # fmt: skip
+    judged = list(obs)[span.start : span.stop]
+    ratios = tuple(r for _, r in judged)
     above = sum(1 for r in ratios if r is None or r > cfg.floor)
     p = sign_test_p(above, len(ratios))
     median = statistics.median(float("inf") if r is None else r for r in ratios) if ratios else 0.0
     flagged = len(ratios) >= cfg.min_rounds and p <= level
-    return NodeSlowness(node_key, tuple(rid for rid, _ in recent), ratios, above, len(ratios),
+    return NodeSlowness(node_key, tuple(rid for rid, _ in judged), ratios, above, len(ratios),
                         median, p, level, flagged)  # fmt: skip
 
 
-def extend(test: NodeSlowness, in_analysis: int, cfg: AloneConfig) -> bool:
+def extend(
+    test: NodeSlowness, in_analysis: int, cfg: AloneConfig, next_short: int | None = None
+) -> bool:
     """Whether a nominee's attempt ``test``, its ``in_analysis``-th of this analysis
     (1-based), is followed at once by its next attempt (module docstring, "Sequential
-    attempts"): not flagged, ``p <= cfg.extend_p`` and fewer than ``cfg.max_attempts``
-    attempts this analysis."""
-    return not test.flagged and test.p_value <= cfg.extend_p and in_analysis < cfg.max_attempts
+    attempts"): not flagged, and either ``p <= cfg.extend_p`` with fewer than
+    ``cfg.max_attempts`` attempts this analysis, or (catch-up) the next attempt's
+    window is complete already (``next_short``, its :func:`rounds_short`, is 0: it
+    needs no round), whatever ``p``, with fewer than ``cfg.max_attempts +
+    cfg.catch_up_attempts`` (``next_short`` None or ``catch_up_attempts`` 0: no
+    catch-up)."""
+    if test.flagged:
+        return False
+    if test.p_value <= cfg.extend_p and in_analysis < cfg.max_attempts:
+        return True
+    catch_up = cfg.catch_up_attempts > 0 and next_short == 0
+    return catch_up and in_analysis < cfg.max_attempts + cfg.catch_up_attempts
 
 
 def alone_evidence(
@@ -259,9 +330,10 @@ def alone_evidence(
     ``screening``: why the screening test nominated the node (:func:`nomination`),
     under ``"screening"`` when given (a cleared record keeps it without the screening
     rounds' latencies and receipts: an honest nominee may be judged at every analysis).
-    ``rows``: stored result rows of ``test.round_ids``. To re-check: recompute
-    ``service_s / t_ref_s`` from the latencies, count those above ``floor`` and take the
-    binomial tail."""
+    ``window``: the 1-based indices of the first and last alone round judged (module
+    docstring). ``rows``: stored result rows of ``test.round_ids``. To re-check:
+    recompute ``service_s / t_ref_s`` from the latencies, count those above ``floor``
+    and take the binomial tail."""
     if screening is not None and not test.flagged:
         screening = {k: v for k, v in screening.items() if k not in ("latencies", "receipts")}
     extra = {} if screening is None else {"screening": screening}
@@ -274,6 +346,7 @@ def alone_evidence(
         "floor": cfg.floor,
         "alpha": cfg.alpha,
         "attempt": attempt,
+        "window": [window(attempt, cfg).start + 1, window(attempt, cfg).stop],
         "attempt_in_analysis": in_analysis,
         "extend_p": cfg.extend_p,
         "level": test.level,

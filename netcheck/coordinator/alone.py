@@ -2,18 +2,25 @@
 
 After each persistent-slowness test (:meth:`netcheck.coordinator.detection.Screening.analyse_and_confirm`),
 every nominee (:func:`netcheck.analysis.alone.nominees`: the nodes the test rejected,
-then the weaker nominees; a ``slow`` flag needs this stage) gets ``AloneConfig.rounds``
-confirmation rounds that load only it; then :func:`netcheck.analysis.alone.alone_test`
-judges every stored round that loaded only this node (the most recent
-``AloneConfig.pool_rounds``; contention confirmation's member-alone rounds count too)
-as the node's next attempt. The outcome is stored as a ``slow`` flag (``confirmed``) or
-a ``cleared`` ``slow`` record (kept for audit; it also counts the attempts, so the
-level is spent across them, docs/detection.md "Confirmation alone"); its evidence says
-why the screening test nominated the node (:func:`netcheck.analysis.alone.nomination`).
-An attempt that is not flagged but promising (:func:`netcheck.analysis.alone.extend`)
-is followed at once by ``rounds`` more alone rounds and the node's next attempt (its own
-level and its own stored record), up to ``AloneConfig.max_attempts`` per analysis; the
-lifetime level argument is in :mod:`netcheck.analysis.alone` ("Sequential attempts").
+then the weaker nominees; a ``slow`` flag needs this stage) gets its next attempt: the
+attempt ``k`` is its stored ``cleared`` ``slow`` records plus one, its alone rounds
+are every stored round that loaded only this node, contention confirmation's
+member-alone rounds too (:meth:`netcheck.storage.flags.FlagStore.alone_results`),
+counted in order; confirmation rounds loading only it top them up to the ``k``-th
+attempt's window (:func:`netcheck.analysis.alone.rounds_short`, usually
+``AloneConfig.rounds``), and :func:`netcheck.analysis.alone.alone_test` judges that
+window. The outcome is stored as a ``slow`` flag (``confirmed``) or a ``cleared``
+``slow`` record (kept for audit; it also counts the attempts, so the level is spent
+across them, docs/detection.md "Confirmation alone"); its evidence says which window
+(``window``: first and last alone-round index, 1-based) and why the screening test
+nominated the node (:func:`netcheck.analysis.alone.nomination`). A node that leaves
+before its window is complete gets no test and no record (its next attempt is the same
+one, on the same window). An attempt that is not flagged but promising
+(:func:`netcheck.analysis.alone.extend`) is followed at once by the node's next attempt
+(its own rounds, level and stored record), up to ``AloneConfig.max_attempts`` per
+analysis, and so is one after which the next attempt's window is complete already
+(catch-up, no round needed, up to ``AloneConfig.catch_up_attempts`` more); the
+lifetime level argument is in :mod:`netcheck.analysis.alone` ("Level").
 """
 
 from __future__ import annotations
@@ -26,11 +33,13 @@ from typing import Any
 from netcheck.analysis.alone import (
     AloneConfig,
     alone_evidence,
-    alone_rounds,
+    alone_ratios,
     alone_test,
     extend,
     nomination,
     nominees,
+    rounds_short,
+    window,
 )
 from netcheck.analysis.slowness import SLOW, NodeSlowness, SlownessReport
 from netcheck.config import Profile
@@ -54,30 +63,47 @@ def slow_nodes(flags: FlagStore, profile: str) -> set[str]:
     return {k for f in confirmed for k in f.node_keys}
 
 
+def next_attempt(flags: FlagStore, profile: str, key: str) -> int:
+    """The number of ``key``'s next alone attempt: its stored ``cleared`` ``slow``
+    records plus one (each judged attempt stores one; a confirmed flag ends them)."""
+    earlier = flags.list_flags(kind=SLOW, status=FlagStatus.CLEARED, node_key=key,
+                               profile=profile, limit=None)  # fmt: skip
+    return len(earlier) + 1
+
+
+def alone_short(flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig) -> int:
+    """How many more alone rounds ``key`` needs before its next attempt can run."""
+    have = len(alone_ratios(flags.alone_results(profile.name, key), profile.reference_t_s))
+    return rounds_short(have, next_attempt(flags, profile.name, key), cfg)
+
+
 def record_alone_test(
     flags: FlagStore, profile: Profile, key: str, cfg: AloneConfig,
     screening: dict[str, Any] | None = None, in_analysis: int = 1,
-) -> tuple[int, NodeSlowness]:  # fmt: skip
-    """Judge ``key``'s stored alone rounds as its next attempt and store the outcome
-    (``screening``: why it was nominated, in the evidence; ``in_analysis``: the
-    attempt's index among this analysis's attempts of the node); returns the flag (or
-    cleared record) id and the test."""
-    earlier = flags.list_flags(kind=SLOW, status=FlagStatus.CLEARED, node_key=key,
-                               profile=profile.name, limit=None)  # fmt: skip
+) -> tuple[int, NodeSlowness, int] | None:  # fmt: skip
+    """Judge ``key``'s stored alone rounds as its next attempt, on that attempt's window,
+    and store the outcome (``screening``: why it was nominated, in the evidence;
+    ``in_analysis``: the attempt's index among this analysis's attempts of the node);
+    returns the flag (or cleared record) id, the test and how many rounds the attempt
+    after it lacks (:func:`~netcheck.analysis.alone.rounds_short`), or None (nothing
+    stored) when the window is not complete."""
     t_ref = profile.reference_t_s
-    stored = flags.recent_rounds(profile.name, [str(RoundKind.CONFIRMATION)], 4 * cfg.pool_rounds,
-                                 node_keys=[key])  # fmt: skip
-    attempt = len(earlier) + 1
-    test = alone_test(key, alone_rounds(stored, t_ref).get(key, []), attempt, cfg)
+    attempt = next_attempt(flags, profile.name, key)
+    obs = alone_ratios(flags.alone_results(profile.name, key), t_ref)
+    if rounds_short(len(obs), attempt, cfg):
+        return None
+    test = alone_test(key, obs, attempt, cfg)
     rows = flags.round_results(list(test.round_ids))
     evidence = alone_evidence(test, attempt, cfg, t_ref, rows, screening, in_analysis)
     status = FlagStatus.CONFIRMED if test.flagged else FlagStatus.CLEARED
     fid, _new = raise_flag(flags, SLOW, status, profile.name, [key], test.p_value, test.level,
                            evidence)  # fmt: skip
-    log.warning("node %s: alone %d of %d rounds above %.2f x t_ref, p = %.2g (level %.2g): %s "
-                "(flag %d)", who(key), test.above, test.n, cfg.floor, test.p_value, test.level,
+    span = window(attempt, cfg)
+    log.warning("node %s: alone attempt %d, rounds %d-%d: %d of %d above %.2f x t_ref, p = %.2g "
+                "(level %.2g): %s (flag %d)", who(key), attempt, span.start + 1, span.stop,
+                test.above, test.n, cfg.floor, test.p_value, test.level,
                 "slow" if test.flagged else "cleared", fid)  # fmt: skip
-    return fid, test
+    return fid, test, rounds_short(len(obs), attempt + 1, cfg)
 
 
 async def confirm_alone(
@@ -86,27 +112,32 @@ async def confirm_alone(
     progress: ConfirmProgress | None = None,
 ) -> list[int]:  # fmt: skip
     """Alone rounds and the test for every nominee of ``report`` not in ``skip``;
-    returns the ids stored. A nominee that is not connected (it left) gets no round and
-    no test (an empty test would still spend one of its attempts), hence no flag, even
-    one the screening test rejected; one that leaves midway gets no more rounds, and
-    its test only if a round of this attempt loaded it. A promising attempt is followed
-    at once by the next (:func:`netcheck.analysis.alone.extend`), while the node stays.
-    ``rows``: the stored result rows of the report's window (the screening rounds'
-    latencies and receipts in the evidence); ``progress`` (a job's) counts the rounds."""
+    returns the ids stored. Each attempt first tops the node's alone rounds up to its
+    window (:func:`alone_short`); a nominee that is not connected (it left) gets no
+    round, and one that leaves before its window is complete no test (an empty or
+    short test would still spend one of its attempts), hence no flag, even one the
+    screening test rejected. A promising attempt, or one after which the next
+    attempt's window is complete already (catch-up), is followed at once by the next
+    (:func:`netcheck.analysis.alone.extend`), while the node stays. ``rows``: the
+    stored result rows of the report's window (the screening rounds' latencies and
+    receipts in the evidence); ``progress`` (a job's) counts the rounds."""
     ids = []
     tested = {n.node_key: n for n in report.nodes}
     progress = progress or ConfirmProgress()
     for key in nominees(report, cfg, skip):
         progress.stage = "alone"
         why = nomination(tested[key], report, cfg, rows)
-        for in_analysis in range(1, cfg.max_attempts + 1):
-            loaded = await _alone_rounds(coord, profile, key, cfg.rounds, progress)
-            if not loaded:
+        for in_analysis in range(1, cfg.max_attempts + cfg.catch_up_attempts + 1):
+            short = await asyncio.to_thread(alone_short, flags, profile, key, cfg)
+            if short and not await _alone_rounds(coord, profile, key, short, progress):
                 break
-            fid, test = await asyncio.to_thread(record_alone_test, flags, profile, key, cfg,
-                                                why, in_analysis)  # fmt: skip
+            done = await asyncio.to_thread(record_alone_test, flags, profile, key, cfg, why,
+                                           in_analysis)  # fmt: skip
+            if done is None:  # it left (or its rounds failed) before the window was complete
+                break
+            fid, test, next_short = done
             ids.append(fid)
-            if not extend(test, in_analysis, cfg):
+            if not extend(test, in_analysis, cfg, next_short):
                 break
     return ids
 

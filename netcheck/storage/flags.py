@@ -36,6 +36,7 @@ from sqlalchemy import (
     String,
     Table,
     and_,
+    exists,
     func,
     insert,
     or_,
@@ -240,6 +241,35 @@ class FlagStore:
                 query = select(*_RESULT_COLUMNS).where(results.c.round_id.in_(chunk))
                 out.extend(dict(r._mapping) for r in conn.execute(query))
         return out
+
+    def alone_results(self, profile: str, node_key: str) -> list[dict[str, Any]]:
+        """The node's ``results`` rows (timing and receipt columns) of its *alone
+        rounds*: the complete ``confirmation`` rounds of ``profile`` in which it has the
+        only ``results`` row, oldest first (``rounds.seq``), whatever ran them (the alone
+        stage, contention confirmation's member-alone rounds). Every node a round loads
+        gets a row (a row of NULLs when it never answered), so that is the round whose
+        schedule loads this node only. No limit: the alone stage indexes a node's alone
+        rounds over its whole life (:func:`netcheck.analysis.alone.window`); read
+        through ``ix_results_node`` and the (round, node) key, without the schedules."""
+        r, other = results.c, results.alias("other").c
+        query = (
+            select(*_RESULT_COLUMNS)
+            .select_from(
+                results.join(rounds, rounds.c.round_id == r.round_id).join(
+                    round_schedules, round_schedules.c.round_id == r.round_id
+                )
+            )
+            .where(
+                r.node_key == node_key,
+                round_schedules.c.profile == profile,
+                round_schedules.c.kind == str(RoundKind.CONFIRMATION),
+                rounds.c.status.in_(["complete", "recorded-late"]),
+                ~exists().where(other.round_id == r.round_id, other.node_key != node_key),
+            )
+            .order_by(rounds.c.seq)
+        )
+        with self.store._read("read alone rounds") as conn:
+            return [dict(row._mapping) for row in conn.execute(query)]
 
     def round_contexts(
         self, profile: str, kinds: Collection[str], *, node_keys: Collection[str] | None = None

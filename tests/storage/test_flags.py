@@ -151,3 +151,27 @@ def test_node_flag_evidence_in_constant_queries(flags: FlagStore) -> None:
     assert [e["rounds"] for e in only_b] == [["r9"], ["r6"], ["r3"], ["r0"]]
     assert len([s for s in statements if s.lstrip().upper().startswith("SELECT")]) == 4
     assert flags.node_flag_evidence("relay", "nobody") == []
+
+
+def test_alone_results_are_a_nodes_single_node_confirmation_rounds_in_order(
+    flags: FlagStore,
+) -> None:
+    """A node's alone rounds are the complete confirmation rounds in which it has the
+    only result row, oldest first by persistence order (not start time), whatever ran
+    them; not a round loading two nodes, a screening round loading it alone, another
+    node's alone round, an unfinished round or another profile's."""
+    _round(flags, "c2", 5.0, {"n1": True, "n2": False}, "confirmation")  # stored first
+    _round(flags, "c1", 1.0, {"n1": True, "n2": False}, "confirmation")
+    _round(flags, "both", 2.0, {"n1": True, "n2": True}, "confirmation")
+    _round(flags, "s", 3.0, {"n1": True, "n2": False}, "screening")
+    _round(flags, "other", 4.0, {"n1": False, "n2": True}, "confirmation")
+    _round(flags, "c3", 6.0, {"n1": True, "n2": False}, "confirmation")
+    job = Assignment("n1", ("a", "b"), (), (), (), bytes(32), bytes(12))
+    flags.store.record_plan(RoundPlan("open", "p", 2, 2, (job,), ()), 7.0)
+    flags.record_schedule("open", "p", "confirmation", "explicit", {"n1": True})
+    flags.store.record_outcome("open", [NodeOutcome("n1", Verdict.PASS, "ok", 0.5, 0, 0)], {})
+    got = flags.alone_results("p", "n1")
+    assert [r["round_id"] for r in got] == ["c2", "c1", "c3"]
+    assert (got[0]["released_ns"], got[0]["arrived_ns"], got[0]["rtt_s"]) == (100, 600, 0.01)
+    assert [r["round_id"] for r in flags.alone_results("p", "n2")] == ["other"]
+    assert flags.alone_results("q", "n1") == []

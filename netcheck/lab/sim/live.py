@@ -34,8 +34,10 @@ round, through the same code paths; only the nodes are simulated
 - the persistent-slowness test (:func:`~netcheck.analysis.slowness.persistent_slowness`)
   at every analysis over the same window, against the profile's reference time;
 - slowness nominees (the test's rejections first) confirmed on rounds loading each
-  alone (:mod:`netcheck.analysis.alone`), over every alone round of the node so far,
-  a promising attempt followed at once by the next (``AloneConfig.max_attempts``):
+  alone (:mod:`netcheck.analysis.alone`), each attempt on its fixed window of the
+  node's alone rounds (any confirmation round that loaded it alone), topped up first,
+  a promising attempt, or one whose successor's window is complete already (catch-up),
+  followed at once by the next (``AloneConfig.max_attempts``, ``catch_up_attempts``):
   the ``slow`` flags (with ``SlownessConfig.direct_flags``, or ``alone=None``, a
   rejection of the screening test flags by itself, the behaviour before session 6);
 - the relay test after every round for nodes whose probe exceeded the floor
@@ -57,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from netcheck.analysis.alone import AloneConfig, alone_test, extend, nominees
+from netcheck.analysis.alone import AloneConfig, alone_test, extend, nominees, rounds_short
 from netcheck.analysis.coins import coin_context
 from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
@@ -72,7 +74,7 @@ from netcheck.analysis.screening import (
     relay_check,
     round_kind,
 )
-from netcheck.analysis.slowness import persistent_slowness
+from netcheck.analysis.slowness import NodeSlowness, persistent_slowness
 from netcheck.config import Profile
 from netcheck.lab.sim.live_config import (  # re-exported: the public names
     LEGACY_CAPACITY,
@@ -114,6 +116,7 @@ class _State:
     conf_obs: dict[str, deque[ConfirmationObservation]] = field(default_factory=dict)
     alone: dict[str, list[tuple[str, float | None]]] = field(default_factory=dict)
     alone_attempts: dict[str, int] = field(default_factory=dict)
+    alone_tests: dict[str, list[NodeSlowness]] = field(default_factory=dict)  # in order
 
 
 class LiveSimulation:
@@ -303,23 +306,28 @@ class LiveSimulation:
                 self._confirm_alone(key, self.cfg.alone)
 
     def _confirm_alone(self, key: str, cfg: AloneConfig) -> None:
-        """Alone rounds for one slowness nominee, then the test over its alone rounds;
-        a promising attempt is followed at once by the next (``extend``), as in the
-        coordinator."""
+        """Alone rounds for one slowness nominee, as many as its next attempt's window
+        lacks (``rounds_short``: its alone rounds are every confirmation round that
+        loaded it alone, contention's too), then the test on that window; a promising
+        attempt, or one whose successor's window is complete already (catch-up), is
+        followed at once by the next (``extend``), as in the coordinator."""
         st = self.state
         bits = np.array([k == key for k in self.keys])
-        for in_analysis in range(1, cfg.max_attempts + 1):
-            for _ in range(cfg.rounds):
+        for in_analysis in range(1, cfg.max_attempts + cfg.catch_up_attempts + 1):
+            attempt = st.alone_attempts.get(key, 0) + 1
+            for _ in range(rounds_short(len(st.alone.get(key, [])), attempt, cfg)):
                 rid = f"confirm-{st.confirmation_rounds:06d}"
                 st.confirmation_rounds += 1
                 self._round(rid, "confirmation", bits)
                 del st.results[rid], st.schedules[rid]
-            attempt = st.alone_attempts.get(key, 0) + 1
             st.alone_attempts[key] = attempt
             test = alone_test(key, st.alone.get(key, []), attempt, cfg)
+            st.alone_tests.setdefault(key, []).append(test)
             if test.flagged:
                 st.slow.add(key)
-            if not extend(test, in_analysis, cfg):
+            if not extend(
+                test, in_analysis, cfg, rounds_short(len(st.alone[key]), attempt + 1, cfg)
+            ):
                 return
 
     def _prior(self, members: Sequence[str]) -> tuple[ConfirmationObservation, ...]:
