@@ -3,12 +3,14 @@
 Tells an admitted node, without a session, whether its profile is accepted and whether
 references exist for its engine fingerprint (and if not, which fingerprint fields differ
 from the profile's reference sets). Bad JSON or fields: 400; bad signature, stale time
-or a key that is not admitted: 403.
+or a key that is not admitted: 403. The time must be finite (NaN would pass the skew
+test, so a signed query would never expire).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +54,9 @@ def _fields(body: Any) -> tuple[str, str, dict[str, str | int], float, bytes]:
     try:
         at = float(at)
     except OverflowError:  # an int beyond float: JSON numbers are unbounded
-        raise web.HTTPBadRequest(text="time must be a number of seconds") from None
+        raise web.HTTPBadRequest(text="time must be a finite number of seconds") from None
+    if not math.isfinite(at):  # NaN passes every skew test: abs(now - NaN) > x is False
+        raise web.HTTPBadRequest(text="time must be a finite number of seconds")
     try:
         signature = bytes.fromhex(sig)
     except ValueError:

@@ -1,5 +1,6 @@
 """``POST /v1/doctor`` (docs/protocol.md §5.12) on a real loopback coordinator: anyone
-can reach it without a session, so a hostile body is a 400 or 403, never a 500."""
+can reach it without a session, so a hostile body is a 400 or 403, never a 500, and a
+query's time must be a finite number within the skew bound."""
 
 from __future__ import annotations
 
@@ -62,3 +63,13 @@ async def test_hostile_bodies_are_400_and_the_endpoint_keeps_answering(
                 assert r.status == 200, await r.text()
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, errors
+
+
+@pytest.mark.parametrize("at", [float("nan"), float("inf"), float("-inf")])
+async def test_time_must_be_finite_even_when_signed(tmp_path: Path, at: float) -> None:
+    """A key holder's query signed over time NaN passed ``abs(now - T) <= 120`` (every
+    comparison with NaN is false) and could be replayed for ever: refused now."""
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        url = f"http://127.0.0.1:{rc.port}{PATH}"
+        async with aiohttp.ClientSession() as http, http.post(url, data=json.dumps(query(at))) as r:
+            assert r.status in (400, 403), (r.status, await r.text())
