@@ -37,7 +37,6 @@ field. An unknown profile, or no node to validate, is a 409.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import ipaddress
 import logging
 import time
@@ -62,6 +61,7 @@ from netcheck.web.inputs import (
     optional_name,
     parse_int,
     query_int,
+    token_matches,
 )
 
 if TYPE_CHECKING:
@@ -133,9 +133,7 @@ def admin_app(coord: Coordinator) -> web.Application:
             log.warning("admin request from non-loopback address %s refused", request.remote)
             raise web.HTTPForbidden(text="admin API is loopback-only")
         token = bearer_token(request.headers.get("Authorization", ""))
-        if token is None or not hmac.compare_digest(
-            token.encode(), coord.config.admin_token.encode()
-        ):
+        if token is None or not token_matches(token, coord.config.admin_token):
             raise web.HTTPUnauthorized(text="missing or wrong admin token")
         return await handler(request)
 

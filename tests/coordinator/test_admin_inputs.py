@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -139,4 +140,36 @@ async def test_control_characters_in_the_url_are_400_on_every_backend(
     async with admin(tmp_path, Store(db_url)) as (_rc, call):
         status, text = await call("GET", path, allow_redirects=False)
     assert (status, text) == (400, "control characters in the URL")
+    _no_server_errors(caplog)
+
+
+async def _raw_get(port: int, path: str, authorization: bytes) -> bytes:
+    """The status line of a GET whose Authorization header holds ``authorization`` as
+    raw bytes (aiohttp's client only sends str headers)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: " + authorization
+        + b"\r\nConnection: close\r\n\r\n"
+    )  # fmt: skip
+    await writer.drain()
+    status = await asyncio.wait_for(reader.readline(), 10)
+    writer.close()
+    return status
+
+
+@pytest.mark.parametrize("token", [b"\xff\xfe", "é".encode("latin-1"), b"\xc3"])
+async def test_a_token_that_is_not_utf8_is_401_not_500(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, token: bytes
+) -> None:
+    """aiohttp decodes header bytes that are not UTF-8 into surrogates; ``str.encode()``
+    of those raised UnicodeEncodeError in the token check: a 500 with a traceback. Now
+    a wrong token like any other, on the admin API, /metrics, exports and the dashboard."""
+    async with admin(tmp_path) as (rc, _):
+        good = rc.coord.config.admin_token.encode()
+        for path, refused in (("/admin/status", b" 401 "), ("/metrics", b" 401 "),
+                              ("/export/rounds.csv", b" 401 "), ("/dashboard/nodes", b" 302 ")):  # fmt: skip
+            for auth in (b"Bearer " + token, b"Bearer " + good + token):
+                status = await _raw_get(rc.port, path, auth)
+                assert refused in status, (path, auth, status)
+            assert b" 200 " in await _raw_get(rc.port, path, b"Bearer " + good), path
     _no_server_errors(caplog)
