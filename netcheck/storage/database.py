@@ -19,6 +19,7 @@ from typing import Any, Self
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import (
+    ArgumentError,
     DBAPIError,
     IntegrityError,
     InterfaceError,
@@ -88,7 +89,13 @@ class Database:
 
     def __init__(self, url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.url = url
-        parsed = make_url(url)
+        try:
+            parsed = make_url(url)
+        except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
+            raise StorageError(  # not echoed: it may hold a password
+                "cannot open database: not a database URL (sqlite:///path/netcheck.db, "
+                f"postgresql+psycopg://user:password@host/name): {exc}"
+            ) from None
         self.backend: str = parsed.get_backend_name()
         """``sqlite`` or ``postgresql`` (the SQLAlchemy backend name)."""
         self._sqlite = self.backend == "sqlite"

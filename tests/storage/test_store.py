@@ -206,6 +206,16 @@ def test_bad_url() -> None:
         Store("nosuchdialect://x")
 
 
+@pytest.mark.parametrize("url", ["garbage", "", "postgresql://user:s3cret@host:notaport/x"])
+def test_a_url_that_does_not_parse_is_a_storage_error(url: str) -> None:
+    """``database = "garbage"`` (or a port that is not a number) left SQLAlchemy's
+    ArgumentError/ValueError uncaught: `coordinator serve` died with a traceback. Now a
+    StorageError that does not echo the URL (it may hold a password)."""
+    with pytest.raises(StorageError, match="not a database URL") as info:
+        Store(url)
+    assert "s3cret" not in str(info.value)
+
+
 def test_memory_database() -> None:
     """sqlite:// keeps data across calls of one Store."""
     s = Store("sqlite://")
