@@ -8,21 +8,24 @@
   :class:`~netcheck.web.view.CoordinatorView` (:class:`LiveView`).
 - the detection timer (:meth:`Screening.attach`) and the shutdown that closes sessions.
 
-Every request first passes :func:`netcheck.web.inputs.refuse_control_chars`, then
-:func:`netcheck.web.bodies.bound_request_bodies` (the whole body within
-``request_header_timeout_s``).
+Every request first passes :func:`netcheck.web.inputs.refuse_control_chars`, then :func:`forwarded_caller`
+(behind a trusted proxy, the caller that loopback-only surfaces check is the client the
+proxy names), then :func:`netcheck.web.bodies.bound_request_bodies` (the whole body
+within ``request_header_timeout_s``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from netcheck.capacity import unsafe_profiles
 from netcheck.coordinator.admin import ADMIN_PREFIX, admin_app
 from netcheck.coordinator.doctor_api import add_doctor_route
+from netcheck.coordinator.limits import client_address
 from netcheck.coordinator.pool import live_pool
 from netcheck.coordinator.server import WS_PATH, Coordinator
 from netcheck.references.pool import PoolEntry
@@ -79,12 +82,40 @@ class LiveView:
         return await self._coord.held_by()
 
 
+def forwarded_caller(coord: Coordinator) -> Middleware:
+    """Middleware: a request from a trusted proxy (``trusted_proxies``) continues with
+    ``remote`` set to the client the proxy names in ``X-Forwarded-For``
+    (:func:`~netcheck.coordinator.limits.client_address`, the rule of handshakes).
+
+    The admin API, dashboard, exports and ``/metrics`` refuse callers that are not on
+    loopback; behind a proxy on the same host every request came from 127.0.0.1, so an
+    internet client through the proxy passed for a local one. The node endpoint
+    resolves its own peer in :meth:`Coordinator.handle_ws` and is left as it is.
+    """
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        trusted = coord.trusted_proxies  # read per request: tests and reloads change it
+        if trusted and request.path != WS_PATH:
+            forwarded = request.headers.getall("X-Forwarded-For", [])
+            client = client_address(request.remote, forwarded, trusted)
+            if client != request.remote:
+                request = request.clone(remote=client)
+        return await handler(request)
+
+    return middleware
+
+
 def make_app(coord: Coordinator) -> web.Application:
     """The aiohttp application of ``coord``: websocket endpoint, admin API, dashboard."""
     # The body deadline reuses request_header_timeout_s: the whole request is bounded.
     bodies = bound_request_bodies(coord.config.request_header_timeout_s)
     app = web.Application(
-        client_max_size=CLIENT_MAX_SIZE, middlewares=[refuse_control_chars, bodies]
+        client_max_size=CLIENT_MAX_SIZE,
+        # forwarded_caller before bodies: a request cannot be cloned once its body is read
+        middlewares=[refuse_control_chars, forwarded_caller(coord), bodies],
     )
     app.router.add_get(WS_PATH, coord.handle_ws)
     app.add_subapp(ADMIN_PREFIX, admin_app(coord))
