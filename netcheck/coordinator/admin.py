@@ -57,6 +57,7 @@ from netcheck.web.flagview import flag_view
 from netcheck.web.inputs import (
     MAX_OFFSET,
     bearer_token,
+    has_control_chars,
     json_object,
     optional_name,
     parse_int,
@@ -74,6 +75,9 @@ FLAG_KINDS = (
     "shared-backend", "declared-host", "capacity", "result-sharing", "relay", "answer-failure",
     "slow",
 )  # fmt: skip
+
+#: Control characters a review note may hold (deleted before the control-character check).
+NOTE_WHITESPACE = str.maketrans("", "", "\r\n\t")
 
 #: 32 rounds = 24 screening rounds: 97% of node pairs comparable (schedule.pair_coverage)
 DEFAULT_SCREENING_ROUNDS = 32
@@ -341,6 +345,11 @@ def admin_app(coord: Coordinator) -> web.Application:
             value = body.get(name, "" if name == "note" else None)
             if not isinstance(value, str):
                 raise web.HTTPBadRequest(text=f"{name} must be a string")
+            # PostgreSQL refuses NUL in text (a 500); a name with CR/LF forges log lines.
+            # A note keeps its line breaks and tabs.
+            checked = value.translate(NOTE_WHITESPACE) if name == "note" else value
+            if has_control_chars(checked):
+                raise web.HTTPBadRequest(text=f"{name} must not hold control characters")
             fields[name] = value
         if coord.screening.flags.get_flag(flag_id) is None:
             raise web.HTTPNotFound(text=f"no flag {flag_id}")
