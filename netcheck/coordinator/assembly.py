@@ -16,10 +16,12 @@ within ``request_header_timeout_s``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Middleware
 
 from netcheck.capacity import unsafe_profiles
@@ -130,6 +132,31 @@ def make_app(coord: Coordinator) -> web.Application:
     return app
 
 
+class QuietClientErrors(logging.Filter):
+    """On ``aiohttp.server``: a request aiohttp's parser refused (400, the client's fault:
+    bytes that are not UTF-8 in the request line, a bad header) is one WARNING line
+    naming the client and the reason, not an ERROR with a traceback per request that
+    anyone who reaches the port can send. Other records pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not (isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 0) < 500):
+            return True
+        try:  # a filter that raises would fail the request (aiohttp answers 500)
+            said = record.getMessage()  # "Error handling request from <client>"
+            reason = ((exc.message or "").strip().splitlines() or [type(exc).__name__])[0]
+        except Exception:  # noqa: BLE001 - keep the record as it was
+            return True
+        record.msg = "bad HTTP request refused (%d): %s [%s]"
+        record.args = (exc.code, reason, said)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info = record.exc_text = None
+        return True
+
+
+_QUIET = QuietClientErrors()
+
+
 async def make_runner(coord: Coordinator) -> web.AppRunner:
     """A set-up :class:`aiohttp.web.AppRunner` for :func:`make_app`; add a site.
 
@@ -138,8 +165,12 @@ async def make_runner(coord: Coordinator) -> web.AppRunner:
     the next one on a keep-alive connection) is closed after that long, which stops
     "slowloris" clients that trickle headers. Its default (3630 s in
     ``RequestHandler``) would let one client hold a socket for an hour. Websocket
-    sessions are inside a request and are not affected.
+    sessions are inside a request and are not affected. Requests the HTTP parser
+    refuses are logged as one warning each (:class:`QuietClientErrors`).
     """
+    server_log = logging.getLogger("aiohttp.server")
+    if _QUIET not in server_log.filters:
+        server_log.addFilter(_QUIET)
     runner = web.AppRunner(
         make_app(coord), access_log=None, keepalive_timeout=coord.config.request_header_timeout_s
     )
