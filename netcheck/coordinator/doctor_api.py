@@ -48,7 +48,7 @@ def _fields(body: Any) -> tuple[str, str, dict[str, str | int], float, bytes]:
     try:  # the claim's rules (§2.4): what pack_value can sign, ints in int64
         ProfileClaim(profile=profile, fingerprint=fp, software="")
     except MessageError as exc:
-        raise web.HTTPBadRequest(text=str(exc).removeprefix("profile_claim.")) from None
+        raise web.HTTPBadRequest(text=exc.reason.removeprefix("profile_claim.")) from None
     if not isinstance(at, int | float) or isinstance(at, bool):
         raise web.HTTPBadRequest(text="time must be a number")
     try:
