@@ -37,7 +37,6 @@ field. An unknown profile, or no node to validate, is a 409.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import ipaddress
 import logging
 import time
@@ -58,10 +57,12 @@ from netcheck.web.flagview import flag_view
 from netcheck.web.inputs import (
     MAX_OFFSET,
     bearer_token,
+    has_control_chars,
     json_object,
     optional_name,
     parse_int,
     query_int,
+    token_matches,
 )
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ FLAG_KINDS = (
     "shared-backend", "declared-host", "capacity", "result-sharing", "relay", "answer-failure",
     "slow",
 )  # fmt: skip
+
+#: Control characters a review note may hold (deleted before the control-character check).
+NOTE_WHITESPACE = str.maketrans("", "", "\r\n\t")
 
 #: 32 rounds = 24 screening rounds: 99.7% of node pairs comparable by the mutual test
 #: (schedule.pair_coverage at the default load probability 1/2, one round per arm)
@@ -134,9 +138,7 @@ def admin_app(coord: Coordinator) -> web.Application:
             log.warning("admin request from non-loopback address %s refused", request.remote)
             raise web.HTTPForbidden(text="admin API is loopback-only")
         token = bearer_token(request.headers.get("Authorization", ""))
-        if token is None or not hmac.compare_digest(
-            token.encode(), coord.config.admin_token.encode()
-        ):
+        if token is None or not token_matches(token, coord.config.admin_token):
             raise web.HTTPUnauthorized(text="missing or wrong admin token")
         return await handler(request)
 
@@ -346,6 +348,11 @@ def admin_app(coord: Coordinator) -> web.Application:
             value = body.get(name, "" if name == "note" else None)
             if not isinstance(value, str):
                 raise web.HTTPBadRequest(text=f"{name} must be a string")
+            # PostgreSQL refuses NUL in text (a 500); a name with CR/LF forges log lines.
+            # A note keeps its line breaks and tabs.
+            checked = value.translate(NOTE_WHITESPACE) if name == "note" else value
+            if has_control_chars(checked):
+                raise web.HTTPBadRequest(text=f"{name} must not hold control characters")
             fields[name] = value
         if coord.screening.flags.get_flag(flag_id) is None:
             raise web.HTTPNotFound(text=f"no flag {flag_id}")

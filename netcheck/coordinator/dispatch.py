@@ -40,6 +40,9 @@ async def dispatch(
             deadline_s=float(t.deadline_s or 0.0),
         )
         acks[a.node_key] = s.expect_ack(plan.round_id)
+        if s.gone():  # the node ended its session: no job (its ack future has failed)
+            log.warning("round %s: node %s gone before dispatch", plan.round_id, s.label)
+            return
         t.job_sent_ns = time.monotonic_ns()
         try:
             # Bounded: a node that stops reading fills its socket buffers, and the write

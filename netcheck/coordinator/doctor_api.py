@@ -3,22 +3,26 @@
 Tells an admitted node, without a session, whether its profile is accepted and whether
 references exist for its engine fingerprint (and if not, which fingerprint fields differ
 from the profile's reference sets). Bad JSON or fields: 400; bad signature, stale time
-or a key that is not admitted: 403.
+or a key that is not admitted: 403. The time must be finite (NaN would pass the skew
+test, so a signed query would never expire).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from netcheck.engines.fingerprint import fingerprint_id
-from netcheck.errors import KeyFileError
+from netcheck.errors import KeyFileError, MessageError
 from netcheck.keys import parse_public_key
 from netcheck.protocol.doctor import MAX_SKEW_S, verify_doctor
+from netcheck.protocol.messages import ProfileClaim
 from netcheck.references.mismatch import explain_mismatch
+from netcheck.web.inputs import json_object
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
@@ -41,23 +45,30 @@ def _fields(body: Any) -> tuple[str, str, dict[str, str | int], float, bytes]:
         )
     ):
         raise web.HTTPBadRequest(text="fingerprint must be an object of strings and integers")
+    try:  # the claim's rules (§2.4): what pack_value can sign, ints in int64
+        ProfileClaim(profile=profile, fingerprint=fp, software="")
+    except MessageError as exc:
+        raise web.HTTPBadRequest(text=exc.reason.removeprefix("profile_claim.")) from None
     if not isinstance(at, int | float) or isinstance(at, bool):
         raise web.HTTPBadRequest(text="time must be a number")
+    try:
+        at = float(at)
+    except OverflowError:  # an int beyond float: JSON numbers are unbounded
+        raise web.HTTPBadRequest(text="time must be a finite number of seconds") from None
+    if not math.isfinite(at):  # NaN passes every skew test: abs(now - NaN) > x is False
+        raise web.HTTPBadRequest(text="time must be a finite number of seconds")
     try:
         signature = bytes.fromhex(sig)
     except ValueError:
         raise web.HTTPBadRequest(text="signature must be hex") from None
-    return key, profile, fp, float(at), signature
+    return key, profile, fp, at, signature
 
 
 def add_doctor_route(app: web.Application, coord: Coordinator) -> None:
     """Register ``POST /v1/doctor`` on the coordinator's root application."""
 
     async def doctor(request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            raise web.HTTPBadRequest(text="body must be JSON") from None
+        body = await json_object(request)  # 400 for bad, deep or oddly encoded JSON
         key_text, profile, fp, at, signature = _fields(body)
         try:
             key = parse_public_key(key_text)

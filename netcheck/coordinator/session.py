@@ -124,6 +124,13 @@ class NodeSession(BoundedWrites):
     def __post_init__(self) -> None:
         self.protocol = Session(Role.COORDINATOR, self.transport)
 
+    def gone(self) -> bool:
+        """True once the session is over for rounds: closed, or failed by the node's own
+        input (a frame the state table refuses...), so nothing more can be sealed for it.
+        A job or release not sent for this reason is the node's doing (``disconnected``),
+        never ``coordinator-error``."""
+        return self.closed.is_set() or self.protocol.failed is not None
+
     def expect_ack(self, round_id: str) -> asyncio.Future[int]:
         """Future resolved with the arrival time (ns) of the node's ``ack`` for a round."""
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -139,8 +139,13 @@ async def release_at(
         await s.send_lock.acquire()
     gc_was_enabled = gc.isenabled()
     try:
-        sealed = [s.seal(Release(round_id=round_id, job_key=a.job_key)) for s, a in ready]
-        plan = [(s, _raw_transport(s), f) for (s, _), f in zip(ready, sealed, strict=True)]
+        plan = []
+        for s, a in ready:
+            if s.gone():  # the node ended its session after its ack (e.g. broke the protocol)
+                log.warning("round %s: node %s gone before release", round_id, s.label)
+                continue  # no release: its result future says disconnected
+            frame = s.seal(Release(round_id=round_id, job_key=a.job_key))
+            plan.append((s, _raw_transport(s), frame))
         raw = [ws_frame(f) if t is not None else f for _, t, f in plan]
         ready_ns = time.monotonic_ns()
         gc.disable()

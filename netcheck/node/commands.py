@@ -37,6 +37,7 @@ from rich.text import Text
 def node_status(config_path: Path, limit: int, as_json: bool) -> None:
     """Show this node's recent verdicts (as the coordinator signed them)."""
     from netcheck.config import load_node_config
+    from netcheck.errors import ConfigError
     from netcheck.keys import parse_public_key
     from netcheck.node.verdicts import check_line, default_log_path, read
     from netcheck.report import console, verdict_text
@@ -44,7 +45,10 @@ def node_status(config_path: Path, limit: int, as_json: bool) -> None:
     cfg = load_node_config(config_path)
     coordinator_key = parse_public_key(cfg.coordinator_key)
     path = default_log_path(config_path)
-    entries = read(path, limit)
+    try:
+        entries = read(path, limit)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the verdict log: {exc.strerror or exc}") from None
     for e in entries:
         e["signature_ok"] = check_line(e, coordinator_key)
     if as_json:

@@ -48,17 +48,23 @@ def append(path: Path, notice: VerdictNotice, session_id: bytes, node_key: bytes
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(line, sort_keys=True) + "\n")
     if path.stat().st_size > 2 * KEEP_LINES * 400:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # as bytes: a damaged line (not UTF-8) is dropped or kept, never a decode error
+        lines = path.read_bytes().splitlines()
         if len(lines) > 2 * KEEP_LINES:
-            path.write_text("\n".join(lines[-KEEP_LINES:]) + "\n", encoding="utf-8")
+            path.write_bytes(b"\n".join(lines[-KEEP_LINES:]) + b"\n")
 
 
 def read(path: Path, limit: int = 20) -> list[dict[str, Any]]:
     """The last ``limit`` entries, oldest first ([] when the file does not exist).
-    Lines that are not JSON objects are skipped."""
+    Lines that are not JSON objects (or not UTF-8: a torn write) are skipped.
+
+    Raises:
+        OSError: the file exists but cannot be read (a folder, no permission).
+    """
     if not path.exists():
         return []
-    out = list(_parse(path.read_text(encoding="utf-8").splitlines()))
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    out = list(_parse(text.splitlines()))
     return out[-limit:]
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any, Self
 
 from sqlalchemy import Connection, create_engine, event
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import (
+    ArgumentError,
     DBAPIError,
     IntegrityError,
     InterfaceError,
@@ -73,6 +74,11 @@ def json_ready(value: object) -> object:
     return value
 
 
+def _shown(url: URL) -> str:
+    """``url`` quoted for an error message, its password hidden."""
+    return repr(url.render_as_string(hide_password=True))
+
+
 class Database:
     """A SQLAlchemy engine with netcheck's transaction and error rules, and its tables.
 
@@ -98,7 +104,13 @@ class Database:
         connect_timeout_s: float | None = None,
     ) -> None:
         self.url = url
-        parsed = make_url(url)
+        try:
+            parsed = make_url(url)
+        except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
+            raise StorageError(  # not echoed: it may hold a password
+                "cannot open database: not a database URL (sqlite:///path/netcheck.db, "
+                f"postgresql+psycopg://user:password@host/name): {exc}"
+            ) from None
         self.backend: str = parsed.get_backend_name()
         """``sqlite`` or ``postgresql`` (the SQLAlchemy backend name)."""
         self._sqlite = self.backend == "sqlite"
@@ -131,10 +143,10 @@ class Database:
             if stale:
                 with self._write("upgrade schema (add rounds.seq)") as conn:
                     migrate.upgrade(conn)
-        except StorageError:
-            raise
+        except StorageError as exc:  # not a database, unreachable: name which one
+            raise type(exc)(f"cannot open database {_shown(parsed)}: {exc}") from exc
         except Exception as exc:  # bad URL, missing driver
-            raise StorageError(f"cannot open database {url!r}: {exc}") from exc
+            raise StorageError(f"cannot open database {_shown(parsed)}: {exc}") from exc
 
     @staticmethod
     def _setup_sqlite(engine: Engine, busy_timeout_ms: int) -> None:

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from netcheck.web.inputs import bearer_token, has_control_chars
+from netcheck.web.inputs import bearer_token, has_control_chars, token_matches
 
 if TYPE_CHECKING:
     from netcheck.web.view import CoordinatorView
@@ -94,7 +94,7 @@ class AccessMixin:
     allow_remote: bool
 
     def token_ok(self, candidate: str) -> bool:
-        return hmac.compare_digest(candidate.encode(), self.view.admin_token.encode())
+        return token_matches(candidate, self.view.admin_token)
 
     def authorized(self, request: web.Request) -> bool:
         token = bearer_token(request.headers.get("Authorization", ""))
@@ -102,7 +102,7 @@ class AccessMixin:
             return True
         cookie = request.cookies.get(COOKIE, "")
         expected = session_cookie_value(self.view.admin_token)
-        return bool(cookie) and hmac.compare_digest(cookie.encode(), expected.encode())
+        return bool(cookie) and token_matches(cookie, expected)
 
     def with_cookie(self, location: str) -> web.Response:
         resp = web.Response(status=302, headers={"Location": location})

@@ -9,6 +9,7 @@ aiohttp's 500 handler.
 
 from __future__ import annotations
 
+import hmac
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -126,3 +127,17 @@ def bearer_token(header: str) -> str | None:
     if scheme.lower() != "bearer":
         return None
     return token.strip() or None
+
+
+def token_matches(candidate: str, token: str) -> bool:
+    """True if ``candidate`` (from a header, cookie, form or query) is ``token``, in
+    constant time.
+
+    aiohttp decodes header bytes that are not UTF-8 into lone surrogates
+    (``surrogateescape``), which plain ``str.encode()`` refuses with UnicodeEncodeError
+    (a 500); encoded with ``surrogateescape`` they are the bytes that were sent, and a
+    well-formed string encodes as plain UTF-8 would.
+    """
+    return hmac.compare_digest(
+        candidate.encode("utf-8", "surrogateescape"), token.encode("utf-8", "surrogateescape")
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from netcheck.coordinator.rounds import run_round
 from netcheck.lab.load import HashWorker, add_hash_references
 from netcheck.lab.testing import RunningCoordinator, running_coordinator, small_profile
 from netcheck.storage import Store
+from netcheck.storage.flags import FlagStore
 
 PROFILE = small_profile("adm", dispatch_timeout_s=2.0, result_timeout_s=3.0)
 
@@ -139,4 +141,62 @@ async def test_control_characters_in_the_url_are_400_on_every_backend(
     async with admin(tmp_path, Store(db_url)) as (_rc, call):
         status, text = await call("GET", path, allow_redirects=False)
     assert (status, text) == (400, "control characters in the URL")
+    _no_server_errors(caplog)
+
+
+async def _raw_get(port: int, path: str, authorization: bytes) -> bytes:
+    """The status line of a GET whose Authorization header holds ``authorization`` as
+    raw bytes (aiohttp's client only sends str headers)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nAuthorization: " + authorization
+        + b"\r\nConnection: close\r\n\r\n"
+    )  # fmt: skip
+    await writer.drain()
+    status = await asyncio.wait_for(reader.readline(), 10)
+    writer.close()
+    return status
+
+
+@pytest.mark.parametrize("token", [b"\xff\xfe", "é".encode("latin-1"), b"\xc3"])
+async def test_a_token_that_is_not_utf8_is_401_not_500(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, token: bytes
+) -> None:
+    """aiohttp decodes header bytes that are not UTF-8 into surrogates; ``str.encode()``
+    of those raised UnicodeEncodeError in the token check: a 500 with a traceback. Now
+    a wrong token like any other, on the admin API, /metrics, exports and the dashboard."""
+    async with admin(tmp_path) as (rc, _):
+        good = rc.coord.config.admin_token.encode()
+        for path, refused in (("/admin/status", b" 401 "), ("/metrics", b" 401 "),
+                              ("/export/rounds.csv", b" 401 "), ("/dashboard/nodes", b" 302 ")):  # fmt: skip
+            for auth in (b"Bearer " + token, b"Bearer " + good + token):
+                status = await _raw_get(rc.port, path, auth)
+                assert refused in status, (path, auth, status)
+            assert b" 200 " in await _raw_get(rc.port, path, b"Bearer " + good), path
+    _no_server_errors(caplog)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"by": "a\x00b"}, {"by": "ana\r\n2026-12-01 INFO forged line"}, {"note": "n\x00te"}],
+    ids=["nul-by", "crlf-by", "nul-note"],
+)
+async def test_review_with_control_characters_is_400_on_every_backend(
+    tmp_path: Path, db_url: str, fields: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """NUL in ``by`` or ``note`` reached PostgreSQL, which refuses it in text: a
+    StorageError the handler did not catch (500). CR/LF in ``by`` (a name, written into
+    the log line of the review) forged log lines. Now 400 first; a note keeps its
+    newlines and tabs, and nothing is stored for a refused review."""
+    store = Store(db_url)
+    fid = FlagStore(store).add_flag("slow", "confirmed", PROFILE.name, ["ed25519:x"], 1.0, 2.0, {})
+    async with admin(tmp_path, store) as (_rc, call):
+        body = {"state": "acknowledged", "by": "ana", **fields}
+        status, text = await call("POST", f"/admin/flags/{fid}/review", json=body)
+        assert status == 400, text
+        status, text = await call("GET", f"/admin/flags/{fid}")
+        assert status == 200 and '"state": "open"' in text, text
+        ok = {"state": "acknowledged", "by": "ana", "note": "line 1\n\tline 2"}
+        status, text = await call("POST", f"/admin/flags/{fid}/review", json=ok)
+        assert status == 200, text
     _no_server_errors(caplog)

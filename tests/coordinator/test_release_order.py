@@ -28,6 +28,7 @@ def _ready(n: int, log: list[str]) -> list[tuple[Any, Any]]:
             label=key,
             send_lock=asyncio.Lock(),
             seal=lambda msg: b"frame",
+            gone=lambda: False,
             ws=ws,
             write_bounded=lambda frame, timeout_s, what, ws=ws: ws.send_bytes(frame),
         )

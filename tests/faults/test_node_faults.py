@@ -239,3 +239,60 @@ async def test_hostile_error_text_is_stored_escaped_and_rounds_complete(
     finally:
         report_module.console = original  # type: ignore[assignment]
     assert "[/bold][link=http://x]y[/link]" in out.export_text()
+
+
+@pytest.mark.parametrize("violation", ["second-ack", "result-before-release"])
+async def test_protocol_violation_before_release_blames_the_node(
+    tmp_path: Path, violation: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node that breaks the protocol between its ack and the release (a second ack, a
+    result before the release) closes its own session. Its release could then not be
+    sealed, and that was counted as the coordinator's failure: verdict
+    ``coordinator-error``, which never blames a node (no capacity strike), so a cheater
+    could turn any round into a free pass. Now ``disconnected``, like any node that
+    closes mid-round; the other nodes pass."""
+    from netcheck.protocol.messages import Ack, Result
+
+    store = _store(f"sqlite:///{tmp_path / 'v.db'}")
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        honest = _honest(rc, 2)
+        raw = await RawNode.connect(rc, PROFILE, Ed25519PrivateKey.generate())
+        try:
+            await rc.wait_connected(3, timeout_s=10.0)
+            task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
+            job = await raw.until_job()
+            bad = (
+                Ack(job.round_id)
+                if violation == "second-ack"
+                else Result(job.round_id, ((1,) * PROFILE.max_new_tokens,), bytes(32), bytes(64))
+            )
+            await raw.ws.send_bytes(raw.transport.seal(bad))
+            report = await asyncio.wait_for(task, 15.0)
+        finally:
+            await raw.close()
+    got = {o.node_key: str(o.verdict) for o in report.outcomes}
+    assert got == {raw.key: "disconnected", **dict.fromkeys(honest, "pass")}
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_session_failed_by_the_node_before_dispatch_blames_the_node(tmp_path: Path) -> None:
+    """The same at dispatch: a session the node's input has failed (its reader is
+    closing it, the socket not yet closed) cannot seal the job; that was
+    ``coordinator-error`` too. Now ``disconnected``."""
+    from netcheck.errors import ProtocolError
+
+    store = _store(f"sqlite:///{tmp_path / 'd.db'}")
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        honest = _honest(rc, 1)
+        raw = await RawNode.connect(rc, PROFILE, Ed25519PrivateKey.generate())
+        try:
+            await rc.wait_connected(2, timeout_s=10.0)
+            session = rc.coord.sessions[raw.key]
+            with pytest.raises(ProtocolError):  # as the reader does on a refused frame
+                session.protocol.refuse(CloseCode.UNEXPECTED_MESSAGE, "test")
+            session.fail_waiters()
+            report = await asyncio.wait_for(run_round(rc.coord, PROFILE.name), 15.0)
+        finally:
+            await raw.close()
+    got = {o.node_key: str(o.verdict) for o in report.outcomes}
+    assert got == {raw.key: "disconnected", **dict.fromkeys(honest, "pass")}

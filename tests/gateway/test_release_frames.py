@@ -69,10 +69,14 @@ class _Session:
     transport: _Transport = field(default_factory=_Transport)
     send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     sink: _TimedSink = field(default_factory=_TimedSink)
+    failed: bool = False  # the node broke its session (NodeSession.gone)
 
     @property
     def label(self) -> str:
         return self.node_key
+
+    def gone(self) -> bool:
+        return self.failed
 
     def seal(self, msg: Release) -> bytes:
         return self.transport.seal(msg)  # NodeSession.seal: through the session's table
@@ -104,6 +108,21 @@ async def test_release_frames_are_sealed_and_framed_before_the_instant() -> None
     assert [s.sink.written_ns[0] for s in sessions] == sorted(
         s.sink.written_ns[0] for s in sessions
     )
+
+
+async def test_a_session_the_node_broke_gets_no_release_and_stops_no_one() -> None:
+    """A node that broke the protocol after its ack has a failed session, which cannot
+    seal: sealing its release raised out of the loop and no node of the gateway was
+    released. Now it is skipped (its verdict: disconnected); the others are released."""
+    sessions = [_Session(f"n{i}") for i in range(3)]
+    sessions[1].failed = True
+    sessions[1].transport.seal = None  # type: ignore[assignment,method-assign]  # would raise
+    ready = [(s, SimpleNamespace(job_key=bytes([i]) * 32)) for i, s in enumerate(sessions)]
+    timing = {s.node_key: NodeTiming() for s in sessions}
+    await release_at("r1", cast(Any, ready), timing, time.monotonic_ns() + 5_000_000)
+    assert sessions[1].sink.data == b"" and timing["n1"].release_start_ns is None
+    for i in (0, 2):
+        assert sessions[i].sink.data == ws_frame(b"sealed:" + bytes([i]) * 32)
 
 
 async def test_sleep_until_never_returns_early_nor_busy_waits() -> None:

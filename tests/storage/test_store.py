@@ -206,6 +206,28 @@ def test_bad_url() -> None:
         Store("nosuchdialect://x")
 
 
+def test_a_file_that_is_not_a_database_is_named(tmp_path: Path) -> None:
+    """Opening a SQLite file that is not a database said only 'create tables: file is
+    not a database': now the error names the database (and hides a password)."""
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"not a database at all, just text" * 64)
+    with pytest.raises(StorageError, match="cannot open database .*garbage.db.*not a database"):
+        Store(f"sqlite:///{path}")
+    with pytest.raises(StorageError) as info:
+        Store("postgresql+psycopg://user:s3cret@127.0.0.1:1/x")
+    assert "s3cret" not in str(info.value) and "cannot open database" in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["garbage", "", "postgresql://user:s3cret@host:notaport/x"])
+def test_a_url_that_does_not_parse_is_a_storage_error(url: str) -> None:
+    """``database = "garbage"`` (or a port that is not a number) left SQLAlchemy's
+    ArgumentError/ValueError uncaught: `coordinator serve` died with a traceback. Now a
+    StorageError that does not echo the URL (it may hold a password)."""
+    with pytest.raises(StorageError, match="not a database URL") as info:
+        Store(url)
+    assert "s3cret" not in str(info.value)
+
+
 def test_memory_database() -> None:
     """sqlite:// keeps data across calls of one Store."""
     s = Store("sqlite://")
