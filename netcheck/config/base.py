@@ -1,4 +1,4 @@
-"""What every config model shares: the strict pydantic base, the file readers that
+"""What every config model shares: the pydantic base (unknown fields refused), the file readers that
 turn every failure into a :class:`~netcheck.errors.ConfigError` naming file and field,
 path resolution against the file's folder, and the public-key text check."""
 
@@ -56,7 +56,9 @@ def resolve_path(value: Path, info: ValidationInfo) -> Path:
 
 
 class Model(BaseModel):
-    """Base of every config model: frozen, unknown fields and non-finite floats refused."""
+    """Base of every config model: frozen, unknown fields and non-finite floats refused.
+    Types are pydantic's lax mode: an unambiguous text is converted (``"8470"`` for a
+    port, ``"yes"`` for a bool), anything else is an error naming the field."""
 
     # allow_inf_nan=False: TOML has inf and nan, and no time, rate or size may be either.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
