@@ -275,6 +275,14 @@ def extra(line: str) -> tuple[str, str]:
             "'confirm_cycles'?",
         ),
         (extra("confirm_max_cycles = 2"), "confirm_max_cycles: Input should be greater than"),
+        (
+            extra("screening_load_probability = 1"),
+            "screening_load_probability: Input should be less than 1",
+        ),
+        (
+            extra("screening_load_probability = 0"),
+            "screening_load_probability: Input should be greater than 0",
+        ),
         (extra("confirm_max_cycles = 100000000"), "confirm_max_cycles: Input should be less than"),
         (
             extra("confirm_max_cycles = 4"),
