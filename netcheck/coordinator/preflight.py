@@ -5,7 +5,10 @@ whose :class:`~netcheck.node.doctor.Check` it returns). In order:
 
 1. the config loads (:func:`netcheck.config.load_coordinator_config`: its errors name
    the file and field; a gateway config, with ``gateway_id``, loads as one);
-2. the listen address parses (``host`` an IP address or a host name that resolves);
+2. the listen address parses (``host`` an IP address or a host name that resolves) and
+   can be bound now (a socket bound with ``SO_REUSEADDR``, as aiohttp binds, then
+   closed: a port in use, one below 1024 without the privilege, or a host that is not
+   an address of this machine fails);
 3. the identity key loads (present, Ed25519 PEM, mode 0600);
 4. the screening schedule secret is readable, long enough and mode 0600, or would be
    created at the first start (:func:`netcheck.keys.check_secret`);
@@ -16,11 +19,13 @@ whose :class:`~netcheck.node.doctor.Check` it returns). In order:
 8. each profile's reference pool holds unspent canaries
    (:func:`netcheck.references.pool.pool_status`), or the command that builds them.
 
-Nothing is created or changed: no key, secret, database file, table or socket.
+Nothing is created or changed: no key, secret, database file or table (the listen
+check's socket is closed at once).
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import re
@@ -66,7 +71,36 @@ def listen_check(cfg: CoordinatorConfig) -> Check:
     if cfg.port == 0:
         return Check("listen address", True, detail + "; port 0 takes a random free port, "
                      "which nodes cannot be told in advance: set port", warning=True)  # fmt: skip
+    problem = bind_problem(host, cfg.port)
+    if problem:
+        return Check("listen address", False, f"{host}:{cfg.port} {problem}")
     return Check("listen address", True, detail)
+
+
+def bind_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound now (with its fix), or None when it can: a
+    socket bound with ``SO_REUSEADDR`` (as aiohttp's server binds on POSIX), closed at
+    once."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        return f"does not resolve ({exc})"
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except PermissionError:
+            return ("cannot be bound without privileges (ports below 1024): use a port "
+                    "above 1023, behind a TLS proxy")  # fmt: skip
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return (f"is in use (a coordinator already running? `ss -ltnp "
+                        f"'sport = :{port}'` shows what holds it): stop it or set port")  # fmt: skip
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return "is not an address of this machine: set host to one of its addresses"
+            return f"cannot be bound ({exc.strerror or exc})"
+    return None
 
 
 def identity_check(cfg: CoordinatorConfig) -> Check:

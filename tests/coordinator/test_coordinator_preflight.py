@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -26,6 +27,12 @@ def write_config(tmp_path: Path, extra: str = "", profiles: str = '["cpu-tiny"]'
     return cfg
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def check(cfg: Path) -> tuple[int, str]:
     result = CliRunner().invoke(main, ["coordinator", "check", "--config", str(cfg)])
     return result.exit_code, result.output
@@ -41,7 +48,8 @@ def test_a_ready_setup_passes_every_check(tmp_path: Path) -> None:
     be created), exit 0, the canary count shown; nothing is created."""
     generate_key(tmp_path / "keys" / "coordinator.pem")
     canary_store(tmp_path / "netcheck.db", load_profile("cpu-tiny"), FP, 12).close()
-    cfg = write_config(tmp_path)
+    port = free_port()
+    cfg = write_config(tmp_path, f"port = {port}\n")
     before = sorted(p.name for p in tmp_path.rglob("*"))
     code, out = check(cfg)
     assert code == 0, out
@@ -52,7 +60,7 @@ def test_a_ready_setup_passes_every_check(tmp_path: Path) -> None:
         assert name in found, (name, out)
     assert "the first start creates it" in found["screening schedule secret"]
     assert "12 unspent of 12" in found["references cpu-tiny"]
-    assert "ws://127.0.0.1:8470/v1/ws" in found["listen address"]
+    assert f"ws://127.0.0.1:{port}/v1/ws" in found["listen address"]
     assert out.splitlines()[-1].startswith(
         "all 8 checks passed; start it with: netcheck coordinator serve"
     )
@@ -128,3 +136,20 @@ def test_a_spent_pool_fails_and_a_low_one_warns(tmp_path: Path) -> None:
     rows[0]["unspent"] = profile.canaries_max * 3
     (low,) = pool_checks(tmp_path / "c.toml", {"cpu-tiny": profile}, rows)  # type: ignore[arg-type]
     assert low.ok and low.warning and "3 rounds left" in low.detail
+
+
+def test_a_port_in_use_or_a_foreign_host_fails_the_listen_check() -> None:
+    """A port another process listens on fails with the command that shows the holder;
+    an address that is not this machine's fails; a free port passes."""
+    from netcheck.coordinator.preflight import bind_problem
+
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = int(held.getsockname()[1])
+        problem = bind_problem("127.0.0.1", port)
+        assert problem is not None and "is in use" in problem and f"sport = :{port}" in problem
+    assert bind_problem("127.0.0.1", free_port()) is None
+    foreign = bind_problem("192.0.2.1", free_port())  # TEST-NET-1, never local
+    assert foreign is not None and "not an address of this machine" in foreign
