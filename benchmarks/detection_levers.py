@@ -74,7 +74,7 @@ def job(args: tuple[str, str, int, tuple[int, ...]]) -> dict[Any, Any]:
     sc = scs[name]
     pop = make_population(sc.spec, np.random.default_rng([seed, 1]))
     cfg = LiveConfig(load_probability=q, detector=DetectorConfig(mutual_fdr=fdr))
-    sim = LiveSimulation(pop, cfg, np.random.default_rng([seed, 2]), secret=bytes([seed]) * 32)
+    sim = LiveSimulation(pop, cfg, np.random.default_rng([seed, 2]), secret=d.seed_secret(seed))
     out: dict[Any, Any] = {"scenario": name, "config": config, "seed": seed}
     for snap in sim.run(rounds):
         s = d.score(pop, snap)
