@@ -20,6 +20,7 @@ guards the admin API."""
 MAX_MESSAGE_BYTES_LIMIT = 64 * 1024 * 1024
 """Upper bound of ``max_message_bytes`` (64 MiB): larger caps only help a peer exhaust
 memory."""
+_DATABASE_URL = re.compile(r"^(sqlite|postgresql)(\+\w+)?://")
 _SQLITE_URL = re.compile(r"^(sqlite(?:\+\w+)?:///)([^?]*)(\?.*)?$")
 
 
@@ -213,6 +214,11 @@ class CoordinatorConfig(FileConfig):
     @field_validator("database")
     @classmethod
     def _resolve_database(cls, value: str, info: ValidationInfo) -> str:
+        if not _DATABASE_URL.match(value):  # the value is not echoed: it may hold a password
+            raise ValueError(
+                "not a database URL: use sqlite:///path/netcheck.db or "
+                "postgresql+psycopg://user:password@host/name"
+            )
         match = _SQLITE_URL.match(value)
         base = base_dir(info)
         if match is None or base is None:

@@ -293,6 +293,11 @@ def extra(line: str) -> tuple[str, str]:
             "capacity_strikes (9) must be <= capacity_window (8)",
         ),
         (
+            extra('database = "postgres:/u:s3cret@host/x"'),
+            "database: not a database URL: use sqlite:///path/netcheck.db or postgresql+psycopg",
+        ),
+        (extra('database = "garbage"'), "database: not a database URL"),
+        (
             extra("answer_failure_strikes = 9"),
             "answer_failure_strikes (9) must be <= answer_failure_window (8)",
         ),
@@ -314,6 +319,7 @@ def test_coordinator_rejects(tmp_path: Path, change: tuple[str, str], message: s
         load_coordinator_config(path)
     assert str(path) in str(err.value)
     assert message.replace("Value error, ", "") in str(err.value)
+    assert "s3cret" not in str(err.value)  # a database URL's password is never echoed
 
 
 def test_node_config_rejects(tmp_path: Path) -> None:
