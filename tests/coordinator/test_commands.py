@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,22 @@ def test_eta_text_says_confirmation_has_no_eta() -> None:
     assert eta_text(done, 95.4) == "analysis and confirmation rounds running (no ETA; 95 s so far)"
 
 
+def fake_job_status(
+    monkeypatch: pytest.MonkeyPatch, base: dict[str, object], states: Iterator[dict[str, object]]
+) -> None:
+    """``screen run``'s admin calls answered without a coordinator: the job's start, no
+    known nodes, then ``states`` one per poll (no wait between polls)."""
+    from netcheck.coordinator import screen_follow
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        return {"known": []} if path == "/admin/nodes" else next(states)
+
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+
+
 async def test_screen_run_keeps_saying_it_is_confirming(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -159,13 +176,7 @@ async def test_screen_run_keeps_saying_it_is_confirming(
         {**base, "state": "done", "rounds_done": 2, "report": {}},
     ])  # fmt: skip
 
-    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
-        if method == "POST":
-            return {**base, "state": "running", "rounds_done": 0}
-        return {"known": []} if path == "/admin/nodes" else next(states)
-
-    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
-    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    fake_job_status(monkeypatch, base, states)
     monkeypatch.setattr(screen_follow, "AFTER_LINE_S", 0.0)
     job = await screen_follow._follow(object(), {}, {})  # type: ignore[arg-type]
     assert job["state"] == "done"
@@ -267,13 +278,7 @@ async def test_screen_run_prints_confirmation_progress(
     states = iter([conf("analysis", 0, 0, 0), conf("groups", 3, 2, 0), conf("groups", 9, 1, 1),
                    {**conf("groups", 12, 0, 2), "state": "done", "report": {}}])  # fmt: skip
 
-    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
-        if method == "POST":
-            return {**base, "state": "running", "rounds_done": 0}
-        return {"known": []} if path == "/admin/nodes" else next(states)
-
-    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
-    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    fake_job_status(monkeypatch, base, states)
     job = await screen_follow._follow(object(), {}, {})  # type: ignore[arg-type]
     assert job["state"] == "done"
     err = capsys.readouterr().err
