@@ -15,7 +15,14 @@ card with ``CUDA_VISIBLE_DEVICES``, joined over a real loopback websocket sessio
     answers B as two halves of B/2 (card 1), both claiming the honest fingerprint:
     expected ``wrong-answer`` every round;
   - ``x``: like ``a``, for the cross-machine check (references built on another
-    machine, verified here); ``y``: the same with one honest identity on card 0.
+    machine, verified here); ``y``: the same with one honest identity on card 0;
+  - ``s`` (session 9): the nodes of ``b`` through the coordinator's own detection loop
+    instead of full rounds: ``--screen-rounds`` screening rounds (HMAC schedule, every
+    4th a full round) in blocks of 16, each block followed by the analysis and
+    confirmation exactly as ``POST /admin/screening`` runs them, until the shared pair is
+    flagged. Expected: a ``shared-backend`` flag naming exactly the two identities on
+    card 0 (real co-location, no emulation), no flag on the honest card-1 node. The
+    ``capacity`` flags that full rounds raise on the shared pair are reported apart.
 
   Writes ``--json`` with every verdict, the nodes' GPU UUIDs and the phase summary.
 * ``node``: one node process (internal; started by ``rounds``).
@@ -48,6 +55,8 @@ PHASES: dict[str, list[tuple[str, str, str]]] = {
     "c": [("fp16-claims-bf16-card0", "fp16", "0"), ("split-batch-card1", "split", "1")],
     "x": [("honest-card0", "honest", "0"), ("honest-card1", "honest", "1")],
     "y": [("honest-card0", "honest", "0")],
+    "s": [("shared-A-card0", "honest", "0"), ("shared-B-card0", "honest", "0"),
+          ("honest-card1", "honest", "1")],
 }  # fmt: skip
 EXPECTED = {"honest": "pass", "fp16": "wrong-answer", "split": "wrong-answer"}
 
@@ -190,6 +199,8 @@ async def run_phase(
         labels = {info["key"]: spec[0] for info, spec in zip(infos, specs, strict=True)}
         kinds = {spec[0]: spec[1] for spec in specs}
         await rc.wait_connected(len(specs), timeout_s=120)
+        if phase == "s":
+            return await run_screening_phase(rc, profile, specs, infos, labels, rounds)
         out_rounds = []
         for _ in range(rounds):
             report = (await run_round(rc.coord, profile.name, kind="full")).as_dict()
@@ -216,6 +227,60 @@ async def run_phase(
             await asyncio.sleep(0.1)
 
 
+async def run_screening_phase(
+    rc: Any, profile: Any, specs: list[tuple[str, str, str]], infos: list[dict[str, Any]],
+    labels: dict[str, str], max_rounds: int,
+) -> dict[str, Any]:  # fmt: skip
+    """Phase ``s``: screening blocks of 16 rounds + analysis + confirmation (the
+    coordinator's ``Screening.run``) until a ``shared-backend`` flag or ``max_rounds``."""
+    blocks: list[dict[str, Any]] = []
+    flags: dict[int, dict[str, Any]] = {}
+    done, t0 = 0, time.monotonic()
+    while done < max_rounds:
+        n = min(16, max_rounds - done)
+        rep = await rc.coord.screening.run(profile.name, n)
+        done += n
+        for f in rep["flags"]:
+            flags[f["flag_id"]] = f
+        named = lambda keys: sorted(labels.get(k, k) for k in keys)  # noqa: E731
+        conf = [{"group": named(c["group"]), "verdict": c["verdict"],
+                 "attempt": c.get("attempt"), "flags": [named(f) for f in c.get("flags", [])]}
+                for c in rep.get("confirmations", [])]  # fmt: skip
+        an = rep.get("analysis") or {}
+        blocks.append({"screening_rounds_total": done, "elapsed_s": round(time.monotonic() - t0, 1),
+                       "rounds": [{"kind": r["kind"], "loaded": named(r["loaded"]),
+                                   "counts": r["counts"]} for r in rep["rounds"]],
+                       "suspect_groups": [named(g) for g in an.get("groups", [])],
+                       "confirmations": conf,
+                       "flags": [{"kind": f.get("kind"), "nodes": named(f.get("node_keys", []))}
+                                 for f in rep["flags"]]})  # fmt: skip
+        print(
+            f"s: {done} screening rounds, {time.monotonic() - t0:.0f} s, suspect groups "
+            f"{blocks[-1]['suspect_groups']}, flags {blocks[-1]['flags']}",
+            flush=True,
+        )
+        if any(f.get("kind") == "shared-backend" for f in flags.values()):
+            break
+    shared = sorted(label for label, _, _ in specs if "shared" in label)
+    by_kind: dict[str, list[list[str]]] = {}
+    for f in flags.values():
+        by_kind.setdefault(str(f.get("kind")), []).append(
+            sorted(labels.get(k, k) for k in f.get("node_keys", []))
+        )
+    honest_flagged = sorted({n for fl in by_kind.values() for nodes in fl for n in nodes
+                             if n not in shared})  # fmt: skip
+    summary = {
+        "shared_backend_flags": by_kind.get("shared-backend", []),
+        "flags_by_kind": by_kind,
+        "honest_flagged": honest_flagged,
+        "screening_rounds": done,
+        "pair_flagged_shared_backend": shared in by_kind.get("shared-backend", []),
+    }
+    return {"phase": "s", "nodes": {spec[0]: {"kind": spec[1], "card": spec[2], "gpu": info["gpu"],
+            "key": info["key"]} for spec, info in zip(specs, infos, strict=True)},
+            "blocks": blocks, "summary": summary, "kinds": {}}  # fmt: skip
+
+
 async def rounds_main(args: argparse.Namespace) -> int:
     from netcheck.capacity import capacity_status
     from netcheck.config import load_profile
@@ -232,8 +297,19 @@ async def rounds_main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         async with running_coordinator(Path(tmp), [profile], store=store) as rc:
             for phase in args.phases.split(","):
-                res = await run_phase(rc, profile, args.profile, phase, args.rounds, args.cards)
+                n = args.screen_rounds if phase == "s" else args.rounds
+                res = await run_phase(rc, profile, args.profile, phase, n, args.cards)
                 result["phases"].append(res)
+                if phase == "s":
+                    summ = res["summary"]
+                    good = summ["pair_flagged_shared_backend"] and not summ["honest_flagged"]
+                    ok &= good
+                    print(
+                        f"phase s: {summ} (expected the shared pair flagged shared-backend, "
+                        f"no honest node flagged: {'yes' if good else 'NO'})",
+                        flush=True,
+                    )
+                    continue
                 for label, counts in res["summary"].items():
                     kind = res["kinds"][label]
                     want = "late" if phase == "b" and "shared" in label else EXPECTED[kind]
@@ -262,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--db", required=True)
     r.add_argument("--phases", default="a,b,c")
     r.add_argument("--rounds", type=int, default=5)
+    r.add_argument(
+        "--screen-rounds",
+        type=int,
+        default=64,
+        help="phase s: at most this many screening rounds (blocks of 16)",
+    )
     r.add_argument("--cards", type=int, default=2, help="cards to spread nodes on (0: CPU)")
     r.add_argument("--json")
     n = sub.add_parser("node")
