@@ -22,7 +22,8 @@ card with ``CUDA_VISIBLE_DEVICES``, joined over a real loopback websocket sessio
     confirmation exactly as ``POST /admin/screening`` runs them, until the shared pair is
     flagged. Expected: a ``shared-backend`` flag naming exactly the two identities on
     card 0 (real co-location, no emulation), no flag on the honest card-1 node. The
-    ``capacity`` flags that full rounds raise on the shared pair are reported apart.
+    ``capacity`` flags that full rounds raise on the shared pair are reported apart;
+    ``s1``: the same with the shared pair only (a one-card machine).
 
   Writes ``--json`` with every verdict, the nodes' GPU UUIDs and the phase summary.
 * ``node``: one node process (internal; started by ``rounds``).
@@ -57,6 +58,7 @@ PHASES: dict[str, list[tuple[str, str, str]]] = {
     "y": [("honest-card0", "honest", "0")],
     "s": [("shared-A-card0", "honest", "0"), ("shared-B-card0", "honest", "0"),
           ("honest-card1", "honest", "1")],
+    "s1": [("shared-A-card0", "honest", "0"), ("shared-B-card0", "honest", "0")],
 }  # fmt: skip
 EXPECTED = {"honest": "pass", "fp16": "wrong-answer", "split": "wrong-answer"}
 
@@ -199,7 +201,7 @@ async def run_phase(
         labels = {info["key"]: spec[0] for info, spec in zip(infos, specs, strict=True)}
         kinds = {spec[0]: spec[1] for spec in specs}
         await rc.wait_connected(len(specs), timeout_s=120)
-        if phase == "s":
+        if phase in ("s", "s1"):
             return await run_screening_phase(rc, profile, specs, infos, labels, rounds)
         out_rounds = []
         for _ in range(rounds):
@@ -276,9 +278,43 @@ async def run_screening_phase(
         "screening_rounds": done,
         "pair_flagged_shared_backend": shared in by_kind.get("shared-backend", []),
     }
-    return {"phase": "s", "nodes": {spec[0]: {"kind": spec[1], "card": spec[2], "gpu": info["gpu"],
+    evidence = {fid: rc.coord.screening.flags.get_flag(fid).as_dict() for fid in flags}
+    summary["service_times"] = _service_times(rc, profile, labels, shared)
+    return {"phase": "s", "flags": evidence, "nodes": {spec[0]: {"kind": spec[1], "card": spec[2], "gpu": info["gpu"],
             "key": info["key"]} for spec, info in zip(specs, infos, strict=True)},
             "blocks": blocks, "summary": summary, "kinds": {}}  # fmt: skip
+
+
+def _service_times(
+    rc: Any, profile: Any, labels: dict[str, str], shared: list[str]
+) -> dict[str, Any]:
+    """Per node and round kind: median, 10th and 90th percentile of released -> arrived
+    (s, the coordinator's clock) in rounds where the node was loaded, split by how many
+    of the shared pair were loaded in that round (1 = alone on card 0, 2 = co-loaded).
+    The ground truth the contention test reads, measured on the real card."""
+    import numpy as np
+
+    kinds = ("screening", "full", "confirmation")
+    stored = rc.coord.screening.flags.recent_rounds(profile.name, kinds, 100_000)
+    on_card0 = {k for k, lab in labels.items() if lab in shared}
+    samples: dict[tuple[str, str, int], list[float]] = {}
+    for row in stored.results:
+        if row["node_key"] not in labels:  # an earlier phase's node
+            continue
+        if row.get("error") or row.get("arrived_ns") is None or row.get("released_ns") is None:
+            continue
+        sched = stored.schedules.get(row["round_id"], {})
+        co = sum(1 for k in on_card0 if sched.get(k))
+        key = (labels.get(row["node_key"], row["node_key"]), stored.kinds[row["round_id"]], co)
+        samples.setdefault(key, []).append((row["arrived_ns"] - row["released_ns"]) / 1e9)
+    out: dict[str, Any] = {}
+    for (label, kind, co), xs in sorted(samples.items()):
+        q10, q50, q90 = np.percentile(xs, [10, 50, 90])
+        out[f"{label} {kind} shared-loaded={co}"] = {
+            "n": len(xs), "p10_s": round(float(q10), 4), "median_s": round(float(q50), 4),
+            "p90_s": round(float(q90), 4),
+        }  # fmt: skip
+    return out
 
 
 async def rounds_main(args: argparse.Namespace) -> int:
@@ -297,10 +333,10 @@ async def rounds_main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         async with running_coordinator(Path(tmp), [profile], store=store) as rc:
             for phase in args.phases.split(","):
-                n = args.screen_rounds if phase == "s" else args.rounds
+                n = args.screen_rounds if phase in ("s", "s1") else args.rounds
                 res = await run_phase(rc, profile, args.profile, phase, n, args.cards)
                 result["phases"].append(res)
-                if phase == "s":
+                if phase in ("s", "s1"):
                     summ = res["summary"]
                     good = summ["pair_flagged_shared_backend"] and not summ["honest_flagged"]
                     ok &= good

@@ -179,6 +179,7 @@ def detect(
     node_keys: tuple[str, ...],
     cfg: DetectorConfig,
     censored: BoolArray | None = None,
+    full_rounds: BoolArray | None = None,
 ) -> Detection:
     """Run Detector A (and B if configured) and group the nodes.
 
@@ -191,19 +192,29 @@ def detect(
             Detector A uses them (slow when co-loaded is the signal); Detector B ignores
             them: imputed cells carry no noise, so two nodes censored in the same rounds
             would correlate through the round effects alone.
+        full_rounds: ``(R,)`` bool, the rounds that loaded every node *by rule* (kind
+            ``full``), as the caller knows from the stored round kinds. ``None``: every
+            round in which all ``n`` nodes are loaded is taken as a full round (callers
+            without round kinds). A screening round's independent coins load all ``n``
+            nodes with probability ``q^n``: at ``n = 2`` that is every both-loaded round
+            of the pair (the contention arm itself) and at ``n = 3`` one round in 8, so
+            the analysis of stored rounds passes the kinds (the live run of two
+            identities on one H200 found no edge before, session 9).
     Returns:
         :class:`Detection`: mutual Detector A edges, Detector B edges, and the suspect
         groups of their union (``cfg.grouping``: maximal cliques, or connected
-        components). With ``cfg.drop_full_rounds`` the rounds in which every node was
-        loaded are left out first.
+        components). With ``cfg.drop_full_rounds`` the full rounds (``full_rounds``)
+        are left out first.
     Raises:
         ValueError: on mismatched shapes.
     """
     n = e.shape[0]
     if loaded.shape != e.shape or len(node_keys) != n:
         raise ValueError("e, loaded and node_keys must agree in shape")
+    if full_rounds is not None and full_rounds.shape != (e.shape[1],):
+        raise ValueError("full_rounds must have one entry per round")
     if cfg.drop_full_rounds and n > 1:
-        keep = ~loaded.all(axis=0)
+        keep = ~(loaded.all(axis=0) if full_rounds is None else full_rounds)
         e, loaded = e[:, keep], loaded[:, keep]
         censored = None if censored is None else censored[:, keep]
     p_crit = cfg.p_crit(n)

@@ -125,7 +125,8 @@ def analyse(stored: StoredRounds, deadline_s: float, cfg: DetectorConfig) -> Ana
     mat = log_service_matrix(timing_rows(stored), keys, round_ids, deadline_s)
     blank_held(mat, stored)
     polish = median_polish(mat.y, col_prior_cells=cfg.round_prior_cells)
-    detection = detect(polish.residuals, mat.loaded, tuple(keys), cfg, mat.censored)
+    full = np.array([stored.kinds.get(r) == RoundKind.FULL for r in mat.round_ids], dtype=bool)
+    detection = detect(polish.residuals, mat.loaded, tuple(keys), cfg, mat.censored, full)
     return Analysis(mat, detection, deadline_s)
 
 

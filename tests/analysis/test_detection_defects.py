@@ -39,6 +39,57 @@ def test_rounds_loading_every_node_carry_no_contention_evidence() -> None:
         assert with_full.edges == without.edges and with_full.groups == without.groups
 
 
+def _small_population(n: int, seed: int):  # type: ignore[no-untyped-def]
+    """``n`` nodes of which 0 and 1 share a backend (beta 0.8), 24 screening rounds of
+    independent coins (no full round), stored as the coordinator stores them."""
+    from netcheck.records import StoredRounds
+
+    rng = np.random.default_rng(seed)
+    rids = [f"r{i:02d}" for i in range(24)]
+    keys = [f"n{i}" for i in range(n)]
+    sched = {r: {k: bool(rng.random() < 0.5) for k in keys} for r in rids}
+    rows = []
+    for r in rids:
+        both = sched[r]["n0"] and sched[r]["n1"]
+        for i, k in enumerate(keys):
+            if sched[r][k]:
+                t = np.exp(rng.normal(0.0, 0.03)) * (1.8 if both and i < 2 else 1.0)
+                rows.append({"round_id": r, "node_key": k, "released_ns": 0,
+                             "arrived_ns": int(t * 1e9), "rtt_s": 0.0, "commitment": "ab"})  # fmt: skip
+    return StoredRounds(tuple(rids), dict.fromkeys(rids, "screening"), sched, tuple(rows))
+
+
+def test_screening_rounds_whose_coins_load_every_node_stay_in_small_populations() -> None:
+    """A pair on one backend among 2 or 3 identities is nominated from screening rounds
+    alone. Before: every screening round whose coins happened to load all ``n`` nodes was
+    dropped as if it were a full round, i.e. at ``n = 2`` every both-loaded round (the
+    contention arm), so two identities on one H200 were never suspected (session 9)."""
+    from netcheck.analysis.screening import analyse
+
+    for n in (2, 3):
+        for seed in range(3):
+            got = analyse(_small_population(n, seed), 10.0, DetectorConfig())
+            assert ("n0", "n1") in [g.members for g in got.detection.groups], (n, seed)
+            assert all(set(g.members) <= {"n0", "n1"} for g in got.detection.groups)
+
+
+def test_full_rounds_are_dropped_by_kind_not_by_load() -> None:
+    """``detect(full_rounds=...)`` drops exactly the marked rounds; without it, every
+    all-loaded round (the fallback for callers without round kinds)."""
+    e, loaded, full = _mixed_rounds(0)
+    cfg = DetectorConfig(alpha=0.01, grouping="components")
+    marked = detect(e, loaded, KEYS, cfg, full_rounds=full)
+    assert marked.edges == detect(e, loaded, KEYS, cfg).edges
+    kept = detect(e, loaded, KEYS, cfg, full_rounds=np.zeros(48, dtype=bool))
+    assert kept.edges != marked.edges  # the full rounds, kept, link unrelated farms
+    try:
+        detect(e, loaded, KEYS, cfg, full_rounds=full[:10])
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a full_rounds of the wrong length must raise")
+
+
 def test_analysis_reads_only_random_design_rounds() -> None:
     """The coordinator's analysis leaves full-load rounds out of the matrix."""
     from netcheck.analysis.screening import analyse
