@@ -38,7 +38,9 @@ behaviour before session 6); ``s6`` = the end of session 6 (a confirmation cap o
 cycles; the alone stage's sign-test nomination, one alone attempt per analysis);
 ``s6alone`` = current defaults with session 6's alone stage only; ``s7`` = the end of
 session 7 (nomination FDR 0.25, 2 rounds per arm for the mutual test; the "before" of
-session 8); ``m2`` = current defaults with 2 rounds per arm; ``p23`` = current defaults
+session 8); ``s8`` = the end of session 8 (a pair with one testable direction is
+untestable: ``DetectorConfig.mutual_one_way`` off; the "before" of session 9); ``m2`` =
+current defaults with 2 rounds per arm; ``p23`` = current defaults
 with screening load probability 2/3 (``screening_load_probability``); ``info`` = current
 defaults with information look spending (``ConfirmConfig.look_spending``); ``s5a`` =
 current defaults with the mutual test's BH family of every testable pair
@@ -242,7 +244,7 @@ CONFIGS: dict[str, Any] = {
         load_probability=0.5,
         confirm_max_cycles=64,
         confirm=ConfirmConfig(member_level="bonferroni", look_schedule="constant"),
-        detector=DetectorConfig(mutual_fdr=0.0, mutual_min_rounds=2),
+        detector=DetectorConfig(mutual_fdr=0.0, mutual_min_rounds=2, mutual_one_way=False),
         confirm_batching=False,  # one group at a time (session 4)
     ),
     # current defaults but the mutual test's BH over every testable pair's own p (the
@@ -266,11 +268,16 @@ CONFIGS: dict[str, Any] = {
         confirm_max_cycles=128,
         alone=AloneConfig(nominate_test="sign", max_attempts=1),
         load_probability=0.5,
-        detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2),
+        detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False),
     ),
     # the behaviour at the end of session 7 (the "before" of session 8, same run): the
     # mutual test's nomination at FDR 0.25
-    "s7": lambda: LiveConfig(detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2)),
+    "s7": lambda: LiveConfig(
+        detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False)
+    ),
+    # the behaviour at the end of session 8 (the "before" of session 9, same run): a pair
+    # with one testable direction is untestable (DetectorConfig.mutual_one_way = False)
+    "s8": lambda: LiveConfig(detector=DetectorConfig(mutual_one_way=False)),
     # current defaults but the mutual test needing 2 rounds per arm (session 7): the
     # baseline of DetectorConfig.mutual_min_rounds (FDR 0.75 in both)
     "m2": lambda: LiveConfig(detector=DetectorConfig(mutual_min_rounds=2)),
@@ -347,8 +354,9 @@ def g1_rounds(full_every: int = 4, level: float = 0.95, q: float | None = None) 
     """The first checkpoint whose screening rounds give ``pair_coverage >= level`` at
     load probability ``q`` (None: the coordinator's default)."""
     q = LiveConfig().load_probability if q is None else q
-    m = DetectorConfig().mutual_min_rounds
-    return next(r for r in ROUNDS if pair_coverage(r - r // full_every, m, q) >= level)
+    det = DetectorConfig()
+    m, one_way = det.mutual_min_rounds, det.mutual_one_way
+    return next(r for r in ROUNDS if pair_coverage(r - r // full_every, m, q, one_way) >= level)
 
 
 def goals(
@@ -370,13 +378,14 @@ def goals(
     at16 = [f"{s.name} {by[(s.name, 16)]['found2']:.2f}" for s in grid
             if (s.name, 16) in by and not by[(s.name, 16)]["found2"] >= 0.95]  # fmt: skip
     q, m = LiveConfig().load_probability, DetectorConfig().mutual_min_rounds
-    cov = pair_coverage(16 - 16 // 4, m, q)
+    one_way = DetectorConfig().mutual_one_way
+    cov = pair_coverage(16 - 16 // 4, m, q, one_way)
     # the goal counts screening rounds; confirmation rounds run in between (wall time)
     run = [r1 + by[(s.name, r1)]["conf"] for s in grid]
     spent = f"{min(run):,.0f}-{max(run):,.0f}" if run else "-"
     out.append((
         f"G1 plain/jitter pairs found >= 0.95 by {r1} rounds ({r1 - r1 // 4} screening, "
-        f"pair coverage {pair_coverage(r1 - r1 // 4, m, q):.3f}; at 16 rounds "
+        f"pair coverage {pair_coverage(r1 - r1 // 4, m, q, one_way):.3f}; at 16 rounds "
         f"coverage caps "
         f"recall at {cov:.3f})", (not bad) if grid else None,
         f"{'; '.join(bad) or 'all cells'} | at 16 rounds: {'; '.join(at16) or 'all cells'}"

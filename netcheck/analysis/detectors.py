@@ -260,7 +260,7 @@ def detect(
         for i, j in zip(*np.nonzero(mutual_hits(mt, cfg)), strict=True):
             edges.setdefault((int(i), int(j)), Edge(
                 node_keys[i], node_keys[j], "A-mutual", float(mt.z[i, j]), math.inf,
-                float(mt.p[i, j]), level, float(min(mt.effect[i, j], mt.effect[j, i])),
+                float(mt.p[i, j]), level, float(np.nanmin([mt.effect[i, j], mt.effect[j, i]])),
                 cfg.effect_floor, int(min(mt.n_rounds[i, j], mt.n_rounds[j, i])),
             ))  # fmt: skip
     if cfg.use_correlation:

@@ -16,13 +16,16 @@ rows hold about ``sqrt(2)`` times the evidence of one. This test adds them:
   American Soldier* vol. 1, 1949; Whitlock, *J. Evol. Biol.* 18 (2005) 1368-1373).
   Under the null (neither node's load affects the other) the two p-values are
   independent: they read different nodes' noise against independent random load bits.
+  Where only one direction is testable (``DetectorConfig.mutual_one_way``, session 9),
+  ``Z`` is that direction's ``z``, standard normal under the null all the same.
 
 An edge needs ``P(Z' > Z) < alpha / (n (n - 1) / 2)`` (Bonferroni over unordered pairs,
 the detector's own ``alpha`` like Detector B's) or, when that is looser, ``P`` within the
 Benjamini-Hochberg threshold at ``DetectorConfig.mutual_fdr`` (session 5; pairs that
 miss the effect floors enter its family with ``p = 1``: :func:`mutual_level`), the mean of the two effects above
 ``effect_floor`` and each above ``effect_floor / 2`` (both members slow down: one real
-partner cannot carry an innocent node). Like every screening edge it only nominates a
+partner cannot carry an innocent node); with one testable direction, its effect above
+``effect_floor``. Like every screening edge it only nominates a
 suspect group; the flag needs the confirmation rounds.
 """
 
@@ -85,8 +88,11 @@ def mutual_test(e: FloatArray, loaded: BoolArray, cfg: DetectorConfig) -> Mutual
     p_one = t_sf(t, df)
     with np.errstate(invalid="ignore"):
         z_one = norm.isf(np.clip(p_one, 1e-300, 1.0))
-    z = (z_one + z_one.T) / np.sqrt(2.0)
-    z = np.where(np.isfinite(p_one) & np.isfinite(p_one.T), z, np.nan)
+    fwd, back = np.isfinite(p_one), np.isfinite(p_one.T)
+    z = np.where(fwd & back, (z_one + z_one.T) / np.sqrt(2.0), np.nan)
+    if cfg.mutual_one_way:
+        z = np.where(fwd & ~back, z_one, z)
+        z = np.where(back & ~fwd, z_one.T, z)
     return MutualTest(effect, t, df, n_rounds, z, normal_sf(z))
 
 
@@ -107,12 +113,19 @@ def bh_threshold(p: FloatArray, q: float) -> float:
 
 def above_floors(test: MutualTest, cfg: DetectorConfig) -> BoolArray:
     """``(n, n)`` bool, symmetric: the pairs whose effects meet the floors (the mean of
-    the two above ``effect_floor``, each above ``effect_floor / 2``)."""
+    the two above ``effect_floor``, each above ``effect_floor / 2``; with
+    ``cfg.mutual_one_way`` and one testable direction, its effect above
+    ``effect_floor``)."""
     eff, eff_t = test.effect, test.effect.T
     with np.errstate(invalid="ignore"):
-        return ((eff + eff_t) / 2.0 > cfg.effect_floor) & (
+        both = ((eff + eff_t) / 2.0 > cfg.effect_floor) & (
             np.minimum(eff, eff_t) > cfg.effect_floor / 2.0
         )
+        if not cfg.mutual_one_way:
+            return both
+        fwd, back = np.isfinite(eff), np.isfinite(eff_t)
+        one = (fwd & ~back & (eff > cfg.effect_floor)) | (back & ~fwd & (eff_t > cfg.effect_floor))
+        return both | one
 
 
 def mutual_level(test: MutualTest, cfg: DetectorConfig) -> float:

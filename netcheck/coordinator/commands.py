@@ -196,13 +196,14 @@ def analysis_line(analysis: Mapping[str, Any]) -> str:
         "rounds)"
     )
     q = float(analysis.get("load_probability", 0.5))  # absent: a coordinator before session 8
-    min_rounds = DetectorConfig().mutual_min_rounds  # the coordinator's detector
-    coverage = pair_coverage(rounds, min_rounds, q)
+    det = DetectorConfig()  # the coordinator's detector
+    min_rounds, one_way = det.mutual_min_rounds, det.mutual_one_way
+    coverage = pair_coverage(rounds, min_rounds, q, one_way)
     if coverage < COVERAGE_TARGET:
         line += (
             f". Too few screening rounds to see every pair: two identities on one card can "
             f"be linked only with probability {coverage:.2f} after {rounds}; "
-            f"{rounds_for_coverage(COVERAGE_TARGET, min_rounds, probability=q)} screening "
+            f"{rounds_for_coverage(COVERAGE_TARGET, min_rounds, probability=q, either_direction=one_way)} screening "
             f"rounds give "
             f'{COVERAGE_TARGET:.2f} (docs/detection.md, "Rounds needed")'
         )

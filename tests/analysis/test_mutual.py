@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from netcheck.analysis.detectors import DetectorConfig, detect
@@ -171,3 +172,51 @@ def test_one_round_in_an_arm_is_testable_by_the_mutual_test() -> None:
         _, t, df, _ = moderated_pairwise(median_polish(resid).residuals, bits, DetectorConfig())
         small += int(stats.t.sf(t[0, 1], df[0, 1]) < 0.01)
     assert small <= 12, small  # 400 x 0.01 = 4 expected; binomial 99.9% bound about 12
+
+
+def _one_direction_rows(
+    seed: int, effect: float, sd: float = 0.05
+) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes 0 and 1 share a card (``effect`` each way); node 1 is never loaded without
+    node 0, so only the direction "node 0 against node 1's bit" is testable."""
+    rng = np.random.default_rng(seed)
+    loaded = rng.random((N, R)) < 0.5
+    loaded[1] &= loaded[0]
+    loaded[0, :2] = True
+    loaded[1, 0], loaded[1, 1] = True, False  # at least one round in each arm of node 0
+    y = rng.normal(0, sd, (N, R))
+    y[0] += effect * loaded[1]
+    y[1] += effect * loaded[0]
+    y[~loaded] = np.nan
+    return median_polish(y).residuals, loaded
+
+
+def test_a_pair_with_one_testable_direction_is_judged_on_it() -> None:
+    """``mutual_one_way`` (default): the pair is tested on the one direction it has and
+    nominated; without it the pair is untestable (NaN), as in sessions 5-8. A one-way
+    effect below ``effect_floor`` is not nominated."""
+    e, loaded = _one_direction_rows(3, 0.5)
+    on, off = DetectorConfig(), DetectorConfig(mutual_one_way=False)
+    mt = mutual_test(e, loaded, on)
+    assert np.isnan(mt.t[1, 0]) and np.isfinite(mt.t[0, 1])
+    assert (
+        mt.z[0, 1]
+        == mt.z[1, 0]
+        == pytest.approx(stats.norm.isf(stats.t.sf(mt.t[0, 1], mt.df[0, 1])))
+    )
+    assert mutual_hits(mt, on)[0, 1]
+    assert np.isnan(mutual_test(e, loaded, off).z[0, 1])
+    assert not mutual_hits(mutual_test(e, loaded, off), off)[0, 1]
+    keys = tuple(f"n{i}" for i in range(N))
+    assert any(set(g.members) == {"n0", "n1"} for g in detect(e, loaded, keys, on).groups)
+    weak, weak_bits = _one_direction_rows(3, 0.15, sd=0.01)  # clear, but below log 1.25
+    assert not mutual_hits(mutual_test(weak, weak_bits, on), on)[0, 1]
+
+
+def test_one_direction_p_values_are_calibrated_on_honest_nodes() -> None:
+    """No effect, one testable direction: P(p < 0.01) over 600 draws stays about 0.01."""
+    small = 0
+    for seed in range(600):
+        e, loaded = _one_direction_rows(1000 + seed, 0.0, sd=0.1)
+        small += int(mutual_test(e, loaded, DetectorConfig()).p[0, 1] < 0.01)
+    assert small <= 16, small  # 6 expected; binomial 99.9% bound about 15

@@ -63,6 +63,28 @@ def test_pair_coverage_bounds_what_any_detector_can_link() -> None:
     assert rounds_for_coverage(0.95) == 22 and pair_coverage(22) >= 0.95 > pair_coverage(21)
 
 
+def test_pair_coverage_with_one_testable_direction() -> None:
+    """``either_direction`` (``DetectorConfig.mutual_one_way``): both-loaded rounds plus
+    either one-loaded arm. Matches a Monte Carlo of the rule at q 1/2 and 2/3."""
+    import random
+
+    from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
+
+    assert round(pair_coverage(12, 1, either_direction=True), 4) == 0.9681
+    assert round(pair_coverage(16, 1, either_direction=True), 4) == 0.99
+    rng = random.Random(5)
+    for q in (0.5, 2 / 3):
+        hits = 0
+        for _ in range(20_000):
+            a = b = c = 0
+            for _ in range(12):
+                x, y = rng.random() < q, rng.random() < q
+                a, b, c = a + (x and y), b + (x and not y), c + (y and not x)
+            hits += a >= 1 and (b >= 1 or c >= 1)
+        assert abs(hits / 20_000 - pair_coverage(12, 1, q, either_direction=True)) < 0.01
+    assert rounds_for_coverage(0.95, 1, either_direction=True) == 11
+
+
 def test_load_probability_reads_the_tag_as_a_uniform_number() -> None:
     """At q the bit is ``int(tag[:8]) >= 2^64 - floor(q 2^64)`` (module docstring); at 1/2
     that is the tag's first bit (the rule before session 8), and the loaded sets are
