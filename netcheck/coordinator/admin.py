@@ -79,8 +79,9 @@ FLAG_KINDS = (
 #: Control characters a review note may hold (deleted before the control-character check).
 NOTE_WHITESPACE = str.maketrans("", "", "\r\n\t")
 
-#: 32 rounds = 24 screening rounds: 99.7% of node pairs comparable by the mutual test
-#: (schedule.pair_coverage at the default load probability 1/2, one round per arm)
+#: 32 rounds = 24 screening rounds: 99.9% of node pairs comparable by the mutual test
+#: (schedule.pair_coverage at the default load probability 1/2, one round per arm, one
+#: testable direction enough)
 DEFAULT_SCREENING_ROUNDS = 32
 MAX_SCREENING_ROUNDS = 1024
 
