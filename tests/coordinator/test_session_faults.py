@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.coordinator import rtt, server
 from netcheck.coordinator.rounds import run_round
+from netcheck.errors import CloseCode, ProtocolError
 from netcheck.keys import public_key_text
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import (
@@ -153,3 +154,23 @@ async def test_silent_peer_dropped_by_heartbeat(
         assert len(rc.coord.sessions) == 1
         survivor = next(iter(rc.coord.sessions.values()))
         assert await survivor.measure_rtt(12, timeout_s=2.0) is not None
+
+
+async def test_rtt_on_a_failed_session_returns_none(tmp_path: Path) -> None:
+    """measure_rtt and probe_rtt return None, as documented, for a session the node's
+    input already failed (not yet closed): nothing is sealed, nothing raised."""
+    identity = Ed25519PrivateKey.generate()
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        http, ws, _transport = await _raw_session(rc, identity)
+        try:
+            await rc.wait_connected(1, timeout_s=5.0)
+            session = rc.coord.sessions[public_key_text(identity)]
+            with pytest.raises(ProtocolError):  # what a refused frame from the node does
+                session.protocol.refuse(CloseCode.UNEXPECTED_MESSAGE, "test")
+            assert session.gone() and not session.closed.is_set()
+            assert await session.measure_rtt(21, timeout_s=1.0) is None
+            assert await session.probe_rtt(22, bytes(32), timeout_s=1.0) is None
+            assert await session.measure_probe(23, bytes(32), timeout_s=1.0) is None
+        finally:
+            await ws.close()
+            await http.close()
