@@ -7,6 +7,7 @@ is recorded as a valid result, and the coordinator keeps serving its other nodes
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import aiohttp
@@ -27,6 +28,7 @@ from netcheck.lab.testing import (
 from netcheck.lab.testing import raw_session as hand_session
 from netcheck.protocol.jobs import commitment, sign_receipt
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
+from netcheck.protocol.session import EXCESS_REPLY_BURST
 from netcheck.protocol.transport import Transport
 from netcheck.storage import Store
 
@@ -174,3 +176,36 @@ async def test_rtt_on_a_failed_session_returns_none(tmp_path: Path) -> None:
         finally:
             await ws.close()
             await http.close()
+
+
+async def test_unsolicited_reply_flood_closes_rate_limited(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node that floods echo replies nobody asked for is closed with RATE_LIMITED
+    (4014) and one warning naming the count, after the burst; another node's session
+    and echoes are untouched."""
+    identity = Ed25519PrivateKey.generate()
+    node_key = public_key_text(identity)
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
+        await rc.wait_connected(1, timeout_s=5.0)
+        http, ws, transport = await _raw_session(rc, identity)
+        try:
+            await rc.wait_connected(2, timeout_s=5.0)
+            with caplog.at_level(logging.WARNING, logger="netcheck.coordinator"):
+                for i in range(EXCESS_REPLY_BURST + 50):
+                    await ws.send_bytes(transport.seal(EchoReply(1_000_000 + i)))
+                while (msg := await ws.receive(timeout=5.0)).type != aiohttp.WSMsgType.CLOSE:
+                    pass  # echoes of the keepalive, if any
+            assert ws.close_code == CloseCode.RATE_LIMITED
+            assert msg.extra == "rate_limited"
+        finally:
+            await ws.close()
+            await http.close()
+        async with asyncio.timeout(5.0):
+            while node_key in rc.coord.sessions:
+                await asyncio.sleep(0.02)
+        lines = [r.getMessage() for r in caplog.records if "RATE_LIMITED" in r.getMessage()]
+        assert len(lines) == 1 and "echo/probe replies beyond the requests sent" in lines[0]
+        survivor = next(iter(rc.coord.sessions.values()))
+        assert await survivor.measure_rtt(31, timeout_s=2.0) is not None
