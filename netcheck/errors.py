@@ -12,6 +12,8 @@ Hierarchy::
     ├── LocalProtocolError   *we* tried to break the protocol (a bug on our side)
     ├── EngineError          inference engine failed to load or run
     ├── StorageError         database failure (locked, disk full, integrity)
+    │   ├── StorageUnavailable  locked or unreachable: the same write may succeed later
+    │   └── DatabaseURLError    the configured URL cannot be used (a config error)
     ├── RoundError           a round could not be planned or run
     └── NodeFatalError       the coordinator refused this node for good (no retry helps)
 
@@ -116,6 +118,12 @@ class StorageError(NetcheckError):
 class StorageUnavailable(StorageError):
     """The database is locked by another writer or cannot be reached (connection
     refused or lost, server restarting): the same write may succeed later."""
+
+
+class DatabaseURLError(StorageError):
+    """The database URL cannot be used at all: not a URL (a port that is no number), an
+    unsupported backend, or a driver that is not installed. A config error (exit 3),
+    unlike a database that is down or broken (exit 10, netcheck.exitcodes)."""
 
 
 class RoundError(NetcheckError):

@@ -11,7 +11,9 @@ code  name                   meaning
 2     USAGE                  bad command line (click's own usage errors), other errors
 3     CONFIG                 a config, profile or key file is invalid or missing; a
                              node refused for good (profile not accepted, said in
-                             the authenticated session; other refusals are retried)
+                             the authenticated session; other refusals are retried);
+                             a database URL that cannot be used (unsupported backend,
+                             driver not installed, not a URL)
 4     UNREACHABLE            the coordinator could not be reached
 5     AUTH                   the admin API refused the token or the address
 6     CONFLICT               the coordinator refused the request as it stands (unknown
@@ -20,6 +22,10 @@ code  name                   meaning
 8     NOTHING_CHECKED        the round(s) ran but no node was checked: the canary pool
                              is empty for every connected fingerprint
 9     NODES_FAILED           ``--fail-on-failing``: a node got a failing verdict
+10    STORAGE                the database (or the coordinator's spool) could not be
+                             opened or used: server unreachable or refusing the
+                             login, a file that is not a database, not writable,
+                             disk full
 130   INTERRUPTED            Ctrl-C
 ====  =====================  ==========================================================
 """
@@ -42,6 +48,7 @@ class Exit(IntEnum):
     NOT_FOUND = 7
     NOTHING_CHECKED = 8
     NODES_FAILED = 9
+    STORAGE = 10
     INTERRUPTED = 130
 
 
@@ -55,12 +62,20 @@ def exit_code_for(exc: BaseException) -> int:
         NodesFailed,
         NothingChecked,
     )
-    from netcheck.errors import ConfigError, KeyFileError, NodeFatalError
+    from netcheck.errors import (
+        ConfigError,
+        DatabaseURLError,
+        KeyFileError,
+        NodeFatalError,
+        StorageError,
+    )
 
     table: tuple[tuple[type[BaseException], Exit], ...] = (
         (ConfigError, Exit.CONFIG),
         (KeyFileError, Exit.CONFIG),
         (NodeFatalError, Exit.CONFIG),
+        (DatabaseURLError, Exit.CONFIG),  # before StorageError, its base
+        (StorageError, Exit.STORAGE),
         (AdminUnreachable, Exit.UNREACHABLE),
         (AdminAuthError, Exit.AUTH),
         (AdminConflict, Exit.CONFLICT),

@@ -287,3 +287,45 @@ def test_nodes_with_known_nodes_none_connected_adds_the_line(
     assert "1 known node(s), 0 connected" in result.output
     assert "no node connected to the coordinator at http://127.0.0.1:8471" in result.output
     assert "coordinator_url = ws://127.0.0.1:8471/v1/ws" in result.output
+
+
+@pytest.mark.parametrize(
+    ("database", "code", "message"),
+    [
+        ("sqlite:///garbage.db", Exit.STORAGE, "cannot open database 'sqlite:///"),
+        ("sqlite:////proc/netcheck-no/x.db", Exit.STORAGE, "cannot create its folder /proc/"),
+        ("postgresql+psycopg://u:s3cret@127.0.0.1:1/x", Exit.STORAGE, "cannot open database"),
+        ("postgresql+nodriver://u:s3cret@h/x", Exit.CONFIG, "c.toml: database: cannot open"),
+        ("postgresql://u:s3cret@h:notaport/x", Exit.CONFIG, "c.toml: database: cannot open"),
+    ],
+)
+def test_coordinator_serve_database_errors(
+    tmp_path: Path, database: str, code: Exit, message: str
+) -> None:
+    """`coordinator serve` with a database it cannot use: a URL that cannot work (backend,
+    driver, port) is a config error naming file and field (3); a database that is down or
+    broken (not a database, folder not creatable, server refusing) is exit 10. One line,
+    no traceback, no password."""
+    from netcheck.keys import generate_key
+
+    generate_key(tmp_path / "c.pem")
+    (tmp_path / "garbage.db").write_bytes(b"not a database" * 100)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'identity_key = "c.pem"\nadmin_token = "0123456789abcdef0123"\n'
+        f'profiles = ["cpu-tiny"]\nopen_enrollment = true\ndatabase = "{database}"\n'
+    )
+    result = CliRunner().invoke(main, ["coordinator", "serve", "--config", str(cfg)])
+    assert result.exit_code == code, result.output
+    assert "error: " in result.output and message in result.output
+    assert "s3cret" not in result.output and "Traceback" not in result.output
+
+
+def test_storage_errors_have_their_exit_codes() -> None:
+    """StorageError (and StorageUnavailable) exit 10; an unusable URL exits 3, like any
+    config error."""
+    from netcheck.errors import DatabaseURLError, StorageError, StorageUnavailable
+    from netcheck.exitcodes import exit_code_for
+
+    assert exit_code_for(StorageError("x")) == exit_code_for(StorageUnavailable("x")) == 10
+    assert exit_code_for(DatabaseURLError("x")) == Exit.CONFIG

@@ -9,9 +9,9 @@ import difflib
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Annotated, Any, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 
 from netcheck.errors import ConfigError, KeyFileError
 from netcheck.keys import load_public_bytes
@@ -55,13 +55,19 @@ def resolve_path(value: Path, info: ValidationInfo) -> Path:
     return value
 
 
+ConfigPath = Annotated[Path, Field(strict=False)]
+"""A path field: TOML has no path type, so a string is converted (the one lax field)."""
+
+
 class Model(BaseModel):
-    """Base of every config model: frozen, unknown fields and non-finite floats refused.
-    Types are pydantic's lax mode: an unambiguous text is converted (``"8470"`` for a
-    port, ``"yes"`` for a bool), anything else is an error naming the field."""
+    """Base of every config model: frozen, unknown fields and non-finite floats refused,
+    and strict types: TOML values carry their type, so a string is not converted to a
+    bool or an int (``open_enrollment = "yes"``, ``port = "8470"`` are errors naming the
+    field and the expected type) and a float is not cut to an int. An int is accepted
+    for a float field (``t_ref_s = 2``) and a string for a path (:data:`ConfigPath`)."""
 
     # allow_inf_nan=False: TOML has inf and nan, and no time, rate or size may be either.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 def _fields_at(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
@@ -84,15 +90,40 @@ def unknown_field_message(name: str, known: list[str]) -> str:
     return "unknown field; did you mean " + " or ".join(repr(c) for c in close) + "?"
 
 
+_TOML_TYPES: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean"),  # before int: bool is an int in Python
+    (int, "an integer"),
+    (float, "a float"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "a table"),
+)
+_TYPE_ERRORS = frozenset({"bool_type", "int_type", "int_from_float", "float_type", "string_type"})
+
+
+def _type_hint(value: object) -> str:
+    """What a value of the wrong type was, in TOML's words, with the fix for a quoted
+    scalar (``got a string ('yes'): write the value without quotes``)."""
+    kind = next((name for t, name in _TOML_TYPES if isinstance(value, t)), type(value).__name__)
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:40] + "..."
+        return f"got {kind} ({shown!r}): write the value without quotes"
+    return f"got {kind}"
+
+
 def format_error(path: Path, exc: ValidationError, model: type[BaseModel] | None = None) -> str:
     """One line per pydantic error: ``<file>: <field>: <message>``. A key that no field
-    of ``model`` reads is an *unknown field*, with the names it may be a typo of."""
+    of ``model`` reads is an *unknown field*, with the names it may be a typo of; a value
+    of the wrong type says which type it was (``Input should be a valid boolean, got a
+    string ('yes'): write the value without quotes``)."""
     lines = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(part) for part in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden" and err["loc"]:
             msg = unknown_field_message(str(err["loc"][-1]), _fields_at(model, err["loc"][:-1]))
+        elif err["type"] in _TYPE_ERRORS:
+            msg = f"{msg}, {_type_hint(err['input'])}"
         lines.append(f"{path}: {loc}: {msg}" if loc else f"{path}: {msg}")
     return "\n".join(lines)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from netcheck.config.base import base_dir, check_key_text, resolve_path
+from netcheck.config.base import ConfigPath, base_dir, check_key_text, resolve_path
 from netcheck.config.profile import FileConfig, load_file_config
 from netcheck.errors import KeyFileError
 from netcheck.keys import parse_public_key
@@ -29,7 +29,7 @@ class CoordinatorConfig(FileConfig):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8470, ge=0, le=65535)
-    identity_key: Path
+    identity_key: ConfigPath
     allowed_nodes: list[str] = Field(default_factory=list)
     """Node public keys in text form ``ed25519:<base64url-no-pad>``."""
     node_names: dict[str, str] = Field(default_factory=dict)
@@ -48,7 +48,7 @@ class CoordinatorConfig(FileConfig):
     profiles: list[str] = Field(min_length=1)
     """Profile names (looked up in :attr:`profile_dirs`) or paths to ``.toml`` files
     (relative to this file's folder)."""
-    profiles_dir: Path | None = None
+    profiles_dir: ConfigPath | None = None
     """Folder of profile files; None = ``profiles/`` next to this file, then the
     installed ``configs/profiles`` (see :func:`profile_search_dirs`)."""
     handshake_timeout_s: float = Field(default=5.0, gt=0)
@@ -67,7 +67,7 @@ class CoordinatorConfig(FileConfig):
     storage_retry_s: float = Field(default=10.0, ge=0)
     """A round write refused by a locked or unreachable database is retried with
     backoff for this long, then its records go to the local spool."""
-    spool_file: Path | None = None
+    spool_file: ConfigPath | None = None
     """The spool of round results waiting for the database (append-only, fsynced).
     None = ``netcheck-spool.jsonl`` next to ``identity_key`` (a gateway:
     ``spool-<gateway_id>.jsonl``)."""
@@ -83,7 +83,7 @@ class CoordinatorConfig(FileConfig):
     old (±25 %); a set older than 3x this is not used. 0 = no background sampling: each
     round samples every node before planning."""
     # -- detection (docs/detection.md) ----------------------------------------------
-    schedule_secret_file: Path | None = None
+    schedule_secret_file: ConfigPath | None = None
     """Secret key of the screening schedule (32 random bytes, mode 0600), created on
     first start if missing. None = ``schedule.secret`` next to ``identity_key``."""
     screening_interval_s: float = Field(default=0.0, ge=0)

@@ -10,6 +10,7 @@ from yarl import URL
 
 from netcheck.config.base import (
     KEY_TEXT_PREFIX,
+    ConfigPath,
     check_key_text,
     resolve_path,
 )
@@ -22,10 +23,10 @@ class NodeConfig(FileConfig):
     coordinator_url: str
     coordinator_key: str
     """Pinned coordinator public key, ``ed25519:<base64url-no-pad>``."""
-    identity_key: Path
+    identity_key: ConfigPath
     profile: str = Field(min_length=1)
     """Profile name (looked up in :attr:`profile_dirs`) or path to a ``.toml`` file."""
-    profiles_dir: Path | None = None
+    profiles_dir: ConfigPath | None = None
     """Folder of profile files; None = ``profiles/`` next to this file, then the
     installed ``configs/profiles`` (see :func:`profile_search_dirs`)."""
     device: str | None = None

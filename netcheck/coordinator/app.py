@@ -14,7 +14,7 @@ from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config
 from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.coordinator.server import WS_PATH, Coordinator
-from netcheck.errors import ConfigError
+from netcheck.errors import ConfigError, DatabaseURLError
 from netcheck.keys import load_private_key, public_key_text
 from netcheck.storage import Store
 
@@ -25,25 +25,33 @@ def build_coordinator(config_path: Path) -> Coordinator:
     """Load everything a coordinator needs from its config file.
 
     Raises:
-        ConfigError, KeyFileError, StorageError: with the file or field at fault.
+        ConfigError, KeyFileError, StorageError: with the file or field at fault (an
+            unusable database URL is a ConfigError naming ``database``).
     """
     cfg = load_coordinator_config(config_path)
-    return Coordinator(cfg, *coordinator_parts(cfg))
+    return Coordinator(cfg, *coordinator_parts(cfg, config_path))
 
 
 def coordinator_parts(
-    cfg: CoordinatorConfig,
+    cfg: CoordinatorConfig, config_path: Path
 ) -> tuple[Ed25519PrivateKey, dict[str, Profile], Store]:
     """The identity key, the accepted profiles (resolved as the config says: its folder's
-    ``profiles/`` or ``profiles_dir``, then the installed ones) and the store of ``cfg``;
-    shared by the coordinator and the gateway.
+    ``profiles/`` or ``profiles_dir``, then the installed ones) and the store of ``cfg``
+    (loaded from ``config_path``); shared by the coordinator and the gateway.
 
     Raises:
-        ConfigError, KeyFileError, StorageError: with the file or field at fault.
+        ConfigError: a bad key or profile file, or a ``database`` URL that cannot be used
+            (unsupported backend, driver not installed: ``<file>: database: ...``).
+        KeyFileError: the identity key file.
+        StorageError: the database is unreachable or broken (exit 10).
     """
     identity = load_private_key(cfg.identity_key)
     profiles = {p.name: p for p in (cfg.load_profile(name) for name in cfg.profiles)}
-    return identity, profiles, Store(cfg.database)
+    try:
+        store = Store(cfg.database)
+    except DatabaseURLError as exc:
+        raise ConfigError(f"{config_path}: database: {exc}") from None
+    return identity, profiles, store
 
 
 async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:

@@ -39,7 +39,7 @@ from netcheck.coordinator.session_types import (
 )
 from netcheck.coordinator.writes import CLOSE_TIMEOUT_S, WRITE_TIMEOUT_S, BoundedWrites
 from netcheck.engines import probe as probe_mod
-from netcheck.errors import CloseCode, ProtocolError
+from netcheck.errors import CloseCode, LocalProtocolError, ProtocolError
 from netcheck.protocol.messages import (
     Ack,
     Auth,
@@ -159,8 +159,12 @@ class NodeSession(BoundedWrites):
         """Round-trip time to the node *process* via an application echo, in seconds.
 
         Websocket pings are answered by aiohttp or by any relay, so they do not measure
-        the path to the node process (docs/protocol.md §4). Returns None on timeout.
+        the path to the node process (docs/protocol.md §4). Returns None on timeout,
+        disconnect, or a session the node's input already failed (:meth:`gone`: nothing
+        more can be sealed for it); raises nothing for those.
         """
+        if self.gone():
+            return None
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._echoes[nonce] = fut
         write = self.start_send(Echo(nonce=nonce))  # bounded by abort, never cancelled
@@ -173,6 +177,10 @@ class NodeSession(BoundedWrites):
             t0, t1 = await asyncio.wait_for(echo(), timeout_s)
         except (TimeoutError, NodeDisconnected, ConnectionError):
             return None
+        except LocalProtocolError:
+            if self.protocol.failed is None:
+                raise  # a bug on our side, not a failed session
+            return None  # failed between the check above and the seal
         finally:
             self._echoes.pop(nonce, None)
         return (t1 - t0) / 1e9
@@ -184,8 +192,8 @@ class NodeSession(BoundedWrites):
         (docs/protocol.md §5.9), timed like :meth:`measure_rtt`; the answer is checked
         against the CPU recomputation (:func:`netcheck.engines.probe.answer`).
 
-        Returns None on timeout or disconnect (the node sends no reply when its probe
-        fails).
+        Returns None on timeout, disconnect or a failed session (the node sends no
+        reply when its probe fails).
 
         Raises:
             MessageError: ``challenge`` is not 32 bytes (MALFORMED_MESSAGE).
@@ -199,13 +207,16 @@ class NodeSession(BoundedWrites):
         self, nonce: int, challenge: bytes, timeout_s: float
     ) -> tuple[float, bytes] | None:
         """Like :meth:`measure_probe` but unchecked: (RTT in seconds, the node's answer),
-        or None on timeout or disconnect. The round checks a whole round's answers
-        together, off the event loop (:func:`netcheck.engines.probe.answers`).
+        or None on timeout, disconnect or a session already failed (as
+        :meth:`measure_rtt`). The round checks a whole round's answers together, off the
+        event loop (:func:`netcheck.engines.probe.answers`).
 
         Raises:
             MessageError: ``challenge`` is not 32 bytes (MALFORMED_MESSAGE).
         """
         msg = Probe(nonce=nonce, challenge=challenge)
+        if self.gone():
+            return None
         fut: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._probes[nonce] = fut
         write = self.start_send(msg)  # bounded by abort, never cancelled
@@ -217,6 +228,10 @@ class NodeSession(BoundedWrites):
         try:
             t0, t1, answer = await asyncio.wait_for(probe(), timeout_s)
         except (TimeoutError, NodeDisconnected, ConnectionError):
+            return None
+        except LocalProtocolError:
+            if self.protocol.failed is None:
+                raise
             return None
         finally:
             self._probes.pop(nonce, None)

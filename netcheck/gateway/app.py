@@ -26,7 +26,7 @@ def build_gateway(config_path: Path) -> Gateway:
         ConfigError, KeyFileError, StorageError: with the file or field at fault.
     """
     cfg = load_gateway_config(config_path)
-    return Gateway(cfg, *coordinator_parts(cfg))
+    return Gateway(cfg, *coordinator_parts(cfg, config_path))
 
 
 async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:

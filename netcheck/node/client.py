@@ -40,6 +40,7 @@ from netcheck.node.refusals import (
     not_an_endpoint,
     presented_coordinator_key,
     refusal_message,
+    superseded_message,
     wrong_endpoint_message,
 )
 from netcheck.node.serving import (
@@ -327,6 +328,10 @@ class NodeClient(RoundServing):
         cc = CloseCode.from_wire(code)
         name = cc.name if cc is not None else str(code)
         log.info("%s: session closed by coordinator: %s (%d) %s", self.label, name, code, reason)
+        if cc is CloseCode.SUPERSEDED:
+            log.warning(
+                "%s: %s", self.label, superseded_message(self.url, public_key_text(self.identity))
+            )
         if session.bye_reason.startswith(AUTHENTICATED_REFUSAL):
             # Sealed under the session keys: only the pinned coordinator can say it.
             raise NodeFatalError(

@@ -103,6 +103,22 @@ def refusal_message(
     return f"coordinator refused this node: {code.name}"
 
 
+def superseded_message(url: str, node_key: str) -> str:
+    """What a node operator must read when the coordinator closed the session with
+    ``SUPERSEDED`` (4015): a newer session proved the same node key. This process's own
+    reconnects never do it (its old connection is gone first), so the likely cause is a
+    second process, here or on another host, that uses the same identity key: the two
+    then take turns, each dropped when the other connects (docs/protocol.md §8)."""
+    return (
+        f"SUPERSEDED: the coordinator at {url} closed this session because another "
+        f"connection proved this node's key {node_key}: probably another node process "
+        "(on this host or another) uses the same identity_key, and the two will keep "
+        "replacing each other. Run one node process per key: stop the other one, or give "
+        "it its own key (`netcheck keygen`; `netcheck node setup --cards N` makes one per "
+        "card) and add that key to the coordinator's allowed_nodes"
+    )
+
+
 def presented_coordinator_key(welcome: bytes) -> str | None:
     """The coordinator key text a ``welcome`` message names, or None if it does not
     decode (used only to explain a refusal)."""

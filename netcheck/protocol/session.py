@@ -14,6 +14,12 @@ Errors split as in h11: a message the peer may not send now is a
 :class:`~netcheck.errors.MessageError` (UNEXPECTED_MESSAGE), after which the session is
 failed and every later call raises the same code; a message *we* may not send now is a
 :class:`~netcheck.errors.LocalProtocolError` and changes nothing.
+
+The table allows ``echo_reply`` and ``probe_reply`` in any state, and a late one is
+legal, so the session also counts them against the requests it sent: replies beyond
+those (*excess* replies: no request can explain them) are metered by a token bucket
+(:data:`EXCESS_REPLY_BURST`, :data:`EXCESS_REPLIES_PER_S`), and a peer that keeps
+sending them fails the session with RATE_LIMITED (docs/protocol.md §5.6).
 """
 
 from __future__ import annotations
@@ -29,6 +35,16 @@ from netcheck.protocol.transport import AdmittedFrame, Transport
 
 #: Message types whose state is kept per round id (docs/protocol.md §6.2).
 JOB_TYPES = frozenset({"job", "ack", "release", "result", "error"})
+#: Requests that the peer answers with one reply each (§5.6, §5.9), and those replies.
+REQUEST_TYPES = frozenset({"echo", "probe"})
+REPLY_TYPES = frozenset({"echo_reply", "probe_reply"})
+#: Excess replies (beyond the requests sent, §5.6) a session lets through at once: they
+#: are ignored like any reply nobody waits for. An honest peer sends none.
+EXCESS_REPLY_BURST = 32
+#: ... and the rate at which that allowance refills, per second. A peer that sends
+#: excess replies faster for long enough (more than ``EXCESS_REPLY_BURST`` beyond this
+#: rate) fails the session with RATE_LIMITED.
+EXCESS_REPLIES_PER_S = 1.0
 
 Clock = Callable[[], float]
 
@@ -58,6 +74,7 @@ class Session:
 
     Attributes:
         state: ``OPEN`` until a ``bye`` is sent or received (then ``CLOSED``).
+        excess_replies: replies received beyond the requests sent (§5.6), in all.
     """
 
     def __init__(self, role: Role, transport: Transport, *, clock: Clock = time.monotonic):
@@ -70,6 +87,10 @@ class Session:
         self._jobs: dict[str, State] = {}
         self._failed: ProtocolError | None = None
         self._last_received_s = clock()
+        self._unanswered = 0  # requests sent minus replies received, never below 0
+        self._excess_tokens = float(EXCESS_REPLY_BURST)
+        self._excess_stamp_s = self._last_received_s
+        self.excess_replies = 0
 
     @property
     def session_id(self) -> bytes:
@@ -133,6 +154,8 @@ class Session:
             raise LocalProtocolError(exc.reason) from None
         frame = self.transport.seal(msg)
         self._step(round_id, target)
+        if msg.TYPE in REQUEST_TYPES:
+            self._unanswered += 1
         return frame
 
     def admit(self, frame: bytes) -> AdmittedFrame:
@@ -171,9 +194,37 @@ class Session:
         except MessageError as exc:
             self._failed = exc
             raise
+        now = self._clock()
+        if msg.TYPE in REPLY_TYPES:
+            self._count_reply(msg.TYPE, now)
         self._step(round_id, target)
-        self._last_received_s = self._clock()
+        self._last_received_s = now
         return msg
+
+    def _count_reply(self, msg_type: str, now: float) -> None:
+        """Match a received reply against the requests sent; an excess one spends a
+        token of the excess bucket, and with none left the session fails.
+
+        Raises:
+            ProtocolError: RATE_LIMITED, the session is then failed.
+        """
+        if self._unanswered > 0:
+            self._unanswered -= 1
+            return
+        self.excess_replies += 1
+        elapsed = max(0.0, now - self._excess_stamp_s)
+        self._excess_tokens = min(
+            float(EXCESS_REPLY_BURST), self._excess_tokens + elapsed * EXCESS_REPLIES_PER_S
+        )
+        self._excess_stamp_s = now
+        if self._excess_tokens < 1.0:
+            self.refuse(
+                CloseCode.RATE_LIMITED,
+                f"{self.excess_replies} echo/probe replies beyond the requests sent "
+                f"(last: {msg_type}); allowed: {EXCESS_REPLY_BURST} at once, "
+                f"{EXCESS_REPLIES_PER_S:g} per second",
+            )
+        self._excess_tokens -= 1.0
 
     def receive_frame(self, frame: bytes) -> Message:
         """Open one received frame and check it against the table (:meth:`admit`,

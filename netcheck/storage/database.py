@@ -28,7 +28,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.pool import StaticPool
 
-from netcheck.errors import StorageError, StorageUnavailable
+from netcheck.errors import DatabaseURLError, StorageError, StorageUnavailable
 from netcheck.storage import migrate
 from netcheck.storage.tables import metadata
 
@@ -92,7 +92,10 @@ class Database:
         connect_timeout_s: PostgreSQL only: give up connecting after this long.
 
     Raises:
-        StorageError: the database cannot be opened or initialised.
+        DatabaseURLError: ``url`` cannot be used (not a URL, unsupported backend, driver
+            not installed): a config error.
+        StorageError: the database cannot be opened or initialised (unreachable, refused
+            login, not a database, folder not creatable).
     """
 
     def __init__(
@@ -107,7 +110,7 @@ class Database:
         try:
             parsed = make_url(url)
         except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
-            raise StorageError(  # not echoed: it may hold a password
+            raise DatabaseURLError(  # not echoed: it may hold a password
                 "cannot open database: not a database URL (sqlite:///path/netcheck.db, "
                 f"postgresql+psycopg://user:password@host/name): {exc}"
             ) from None
@@ -121,7 +124,14 @@ class Database:
             if database in ("", ":memory:"):
                 kwargs["poolclass"] = StaticPool
             elif create:
-                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                folder = Path(database).expanduser().parent
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StorageError(
+                        f"cannot open database {_shown(parsed)}: cannot create its folder "
+                        f"{folder}: {exc.strerror or exc}"
+                    ) from None
         elif parsed.get_backend_name() == "postgresql":
             # The PostgreSQL analogue of busy_timeout: a write waits this long for a row or
             # table lock held by another transaction, then fails as "database is locked".
@@ -145,7 +155,12 @@ class Database:
                     migrate.upgrade(conn)
         except StorageError as exc:  # not a database, unreachable: name which one
             raise type(exc)(f"cannot open database {_shown(parsed)}: {exc}") from exc
-        except Exception as exc:  # bad URL, missing driver
+        except (ArgumentError, ImportError) as exc:  # unknown backend, driver not installed
+            raise DatabaseURLError(
+                f"cannot open database {_shown(parsed)}: unsupported backend or driver "
+                f"not installed ({exc}): use sqlite:/// or postgresql+psycopg://"
+            ) from exc
+        except Exception as exc:  # anything else while opening
             raise StorageError(f"cannot open database {_shown(parsed)}: {exc}") from exc
 
     @staticmethod

@@ -19,7 +19,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from netcheck.errors import StorageError
+from netcheck.errors import DatabaseURLError, StorageError
 from netcheck.keys import unwritable_folder
 from netcheck.storage.store import Store
 from netcheck.storage.tables import reference_prompts
@@ -70,14 +70,18 @@ def probe_database(url: str, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Da
     reference pool, changing nothing (module docstring).
 
     Raises:
+        DatabaseURLError: ``url`` is not a URL or names an unsupported backend.
         StorageError: why it could not be opened (not a URL, a file or folder not
             writable, a server unreachable or refusing the login), with the fix where
             one is known.
     """
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise StorageError(f"not a database URL: {url!r} ({exc})") from None
+    except (ArgumentError, ValueError):  # ValueError: a port that is no number
+        raise DatabaseURLError(  # not echoed: it may hold a password
+            "not a database URL (sqlite:///path/netcheck.db, "
+            "postgresql+psycopg://user:password@host/name)"
+        ) from None
     backend = parsed.get_backend_name()
     database = parsed.database or ""
     where = (
@@ -91,7 +95,7 @@ def probe_database(url: str, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> Da
             return DatabaseProbe(missing)
         where = f"SQLite file {Path(database).expanduser()} (file and folder writable)"
     elif backend != "postgresql":
-        raise StorageError(
+        raise DatabaseURLError(
             f"unsupported database {backend!r}: use sqlite:/// or postgresql+psycopg://"
         )
     store = Store(url, create=False, connect_timeout_s=connect_timeout_s)

@@ -322,6 +322,63 @@ def test_coordinator_rejects(tmp_path: Path, change: tuple[str, str], message: s
     assert "s3cret" not in str(err.value)  # a database URL's password is never echoed
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            'open_enrollment = "yes"',
+            "open_enrollment: Input should be a valid boolean, got a string ('yes'): "
+            "write the value without quotes",
+        ),
+        ("open_enrollment = 1", "open_enrollment: Input should be a valid boolean, got an integer"),
+        (
+            'port = "8470"',
+            "port: Input should be a valid integer, got a string ('8470'): "
+            "write the value without quotes",
+        ),
+        ("port = 8470.0", "port: Input should be a valid integer, got a float"),
+        ("port = true", "port: Input should be a valid integer, got a boolean"),
+        ('handshake_timeout_s = "5"', "handshake_timeout_s: Input should be a valid number"),
+        ("admin_token = 1234567890123456789", "admin_token: Input should be a valid string"),
+        (
+            'confirm_batching = "false"',
+            "confirm_batching: Input should be a valid boolean, got a string ('false')",
+        ),
+    ],
+)
+def test_config_types_are_strict(tmp_path: Path, line: str, message: str) -> None:
+    """A TOML value of the wrong type is an error naming the field, the expected and the
+    given type: a quoted bool or number is not converted (pydantic strict mode)."""
+    text = "\n".join(
+        ln for ln in COORD.splitlines() if not ln.startswith(line.split(" = ")[0] + " ")
+    )
+    path = write(tmp_path / "c.toml", f"{line}\n{text}\n")
+    with pytest.raises(ConfigError) as err:
+        load_coordinator_config(path)
+    assert f"{path}: {message}" in str(err.value)
+
+
+def test_strict_types_keep_int_for_float_and_text_for_paths(tmp_path: Path) -> None:
+    """Strictness keeps the two conversions TOML needs: an integer for a float field
+    (``t_ref_s = 2``) and a string for a path; a quoted profile number is refused."""
+    c = load_coordinator_config(
+        write(tmp_path / "c.toml", COORD + 'handshake_timeout_s = 5\nspool_file = "s.jsonl"\n')
+    )
+    assert c.handshake_timeout_s == 5.0 and isinstance(c.handshake_timeout_s, float)
+    assert c.spool_file == tmp_path / "s.jsonl" and c.identity_key == tmp_path / "keys/c.pem"
+    p = load_profile(write(tmp_path / "x.toml", PROFILE.replace("t_ref_s = 2.0", "t_ref_s = 2")))
+    assert p.deadline.t_ref_s == 2.0 and isinstance(p.deadline.t_ref_s, float)
+    bad = write(tmp_path / "y.toml", PROFILE.replace("batch_size = 16", 'batch_size = "16"'))
+    with pytest.raises(ConfigError, match=r"y\.toml: batch_size: Input should be a valid integer"):
+        load_profile(bad)
+    node = (
+        f'coordinator_url = "ws://h:1/v1/ws"\ncoordinator_key = "{KEY}"\n'
+        'identity_key = "n.pem"\nprofile = "cpu-tiny"\nwarmup_batches = "2"\n'
+    )
+    with pytest.raises(ConfigError, match="warmup_batches: Input should be a valid integer"):
+        load_node_config(write(tmp_path / "n.toml", node))
+
+
 def test_node_config_rejects(tmp_path: Path) -> None:
     """A node file with a non-websocket URL or a malformed pinned key is rejected."""
     good = (

@@ -7,6 +7,7 @@ is recorded as a valid result, and the coordinator keeps serving its other nodes
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import aiohttp
@@ -15,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.coordinator import rtt, server
 from netcheck.coordinator.rounds import run_round
+from netcheck.errors import CloseCode, ProtocolError
 from netcheck.keys import public_key_text
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import (
@@ -26,6 +28,7 @@ from netcheck.lab.testing import (
 from netcheck.lab.testing import raw_session as hand_session
 from netcheck.protocol.jobs import commitment, sign_receipt
 from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
+from netcheck.protocol.session import EXCESS_REPLY_BURST
 from netcheck.protocol.transport import Transport
 from netcheck.storage import Store
 
@@ -153,3 +156,56 @@ async def test_silent_peer_dropped_by_heartbeat(
         assert len(rc.coord.sessions) == 1
         survivor = next(iter(rc.coord.sessions.values()))
         assert await survivor.measure_rtt(12, timeout_s=2.0) is not None
+
+
+async def test_rtt_on_a_failed_session_returns_none(tmp_path: Path) -> None:
+    """measure_rtt and probe_rtt return None, as documented, for a session the node's
+    input already failed (not yet closed): nothing is sealed, nothing raised."""
+    identity = Ed25519PrivateKey.generate()
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        http, ws, _transport = await _raw_session(rc, identity)
+        try:
+            await rc.wait_connected(1, timeout_s=5.0)
+            session = rc.coord.sessions[public_key_text(identity)]
+            with pytest.raises(ProtocolError):  # what a refused frame from the node does
+                session.protocol.refuse(CloseCode.UNEXPECTED_MESSAGE, "test")
+            assert session.gone() and not session.closed.is_set()
+            assert await session.measure_rtt(21, timeout_s=1.0) is None
+            assert await session.probe_rtt(22, bytes(32), timeout_s=1.0) is None
+            assert await session.measure_probe(23, bytes(32), timeout_s=1.0) is None
+        finally:
+            await ws.close()
+            await http.close()
+
+
+async def test_unsolicited_reply_flood_closes_rate_limited(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A node that floods echo replies nobody asked for is closed with RATE_LIMITED
+    (4014) and one warning naming the count, after the burst; another node's session
+    and echoes are untouched."""
+    identity = Ed25519PrivateKey.generate()
+    node_key = public_key_text(identity)
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
+        await rc.wait_connected(1, timeout_s=5.0)
+        http, ws, transport = await _raw_session(rc, identity)
+        try:
+            await rc.wait_connected(2, timeout_s=5.0)
+            with caplog.at_level(logging.WARNING, logger="netcheck.coordinator"):
+                for i in range(EXCESS_REPLY_BURST + 50):
+                    await ws.send_bytes(transport.seal(EchoReply(1_000_000 + i)))
+                while (msg := await ws.receive(timeout=5.0)).type != aiohttp.WSMsgType.CLOSE:
+                    pass  # echoes of the keepalive, if any
+            assert ws.close_code == CloseCode.RATE_LIMITED
+            assert msg.extra == "rate_limited"
+        finally:
+            await ws.close()
+            await http.close()
+        async with asyncio.timeout(5.0):
+            while node_key in rc.coord.sessions:
+                await asyncio.sleep(0.02)
+        lines = [r.getMessage() for r in caplog.records if "RATE_LIMITED" in r.getMessage()]
+        assert len(lines) == 1 and "echo/probe replies beyond the requests sent" in lines[0]
+        survivor = next(iter(rc.coord.sessions.values()))
+        assert await survivor.measure_rtt(31, timeout_s=2.0) is not None

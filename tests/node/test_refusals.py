@@ -3,6 +3,9 @@ codes, a forged welcome) are logged and retried; only the sealed profile refusal
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
 from pathlib import Path
 
@@ -124,3 +127,27 @@ def test_refusal_message_without_presented_key() -> None:
     )
     assert "(ed25519:P)" in text and "without naming its own" in text
     assert "ed25519:N" not in text
+
+
+async def test_superseded_session_says_another_process_holds_the_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two node processes with one key: the one superseded logs a warning that another
+    process probably uses its key, naming the key and the fix (one process per key)."""
+    me = Ed25519PrivateKey.generate()
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        first = asyncio.create_task(rc.node(worker(), PROFILE.name, me, label="a").run_session())
+        await rc.wait_connected(1, timeout_s=10.0)
+        second = asyncio.create_task(rc.node(worker(), PROFILE.name, me, label="b").run_session())
+        try:
+            with caplog.at_level(logging.WARNING):
+                assert await asyncio.wait_for(first, 10.0) is CloseCode.SUPERSEDED
+        finally:
+            second.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await second
+    hints = [r.getMessage() for r in caplog.records if "SUPERSEDED:" in r.getMessage()]
+    assert len(hints) == 1 and hints[0].startswith("a: SUPERSEDED: the coordinator at ")
+    assert public_key_text(me) in hints[0]
+    assert "another node process" in hints[0] and "same identity_key" in hints[0]
+    assert "Run one node process per key" in hints[0]

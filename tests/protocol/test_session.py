@@ -22,7 +22,14 @@ from netcheck.protocol.messages import (
     Release,
     Result,
 )
-from netcheck.protocol.session import JOB_TYPES, Session, close_code_for, close_reason
+from netcheck.protocol.session import (
+    EXCESS_REPLIES_PER_S,
+    EXCESS_REPLY_BURST,
+    JOB_TYPES,
+    Session,
+    close_code_for,
+    close_reason,
+)
 from netcheck.protocol.states import TRANSITIONS, Role, State
 from netcheck.protocol.transport import open_admitted
 
@@ -268,3 +275,84 @@ def test_session_needs_a_transport_of_its_role() -> None:
     ch = FrameChannel.open()
     with pytest.raises(LocalProtocolError):
         Session(N, ch.coordinator.transport)
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reply(i: int) -> Message:
+    return EchoReply(i) if i % 2 else ProbeReply(i, bytes(32))
+
+
+def test_late_and_unmatched_replies_within_the_requests_sent_are_not_excess() -> None:
+    """Every reply a request can explain counts for nothing: 200 requests answered much
+    later (the waiters long gone), under other nonces, all at once, keep the session."""
+    clock = FakeClock()
+    ch = FrameChannel.open(clock=clock)
+    for i in range(200):
+        ch.send(C, Echo(i) if i % 2 else Probe(i, bytes(32)))
+    clock.now += 3600.0  # every waiter has timed out: these replies are late
+    for i in range(200):
+        ch.send(N, reply(i + 10_000))  # nonces nobody asked for: still one per request
+    assert len(ch.deliver(C)) == 200
+    assert ch.coordinator.excess_replies == 0 and ch.coordinator.failed is None
+
+
+def test_excess_replies_are_let_through_up_to_the_burst_then_rate_limited() -> None:
+    """Replies beyond the requests sent: EXCESS_REPLY_BURST at once are accepted (and
+    ignored by the I/O layer), the next fails the session with RATE_LIMITED naming the
+    count; the session then refuses everything with that code."""
+    clock = FakeClock()
+    ch = FrameChannel.open(clock=clock)
+    ch.send(C, Echo(1))
+    for i in range(EXCESS_REPLY_BURST + 1):  # one answers the echo
+        ch.send(N, reply(i))
+    assert len(ch.deliver(C)) == EXCESS_REPLY_BURST + 1
+    assert ch.coordinator.excess_replies == EXCESS_REPLY_BURST
+    ch.send(N, EchoReply(99))
+    with pytest.raises(ProtocolError) as err:
+        ch.deliver(C)
+    assert close_code_for(err.value) is CloseCode.RATE_LIMITED
+    assert f"{EXCESS_REPLY_BURST + 1} echo/probe replies beyond the requests sent" in str(err.value)
+    assert ch.coordinator.failed is err.value
+    with pytest.raises(LocalProtocolError):
+        ch.send(C, Echo(2))
+
+
+def test_excess_replies_at_the_refill_rate_are_tolerated_faster_ones_are_not() -> None:
+    """The allowance refills at EXCESS_REPLIES_PER_S: excess replies at that rate never
+    close the session; at twice that rate it closes after about twice the burst."""
+    clock = FakeClock()
+    slow = FrameChannel.open(clock=clock)
+    for i in range(10 * EXCESS_REPLY_BURST):
+        clock.now += 1.0 / EXCESS_REPLIES_PER_S
+        slow.send(N, reply(i))
+        slow.deliver(C)
+    assert slow.coordinator.failed is None
+    fast = FrameChannel.open(clock=clock)
+    accepted = 0
+    with pytest.raises(ProtocolError) as err:
+        for i in range(10 * EXCESS_REPLY_BURST):
+            clock.now += 0.5 / EXCESS_REPLIES_PER_S
+            fast.send(N, reply(i))
+            fast.deliver(C)
+            accepted += 1
+    assert err.value.code is CloseCode.RATE_LIMITED
+    assert 2 * EXCESS_REPLY_BURST - 2 <= accepted <= 2 * EXCESS_REPLY_BURST + 1
+
+
+def test_the_node_side_does_not_meter_requests() -> None:
+    """Requests (echo, probe) from the coordinator are not replies: the node's session
+    takes any number of them."""
+    ch = FrameChannel.open(clock=FakeClock())
+    for i in range(4 * EXCESS_REPLY_BURST):
+        ch.send(C, Echo(i))
+    assert len(ch.deliver(N)) == 4 * EXCESS_REPLY_BURST
+    assert ch.node.excess_replies == 0
