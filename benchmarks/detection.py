@@ -49,14 +49,13 @@ half of a round's loaded nodes.
 
 Goals (printed and checked at the end, each with its status; ``--check`` exits 1 when
 one is missed): G1 plain and jitter farms of 2 found >= 0.95 in every scenario of the
-grid from the first checkpoint whose screening rounds allow it: 32 rounds (24
-screening rounds; ``pair_coverage`` 0.997 with the mutual test's one round per arm at
-load probability 1/2, 0.973 with two, before session 8). The issue asked for 16 rounds,
-but 16 rounds are 12 screening rounds (every 4th is a full round), after which a pair
-has the >= 1 round in each of the three arms that any link needs with probability
-``pair_coverage(12, 1)`` = 0.906 (0.558 with two rounds per arm): no detector can reach
-0.95 there; the 16-round figure
-is printed beside it. G2 every farm on a backend of the claimed class caught by 32
+grid from the first checkpoint whose screening rounds allow it (:func:`g1_rounds`): 16
+rounds, the issue's wording, since session 9 (12 screening rounds, every 4th round
+being full; ``pair_coverage(12, 1, either_direction=True)`` = 0.968 with the mutual
+test's one round per arm and one testable direction). In sessions 3-8 it was 32 rounds
+(24 screening), because a pair then needed both directions and the coverage at 12
+screening rounds was 0.906 (0.558 with two rounds per arm before session 8); the
+16-round figure is printed beside it. G2 every farm on a backend of the claimed class caught by 32
 rounds; G3 found and caught never fall as rounds grow; G4 zero confirmed false flags
 over >= 1,000 analyses with benign coupling up to 20%: honest nodes in shared-backend
 flags (FF), slow flags (slH) and capacity flags (capH).
