@@ -1,4 +1,4 @@
-"""Shared by tests/lab/sim/test_confirm_budget.py and
+"""Shared by tests/lab/sim/test_sim_confirm_budget.py and
 tests/coordinator/test_confirm_batches.py: three nominations by role and the
 simulator's confirmation of them under a budget (the coordinator test checks that it
 chooses the same work)."""

@@ -229,7 +229,7 @@ async def test_budget_serves_the_strongest_groups_first_as_the_simulator_does(
     ``confirmation budget spent``: no round, no record, so its next attempt is still the
     first), a-b's attempt counts. The simulator, on the same nominations by role,
     starts the same groups in the same order, runs as many rounds and leaves the same
-    group unserved (tests/lab/sim/test_confirm_budget.py)."""
+    group unserved (tests/lab/sim/test_sim_confirm_budget.py)."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
         names = await _start(rc)
