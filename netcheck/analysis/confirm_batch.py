@@ -358,12 +358,15 @@ class ConfirmationBatch:
         (:func:`block_order`) and merged (:func:`merge_blocks`); empty when no run is
         active. With a :attr:`budget`, a run whose next block does not fit in
         :attr:`remaining` is stopped first (reason
-        :data:`~netcheck.analysis.confirm_budget.BUDGET_SPENT`): the step's shared
-        rounds, as long as its longest block, then fit."""
+        :data:`~netcheck.analysis.confirm_budget.BUDGET_SPENT`) and closed at its last
+        look (:meth:`~netcheck.analysis.confirm_run.ConfirmationRun.close`: the pairs its
+        split phase confirmed there are its flags): the step's shared rounds, as long
+        as its longest block, then fit."""
         blocks = {s: self.runs[s].next_block() for s in self.active}
         for slot, block in blocks.items():
             if not fits(len(block), self.remaining):
                 self.stop(slot, BUDGET_SPENT)
+                self.runs[slot].close()
         blocks = {s: self._order(s, b) for s, b in blocks.items() if s not in self.stopped}
         self._rounds = merge_blocks(blocks)
         return list(self._rounds)

@@ -102,7 +102,7 @@ def test_budget_stops_only_the_runs_whose_next_block_does_not_fit() -> None:
     assert _drive_step(batch, rng) == 0  # B's 48 do not fit either
     assert batch.stopped == {0: BUDGET_SPENT, slot_b: BUDGET_SPENT} and batch.active == []
     assert batch.spent == 72 and batch.remaining == 0
-    assert not a.done and a.group_result is not None  # judged: a cleared record, live
+    assert a.done and a.flags == [] and a.group_result is not None  # closed: cleared, live
 
     free = ConfirmationBatch([ConfirmationRun(("a", "b"), 8, 256, CFG)], "p/r", SECRET)
     assert free.remaining is None
@@ -119,3 +119,41 @@ def test_budget_counts_rounds_run_not_rounds_skipped() -> None:
     assert batch.spent == 0 and batch.remaining == 100
     with pytest.raises(ValueError, match="budget"):
         ConfirmationBatch([], "p/r", budget=-1)
+
+
+def _block(run: ConfirmationRun, rng: np.random.Generator, slowed: list[frozenset[str]]) -> None:
+    """Run ``run``'s next block: a loaded member is slowed by log 2 in a round whose
+    load set is one of ``slowed``."""
+    out = []
+    for i, load in enumerate(run.next_block()):
+        hit = frozenset(load) in slowed
+        out.append(ConfirmationObservation(f"{run.phase}{len(run.observations) + i}", frozenset(load),
+                                           {k: (math.log(2) if hit else 0.0) + rng.normal(0, 0.01)
+                                            for k in load}))  # fmt: skip
+    run.add(out)
+
+
+def test_a_run_closed_by_the_budget_in_its_split_phase_keeps_the_pairs_it_confirmed() -> None:
+    """A group of 4 whose members all slow down when the group is loaded, but only a-b
+    slow each other alone: after the split phase's first look a-b is confirmed and c, d
+    are not, so the run goes on (not done). The budget stop closes it there: a-b is
+    its flag, as at the phase's last look; a run closed in its group phase gets none,
+    and one not judged yet stays without a result."""
+    rng = np.random.default_rng(3)
+    run = ConfirmationRun(("a", "b", "c", "d"), 8, 32)
+    whole, ab = frozenset("abcd"), frozenset("ab")
+    _block(run, rng, [whole])
+    assert run.phase == "split" and not run.done
+    _block(run, rng, [ab])
+    assert not run.done and run.flags == []
+    run.close()
+    assert run.done and run.flags == [("a", "b")]
+
+    grouped = ConfirmationRun(("a", "b", "c"), 4, 16, CFG)
+    _block(grouped, rng, [])
+    assert grouped.phase == "group" and not grouped.done
+    grouped.close()
+    assert grouped.done and grouped.flags == []
+    fresh = ConfirmationRun(("a", "b"), 4, 16)
+    fresh.close()
+    assert not fresh.done and fresh.group_result is None
