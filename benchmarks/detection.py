@@ -290,6 +290,8 @@ CONFIGS: dict[str, Any] = {
     "bud384": lambda: LiveConfig(confirm_budget_rounds=384),
     "bud768": lambda: LiveConfig(confirm_budget_rounds=768),
     "bud1536": lambda: LiveConfig(confirm_budget_rounds=1536),
+    "bud3072": lambda: LiveConfig(confirm_budget_rounds=3072),
+    "bud6144": lambda: LiveConfig(confirm_budget_rounds=6144),
 }
 
 
