@@ -288,6 +288,16 @@ CONFIGS: dict[str, Any] = {
     # current defaults but each confirmation look at the share of the cycles it adds
     # (ConfirmConfig.look_spending = "information"; measured, not the default)
     "info": lambda: LiveConfig(confirm=ConfirmConfig(look_spending="information")),
+    # session 9 (helper bud9): the confirmation budget per analysis, strongest groups
+    # first (netcheck.analysis.confirm_budget); "nobud" = the same order with no bound
+    # (confirm_budget_rounds = 0), the baseline of the budget; "budN" = N rounds
+    "nobud": lambda: LiveConfig(confirm_budget_rounds=0),
+    "bud192": lambda: LiveConfig(confirm_budget_rounds=192),
+    "bud384": lambda: LiveConfig(confirm_budget_rounds=384),
+    "bud768": lambda: LiveConfig(confirm_budget_rounds=768),
+    "bud1536": lambda: LiveConfig(confirm_budget_rounds=1536),
+    "bud3072": lambda: LiveConfig(confirm_budget_rounds=3072),
+    "bud6144": lambda: LiveConfig(confirm_budget_rounds=6144),
 }
 
 

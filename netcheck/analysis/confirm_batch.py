@@ -52,6 +52,7 @@ import numpy as np
 
 from netcheck.analysis.coins import COIN_RULE, coin_context, coin_load_rule
 from netcheck.analysis.confirm import ConfirmationObservation
+from netcheck.analysis.confirm_budget import BUDGET_SPENT, fits
 from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
 from netcheck.analysis.timing import TimingMatrix
@@ -281,6 +282,10 @@ class ConfirmationBatch:
         links: the screening links (:func:`batch_links`): with coins, a linked
             neighbour of a run's member is held too (idle, no coin), since it may be a
             farm sibling that a coin would load in both of the run's conditions.
+        budget: shared rounds the batch may run in all (one analysis's
+            ``confirm_budget_rounds``, :mod:`netcheck.analysis.confirm_budget`); 0 = no
+            bound. :meth:`plan` stops the runs whose next block does not fit in
+            :attr:`remaining`; the drivers start a group only when its first block fits.
 
     Raises:
         ValueError: two runs share a member; a short secret.
@@ -291,6 +296,8 @@ class ConfirmationBatch:
     secret: bytes | None = None
     coins: bytes | None = None
     links: Sequence[tuple[str, str]] = ()
+    budget: int = 0
+    spent: int = 0
     looks: list[int] = field(default_factory=list)
     stopped: dict[int, str] = field(default_factory=dict)
     _rounds: list[SharedRound] | None = None
@@ -300,6 +307,8 @@ class ConfirmationBatch:
         for secret in (self.secret, self.coins):
             if secret is not None and len(secret) < MIN_SECRET_BYTES:
                 raise ValueError(f"secret must be at least {MIN_SECRET_BYTES} bytes")
+        if self.budget < 0:
+            raise ValueError("budget must be >= 0 (0: no bound)")
         runs, self.runs, self.looks = list(self.runs), [], []
         for run in runs:
             self.add_run(run)
@@ -324,6 +333,13 @@ class ConfirmationBatch:
         """Slots of the runs neither done nor stopped."""
         return [i for i, r in enumerate(self.runs) if not r.done and i not in self.stopped]
 
+    @property
+    def remaining(self) -> int | None:
+        """Rounds left in the :attr:`budget` (None: no budget): ``budget - spent``,
+        :attr:`spent` counting the shared rounds run (an observation, not None, handed
+        to :meth:`add`)."""
+        return None if self.budget <= 0 else max(self.budget - self.spent, 0)
+
     def stop(self, slot: int, reason: str) -> None:
         """End run ``slot`` without judging the rest of its block (e.g. a member left);
         the other runs go on."""
@@ -340,8 +356,18 @@ class ConfirmationBatch:
     def plan(self) -> list[SharedRound]:
         """The shared rounds of the next step: every active run's next block, ordered
         (:func:`block_order`) and merged (:func:`merge_blocks`); empty when no run is
-        active."""
-        blocks = {s: self._order(s, self.runs[s].next_block()) for s in self.active}
+        active. With a :attr:`budget`, a run whose next block does not fit in
+        :attr:`remaining` is stopped first (reason
+        :data:`~netcheck.analysis.confirm_budget.BUDGET_SPENT`) and closed at its last
+        look (:meth:`~netcheck.analysis.confirm_run.ConfirmationRun.close`: the pairs its
+        split phase confirmed there are its flags): the step's shared rounds, as long
+        as its longest block, then fit."""
+        blocks = {s: self.runs[s].next_block() for s in self.active}
+        for slot, block in blocks.items():
+            if not fits(len(block), self.remaining):
+                self.stop(slot, BUDGET_SPENT)
+                self.runs[slot].close()
+        blocks = {s: self._order(s, b) for s, b in blocks.items() if s not in self.stopped}
         self._rounds = merge_blocks(blocks)
         return list(self._rounds)
 
@@ -413,4 +439,5 @@ class ConfirmationBatch:
                     if o is not None and slot in r.parts]  # fmt: skip
             run.add(mine)
             self.looks[slot] += 1
+        self.spent += sum(o is not None for o in observations)
         self._rounds = None

@@ -387,6 +387,25 @@ class ConfirmationRun:
             self.phase = "split"
             self._looks_done = 0
 
+    def close(self) -> None:
+        """End the run at its last judged look, before :attr:`done` (a confirmation
+        budget stop, :mod:`netcheck.analysis.confirm_budget`): in the split phase the
+        maximal cliques of the pairs confirmed at that look become its :attr:`flags`, as
+        they would at the phase's last look (each pair was rejected at the level that
+        look spent, so the bound over looks and attempts holds); in the group phase no
+        flag (a pair that passed would be done already; a larger group's phase only
+        selects). The looks not taken are not spent. No effect when done or not yet
+        judged."""
+        if self.done or self.group_result is None:
+            return
+        if self.phase == "split" and self.pair_results:
+            split = self._split_members()
+            confirmed = [
+                p for p, res in self.pair_results.items() if len(res.confirmed_members) == 2
+            ]
+            self.flags = key_cliques(split, confirmed)
+        self.done = True
+
     def _judge_split(self) -> None:
         split = self._split_members()
         pairs = list(itertools.combinations(split, 2))

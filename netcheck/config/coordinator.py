@@ -119,6 +119,20 @@ class CoordinatorConfig(FileConfig):
     """Confirm the disjoint suspect groups of one analysis in shared rounds (each round
     loads the union of their load sets, each group judged on its own members;
     docs/confirmation-batches.md); false = one group at a time."""
+    confirm_budget_rounds: int = Field(default=6144, ge=0, le=1_000_000)
+    """Confirmation rounds one analysis may run for its suspect groups (shared rounds, as
+    run; the alone stage of slowness nominees is not counted); 0 = no bound. The groups
+    are served strongest first (their screening evidence above the effect floor); a
+    group whose first look does not fit is left for the next analysis (no round, no
+    attempt spent), a running group whose next look does not fit is stopped at its last
+    look (the pairs its split phase confirmed there are flagged, else a cleared record;
+    its attempt counts). At least ``3 * confirm_cycles`` (a pair's first look) unless 0.
+    6144 (session 9): the smallest measured budget with no recall loss by 32 screening
+    rounds in the simulated populations of 200 (beta 0.3 farms need the most: 3072 found
+    0.81 of their pairs instead of 0.97); it binds where the cost is extreme (1,000
+    identities with jitter: 28% fewer rounds by 32) and bounds an operator who makes its
+    own identities slow each other at the floor (docs/detection.md "Confirmation";
+    netcheck/analysis/confirm_budget.py)."""
     confirm_coins: bool = False
     """Confirmation rounds also load every node outside the groups under test (and their
     linked neighbours) with the screening schedule's coin, and screening reads those
@@ -246,6 +260,13 @@ class CoordinatorConfig(FileConfig):
             raise ValueError(
                 f"confirm_max_cycles ({self.confirm_max_cycles}) must be >= confirm_cycles "
                 f"({self.confirm_cycles}, the first look)"
+            )
+        pair_look = 3 * self.confirm_cycles  # confirm_budget.first_block_rounds(2, cycles)
+        if 0 < self.confirm_budget_rounds < pair_look:
+            raise ValueError(
+                f"confirm_budget_rounds ({self.confirm_budget_rounds}) must be 0 (no bound) "
+                f"or at least {pair_look} (3 * confirm_cycles: a pair's first look; less "
+                "confirms nothing)"
             )
         return self
 

@@ -22,6 +22,12 @@ run stops before the next shared round, the others go on; if it had judged a loo
 cleared record is stored (the attempt counts: a node could otherwise leave to get its
 group fresh looks at the same level), else nothing is; its stored rounds still count
 the attempt (:func:`~netcheck.coordinator.group_flags.started_runs`).
+
+With ``confirm_budget_rounds`` (:mod:`netcheck.analysis.confirm_budget`) the groups wait
+strongest first, a group starts only when its first block fits in what is left of the
+budget (else it is not run: reason ``confirmation budget spent``, no round, no record,
+no attempt), and a running group whose next block does not fit is stopped like a run
+whose member left (it has judged its first look: a cleared record, the attempt counts).
 """
 
 from __future__ import annotations
@@ -34,6 +40,12 @@ from typing import Any, Protocol
 
 from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
+from netcheck.analysis.confirm_budget import (
+    BUDGET_SPENT,
+    confirmation_order,
+    first_block_rounds,
+    fits,
+)
 from netcheck.analysis.confirm_run import ConfirmationRun, next_attempt
 from netcheck.analysis.detectors import SuspectGroup
 from netcheck.analysis.screening import Analysis, confirmation_observation
@@ -118,14 +130,17 @@ async def confirm_groups(
     screening: ConfirmHost, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
     analysis: Analysis, *, batching: bool, progress: ConfirmProgress | None = None,
 ) -> list[GroupOutcome]:  # fmt: skip
-    """Confirm ``groups`` (detector order) in shared rounds (module docstring): at each
-    step boundary the waiting groups that share no node and no link (a detector edge of
-    ``analysis`` or a loose screening link,
+    """Confirm ``groups`` in shared rounds (module docstring): they wait strongest first
+    (:func:`~netcheck.analysis.confirm_budget.confirmation_order`, ties in detector
+    order); at each step boundary the waiting groups that share no node and no link (a
+    detector edge of ``analysis`` or a loose screening link,
     :func:`~netcheck.analysis.confirm_batch.batch_links`) with the running ones start
     (:func:`~netcheck.analysis.confirm_batch.admit`); ``batching=False``: one group at a
-    time in planned order. A waiting group whose every pair is already inside a
+    time in that order. A waiting group whose every pair is already inside a
     confirmed flag gets an ``already-flagged`` outcome, one with a member not connected
-    a ``not-run`` outcome (``reason``); a run that finishes stores its flags or record
+    a ``not-run`` outcome (``reason``), one whose first block no longer fits in the
+    analysis's ``confirm_budget_rounds`` a ``not-run`` outcome with reason
+    ``confirmation budget spent``; a run that finishes stores its flags or record
     at once. ``progress`` (a job's) counts the rounds run and the groups under test
     and settled as it goes. Returns one outcome per group, in order.
 
@@ -136,10 +151,11 @@ async def confirm_groups(
     links = batch_links([g.members for g in groups], [(e.a, e.b) for e in analysis.detection.edges],
                         analysis.matrix, screening.confirm.effect_floor / 2)  # fmt: skip
     newest = stored.round_ids[-1] if stored.round_ids else "none"
+    config = screening.config
     batch = ConfirmationBatch([], f"{profile.name}/{newest}", screening.secret if batching else None,
-                              screening.secret if screening.config.confirm_coins else None,
-                              links)  # fmt: skip
-    pending = list(range(len(groups)))
+                              screening.secret if config.confirm_coins else None,
+                              links, budget=config.confirm_budget_rounds)  # fmt: skip
+    pending = confirmation_order(groups)
     group_of: dict[int, int] = {}  # batch slot -> group index
     finished: set[int] = set()
     schedules: dict[str, dict[str, bool]] = {}
@@ -147,6 +163,11 @@ async def confirm_groups(
     progress.stage, progress.groups_total = "groups", len(groups)
     while True:
         pending = await _runnable(screening, profile, outcomes, pending)
+        for i in pending:  # the budget only shrinks: a group that does not fit now never will
+            if not fits(first_block_rounds(len(groups[i].members), config.confirm_cycles),
+                        batch.remaining):  # fmt: skip
+                outcomes[i].reason = BUDGET_SPENT
+        pending = [i for i in pending if outcomes[i].reason != BUDGET_SPENT]
         busy = {k for slot in batch.active for k in batch.runs[slot].members}
         if batching:
             picks = [pending[j] for j in admit([groups[i].members for i in pending], busy, links)]

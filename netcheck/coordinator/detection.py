@@ -20,7 +20,9 @@ them to live rounds and to storage:
    rounds loading only the group interleaved with rounds loading each member alone
    (:func:`plan_confirmation`), judged by :func:`judge_confirmation` after every
    ``confirm_cycles`` cycles until confirmed or ``confirm_max_cycles``; disjoint groups
-   of one analysis share rounds (``confirm_batching``, docs/confirmation-batches.md); a
+   of one analysis share rounds (``confirm_batching``, docs/confirmation-batches.md),
+   strongest nominations first within ``confirm_budget_rounds`` per analysis
+   (:mod:`netcheck.analysis.confirm_budget`; the rest waits for the next analysis); a
    confirmed group becomes a ``shared-backend`` flag, an unconfirmed one a ``cleared``
    record (it stays in screening).
 4. **Persistent slowness** after every analysis, over the same window
@@ -51,6 +53,7 @@ from netcheck.analysis.confirm import (
     ConfirmationObservation,
     ConfirmConfig,
 )
+from netcheck.analysis.confirm_budget import BUDGET_SPENT
 from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import MIN_SECRET_BYTES, rule_name
@@ -304,10 +307,15 @@ class Screening:
         outcomes = await confirm_groups(self, profile, analysis.detection.groups, stored, analysis,
                                         batching=self.config.confirm_batching,
                                         progress=confirming)  # fmt: skip
+        unserved = sum(res.run is None and res.reason == BUDGET_SPENT for res in outcomes)
         for res in outcomes:
-            if res.run is None and res.reason != ALREADY_FLAGGED:
+            if res.run is None and res.reason not in (ALREADY_FLAGGED, BUDGET_SPENT):
                 log.warning("confirmation of %s not run: %s", res.group.members, res.reason)
             flag_ids.extend(res.ids)
+        if unserved:
+            log.info("screening analysis %s: %d suspect groups left for the next analysis (%s, "
+                     "confirm_budget_rounds = %d)", profile.name, unserved, BUDGET_SPENT,
+                     self.config.confirm_budget_rounds)  # fmt: skip
         confirmations = [res.as_dict() for res in outcomes]
         skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
         flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report, self.alone,

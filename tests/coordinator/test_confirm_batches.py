@@ -9,9 +9,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from budget_support import budget_groups, run_budget_case
 
 from netcheck.analysis.coins import COIN_RULE, held_nodes
 from netcheck.analysis.confirm_batch import context_parts
+from netcheck.analysis.confirm_budget import BUDGET_SPENT
 from netcheck.analysis.confirm_run import next_attempt
 from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import screening_plan
@@ -216,3 +218,50 @@ async def test_confirmation_rounds_give_the_other_nodes_screening_coins(tmp_path
     assert plain.round_ids and all(
         {k for k, on in plain.schedules[r].items() if on} <= {c, d} for r in plain.round_ids
     )
+
+
+async def test_budget_serves_the_strongest_groups_first_as_the_simulator_does(
+    tmp_path: Path,
+) -> None:
+    """``confirm_budget_rounds = 9`` (a pair's first look at 3 cycles) and three
+    nominations in detector order c-a (largest z, at the floor), a-b (the farm, far above
+    it), c-d: a-b and c-d start first and share the 9 rounds, c-a is not run (reason
+    ``confirmation budget spent``: no round, no record, so its next attempt is still the
+    first), a-b's attempt counts. The simulator, on the same nominations by role,
+    starts the same groups in the same order, runs as many rounds and leaves the same
+    group unserved (tests/lab/sim/test_sim_confirm_budget.py)."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        names = await _start(rc)
+        screening = rc.coord.screening
+        screening.config = screening.config.model_copy(
+            update={"confirm_coins": False, "confirm_budget_rounds": 9}
+        )
+        groups = budget_groups(names)
+        outcomes = await confirm_groups(screening, PROFILE, groups, EMPTY,
+                                        analyse(EMPTY, 0.65, DetectorConfig()), batching=True)  # fmt: skip
+        rounds = _rounds_plain(rc)
+        a, b, c, d = (names[x] for x in "abcd")
+        earlier = screening._shared_flags(PROFILE.name, None)
+        started = started_runs(screening.flags, PROFILE.name, [a, b, c, d])
+    back = {k: x for x, k in names.items()}
+    weak, farm, honest = outcomes
+    assert weak.run is None and weak.reason == BUDGET_SPENT and weak.ids == []
+    assert weak.as_dict()["verdict"] == "not-run"
+    assert farm.run is not None and honest.run is not None
+    assert len(rounds) == 9
+    assert all({frozenset(e["group"]) for e in ctx["runs"]} == {frozenset({a, b}), frozenset({c, d})}
+               for _, ctx in rounds)  # fmt: skip
+    first = [{back[k] for k in e["group"]} for e in rounds[0][1]["runs"]]
+    assert next_attempt([c, a], earlier, started) == 1  # the unserved group spent nothing
+    assert next_attempt([a, b], earlier, started) == 2
+    sim_started, sim_rounds, sim_unserved, _ = run_budget_case(9)
+    assert first == sim_started == [{"a", "b"}, {"c", "d"}]
+    assert sim_rounds == len(rounds) and sim_unserved == 1
+
+
+def _rounds_plain(rc: RunningCoordinator) -> list[tuple[set[str], dict]]:  # type: ignore[type-arg]
+    """Stored confirmation rounds without coins: (loaded set, context), oldest first."""
+    stored = rc.coord.screening.flags.recent_rounds(PROFILE.name, ["confirmation"], 1000)
+    return [({k for k, on in stored.schedules[r].items() if on}, stored.contexts[r])
+            for r in stored.round_ids]  # fmt: skip

@@ -19,7 +19,9 @@ round, through the same code paths; only the nodes are simulated
   ``screening_window_rounds`` (128) most recent rounds: stored rows (the ``results``
   columns) -> :func:`~netcheck.coordinator.screening.analyse` (the live function: y
   matrix, median polish, detectors, missing results censored at the deadline);
-- confirmation of every suspect group not already covered by a flag, driven by
+- confirmation of every suspect group not already covered by a flag, strongest first
+  within ``confirm_budget_rounds`` per analysis (as live,
+  :mod:`~netcheck.analysis.confirm_budget`), driven by
   :class:`~netcheck.analysis.confirm_run.ConfirmationRun` (the live driver), each round
   turned into an observation by
   :func:`~netcheck.coordinator.screening.confirmation_observation`, with the attempt
@@ -63,7 +65,9 @@ from netcheck.analysis.alone import AloneConfig, alone_test, extend, nominees, r
 from netcheck.analysis.coins import coin_context
 from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
+from netcheck.analysis.confirm_budget import confirmation_order, first_block_rounds, fits
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
+from netcheck.analysis.detectors import SuspectGroup
 from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.screening import (
@@ -111,6 +115,7 @@ class _State:
     cleared: int = 0
     suspects: list[frozenset[str]] = field(default_factory=list)
     confirmation_rounds: int = 0
+    unserved: int = 0
     analyses: int = 0
     clock_ns: int = 0
     conf_obs: dict[str, deque[ConfirmationObservation]] = field(default_factory=dict)
@@ -297,8 +302,8 @@ class LiveSimulation:
             direct = report.flagged if self.cfg.alone is None else report.direct
             st.slow.update(n.node_key for n in direct)
         st.suspects.append(frozenset(k for g in analysis.detection.groups for k in g.members))
-        groups = [g.members for g in analysis.detection.groups]
-        links = batch_links(groups, [(e.a, e.b) for e in analysis.detection.edges],
+        groups = analysis.detection.groups
+        links = batch_links([g.members for g in groups], [(e.a, e.b) for e in analysis.detection.edges],
                             analysis.matrix, self.cfg.confirm.effect_floor / 2)  # fmt: skip
         self._confirm(groups, links, f"{self.profile.name}/{stored.round_ids[-1]}")
         if report is not None and self.cfg.alone is not None:
@@ -345,21 +350,31 @@ class LiveSimulation:
                    for a, b in itertools.combinations(sorted(set(members)), 2))  # fmt: skip
 
     def _confirm(
-        self, groups: Sequence[Sequence[str]], links: Sequence[tuple[str, str]], batch_id: str
-    ) -> None:
-        """The groups of one analysis (``confirm_groups``): with batching, each starts at
-        a step boundary when :func:`admit` lets it (disjoint from and unlinked to the
-        running ones) and shares their rounds; else one at a time. A group already
-        covered by a flag when it would start is dropped."""
+        self, groups: Sequence[SuspectGroup], links: Sequence[tuple[str, str]], batch_id: str
+    ) -> list[tuple[str, ...]]:
+        """The groups of one analysis (``confirm_groups``), strongest first
+        (:func:`~netcheck.analysis.confirm_budget.confirmation_order`): with batching,
+        each starts at a step boundary when :func:`admit` lets it (disjoint from and
+        unlinked to the running ones) and shares their rounds; else one at a time. A
+        group already covered by a flag when it would start is dropped; one whose first
+        block no longer fits in ``confirm_budget_rounds`` is left unserved (no round, no
+        attempt); a run the budget stops (:meth:`ConfirmationBatch.plan`) leaves its
+        record, as one whose member left does live. Returns the members of the groups
+        run, in the order they started."""
         st, cfg = self.state, self.cfg
         batch = ConfirmationBatch([], batch_id, self.secret if cfg.confirm_batching else None,
-                                  self.secret if cfg.confirm_coins else None, links)  # fmt: skip
-        pending = list(groups)
+                                  self.secret if cfg.confirm_coins else None, links,
+                                  budget=cfg.confirm_budget_rounds)  # fmt: skip
+        pending = [groups[i].members for i in confirmation_order(groups)]
         index = {k: i for i, k in enumerate(self.keys)}
         recorded: set[int] = set()
         contexts: dict[frozenset[str], dict[str, Any]] = {}
         while True:
             pending = [g for g in pending if not self._covered(g)]
+            affordable = [g for g in pending
+                          if fits(first_block_rounds(len(g), cfg.confirm_cycles), batch.remaining)]  # fmt: skip
+            st.unserved += len(pending) - len(affordable)  # the budget only shrinks
+            pending = affordable
             busy = {k for s in batch.active for k in batch.runs[s].members}
             if cfg.confirm_batching:
                 picks = admit(pending, busy, links)
@@ -374,7 +389,7 @@ class LiveSimulation:
                 ))  # fmt: skip
             pending = [g for j, g in enumerate(pending) if j not in set(picks)]
             if not batch.active:
-                break
+                return [r.members for r in batch.runs]
             block = []
             for rnd in batch.plan():
                 rid = f"confirm-{st.confirmation_rounds:06d}"
@@ -399,13 +414,14 @@ class LiveSimulation:
                 else:
                     del st.results[rid], st.schedules[rid]  # not needed again; keeps memory flat
             batch.add(block)
-            for slot, run in enumerate(batch.runs):  # finished runs leave their records
-                if run.done and slot not in recorded:
+            for slot, run in enumerate(batch.runs):  # finished or stopped runs leave records
+                if (run.done or slot in batch.stopped) and slot not in recorded:
                     recorded.add(slot)
                     self._record(run)
 
     def _record(self, run: ConfirmationRun) -> None:
-        """A finished run's flags or cleared record, attempt and pooled rounds."""
+        """A finished run's flags or cleared record, attempt and pooled rounds (a run
+        the budget stopped: its cleared record; it has judged its first look)."""
         st, cfg = self.state, self.cfg
         st.tested.append(tuple(run.members))
         if cfg.pool_rounds:  # as stored: each node's most recent confirmation rounds
@@ -423,7 +439,7 @@ class LiveSimulation:
             self.index, tuple(st.shared), st.cleared,
             frozenset(k for k, rounds in st.capacity.items() if rounds), frozenset(st.relay),
             tuple(st.suspects), st.confirmation_rounds, st.analyses, frozenset(st.slow),
-            frozenset(k for k, rounds in st.capacity_legacy.items() if rounds),
+            frozenset(k for k, rounds in st.capacity_legacy.items() if rounds), st.unserved,
         )  # fmt: skip
 
     def run(self, checkpoints: Sequence[int]) -> list[Snapshot]:

@@ -61,7 +61,9 @@ class LiveConfig:
     coordinator's ``confirm_batching``); False = one group at a time, the behaviour
     before it. ``confirm_coins``: screening coins for the nodes outside the groups in
     confirmation rounds (as the coordinator's ``confirm_coins``); False = the behaviour
-    before it. ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
+    before it. ``confirm_budget_rounds``: contention confirmation rounds per analysis,
+    strongest nominations first (as the coordinator's; 0 = no bound, the behaviour
+    before it, :mod:`netcheck.analysis.confirm_budget`). ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
     fixed-count rule before it (:data:`LEGACY_CAPACITY`) instead (:class:`Snapshot`
     ``capacity_legacy`` holds that rule's flags in every run).
     """
@@ -75,6 +77,7 @@ class LiveConfig:
     pool_rounds: int = field(default_factory=lambda: _default("confirm_pool_rounds"))
     confirm_batching: bool = field(default_factory=lambda: _bdefault("confirm_batching"))
     confirm_coins: bool = field(default_factory=lambda: _bdefault("confirm_coins"))
+    confirm_budget_rounds: int = field(default_factory=lambda: _default("confirm_budget_rounds"))
     capacity_window: int = field(default_factory=lambda: _default("capacity_window"))
     capacity_strikes: int = field(default_factory=lambda: _default("capacity_strikes"))
     capacity_p0: float = field(default_factory=lambda: _fdefault("capacity_p0"))
@@ -135,7 +138,9 @@ class Snapshot:
     fixed-count capacity rule (:data:`LEGACY_CAPACITY`) would have flagged so far, on the
     same verdicts (the same-run baseline of the capacity test);
     ``suspects``: members of suspect groups at each analysis so far;
-    ``confirmation_rounds``: spent so far; ``analyses``: analyses so far.
+    ``confirmation_rounds``: spent so far; ``analyses``: analyses so far;
+    ``unserved``: suspect groups left unconfirmed by ``confirm_budget_rounds`` so far
+    (one per group and analysis).
     """
 
     rounds: int
@@ -148,3 +153,4 @@ class Snapshot:
     analyses: int
     slow: frozenset[str] = frozenset()
     capacity_legacy: frozenset[str] = frozenset()
+    unserved: int = 0
