@@ -275,8 +275,11 @@ CONFIGS: dict[str, Any] = {
         detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False)
     ),
     # the behaviour at the end of session 8 (the "before" of session 9, same run): a pair
-    # with one testable direction is untestable (DetectorConfig.mutual_one_way = False)
-    "s8": lambda: LiveConfig(detector=DetectorConfig(mutual_one_way=False)),
+    # with one testable direction is untestable (DetectorConfig.mutual_one_way = False),
+    # no confirmation budget per analysis (confirm_budget_rounds = 0)
+    "s8": lambda: LiveConfig(
+        detector=DetectorConfig(mutual_one_way=False), confirm_budget_rounds=0
+    ),
     # current defaults but the mutual test needing 2 rounds per arm (session 7): the
     # baseline of DetectorConfig.mutual_min_rounds (FDR 0.75 in both)
     "m2": lambda: LiveConfig(detector=DetectorConfig(mutual_min_rounds=2)),
