@@ -231,6 +231,7 @@ CONFIGS: dict[str, Any] = {
         detector=DetectorConfig(mutual_test=False),
         capacity_legacy=True,  # 3 late/missing of the last 8 verdicts (session 3)
         confirm_batching=False,
+        confirm_budget_rounds=0,
     ),  # fmt: skip
     # current defaults, suspect groups confirmed one at a time (before shared rounds,
     # docs/confirmation-batches.md): the baseline of LiveConfig.confirm_batching
@@ -245,6 +246,7 @@ CONFIGS: dict[str, Any] = {
         confirm=ConfirmConfig(member_level="bonferroni", look_schedule="constant"),
         detector=DetectorConfig(mutual_fdr=0.0, mutual_min_rounds=2, mutual_one_way=False),
         confirm_batching=False,  # one group at a time (session 4)
+        confirm_budget_rounds=0,
     ),
     # current defaults but the mutual test's BH over every testable pair's own p (the
     # first session-5 version): pairs below the effect floors loosen the level too
@@ -268,11 +270,13 @@ CONFIGS: dict[str, Any] = {
         alone=AloneConfig(nominate_test="sign", max_attempts=1),
         load_probability=0.5,
         detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False),
+        confirm_budget_rounds=0,
     ),
     # the behaviour at the end of session 7 (the "before" of session 8, same run): the
     # mutual test's nomination at FDR 0.25
     "s7": lambda: LiveConfig(
-        detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False)
+        detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False),
+        confirm_budget_rounds=0,
     ),
     # the behaviour at the end of session 8 (the "before" of session 9, same run): a pair
     # with one testable direction is untestable (DetectorConfig.mutual_one_way = False),
