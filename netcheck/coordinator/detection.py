@@ -359,8 +359,9 @@ class Screening:
         clique, or one ``cleared`` record; returns the run and the flag ids.
 
         Raises:
-            RoundError: a member is not connected (nothing is run or stored), or the
-                run stopped before its first look (nothing stored).
+            RoundError: a member is not connected, or its first look does not fit in
+                ``confirm_budget_rounds`` (nothing is run or stored), or the run
+                stopped before its first look (nothing stored).
         """
         (res,) = await confirm_groups(self, profile, [group], stored, analysis, batching=False)
         if res.run is None:
