@@ -134,7 +134,10 @@ class CoordinatorConfig(FileConfig):
     capacity_p0: float = Field(default=0.02, gt=0, lt=1)
     """Capacity test: the late/missing rate per round an honest node of the profile may
     have (the hypothesis tested); above the 1% of honest batch times over the p99 the
-    deadline is calibrated on, for noisier nodes and co-hosted neighbours."""
+    deadline is calibrated on, for noisier nodes and co-hosted neighbours. Stated for
+    ``screening_load_probability`` 1/2; above it the test scales it by the larger share
+    of rounds that load a co-hosted neighbour too (netcheck.analysis.lateness.null_p0:
+    2.22% at 2/3)."""
     capacity_alpha: float = Field(default=0.03, gt=0, lt=1)
     """Capacity test: a node late in ``capacity_p0`` of its rounds is flagged with at
     most this probability over its whole life (the level split across its strikes)."""
