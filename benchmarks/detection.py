@@ -285,6 +285,10 @@ CONFIGS: dict[str, Any] = {
     # q 2/3 with the floors calibrated for 1/2 (p23 as measured in session 8): the
     # baseline of p23c
     "p23raw": lambda: LiveConfig(load_probability=2 / 3, floors_for_q=False),
+    # p23c but the signed-rank nomination's floor not moved for q (AloneConfig.coupling
+    # 0): the capacity and screening nulls follow q, the nomination stays at 1.2 (more
+    # honest co-hosted nominees judged alone; padded pairs near the floor nominated)
+    "p23c0": lambda: LiveConfig(load_probability=2 / 3, alone=AloneConfig(coupling=0.0)),
     # current defaults but the session-6 alone stage only (the alone7 change's baseline)
     "s6alone": lambda: LiveConfig(alone=AloneConfig(nominate_test="sign", max_attempts=1)),
     # current defaults but each confirmation look at the share of the cycles it adds
