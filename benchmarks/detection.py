@@ -290,6 +290,18 @@ CONFIGS: dict[str, Any] = {
     # current defaults with screening load probability 2/3 (measured in session 8, not
     # the default: the capacity and alone floors assume about 1/2)
     "p23": lambda: LiveConfig(load_probability=2 / 3),
+    # q 2/3 with the floors accounting for it (session 9, helper cal9; the same as p23
+    # since then: LiveConfig.floors_for_q is on by default): the capacity null
+    # lateness.null_p0, the screening sign test's null rate slowness.null_rate and the
+    # signed-rank nomination's floor alone.nominate_floor
+    "p23c": lambda: LiveConfig(load_probability=2 / 3, floors_for_q=True),
+    # q 2/3 with the floors calibrated for 1/2 (p23 as measured in session 8): the
+    # baseline of p23c
+    "p23raw": lambda: LiveConfig(load_probability=2 / 3, floors_for_q=False),
+    # p23c but the signed-rank nomination's floor not moved for q (AloneConfig.coupling
+    # 0): the capacity and screening nulls follow q, the nomination stays at 1.2 (more
+    # honest co-hosted nominees judged alone; padded pairs near the floor nominated)
+    "p23c0": lambda: LiveConfig(load_probability=2 / 3, alone=AloneConfig(coupling=0.0)),
     # current defaults but the session-6 alone stage only (the alone7 change's baseline)
     "s6alone": lambda: LiveConfig(alone=AloneConfig(nominate_test="sign", max_attempts=1)),
     # current defaults but each confirmation look at the share of the cycles it adds

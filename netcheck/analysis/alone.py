@@ -24,7 +24,12 @@ Stages (the coordinator and the simulator run the same functions):
    side. A padded pair on a card a few % fast with noise sigma 0.15 sits at 1.35-1.45
    ``t_ref``, and the sign test needed about 10 of its ~12 screening rounds above 1.2
    to nominate it (session 7). ``"sign"`` keeps the sign test (before session 7).
-   Nomination spends no level: only the alone test flags.
+   Nomination spends no level: only the alone test flags. At a screening load
+   probability ``q`` above 1/2 (session 9) a co-hosted neighbour is loaded in more of a
+   node's screening rounds: the sign test's null rate becomes ``max(1/2, q)``
+   (:func:`~netcheck.analysis.slowness.null_rate`) and the signed-rank test's floor
+   ``floor * (1 + coupling) ** (q - 1/2)`` (:func:`nominate_floor`), so that honest
+   co-hosted nodes are nominated about as often as at 1/2.
 2. **Alone rounds**: rounds loading only that node, as many as the window of its next
    attempt still lacks (:func:`rounds_short`): ``rounds`` (16) when its earlier
    attempts used all its alone rounds, fewer when contention confirmation loaded it
@@ -103,6 +108,7 @@ from netcheck.analysis.slowness import (
     NodeSlowness,
     SlownessReport,
     node_record,
+    null_rate,
     sign_test_p,
     slowness_evidence,
     spent_level,
@@ -121,12 +127,15 @@ class AloneConfig:
     extend_p`` is followed at once by the next), ``max_attempts`` per nominee and
     analysis (3; 1: one attempt per analysis, before session 7) and
     ``catch_up_attempts`` (16: further attempts per nominee and analysis whose windows
-    are complete already, so that they need no round; 0: none, before session 8).
+    are complete already, so that they need no round; 0: none, before session 8);
+    ``coupling`` (0.2: the benign co-hosting slowdown the screening floor allows for,
+    a fraction; it moves the signed-rank nomination's floor at load probabilities above
+    1/2, :func:`nominate_floor`).
 
     Raises:
         ValueError: ``floor <= 1``, ``alpha`` or ``nominate_p`` outside (0, 1),
-            ``extend_p`` outside [0, 1], an unknown ``nominate_test``, a count below 1
-            or ``catch_up_attempts`` below 0.
+            ``extend_p`` outside [0, 1], an unknown ``nominate_test``, a count below 1,
+            ``catch_up_attempts`` or ``coupling`` below 0.
     """
 
     floor: float = 1.2
@@ -137,6 +146,7 @@ class AloneConfig:
     pool_rounds: int = 256
     nominate_test: Literal["signed-rank", "sign"] = "signed-rank"
     extend_p: float = 0.1
+    coupling: float = 0.2
     max_attempts: int = 3
     catch_up_attempts: int = 16
 
@@ -147,16 +157,17 @@ class AloneConfig:
             raise ValueError("need extend_p in [0, 1] and nominate_test signed-rank or sign")
         if min(self.rounds, self.min_rounds, self.pool_rounds, self.max_attempts) < 1:
             raise ValueError("rounds, min_rounds, pool_rounds and max_attempts must be >= 1")
-        if self.catch_up_attempts < 0:
-            raise ValueError("catch_up_attempts must be >= 0")
+        if self.catch_up_attempts < 0 or self.coupling < 0:
+            raise ValueError("catch_up_attempts and coupling must be >= 0")
 
 
 def nominees(report: SlownessReport, cfg: AloneConfig, skip: Collection[str] = ()) -> list[str]:
     """Nodes of a screening-slowness report to confirm alone, not in ``skip`` (already
     flagged slow): first those the report rejected (unless its rejections are flags,
     ``direct_flags``), then the others whose nomination test of their screening ratios
-    against ``cfg.floor`` (:func:`nomination_p`) is at most ``cfg.nominate_p``; none when the report's
-    reference check failed (``t_ref`` does not describe the population)."""
+    against ``cfg.floor`` (:func:`nomination_p`, at the report's load probability) is at
+    most ``cfg.nominate_p``; none when the report's reference check failed (``t_ref``
+    does not describe the population)."""
     if not report.reference_ok:
         return []
     first, then = [], []
@@ -165,20 +176,46 @@ def nominees(report: SlownessReport, cfg: AloneConfig, skip: Collection[str] = (
             continue
         if n.flagged:
             first.append(n.node_key)
-        elif nomination_p(n, cfg) <= cfg.nominate_p:
+        elif nomination_p(n, cfg, report.load_probability) <= cfg.nominate_p:
             then.append(n.node_key)
     return first + then
 
 
-def nomination_p(node: NodeSlowness, cfg: AloneConfig) -> float:
+def nominate_floor(cfg: AloneConfig, load_probability: float = 0.5) -> float:
+    """The floor the signed-rank nomination compares screening ratios with at screening
+    load probability ``q``: ``cfg.floor * (1 + cfg.coupling) ** max(0, q - 1/2)``
+    (1.2 at ``q <= 1/2``, 1.237 at 2/3). Why: a co-hosted neighbour slows a node by
+    ``1 + coupling`` in the share ``q`` of its screening rounds that load the neighbour
+    too, so the mean of its ``log(ratio)`` is ``q log(1 + coupling)`` above its own;
+    the nomination was set at the reference mix (``q = 1/2``), and the floor moves by
+    the difference so that an honest coupled node sits as far from it at any ``q`` (the
+    nomination spends no level: this keeps what it costs, alone rounds for honest
+    nodes, as it was; measured in docs/detection.md). Not lowered below 1/2: fewer
+    coupled rounds only lower the ratios. The sign test's exact counterpart is
+    :func:`~netcheck.analysis.slowness.null_rate`.
+
+    Raises:
+        ValueError: ``load_probability`` outside (0, 1).
+    """
+    if not 0.0 < load_probability < 1.0:
+        raise ValueError("load_probability must be in (0, 1)")
+    return cfg.floor * (1.0 + cfg.coupling) ** max(0.0, load_probability - 0.5)
+
+
+def nomination_p(node: NodeSlowness, cfg: AloneConfig, load_probability: float = 0.5) -> float:
     """The nomination test's p of ``node``'s screening ratios against the alone floor
-    (``cfg.nominate_test``): ``"sign"``, the sign test of the rounds above it;
-    ``"signed-rank"``, the one-sided Wilcoxon signed-rank test (``H1``: above) of
-    ``log(ratio / floor)``, a round without a result counting as the largest difference
-    (rounds exactly at the floor dropped; 1.0 when none is left)."""
+    (``cfg.nominate_test``) at screening load probability ``load_probability`` (``q``):
+    ``"sign"``, the sign test of the rounds above ``cfg.floor`` at the null rate
+    ``max(1/2, q)`` (:func:`~netcheck.analysis.slowness.null_rate`); ``"signed-rank"``,
+    the one-sided Wilcoxon signed-rank test (``H1``: above) of ``log(ratio / f)``,
+    ``f`` = :func:`nominate_floor` (``cfg.floor`` at ``q <= 1/2``), a round without a
+    result counting as the largest difference (rounds exactly at the floor dropped; 1.0
+    when none is left)."""
     if cfg.nominate_test == "sign":
-        return sign_test_p(sum(1 for r in node.ratios if r is None or r > cfg.floor), node.n)
-    logs = [math.log(max(r, 1e-9) / cfg.floor) for r in node.ratios if r is not None]
+        above = sum(1 for r in node.ratios if r is None or r > cfg.floor)
+        return sign_test_p(above, node.n, null_rate(load_probability))
+    floor = nominate_floor(cfg, load_probability)
+    logs = [math.log(max(r, 1e-9) / floor) for r in node.ratios if r is not None]
     top = max((abs(d) for d in logs), default=0.0) + 1.0
     diffs = np.array(logs + [top] * sum(1 for r in node.ratios if r is None))
     if not np.any(diffs != 0.0):
@@ -202,12 +239,16 @@ def nomination(
     with ``rejected``) and the nomination test against the alone floor (which test:
     ``nominate_test``; its p: ``nomination_p_value``). ``rows``: the
     stored result rows of the screening window."""
-    p = nomination_p(node, cfg)
+    q = report.load_probability
+    p = nomination_p(node, cfg, q)
+    moved = cfg.nominate_test == "signed-rank" and q > 0.5
+    at_q = (f", moved to {nominate_floor(cfg, q):.4g} for load probability {q:.3g}"
+            if moved else "")  # fmt: skip
     by = (
         f"the persistent-slowness test over screening rounds rejected at its level (p "
         f"{node.p_value:.3g} <= {node.level:.3g}, floor {report.floor:g})"
         if node.flagged
-        else f"screening ratios above the alone floor {cfg.floor:g} "
+        else f"screening ratios above the alone floor {cfg.floor:g}{at_q} "
         f"({NOMINATION_TESTS[cfg.nominate_test]}: p {p:.3g} <= {cfg.nominate_p:g})"
     )
     return {
@@ -217,6 +258,11 @@ def nomination(
         "nominate_p": cfg.nominate_p,
         "nominate_test": cfg.nominate_test,
         "nomination_p_value": p,
+        **(
+            {"nominate_floor_at_q": nominate_floor(cfg, q), "coupling": cfg.coupling}
+            if moved
+            else {}
+        ),
         **slowness_evidence(node, report, rows),
     }
 

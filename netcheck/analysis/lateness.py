@@ -31,6 +31,19 @@ Test (per node, run when one of its rounds ends ``late`` or ``missing``):
   ``p0`` is flagged with probability at most ``alpha`` over its whole life, however
   long it runs (union bound), and far less below ``p0`` (:func:`look_level`).
 
+**The null under the load probability** (session 9): ``p0`` is stated for the
+reference round mix, screening rounds loading each node with probability ``q = 1/2``
+(:func:`null_p0`). An honest node is late more often in the rounds in which its
+co-hosted neighbour is loaded too (benign coupling; the deadline is calibrated on cards
+alone), and the share of its timed rounds in which that neighbour is loaded grows with
+``q`` (:func:`coupled_share`: 0.70 at 1/2, 0.78 at 2/3, every 4th round full). The test
+runs at ``null_p0 = p0 * max(1, coupled_share(q) / coupled_share(1/2))``: every node
+whose late rate under the reference mix is at most ``p0``, and whose rounds with the
+neighbour loaded are at least as late as those without, is late in at most ``null_p0``
+of its rounds at ``q`` (the bound is reached by a node late only when coupled), so the
+lifetime bound ``alpha`` holds for the same nodes at every ``q``. At ``q = 1/2`` it is
+``p0`` exactly.
+
 A farm identity late in a quarter of its rounds reaches ``p`` below the level within a
 few strikes (3 strikes among 8 verdicts at the first look: ``p`` = 0.008 <= 0.018);
 a long-lived node's later looks need more evidence, which a real shortage keeps
@@ -68,19 +81,63 @@ class CapacityTestConfig:
 
     Raises:
         ValueError: ``min_strikes < 2``, ``window < min_strikes``, ``p0`` or ``alpha``
-            outside (0, 1).
+            outside (0, 1), ``load_probability`` outside (0, 1) or ``full_every < 1``.
     """
 
     window: int = 48
     min_strikes: int = 3
     p0: float = 0.02
     alpha: float = 0.03
+    load_probability: float = 0.5
+    full_every: int = 4
 
     def __post_init__(self) -> None:
         if self.min_strikes < 2 or self.window < self.min_strikes:
             raise ValueError("need min_strikes >= 2 and window >= min_strikes")
         if not (0.0 < self.p0 < 1.0 and 0.0 < self.alpha < 1.0):
             raise ValueError("need 0 < p0 < 1 and 0 < alpha < 1")
+        if not 0.0 < self.load_probability < 1.0 or self.full_every < 1:
+            raise ValueError("need 0 < load_probability < 1 and full_every >= 1")
+
+    @property
+    def null_p0(self) -> float:
+        """The late rate the test holds the node to: :func:`null_p0` of ``p0`` at
+        ``load_probability`` and ``full_every`` (``p0`` itself at 1/2)."""
+        return null_p0(self.p0, self.load_probability, self.full_every)
+
+
+def coupled_share(q: float, full_every: int = 4) -> float:
+    """The share of a node's timed screening-loop rounds in which one given other node
+    (its co-hosted neighbour) is loaded too, at screening load probability ``q``: of
+    every ``full_every`` rounds one is full (both loaded) and ``full_every - 1`` are
+    screening rounds, where the node is loaded with probability ``q`` and the neighbour,
+    independently, too: ``(1 + (F - 1) q^2) / (1 + (F - 1) q)``, ``F = full_every``
+    (0.70 at 1/2, 0.78 at 2/3 with ``F = 4``; 1 with ``F = 1``). Confirmation rounds
+    are not counted (they load by plan, not by ``q``).
+
+    Raises:
+        ValueError: ``q`` outside (0, 1) or ``full_every < 1``.
+    """
+    if not 0.0 < q < 1.0 or full_every < 1:
+        raise ValueError("need 0 < q < 1 and full_every >= 1")
+    screening = full_every - 1
+    return (1.0 + screening * q * q) / (1.0 + screening * q)
+
+
+def null_p0(p0: float, q: float, full_every: int = 4) -> float:
+    """The capacity test's null late rate at load probability ``q`` for ``p0`` stated
+    at the reference ``q = 1/2`` (module docstring): ``p0 * max(1, coupled_share(q) /
+    coupled_share(1/2))``, at most 1 - 1e-9. A node's late rate is ``a + s (b - a)``
+    with ``a``/``b`` its late probabilities without/with the neighbour loaded (``a <=
+    b``) and ``s`` the coupled share; with ``a + s_half (b - a) <= p0`` its largest value
+    at ``s > s_half`` is ``p0 s / s_half`` (``a = 0``), and at ``s <= s_half`` it is
+    ``p0`` (``a = b``). Exactly ``p0`` at ``q = 1/2``.
+
+    Raises:
+        ValueError: as :func:`coupled_share`.
+    """
+    ratio = coupled_share(q, full_every) / coupled_share(0.5, full_every)
+    return p0 if ratio <= 1.0 else min(p0 * ratio, 1.0 - 1e-9)
 
 
 @dataclass(frozen=True)
@@ -152,7 +209,7 @@ def capacity_test(
     at_strike = bool(timed) and str(timed[0]["verdict"]) in STRIKES
     if not at_strike or len(hits) < cfg.min_strikes:
         return CapacityTest(rounds, strike_rounds, len(timed), len(hits), look, 1.0, 0.0, False)
-    p = strike_p_value(len(timed), len(hits), cfg.p0)
+    p = strike_p_value(len(timed), len(hits), cfg.null_p0)
     level = look_level(look, cfg)
     return CapacityTest(rounds, strike_rounds, len(timed), len(hits), look, p, level, p <= level)
 
@@ -169,11 +226,17 @@ def capacity_evidence(
     ``P(Binomial(n - 1, p0) >= strikes - 1)`` and compare it with
     ``alpha * 6 / (pi^2 (look - min_strikes + 1)^2)``."""
     window = set(test.rounds)
+    # p0: the rate tested (cfg.null_p0); at a load probability other than 1/2 the
+    # configured rate (stated at 1/2) and the round mix that scaled it are kept too
+    basis = ({} if cfg.null_p0 == cfg.p0 else
+             {"p0_at_half": cfg.p0, "load_probability": cfg.load_probability,
+              "full_every": cfg.full_every})  # fmt: skip
     return {
-        "rule": rules.capacity_test(cfg.window, cfg.p0, cfg.alpha, cfg.min_strikes),
+        "rule": rules.capacity_test(cfg.window, cfg.null_p0, cfg.alpha, cfg.min_strikes),
         "window": cfg.window,
         "min_strikes": cfg.min_strikes,
-        "p0": cfg.p0,
+        "p0": cfg.null_p0,
+        **basis,
         "alpha": cfg.alpha,
         "look": test.look,
         "level": test.level,

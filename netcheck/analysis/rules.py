@@ -139,17 +139,30 @@ def answer_failure(window: Any, strikes: Any) -> str:
     )
 
 
-def slow(floor: Any, alpha: Any, min_rounds: Any) -> str:
-    """Rule of ``slow`` flags (netcheck.analysis.slowness)."""
+def slow(floor: Any, alpha: Any, min_rounds: Any, null_rate: Any = None) -> str:
+    """Rule of ``slow`` flags (netcheck.analysis.slowness); ``null_rate``: the sign
+    test's rate under ``H0`` where it is not 1/2 (screening load probability above 1/2)."""
     f = _num(floor, 1.25)
+    rate = _num(null_rate, 0.5)
+    if rate == 0.5:
+        test = (
+            f"was more often above {f:g} times the profile's reference time t_ref (one "
+            "card of the claimed class, one batch) than below it"
+        )
+        share = "in at least half of its rounds"
+    else:
+        test = (
+            f"was above {f:g} times the profile's reference time t_ref (one card of the "
+            f"claimed class, one batch) in more than {rate:.3g} of them (the share of its "
+            "screening rounds that also load any one other node)"
+        )
+        share = f"in at least {1.0 - rate:.3g} of its rounds"
     return (
         "In the screening rounds that loaded it, the node's service time (result arrival "
-        "minus release minus its echo round trip) was more often above "
-        f"{f:g} times the profile's reference time t_ref (one card of the claimed class, "
-        "one batch) than below it, by a one-sided sign test (rounds without a result count "
-        "as above). An honest card of the class, even slowed a little by a co-hosted "
-        f"neighbour in some rounds, takes at most {f:g} t_ref in at least half of its "
-        "rounds; identities sharing one card, each held back to the card's slowest answer "
+        f"minus release minus its echo round trip) {test}, by a one-sided sign test (rounds "
+        "without a result count as above). An honest card of the class, even slowed a "
+        f"little by a co-hosted neighbour in some rounds, takes at most {f:g} t_ref {share}; "
+        "identities sharing one card, each held back to the card's slowest answer "
         "(padding), do not. The test is repeated at every analysis; its level is split "
         f"across the repeats so that it sums to {_num(alpha, 0.01):g} over all of them "
         f"(at least {_count(min_rounds)} rounds per test). "
@@ -203,5 +216,6 @@ def rule_text(kind: str, evidence: Mapping[str, Any], threshold: Any) -> str | N
     if kind == "slow" and evidence.get("stage") == "alone":
         return slow_alone(evidence.get("floor"), evidence.get("alpha"))
     if kind == "slow":
-        return slow(evidence.get("floor"), evidence.get("alpha"), evidence.get("min_rounds"))
+        return slow(evidence.get("floor"), evidence.get("alpha"), evidence.get("min_rounds"),
+                    evidence.get("null_rate"))  # fmt: skip
     return None

@@ -28,7 +28,10 @@ at 1/2, for a third more loaded nodes per round (per unit of GPU work 1/2 is the
 efficient: the information per loaded node is proportional to ``q (1 - q)``). Measured
 at 2/3: more farm pairs found by 32 rounds, but honest co-hosted nodes, whose
 neighbour is then loaded in most of their rounds, drew a capacity and a slow flag (the
-floors of those tests assume about half); so the default stays 1/2.
+floors of those tests assumed about half); so the default stayed 1/2. Since session 9
+those floors follow ``q`` (:func:`netcheck.analysis.lateness.null_p0`,
+:func:`netcheck.analysis.slowness.null_rate`,
+:func:`netcheck.analysis.alone.nominate_floor`).
 """
 
 from __future__ import annotations

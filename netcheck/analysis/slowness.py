@@ -16,15 +16,27 @@ slows an honest node by the benign coupling in *every* such round):
   (:meth:`~netcheck.analysis.timing.TimingRow.service_s`: arrival - release - echo
   RTT); a loaded round without a result counts as above the floor (it delivered
   nothing in time);
-- ``H0``: ``P(ratio > floor) <= 1/2`` in every round — the node's median time is at
-  most ``floor * t_ref`` (``floor`` 1.25: the spread between cards of one class, a few
-  %, plus benign co-hosting coupling of up to 20% in the rounds where a neighbour is
-  loaded too); ``H1``: above. The **sign test**: with ``above`` of ``n`` rounds above
-  the floor, ``p = P(Binomial(n, 1/2) >= above)`` (exact; rounds independent, no
-  assumption on the shape of the noise, so heavy-tailed or bimodal honest timing does
-  not inflate it; Conover, *Practical Nonparametric Statistics*, 3rd ed., §3.4). As for
-  the contention floor (:mod:`netcheck.analysis.confirm`), the floor is the null
-  hypothesis, not a threshold on a point estimate.
+- ``H0``: ``P(ratio > floor) <= 1/2`` in every round of the reference mix (screening
+  load probability ``q = 1/2``) — the node's median time is at most ``floor * t_ref``
+  (``floor`` 1.25: the spread between cards of one class, a few %, plus benign
+  co-hosting coupling of up to 20% in the rounds where a neighbour is loaded too);
+  ``H1``: above. The **sign test**: with ``above`` of ``n`` rounds above the floor,
+  ``p = P(Binomial(n, pi0) >= above)``, ``pi0 = 1/2`` at ``q = 1/2`` (exact; rounds
+  independent, no assumption on the shape of the noise, so heavy-tailed or bimodal
+  honest timing does not inflate it; Conover, *Practical Nonparametric Statistics*,
+  3rd ed., §3.4). As for the contention floor (:mod:`netcheck.analysis.confirm`), the
+  floor is the null hypothesis, not a threshold on a point estimate.
+- **Other load probabilities** (session 9, :func:`null_rate`): the rounds of a node
+  whose co-hosted neighbour is loaded too are a share ``q`` of its screening rounds, so
+  at ``q = 2/3`` an honest card 4% slow coupled 20% has its median there (1.25). The
+  test holds ``H0`` for the same nodes at every ``q`` by testing ``P(ratio > floor) <=
+  pi0 = max(1/2, q)``: with ``A = P(X > floor)`` and ``B = P(c X > floor) >= A`` for
+  the node's time ``X`` without the neighbour and coupling ``c >= 1``, a node in
+  ``H0`` at 1/2 has ``A + B <= 1``, hence ``(1 - q) A + q B <= (1 - q) + (2q - 1) B
+  <= q`` for ``q >= 1/2`` and ``<= 1/2`` for ``q < 1/2``; a node without a neighbour
+  has ``A <= 1/2``. The bound is reached (a card between ``floor / c`` and ``floor``
+  with no noise is above exactly when coupled). It assumes one co-hosted neighbour
+  per node, as the floor does.
 - **Error spending across analyses**: the window is re-tested at every analysis; the
   ``look``-th test of a node runs at ``alpha * 6 / (pi^2 look^2)``, which sums to
   ``alpha`` over all looks, so a node whose median sits at the floor is flagged with
@@ -101,11 +113,27 @@ def spent_level(alpha: float, look: int) -> float:
     return alpha * 6.0 / (math.pi**2 * look**2)
 
 
-def sign_test_p(above: int, n: int) -> float:
-    """One-sided sign test: ``P(Binomial(n, 1/2) >= above)`` (1.0 for ``n == 0``)."""
+def sign_test_p(above: int, n: int, rate: float = 0.5) -> float:
+    """One-sided sign test: ``P(Binomial(n, rate) >= above)`` (1.0 for ``n == 0``);
+    ``rate`` 1/2 but for the screening test at another load probability
+    (:func:`null_rate`)."""
     if n <= 0:
         return 1.0
-    return float(stats.binom.sf(above - 1, n, 0.5))
+    return float(stats.binom.sf(above - 1, n, rate))
+
+
+def null_rate(load_probability: float) -> float:
+    """The screening test's null rate of rounds above the floor at screening load
+    probability ``q``: ``max(1/2, q)`` (module docstring, "Other load probabilities"):
+    the largest ``P(ratio > floor)`` at ``q`` of a node whose median is at most the
+    floor at ``q = 1/2``, with one co-hosted neighbour that only slows it.
+
+    Raises:
+        ValueError: ``load_probability`` outside (0, 1).
+    """
+    if not 0.0 < load_probability < 1.0:
+        raise ValueError("load_probability must be in (0, 1)")
+    return max(0.5, load_probability)
 
 
 @dataclass(frozen=True)
@@ -133,7 +161,8 @@ class SlownessReport:
     """Every tested node of one analysis, with the settings and the reference check
     (``population_median_ratio``: median over tested nodes of their median ratio;
     ``reference_ok``: it is within the floor; ``direct_flags``: the settings' option,
-    rejections are ``slow`` flags by themselves)."""
+    rejections are ``slow`` flags by themselves; ``load_probability``: the screening
+    rounds' ``q``; ``null_rate``: the sign test's rate under ``H0``, :func:`null_rate`)."""
 
     t_ref_s: float
     floor: float
@@ -145,6 +174,8 @@ class SlownessReport:
     reference_ok: bool
     nodes: tuple[NodeSlowness, ...]
     direct_flags: bool = False
+    load_probability: float = 0.5
+    null_rate: float = 0.5
 
     @property
     def flagged(self) -> tuple[NodeSlowness, ...]:
@@ -163,8 +194,9 @@ def _median(ratios: Sequence[float | None]) -> float:
 
 
 def persistent_slowness(
-    stored: StoredRounds, t_ref_s: float, look: int, cfg: SlownessConfig | None = None
-) -> SlownessReport:
+    stored: StoredRounds, t_ref_s: float, look: int, cfg: SlownessConfig | None = None,
+    load_probability: float = 0.5,
+) -> SlownessReport:  # fmt: skip
     """The persistent-slowness test of every node over the ``screening`` rounds of
     ``stored`` (module docstring), as the ``look``-th test (1-based) of these nodes.
     Confirmation rounds with screening coins (:mod:`netcheck.analysis.coins`) are not
@@ -174,16 +206,19 @@ def persistent_slowness(
     neighbour's load). The callers pass a window of screening rounds.
 
     ``t_ref_s``: the profile's reference batch time, seconds (its ``[capacity]`` t(1),
-    else ``deadline.t_ref_s``). Nodes with fewer than ``cfg.min_rounds`` loaded
+    else ``deadline.t_ref_s``). ``load_probability``: the screening rounds' load
+    probability ``q`` (the coordinator's ``screening_load_probability``; rounds stored
+    at an earlier, larger ``q`` are judged at the current one's null). Nodes with fewer than ``cfg.min_rounds`` loaded
     screening rounds are not tested (not in the report).
 
     Raises:
-        ValueError: ``t_ref_s <= 0`` or ``look < 1``.
+        ValueError: ``t_ref_s <= 0``, ``look < 1`` or ``load_probability`` outside (0, 1).
     """
     cfg = cfg or SlownessConfig()
     if not t_ref_s > 0:
         raise ValueError("t_ref_s must be positive")
     level = spent_level(cfg.alpha, look)
+    rate = null_rate(load_probability)
     screening = {r for r in stored.round_ids if stored.kinds.get(r) == RoundKind.SCREENING}
     order = {r: i for i, r in enumerate(stored.round_ids)}
     per_node: dict[str, list[tuple[str, float | None]]] = {}
@@ -206,11 +241,11 @@ def persistent_slowness(
     ok = not pop > cfg.floor
     nodes = []
     for (key, rids, ratios, above), med in zip(tested, medians, strict=True):
-        p = sign_test_p(above, len(ratios))
+        p = sign_test_p(above, len(ratios), rate)
         nodes.append(NodeSlowness(key, rids, ratios, above, len(ratios), med, p, level,
                                   ok and p <= level))  # fmt: skip
     return SlownessReport(t_ref_s, cfg.floor, cfg.alpha, look, level, cfg.min_rounds, pop, ok,
-                          tuple(nodes), cfg.direct_flags)  # fmt: skip
+                          tuple(nodes), cfg.direct_flags, load_probability, rate)  # fmt: skip
 
 
 def slowness_evidence(
@@ -220,10 +255,17 @@ def slowness_evidence(
     raw latencies, the counts and p-value, the population's median ratio, and the
     receipts of those rounds. ``rows``: the node's stored result rows of
     ``node.round_ids``. To re-check: recompute ``service_s / t_ref_s`` from the
-    latencies, count the rounds above ``floor`` and take the binomial tail."""
+    latencies, count the rounds above ``floor`` and take the binomial tail (at
+    ``null_rate`` when the record has one: a load probability other than 1/2)."""
+    rate = report.null_rate
+    basis = ({} if rate == 0.5 else
+             {"load_probability": report.load_probability, "null_rate": rate})  # fmt: skip
     return {
-        "rule": rules.slow(report.floor, report.alpha, report.min_rounds),
-        "test": "one-sided sign test, H0: P(service_s / t_ref_s > floor) <= 1/2 per round",
+        "rule": rules.slow(report.floor, report.alpha, report.min_rounds, rate),
+        "test": f"one-sided sign test, H0: P(service_s / t_ref_s > floor) <= {rate:g} per round"
+        if rate != 0.5
+        else "one-sided sign test, H0: P(service_s / t_ref_s > floor) <= 1/2 per round",
+        **basis,
         "t_ref_s": report.t_ref_s,
         "floor": report.floor,
         "alpha": report.alpha,

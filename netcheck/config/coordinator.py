@@ -93,9 +93,12 @@ class CoordinatorConfig(FileConfig):
     screening_load_probability: float = Field(default=0.5, gt=0, lt=1)
     """Chance that a node is loaded in a (not full) screening round, from the secret
     schedule (netcheck.analysis.schedule). 2/3 gives each pair's contention contrast the
-    least variance per round, but the capacity and alone tests' floors assume honest
-    co-hosted neighbours loaded in about half of the rounds: at 2/3 they flagged honest
-    nodes (docs/detection.md, "Session 8"). Keep 1/2 unless those are re-calibrated."""
+    least variance per round. At 2/3 with the floors calibrated for 1/2 the benchmark
+    flagged honest nodes (docs/detection.md, "Session 8"); since session 9 the capacity
+    test's null, the screening slowness test's null rate and the alone nomination's
+    floor follow this value (netcheck.analysis.lateness.null_p0,
+    netcheck.analysis.slowness.null_rate, netcheck.analysis.alone.nominate_floor;
+    identical at 1/2)."""
     screening_window_rounds: int = Field(default=128, ge=4)
     """Analysis uses the most recent this many screening and full rounds."""
     screening_analyze_every: int = Field(default=16, ge=1)
@@ -148,7 +151,10 @@ class CoordinatorConfig(FileConfig):
     capacity_p0: float = Field(default=0.02, gt=0, lt=1)
     """Capacity test: the late/missing rate per round an honest node of the profile may
     have (the hypothesis tested); above the 1% of honest batch times over the p99 the
-    deadline is calibrated on, for noisier nodes and co-hosted neighbours."""
+    deadline is calibrated on, for noisier nodes and co-hosted neighbours. Stated for
+    ``screening_load_probability`` 1/2; above it the test scales it by the larger share
+    of rounds that load a co-hosted neighbour too (netcheck.analysis.lateness.null_p0:
+    2.22% at 2/3)."""
     capacity_alpha: float = Field(default=0.03, gt=0, lt=1)
     """Capacity test: a node late in ``capacity_p0`` of its rounds is flagged with at
     most this probability over its whole life (the level split across its strikes)."""

@@ -335,7 +335,8 @@ class Screening:
         look = max(self._analyses.get(profile.name, 0) + 1,
                    -(-count // self.config.screening_analyze_every))  # fmt: skip
         self._analyses[profile.name] = look
-        report = persistent_slowness(stored, profile.reference_t_s, look, self.slowness)
+        report = persistent_slowness(stored, profile.reference_t_s, look, self.slowness,
+                                     self.config.screening_load_probability)  # fmt: skip
         ids = await asyncio.to_thread(checks.slowness, self.flags, profile, stored, report)
         return ids, report
 

@@ -15,6 +15,7 @@ from netcheck.analysis.alone import (
     alone_ratios,
     alone_test,
     extend,
+    nominate_floor,
     nomination,
     nomination_p,
     nominees,
@@ -368,3 +369,41 @@ def test_an_attempt_whose_next_window_is_complete_is_followed_at_once() -> None:
     assert not extend(honest, 1, AloneConfig(catch_up_attempts=0), next_short=0)
     with pytest.raises(ValueError):
         AloneConfig(catch_up_attempts=-1)
+
+
+def test_the_nomination_floor_moves_with_the_load_probability() -> None:
+    """1.2 at q = 1/2 and below, 1.2 * 1.2^(1/6) = 1.237 at 2/3; q outside (0, 1)
+    raises; at 1/2 the nomination p is the one before session 9."""
+    assert nominate_floor(CFG, 0.5) == CFG.floor and nominate_floor(CFG, 0.3) == CFG.floor
+    assert nominate_floor(CFG, 2 / 3) == pytest.approx(1.2 * 1.2 ** (1 / 6))
+    assert nominate_floor(AloneConfig(coupling=0.0), 2 / 3) == CFG.floor
+    with pytest.raises(ValueError):
+        nominate_floor(CFG, 1.0)
+    ratios: list[float | None] = [1.3, 1.1, 1.25, None, 1.19, 1.22, 1.4, 1.15, 1.21, 1.3]
+    node = _node("n", ratios)
+    logs = [math.log(r / 1.2) for r in ratios if r is not None]
+    diffs = logs + [max(abs(d) for d in logs) + 1.0]
+    assert nomination_p(node, CFG) == stats.wilcoxon(diffs, alternative="greater").pvalue
+    assert nomination_p(node, CFG, 0.5) == nomination_p(node, CFG)
+
+
+def test_honest_coupled_cards_are_nominated_at_two_thirds_about_as_at_one_half() -> None:
+    """Calibration of the nomination (session 9): honest cards 12% slow with noise 0.05,
+    slowed 20% by a co-hosted neighbour loaded in a share q of their 48 screening rounds.
+    At q = 1/2 the signed-rank test nominates about 40% of them; at q = 2/3 with the
+    floor moved (nominate_floor) about as many (measured 0.44 against 0.42); with the
+    floor of 1/2 (before session 9) almost all (0.97). The sign test at the null rate
+    max(1/2, q) likewise (0.07 against 0.06; 0.74 before)."""
+    rng = np.random.default_rng(21)
+
+    def rate(q: float, at: float, test: str = "signed-rank") -> float:
+        cfg = AloneConfig(nominate_test=test)  # type: ignore[arg-type]
+        coupled = rng.random((400, 48)) < q
+        ratios = 1.12 * np.where(coupled, 1.2, 1.0) * np.exp(0.05 * rng.standard_normal((400, 48)))
+        nodes = [_node(f"n{i}", list(row)) for i, row in enumerate(ratios)]
+        return float(np.mean([nomination_p(n, cfg, at) <= cfg.nominate_p for n in nodes]))
+
+    half, moved, before = rate(0.5, 0.5), rate(2 / 3, 2 / 3), rate(2 / 3, 0.5)
+    assert 0.2 < half < 0.7 and moved < half + 0.12 and before > 0.85
+    assert before > moved + 0.4
+    assert rate(2 / 3, 2 / 3, "sign") <= rate(0.5, 0.5, "sign") + 0.07 < rate(2 / 3, 0.5, "sign")

@@ -100,3 +100,8 @@ def test_the_capacity_settings_come_from_the_config(flags: FlagStore, tmp_path: 
     strict = config(tmp_path, capacity_window=4, capacity_strikes=2, capacity_p0=0.001)
     assert list(play(flags, strict, "b", "..MM")) == [3]
     assert checks.capacity_config(strict).window == 4
+    # capacity_p0 is stated at load probability 1/2; the test scales it for q (session 9)
+    assert checks.capacity_config(strict).null_p0 == 0.001
+    two = checks.capacity_config(config(tmp_path, screening_load_probability=2 / 3))
+    assert (two.p0, two.load_probability, two.full_every) == (0.02, 2 / 3, 4)
+    assert two.null_p0 == pytest.approx(0.02 * (7 / 9) / 0.7)

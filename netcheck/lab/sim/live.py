@@ -149,8 +149,11 @@ class LiveSimulation:
         self.censor_s = self.profile.deadline_s(0.0)
         self.state = _State()
         self.index = 0
+        # the load probability the floors are calibrated for (0.5: before session 9)
+        self._floor_q = cfg.load_probability if cfg.floors_for_q else 0.5
         self._capacity_cfg = CapacityTestConfig(cfg.capacity_window, cfg.capacity_strikes,
-                                                cfg.capacity_p0, cfg.capacity_alpha)  # fmt: skip
+                                                cfg.capacity_p0, cfg.capacity_alpha,
+                                                self._floor_q, cfg.full_every)  # fmt: skip
         self._history = max(cfg.capacity_window, LEGACY_CAPACITY[0])
 
     # -- rounds ----------------------------------------------------------------------
@@ -297,7 +300,7 @@ class LiveSimulation:
         report = None
         if self.cfg.slowness is not None:  # Screening.slowness: look = the analysis index
             report = persistent_slowness(self.stored(coins=False), self.profile.reference_t_s, st.analyses,
-                                         self.cfg.slowness)  # fmt: skip
+                                         self.cfg.slowness, self._floor_q)  # fmt: skip
             # a rejection flags only with direct_flags (or with no alone stage to judge it)
             direct = report.flagged if self.cfg.alone is None else report.direct
             st.slow.update(n.node_key for n in direct)

@@ -65,7 +65,13 @@ class LiveConfig:
     strongest nominations first (as the coordinator's; 0 = no bound, the behaviour
     before it, :mod:`netcheck.analysis.confirm_budget`). ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
     fixed-count rule before it (:data:`LEGACY_CAPACITY`) instead (:class:`Snapshot`
-    ``capacity_legacy`` holds that rule's flags in every run).
+    ``capacity_legacy`` holds that rule's flags in every run). ``floors_for_q``: the
+    capacity test's null rate, the screening slowness test's null rate and the alone
+    nomination account for ``load_probability``, as the coordinator does
+    (:func:`~netcheck.analysis.lateness.null_p0`,
+    :func:`~netcheck.analysis.slowness.null_rate`, :func:`~netcheck.analysis.alone.trimmed`;
+    session 9); False: calibrated for 1/2 whatever ``q`` (the behaviour before, the
+    baseline; the same at ``q = 1/2``).
     """
 
     full_every: int = field(default_factory=lambda: _default("screening_full_every"))
@@ -83,6 +89,7 @@ class LiveConfig:
     capacity_p0: float = field(default_factory=lambda: _fdefault("capacity_p0"))
     capacity_alpha: float = field(default_factory=lambda: _fdefault("capacity_alpha"))
     capacity_legacy: bool = False
+    floors_for_q: bool = True
     detector: DetectorConfig = field(default_factory=DetectorConfig)
     confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
     legacy_confirm: bool = False

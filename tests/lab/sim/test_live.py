@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from netcheck.analysis.alone import AloneConfig
 from netcheck.analysis.coins import held_nodes
 from netcheck.analysis.screening import round_kind
-from netcheck.analysis.slowness import SlownessConfig
+from netcheck.analysis.slowness import SlownessConfig, SlownessReport
+from netcheck.lab.sim import live
 from netcheck.lab.sim.live import LiveConfig, LiveSimulation, legacy_config
 from netcheck.lab.sim.population import Population, PopulationSpec, make_population
 
@@ -46,6 +49,31 @@ def test_capacity_strikes_at_the_real_deadline() -> None:
     cfg = LiveConfig(analyze_every=10**6, capacity_legacy=True)
     legacy = LiveSimulation(pop, cfg, np.random.default_rng(4)).run([16])[-1]
     assert legacy.capacity == legacy.capacity_legacy == snap.capacity_legacy
+
+
+def test_the_floors_follow_the_load_probability_unless_told_not_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At q = 2/3 the simulator holds the capacity test to null_p0 and the slowness
+    report carries q (its null rate and the nomination floor follow), as the
+    coordinator does; ``floors_for_q=False`` keeps the calibration for 1/2 (the
+    baseline)."""
+    pop = make_population(SPEC, np.random.default_rng(3))
+    seen: list[float] = []
+    real = live.persistent_slowness
+
+    def spy(*args: Any) -> SlownessReport:
+        seen.append(args[4])
+        return real(*args)
+
+    monkeypatch.setattr(live, "persistent_slowness", spy)
+    for flag, q_floor in ((True, 2 / 3), (False, 0.5)):
+        seen.clear()
+        cfg = LiveConfig(load_probability=2 / 3, floors_for_q=flag, analyze_every=16)
+        sim = LiveSimulation(pop, cfg, np.random.default_rng(4))
+        assert sim._capacity_cfg.load_probability == q_floor
+        sim.run([16])
+        assert seen == [q_floor]
 
 
 def test_padded_pairs_on_the_claimed_class_are_caught_by_slowness() -> None:
