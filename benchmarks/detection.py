@@ -40,8 +40,11 @@ cycles; the alone stage's sign-test nomination, one alone attempt per analysis);
 session 7 (nomination FDR 0.25, 2 rounds per arm for the mutual test; the "before" of
 session 8); ``s8`` = the end of session 8 (a pair with one testable direction is
 untestable: ``DetectorConfig.mutual_one_way`` off; the "before" of session 9); ``m2`` =
-current defaults with 2 rounds per arm; ``p23`` = current defaults
-with screening load probability 2/3 (``screening_load_probability``); ``info`` = current
+current defaults with 2 rounds per arm; ``p23`` / ``p23c`` = current defaults
+with screening load probability 2/3 (``screening_load_probability``; the floors follow
+q since session 9), ``p23raw`` the same with the floors of 1/2, ``p23c0`` without moving
+the alone nomination floor; ``nobud`` / ``bud192`` ... ``bud6144`` = the confirmation
+budget per analysis off / at that many rounds (``confirm_budget_rounds``); ``info`` = current
 defaults with information look spending (``ConfirmConfig.look_spending``); ``s5a`` =
 current defaults with the mutual test's BH family of every testable pair
 (``DetectorConfig.mutual_fdr_family = "all"``); all measured in the same run. The ``small`` scenarios (6-20 identities) are the populations where a farm is
@@ -287,8 +290,10 @@ CONFIGS: dict[str, Any] = {
     # current defaults but the mutual test needing 2 rounds per arm (session 7): the
     # baseline of DetectorConfig.mutual_min_rounds (FDR 0.75 in both)
     "m2": lambda: LiveConfig(detector=DetectorConfig(mutual_min_rounds=2)),
-    # current defaults with screening load probability 2/3 (measured in session 8, not
-    # the default: the capacity and alone floors assume about 1/2)
+    # current defaults with screening load probability 2/3 (built in session 8, not the
+    # default; since session 9 the floors follow q, so this equals p23c; still not the
+    # default: one honest capacity flag through the whole benchmark, docs/detection.md
+    # "Session 9")
     "p23": lambda: LiveConfig(load_probability=2 / 3),
     # q 2/3 with the floors accounting for it (session 9, helper cal9; the same as p23
     # since then: LiveConfig.floors_for_q is on by default): the capacity null
