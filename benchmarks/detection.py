@@ -533,10 +533,14 @@ def markdown(rows: list[dict[str, Any]], base: str = "s3") -> str:
 def plot(rows: list[dict[str, Any]], path: str) -> None:
     """Small multiples, one panel per farm scenario: farms of 2 found (contention) and
     caught (anything) against screening rounds, each config its own line style; saved
-    to ``path`` (PNG or SVG by its suffix)."""
+    to ``path`` (PNG or SVG by its suffix). Without a farm scenario (e.g. only the
+    false-flag populations) there is nothing to draw: it says so and writes nothing."""
     from matplotlib.figure import Figure
 
     names = list(dict.fromkeys(r["scenario"] for r in rows if r["found2"] == r["found2"]))
+    if not names:
+        print(f"no farm scenario in these rows: no plot written to {path}")
+        return
     configs = sorted(dict.fromkeys(r["config"] for r in rows), key=lambda c: c != "new")
     cols = 5
     fig = Figure(figsize=(3.0 * cols, 2.3 * (-(-len(names) // cols))), layout="constrained")

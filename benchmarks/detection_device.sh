@@ -4,7 +4,8 @@
 # chunk of false-flag seeds, on all cores of a bigger machine (session 4: the device's
 # 16 CPU cores; the GPU is not used). The merged table and goals land in
 # $OUT/detection.txt, the plot in $OUT/detection.png, the parts (JSON per job) and
-# their logs in $OUT/parts.tar.gz (re-merge: detection.py --from-json parts/*.json). Run locally too: PY=.venv/bin/python OUT=/tmp/det bash benchmarks/detection_device.sh
+# their logs in $OUT/parts.tar.gz (re-merge: tar -xzf it, then detection.py --from-json parts/*.json).
+# Exits 1 when a job failed or timed out. Locally (the .venv's python): OUT=/tmp/det bash benchmarks/detection_device.sh
 # Configs: new (defaults) and coins (screening coins in confirmation rounds, off by default; CONFIGS="new s4" for session 5's baseline).
 set -uo pipefail
 . "$(dirname "$0")/device_env.sh"  # PY, PYTHONPATH (wheels on the device)
@@ -42,7 +43,7 @@ echo "$n jobs"
 run_one() {  # job number; its arguments are in $list.tmp.N
   local i=$1; mapfile -d '' -t args < "$OUT/jobs.txt.tmp.$i"
   timeout -k 5 "$LIMIT" "$PY" benchmarks/detection.py "${args[@]:1}" --json "$OUT/parts/$i.json" \
-    > "$OUT/logs/$i.txt" 2>&1 || echo "job $i failed or timed out: ${args[*]:1}"
+    > "$OUT/logs/$i.txt" 2>&1 || { echo "job $i failed or timed out: ${args[*]:1}"; touch "$OUT/failed.$i"; }
 }
 export -f run_one; export OUT PY LIMIT
 start=$(date +%s)
@@ -53,3 +54,6 @@ echo "all jobs in $(( $(date +%s) - start )) s"
 rm -f "$OUT"/jobs.txt.tmp.*
 # one archive instead of hundreds of small files (what comes back from a device is limited)
 tar -C "$OUT" -czf "$OUT/parts.tar.gz" parts logs jobs.txt names.txt && rm -rf "$OUT"/parts "$OUT"/logs
+echo "parts and logs: $OUT/parts.tar.gz (re-merge: tar -xzf it, then detection.py --from-json parts/*.json)"
+failed=$(ls "$OUT"/failed.* 2>/dev/null | wc -l); rm -f "$OUT"/failed.*
+[ "$failed" -eq 0 ] || { echo "$failed jobs failed (their logs are in parts.tar.gz)"; exit 1; }

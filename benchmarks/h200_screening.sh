@@ -6,6 +6,7 @@
 # flags with their evidence and the per-node service times split by co-load.
 #   nvidia-h200:    OUT=$OUT bash benchmarks/h200_screening.sh           (phase s1)
 #   nvidia-h200-x2: OUT=$OUT CARDS=2 bash benchmarks/h200_screening.sh   (phase s)
+# The wheels the device lacks travel in .whl/ (how to make it: benchmarks/device_env.sh).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl .whl/extra/*.whl || exit 1
