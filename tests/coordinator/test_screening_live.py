@@ -14,6 +14,7 @@ import aiohttp
 import pytest
 
 from netcheck.analysis.alone import AloneConfig
+from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.slowness import NodeSlowness, SlownessReport, spent_level
 from netcheck.config import DeadlineParams
 from netcheck.coordinator.alone import confirm_alone
@@ -134,6 +135,12 @@ async def test_capacity_strikes_raise_one_flag(tmp_path: Path) -> None:
 async def test_admin_screening_and_flag_routes(tmp_path: Path) -> None:
     """POST /admin/screening runs screening and full rounds; flags are listed and shown."""
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        # The four in-process nodes share the coordinator's event loop, i.e. one backend:
+        # on a loaded machine their co-loaded rounds really run late, and since session 9
+        # (one testable direction, all-loaded screening rounds kept) three rounds can
+        # nominate and confirm a pair of them (seen once in a full-suite run). This test
+        # is about the routes: contention edges are switched off by an unreachable floor.
+        rc.coord.screening.detector = DetectorConfig(effect_floor=10.0, use_correlation=False)
         await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(4)})
         headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
         base = f"http://127.0.0.1:{rc.port}"
