@@ -21,7 +21,6 @@ Run: ``.venv/bin/python benchmarks/capacity_tail.py --pops 1500 --rounds 512 --s
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -36,28 +35,16 @@ import detection as det  # noqa: E402
 import detection_capacity as dc  # noqa: E402
 
 from netcheck.analysis.lateness import STRIKES, CapacityTestConfig  # noqa: E402
-from netcheck.lab.sim.live import sim_profile  # noqa: E402
 from netcheck.lab.sim.population import make_population  # noqa: E402
 
 
 def histories(sigma: float, seed: int, rounds: int, q: float) -> tuple[list[list[str]], list[bool]]:
-    """Every node's verdicts over ``rounds`` rounds of the live mix, and whether it is
-    co-hosted."""
+    """Every node's verdicts over ``rounds`` rounds of the live mix
+    (:func:`detection_capacity.verdict_histories`), and whether it is co-hosted."""
     spec = det.false_flag_scenario(sigma).spec
-    pop = make_population(spec, np.random.default_rng([seed, 11]))
-    rng = np.random.default_rng([seed, 12])
-    prof = sim_profile(pop, rng)
-    n = len(pop.node_keys)
-    deadline = np.array([prof.deadline_s(float(r)) for r in pop.rtt_s])
-    out: list[list[str]] = [[] for _ in range(n)]
-    for r in range(rounds):
-        bits = np.ones(n, bool) if r % 4 == 3 else rng.random(n) < q
-        s = pop.service_times(bits, rng)
-        el = s + pop.rtt_s + rng.exponential(pop.spec.rtt_jitter_s, n)
-        for i in np.flatnonzero(bits):
-            late = el[i] > deadline[i]
-            out[i].append("missing" if math.isnan(s[i]) else ("late" if late else "pass"))
-    return out, [bool(pop.cohost_of[i] >= 0) for i in range(n)]
+    hs = dc.verdict_histories(spec, seed, rounds, q)
+    pop = make_population(spec, np.random.default_rng([seed, 11]))  # the same population
+    return hs, [bool(pop.cohost_of[i] >= 0) for i in range(len(pop.node_keys))]
 
 
 def one_seed(args: tuple[float, int, int, float, tuple[float, ...]]) -> list[tuple[int, int]]:

@@ -125,9 +125,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def verdict_histories(spec: PopulationSpec, seed: int, rounds: int) -> list[list[str]]:
+def verdict_histories(
+    spec: PopulationSpec, seed: int, rounds: int, q: float = 0.5
+) -> list[list[str]]:
     """EMULATION: each node's verdicts (oldest first) over ``rounds`` rounds of the live
-    round mix (every 4th full, else a fair coin per node), no confirmation rounds."""
+    round mix (every 4th full, else a coin of probability ``q`` per node), no
+    confirmation rounds."""
     pop = make_population(spec, np.random.default_rng([seed, 11]))
     rng = np.random.default_rng([seed, 12])
     prof = sim_profile(pop, rng)
@@ -135,7 +138,7 @@ def verdict_histories(spec: PopulationSpec, seed: int, rounds: int) -> list[list
     deadline = np.array([prof.deadline_s(float(r)) for r in pop.rtt_s])
     out: list[list[str]] = [[] for _ in range(n)]
     for r in range(rounds):
-        bits = np.ones(n, bool) if r % 4 == 3 else rng.random(n) < 0.5
+        bits = np.ones(n, bool) if r % 4 == 3 else rng.random(n) < q
         s = pop.service_times(bits, rng)
         elapsed = s + pop.rtt_s + rng.exponential(pop.spec.rtt_jitter_s, n)
         for i in np.flatnonzero(bits):
