@@ -307,6 +307,17 @@ CONFIGS: dict[str, Any] = {
     # 0): the capacity and screening nulls follow q, the nomination stays at 1.2 (more
     # honest co-hosted nominees judged alone; padded pairs near the floor nominated)
     "p23c0": lambda: LiveConfig(load_probability=2 / 3, alone=AloneConfig(coupling=0.0)),
+    # session 10: the capacity test's null rate for noisy co-hosted honest cards
+    # (capacity_p0 3% / 4% instead of 2%, docs/detection.md "Capacity test"), at load
+    # probability 1/2 ("p3", "p4") and 2/3 with the floors following q ("p23c3",
+    # "p23c4"); "f8": a full round every 8th screening round instead of every 4th (14
+    # screening rounds of 16 instead of 12)
+    "p3": lambda: LiveConfig(capacity_p0=0.03),
+    "p4": lambda: LiveConfig(capacity_p0=0.04),
+    "p23c3": lambda: LiveConfig(load_probability=2 / 3, capacity_p0=0.03),
+    "p23c4": lambda: LiveConfig(load_probability=2 / 3, capacity_p0=0.04),
+    "f8": lambda: LiveConfig(full_every=8),
+    "p23c4f8": lambda: LiveConfig(load_probability=2 / 3, capacity_p0=0.04, full_every=8),
     # current defaults but the session-6 alone stage only (the alone7 change's baseline)
     "s6alone": lambda: LiveConfig(alone=AloneConfig(nominate_test="sign", max_attempts=1)),
     # current defaults but each confirmation look at the share of the cycles it adds
