@@ -5,8 +5,8 @@ What it measures: the power and the cost of a single
 the pairs of a :mod:`benchmarks.detection` scenario's simulated population (rounds
 simulated and read as stored rows, :func:`netcheck.lab.sim.pipeline.confirm_members`),
 for the look-spending rules and caps of the confirmation design (docs/detection.md
-"Confirmation", "Session 7"): ``equal`` = each look at ``1 / looks`` of the level (the
-default), ``information`` = each look at the share of the cycles it adds (measured,
+"Confirmation"; docs/detection-history.md "Session 7"): ``equal`` = each look at
+``1 / looks`` of the level (the default), ``information`` = each look at the share of the cycles it adds (measured,
 not the default); cap 128 (sessions 5-6) or 256 cycles (session 7). The full benchmark (``benchmarks/detection.py``) measures
 these through the whole loop, where one different confirmation changes every random
 draw after it, so its cells differ by a pair or two at random; this one runs every

@@ -1,7 +1,7 @@
 """Benchmark (issue 13, G1): two levers on the nomination of farm pairs, on EMULATED
 populations through the live detection loop (:mod:`netcheck.lab.sim.live`), each alone
 and together; session 8 made both the coordinator's defaults from this measurement
-(docs/detection.md, "Session 8").
+(docs/detection-history.md, "Session 8").
 
 By 32 rounds the farm pairs still missed in the G1 cells were never *suspected*: their
 mutual z after 24 screening rounds sits just under the Benjamini-Hochberg level of the

@@ -190,9 +190,9 @@ def nominate_floor(cfg: AloneConfig, load_probability: float = 0.5) -> float:
     the nomination was set at the reference mix (``q = 1/2``), and the floor moves by
     the difference so that an honest coupled node sits as far from it at any ``q`` (the
     nomination spends no level: this keeps what it costs, alone rounds for honest
-    nodes, as it was; measured in docs/detection.md). Not lowered below 1/2: fewer
-    coupled rounds only lower the ratios. The sign test's exact counterpart is
-    :func:`~netcheck.analysis.slowness.null_rate`.
+    nodes, as it was; measured in docs/detection-history.md, "Session 9"). Not lowered
+    below 1/2: fewer coupled rounds only lower the ratios. The sign test's exact
+    counterpart is :func:`~netcheck.analysis.slowness.null_rate`.
 
     Raises:
         ValueError: ``load_probability`` outside (0, 1).

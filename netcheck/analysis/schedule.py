@@ -20,8 +20,8 @@ fresh, independent bits. The NUL separators make the encoding injective as long 
 neither text contains NUL (checked). Each stored screening round's rule
 (:func:`rule_name`) carries ``q``.
 
-Other values than 1/2 (docs/detection.md, "Session 8"): a pair's contention contrast in
-one direction compares the node's rounds with the partner loaded (``q^2`` of all rounds)
+Other values than 1/2 (docs/detection-history.md, "Session 8"): a pair's contention
+contrast in one direction compares the node's rounds with the partner loaded (``q^2`` of all rounds)
 to those without (``q (1 - q)``), so its variance is proportional to ``1 / (q^2 (1 -
 q))``, smallest at ``q = 2/3``: 19% less variance (9% more z) per screening round than
 at 1/2, for a third more loaded nodes per round (per unit of GPU work 1/2 is the most

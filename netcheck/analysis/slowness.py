@@ -51,8 +51,8 @@ slows an honest node by the benign coupling in *every* such round):
   benchmark's false-flag population), but alone it is at 1.17, under the alone floor.
   ``SlownessConfig.direct_flags`` keeps the behaviour before (a rejection flags).
 
-What escapes (docs/detection.md): a farm whose padded time is within the floor (for
-example two identities on a card of the class at ``beta <= 0.25``, or any farm on a
+What escapes (docs/detection.md, "What escapes, and why"): a farm whose padded time
+is within the floor (for example two identities on a card of the class at ``beta <= 0.25``, or any farm on a
 backend fast enough that ``t_ref * (1 + beta (k - 1)) / f <= floor * t_ref``); a
 plain (unpadded) pair is slow only in the half of its rounds where its sibling is
 loaded, like a co-hosted honest pair, so this test does not see it (contention does).
