@@ -292,8 +292,8 @@ CONFIGS: dict[str, Any] = {
     "m2": lambda: LiveConfig(detector=DetectorConfig(mutual_min_rounds=2)),
     # current defaults with screening load probability 2/3 (built in session 8, not the
     # default; since session 9 the floors follow q, so this equals p23c; still not the
-    # default: one honest capacity flag through the whole benchmark, docs/detection.md
-    # "Session 9")
+    # default: one honest capacity flag through the whole benchmark,
+    # docs/detection-history.md "Session 9")
     "p23": lambda: LiveConfig(load_probability=2 / 3),
     # q 2/3 with the floors accounting for it (session 9, helper cal9; the same as p23
     # since then: LiveConfig.floors_for_q is on by default): the capacity null

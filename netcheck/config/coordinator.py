@@ -94,7 +94,7 @@ class CoordinatorConfig(FileConfig):
     """Chance that a node is loaded in a (not full) screening round, from the secret
     schedule (netcheck.analysis.schedule). 2/3 gives each pair's contention contrast the
     least variance per round. At 2/3 with the floors calibrated for 1/2 the benchmark
-    flagged honest nodes (docs/detection.md, "Session 8"); since session 9 the capacity
+    flagged honest nodes (docs/detection-history.md, "Session 8"); since session 9 the capacity
     test's null, the screening slowness test's null rate and the alone nomination's
     floor follow this value (netcheck.analysis.lateness.null_p0,
     netcheck.analysis.slowness.null_rate, netcheck.analysis.alone.nominate_floor;
@@ -111,8 +111,8 @@ class CoordinatorConfig(FileConfig):
     members pass, or, from its second look, when fewer than 2 are even estimated above
     the floor). At most 4096 (a pair's run of 12,288 rounds; more is a typo, not a
     setting). 256 since session 7 (128 before): looks at 8 ... 256 cycles; pairs whose
-    slowdown sits near the floor pass in one attempt more often (docs/detection.md
-    "Session 7")."""
+    slowdown sits near the floor pass in one attempt more often
+    (docs/detection-history.md "Session 7")."""
     confirm_pool_rounds: int = Field(default=4096, ge=0)
     """Confirmation judges a group on its own rounds plus the earlier confirmation rounds
     that loaded only members of the group, among the this many most recent confirmation
@@ -141,7 +141,7 @@ class CoordinatorConfig(FileConfig):
     linked neighbours) with the screening schedule's coin, and screening reads those
     nodes' cells (docs/screening-in-confirmation.md). Off by default: it raises pairs
     found per *screening* round but multiplies confirmation rounds 2-9 times, and per
-    round of any kind it finds no more (docs/detection.md, session 6)."""
+    round of any kind it finds no more (docs/detection-history.md, "Session 6")."""
     capacity_window: int = Field(default=48, ge=2)
     """Capacity test (docs/detection.md): a node's most recent this many verdicts judged
     against the deadline (``pass``, ``late``, ``missing``) form the window."""
