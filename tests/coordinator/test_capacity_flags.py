@@ -70,8 +70,11 @@ def test_a_node_short_of_capacity_gets_one_flag_with_the_test_evidence(
     """A node late in every full round (and more when its farm-mates are loaded) is
     flagged at its 3rd strike: statistic = the p-value, threshold = the look's level,
     evidence with the rule, the numbers to re-check and the receipts; further strikes
-    in the same window raise nothing new; wrong answers are not timed rounds."""
-    raised = play(flags, config(tmp_path), "short", ".L.W..L.L..M..L")
+    in the same window raise nothing new; wrong answers are not timed rounds. Worked at
+    p0 2% and load probability 1/2 (the defaults before session 10), where the null is
+    p0 itself."""
+    cfg = config(tmp_path, capacity_p0=0.02, screening_load_probability=0.5)
+    raised = play(flags, cfg, "short", ".L.W..L.L..M..L")
     assert list(raised) == [8]
     [fid] = raised[8]
     flag = flags.get_flag(fid)
@@ -97,11 +100,20 @@ def test_the_capacity_settings_come_from_the_config(flags: FlagStore, tmp_path: 
     rounds in a row are."""
     lax = config(tmp_path, capacity_p0=0.2)
     assert play(flags, lax, "a", ".L.W..L.L..M..L") == {}
-    strict = config(tmp_path, capacity_window=4, capacity_strikes=2, capacity_p0=0.001)
+    strict = config(
+        tmp_path, capacity_window=4, capacity_strikes=2, capacity_p0=0.001,
+        screening_load_probability=0.5,
+    )  # fmt: skip
     assert list(play(flags, strict, "b", "..MM")) == [3]
     assert checks.capacity_config(strict).window == 4
     # capacity_p0 is stated at load probability 1/2; the test scales it for q (session 9)
     assert checks.capacity_config(strict).null_p0 == 0.001
-    two = checks.capacity_config(config(tmp_path, screening_load_probability=2 / 3))
+    two = checks.capacity_config(
+        config(tmp_path, screening_load_probability=2 / 3, capacity_p0=0.02)
+    )
     assert (two.p0, two.load_probability, two.full_every) == (0.02, 2 / 3, 4)
     assert two.null_p0 == pytest.approx(0.02 * (7 / 9) / 0.7)
+    # the defaults since session 10: p0 3% at 1/2, load probability 2/3 (3.33% tested)
+    default = checks.capacity_config(config(tmp_path))
+    assert (default.p0, default.load_probability) == (0.03, pytest.approx(2 / 3))
+    assert default.null_p0 == pytest.approx(0.03 * (7 / 9) / 0.7)
