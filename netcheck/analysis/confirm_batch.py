@@ -341,9 +341,14 @@ class ConfirmationBatch:
         return None if self.budget <= 0 else max(self.budget - self.spent, 0)
 
     def stop(self, slot: int, reason: str) -> None:
-        """End run ``slot`` without judging the rest of its block (e.g. a member left);
-        the other runs go on."""
+        """End run ``slot`` without judging the rest of its block (a member left, no node
+        connected, the budget); the other runs go on. The run is closed at its last
+        judged look (:meth:`~netcheck.analysis.confirm_run.ConfirmationRun.close`: the
+        pairs its split phase confirmed there are its flags), whatever the reason: a
+        member leaving after the split phase's first look must not turn a confirmed pair
+        into a cleared record (brk10, session 10)."""
         self.stopped.setdefault(slot, reason)
+        self.runs[slot].close()
 
     def _order(self, slot: int, block: list[set[str]]) -> list[set[str]]:
         if self.secret is None or not block:
@@ -366,7 +371,6 @@ class ConfirmationBatch:
         for slot, block in blocks.items():
             if not fits(len(block), self.remaining):
                 self.stop(slot, BUDGET_SPENT)
-                self.runs[slot].close()
         blocks = {s: self._order(s, b) for s, b in blocks.items() if s not in self.stopped}
         self._rounds = merge_blocks(blocks)
         return list(self._rounds)

@@ -22,8 +22,9 @@ budget of ``B`` rounds (the coordinator's ``confirm_budget_rounds``) the coordin
    budget (:meth:`~netcheck.analysis.confirm_batch.ConfirmationBatch.plan`); shared
    rounds cost the longest block of the step, so the other runs go on. A stopped run
    has judged at least its first look (it started only when that block fitted), so it
-   is ended like a run whose member left: a ``cleared`` record, its attempt counted,
-   its rounds pooled for the next attempt. Stopping without a rejection never raises
+   is closed at that look like any stopped run (a member left, too): the pairs its
+   split phase confirmed there are its flags, else a ``cleared`` record; its attempt
+   counted, its rounds pooled for the next attempt. Stopping without a rejection never raises
    the error; the attempt's looks not taken are simply not spent (power, not error).
 
 The rounds of an analysis's contention confirmation therefore never exceed ``B``

@@ -388,8 +388,10 @@ class ConfirmationRun:
             self._looks_done = 0
 
     def close(self) -> None:
-        """End the run at its last judged look, before :attr:`done` (a confirmation
-        budget stop, :mod:`netcheck.analysis.confirm_budget`): in the split phase the
+        """End the run at its last judged look, before :attr:`done` (any stop of
+        :meth:`~netcheck.analysis.confirm_batch.ConfirmationBatch.stop`: the confirmation
+        budget, :mod:`netcheck.analysis.confirm_budget`, a member leaving, no node
+        connected): in the split phase the
         maximal cliques of the pairs confirmed at that look become its :attr:`flags`, as
         they would at the phase's last look (each pair was rejected at the level that
         look spent, so the bound over looks and attempts holds); in the group phase no

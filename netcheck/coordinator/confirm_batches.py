@@ -18,10 +18,12 @@ reads those nodes' cells (docs/screening-in-confirmation.md).
 
 A member that is not connected when its group would start: the group is not run (no
 round, no record, no attempt spent). A member that leaves while its run is active: that
-run stops before the next shared round, the others go on; if it had judged a look, its
-cleared record is stored (the attempt counts: a node could otherwise leave to get its
-group fresh looks at the same level), else nothing is; its stored rounds still count
-the attempt (:func:`~netcheck.coordinator.group_flags.started_runs`).
+run stops before the next shared round, the others go on; if it had judged a look, it is
+closed there like a run the budget stops (the pairs its split phase confirmed at that
+look are its flags, else a cleared record; the attempt counts: a node could otherwise
+leave to get its group fresh looks at the same level, or to turn a confirmed pair into
+a cleared record), else nothing is stored; its stored rounds still count the attempt
+(:func:`~netcheck.coordinator.group_flags.started_runs`).
 
 With ``confirm_budget_rounds`` (:mod:`netcheck.analysis.confirm_budget`) the groups wait
 strongest first, a group starts only when its first block fits in what is left of the

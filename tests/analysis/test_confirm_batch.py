@@ -270,3 +270,40 @@ def test_honest_pair_beside_a_farm_in_shared_rounds_is_not_flagged() -> None:
     honest, farm = histories(0.1)
     assert honest == 0 and farm >= 190
     assert histories(0.5)[0] >= 150
+
+
+def _split_block(
+    batch: ConfirmationBatch, rng: np.random.Generator, slowed: frozenset[str]
+) -> None:
+    """One shared step: a loaded member is slowed by log 2 in the rounds that load all of
+    ``slowed`` (and nothing else of its run)."""
+    rounds = batch.plan()
+    batch.add([_obs(f"r{batch.spent + i}", r.load,
+                    {k: (math.log(2) if r.load == slowed else 0.0) + rng.normal(0, 0.01)
+                     for k in r.load})
+               for i, r in enumerate(rounds)])  # fmt: skip
+
+
+@pytest.mark.parametrize("reason", ["1 member(s) left", "no node connected"])
+def test_a_stopped_run_keeps_the_pairs_its_split_phase_confirmed(reason: str) -> None:
+    """A run stopped for any reason (a member left, no node connected) ends like one the
+    budget stops: closed at its last judged look, the pairs its split phase confirmed
+    there are its flags. Before, only the budget stop closed a run; a farm member that
+    left after the split phase's first look (a-b confirmed, the third member c
+    keeping the phase open) turned its confirmed pair into a cleared record."""
+    rng = np.random.default_rng(3)
+    run = ConfirmationRun(("a", "b", "c"), 8, 32)
+    batch = ConfirmationBatch([run], "p/r/0", SECRET)
+    _split_block(batch, rng, frozenset("abc"))
+    assert run.phase == "split" and not run.done
+    _split_block(batch, rng, frozenset("ab"))
+    assert not run.done and run.flags == []
+    batch.stop(0, reason)
+    assert run.done and run.flags == [("a", "b")]
+    assert batch.active == [] and batch.stopped == {0: reason}
+
+    fresh = ConfirmationRun(("d", "e"), 8, 32)  # stopped before its first look: no result
+    idle = ConfirmationBatch([fresh], "p/r/1", SECRET)
+    idle.plan()
+    idle.stop(0, reason)
+    assert not fresh.done and fresh.group_result is None and idle.active == []

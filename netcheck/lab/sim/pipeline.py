@@ -180,7 +180,8 @@ def run_screening(
     keys = population.node_keys
     mat = log_service_matrix(screening.rows, keys, screening.round_ids, deadline_s)
     polish = median_polish(mat.y, col_prior_cells=cfg.detector.round_prior_cells)
-    detection = detect(polish.residuals, mat.loaded, keys, cfg.detector, mat.censored)
+    no_full = np.zeros(len(mat.round_ids), dtype=bool)  # screening rounds only, by rule
+    detection = detect(polish.residuals, mat.loaded, keys, cfg.detector, mat.censored, no_full)
     results = []
     spent = 0
     for group in detection.groups:

@@ -25,3 +25,15 @@ def test_all_honest_population_has_no_flags() -> None:
     report = run_screening(make_population(spec, rng), 64, PipelineConfig(), rng)
     assert all(c.verdict == "cleared" for c in report.confirmations)
     assert report.metrics.false_flags == ()
+
+
+def test_two_identities_on_one_backend_are_found() -> None:
+    """n = 2, one farm of 2: the pipeline's rounds are all screening rounds (no full
+    round), so the both-loaded rounds (the contention arm itself) must stay in the
+    detector's input; dropping every all-loaded round (``detect`` without
+    ``full_rounds``) left the pair untestable (session 9's fix, in the lab pipeline)."""
+    spec = PopulationSpec(n_nodes=2, farm_sizes=(2,), cohosted_pairs=0)
+    rng = np.random.default_rng(13)
+    report = run_screening(make_population(spec, rng), 32, PipelineConfig(), rng)
+    assert report.metrics.screened_by_size == {2: (1, 1)}
+    assert report.metrics.found_by_size == {2: (1, 1)}
