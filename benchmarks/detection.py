@@ -307,10 +307,13 @@ CONFIGS: dict[str, Any] = {
     # 0): the capacity and screening nulls follow q, the nomination stays at 1.2 (more
     # honest co-hosted nominees judged alone; padded pairs near the floor nominated)
     "p23c0": lambda: LiveConfig(load_probability=2 / 3, alone=AloneConfig(coupling=0.0)),
+    # the defaults at the end of session 9 (the "before" of session 10, same run): load
+    # probability 1/2, capacity_p0 2%
+    "s9": lambda: LiveConfig(load_probability=0.5, capacity_p0=0.02),
     # session 10: the capacity test's null rate for noisy co-hosted honest cards
     # (capacity_p0 3% / 4% instead of 2%, docs/detection.md "Capacity test"), at load
-    # probability 1/2 ("p3", "p4") and 2/3 with the floors following q ("p23c3",
-    # "p23c4"); "f8": a full round every 8th screening round instead of every 4th (14
+    # probability 1/2 ("p3", "p4") and 2/3 with the floors following q ("p23c3" = the
+    # defaults since session 10, "p23c4"); "f8": a full round every 8th screening round instead of every 4th (14
     # screening rounds of 16 instead of 12)
     "p3": lambda: LiveConfig(capacity_p0=0.03),
     "p4": lambda: LiveConfig(capacity_p0=0.04),
