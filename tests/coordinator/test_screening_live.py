@@ -104,7 +104,12 @@ async def test_capacity_strikes_raise_one_flag(tmp_path: Path) -> None:
     """Missing results raise one capacity flag (the capacity test: 2 strikes in a row
     at p0 = 0.001), not one per round."""
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
-        update = {"capacity_window": 3, "capacity_strikes": 2, "capacity_p0": 0.001}
+        update = {
+            "capacity_window": 3,
+            "capacity_strikes": 2,
+            "capacity_p0": 0.001,
+            "screening_load_probability": 0.5,
+        }  # the null is p0 itself at q 1/2
         cfg = rc.coord.config.model_copy(update=update)
         rc.coord.config = rc.coord.screening.config = cfg
         keys = await _join(rc, {"bad": Failing(), "ok": MadeUpWorker(FP, T)})
