@@ -126,7 +126,9 @@ class CoordinatorConfig(FileConfig):
     confirm_budget_rounds: int = Field(default=6144, ge=0, le=1_000_000)
     """Confirmation rounds one analysis may run for its suspect groups (shared rounds, as
     run; the alone stage of slowness nominees is not counted); 0 = no bound. The groups
-    are served strongest first (their screening evidence above the effect floor); a
+    are served longest-waiting first (analyses their pairs were left unserved in a row,
+    kept in memory: a restart resets it), then strongest first (their screening
+    evidence above the effect floor; decoys cannot starve a pair for ever); a
     group whose first look does not fit is left for the next analysis (no round, no
     attempt spent), a running group whose next look does not fit is stopped at its last
     look (the pairs its split phase confirmed there are flagged, else a cleared record;
