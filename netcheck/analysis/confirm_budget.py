@@ -53,7 +53,11 @@ pair is unserved in every analysis (16 decoy pairs, 10 of 10 analyses), and an
 unserved group spends no attempt, so nothing ever accrues. Ordering first by the
 analyses waited serves the real pair once the groups that waited as long or longer are
 served: within about (decoy groups kept nominated) / (groups served per analysis)
-analyses, a bound the farm pays for in identities, not never. With nothing waited
+analyses, a bound the farm pays for in identities, not never (review brk10's attack
+through this planner, 4 seeds, 8 analyses: a hub with 16 decoy spokes, or 16 linked
+decoy pairs, or two linked decoy groups of 15: served and confirmed in analysis 2,
+never by the margin alone; hub + 32: analysis 3-4; hub + 64: analysis 6;
+tests/analysis/test_confirm_aging.py). With nothing waited
 (every first analysis, and every analysis whose budget served all) the order is the
 margin order as before.
 
