@@ -336,6 +336,10 @@ CONFIGS: dict[str, Any] = {
     "bud1536": lambda: LiveConfig(confirm_budget_rounds=1536),
     "bud3072": lambda: LiveConfig(confirm_budget_rounds=3072),
     "bud6144": lambda: LiveConfig(confirm_budget_rounds=6144),
+    # session 10 (helper age10): within the budget the groups that waited longest first
+    # (netcheck.analysis.confirm_budget "Why aging"); "noage" = strongest first only,
+    # the order before it (the baseline)
+    "noage": lambda: LiveConfig(confirm_aging=False),
 }
 
 

@@ -1,4 +1,5 @@
-"""A confirmation budget per analysis, strongest nominations first (pure planner).
+"""A confirmation budget per analysis, longest-waiting then strongest nominations first
+(pure planner).
 
 docs/detection.md "Confirmation". Screening nominates suspect groups at a loose level
 (``DetectorConfig.mutual_fdr``) and every nomination used to be confirmed at once, so
@@ -9,9 +10,11 @@ budget of ``B`` rounds (the coordinator's ``confirm_budget_rounds``) the coordin
 (:mod:`netcheck.coordinator.confirm_batches`) and the simulator
 (:mod:`netcheck.lab.sim.live`) both:
 
-1. order the suspect groups by :func:`group_strength` (:func:`confirmation_order`),
-   strongest first, ties in the detector's order; the batch admits them in that order
-   (:func:`~netcheck.analysis.confirm_batch.admit`);
+1. order the suspect groups by the analyses they have waited (:func:`group_wait`, see
+   "Why aging" below), longest first, then by :func:`group_strength`, strongest first,
+   ties in the detector's order (:func:`confirmation_order`); the batch admits them in
+   that order (:func:`~netcheck.analysis.confirm_batch.admit`); after the analysis
+   :func:`next_waits` counts one more wait for the pairs left unserved;
 2. start a group only when its first block fits in what is left of the budget
    (:func:`first_block_rounds`); one that does not fit is **unserved**: no round, no
    record, so no attempt and no look is spent on it (attempts are counted from the
@@ -39,17 +42,59 @@ z) would serve first the pairs an operator makes slow each other *exactly at the
 floor* (a large z, review5: they cost confirmation rounds and can never be
 confirmed), and honest co-hosted pairs nominated by a noisy estimate just above the
 floor; a real farm's slowdown (about log 1.5 at beta 0.5) is far above it.
+
+**Why aging** (review brk10, "budget starvation"). The margin is screening evidence a
+farm shapes for its own identities. Decoy groups that slow each other strongly in
+screening (large margins) but exactly at the floor in confirmation rounds (which a farm
+with 3+ identities recognises: only group members are loaded), all sharing a hub
+identity or loosely linked to the real pair (so :func:`admit` never starts the real
+pair beside a running decoy), spend every analysis's budget: by margin alone the real
+pair is unserved in every analysis (16 decoy pairs, 10 of 10 analyses), and an
+unserved group spends no attempt, so nothing ever accrues. Ordering first by the
+analyses waited serves the real pair once the groups that waited as long or longer are
+served: within about (decoy groups kept nominated) / (groups served per analysis)
+analyses, a bound the farm pays for in identities, not never (review brk10's attack
+through this planner, 4 seeds, 8 analyses: a hub with 16 decoy spokes, or 16 linked
+decoy pairs, or two linked decoy groups of 15: served and confirmed in analysis 2,
+never by the margin alone; hub + 32: analysis 3-4; hub + 64: analysis 6;
+tests/analysis/test_confirm_aging.py). With nothing waited
+(every first analysis, and every analysis whose budget served all) the order is the
+margin order as before.
+
+**Matching a waiting group across analyses: by pair.** The state is a count per node
+pair (:data:`PairWaits`): after each analysis every pair of a group left unserved by
+the budget counts one more analysis, unless some group holding that pair was dealt
+with otherwise (started, already flagged, a member not connected); every other pair
+drops out (served, or no longer nominated: the count is of *consecutive* analyses). A
+group waits as long as its longest-waiting pair (:func:`group_wait`). Group membership
+moves between analyses (a member added or lost with an edge, two cliques merged or
+split); matching by the exact member set would reset the wait whenever the detector
+(or a farm adding a decoy edge to its real pair's group) changes the set, while a pair
+keeps its count through any regrouping that still nominates it. The price: a decoy
+added to a waiting group rides on its wait; that group is then served, real pair
+included (its split phase tests each pair).
+
+The counts live in memory only (the coordinator's
+:class:`~netcheck.coordinator.detection.Screening`, per profile; the simulator's
+state): a coordinator restart resets the priorities to the margin order. That loses
+no evidence and spends no attempt (those come from stored records); it only restarts
+the aging.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from netcheck.analysis.detector_config import Edge, SuspectGroup
 
 #: ``GroupOutcome.reason`` / the stop reason of work left for the next analysis.
 BUDGET_SPENT = "confirmation budget spent"
+
+#: Consecutive analyses a node pair (a two-key frozenset) has waited unserved in a
+#: nominated group (module docstring "Matching"); a pair absent has waited none.
+PairWaits = Mapping[frozenset[str], int]
 
 
 def edge_margin(edge: Edge) -> float:
@@ -72,11 +117,42 @@ def group_strength(group: SuspectGroup) -> float:
     return max((edge_margin(e) for e in group.edges), default=-math.inf)
 
 
-def confirmation_order(groups: Sequence[SuspectGroup]) -> list[int]:
-    """Indices of ``groups`` by :func:`group_strength`, strongest first; equal
-    strengths keep the detector's order (a stable sort)."""
+def group_pairs(members: Sequence[str]) -> set[frozenset[str]]:
+    """The node pairs of a group's ``members`` (two-key frozensets)."""
+    return {frozenset(p) for p in itertools.combinations(sorted(set(members)), 2)}
+
+
+def group_wait(members: Sequence[str], waits: PairWaits) -> int:
+    """Analyses the group has waited: the largest count among its pairs (0 if none
+    waited)."""
+    return max((waits.get(p, 0) for p in group_pairs(members)), default=0)
+
+
+def confirmation_order(groups: Sequence[SuspectGroup], waits: PairWaits | None = None) -> list[int]:
+    """Indices of ``groups`` by :func:`group_wait` in ``waits`` (None or empty:
+    nothing waited), longest first, then by :func:`group_strength`, strongest first;
+    equal keys keep the detector's order (a stable sort). With nothing waited this is
+    the margin order alone."""
+    waited = [group_wait(g.members, waits) if waits else 0 for g in groups]
     strength = [group_strength(g) for g in groups]
-    return sorted(range(len(groups)), key=lambda i: -strength[i])
+    return sorted(range(len(groups)), key=lambda i: (-waited[i], -strength[i]))
+
+
+def next_waits(
+    groups: Sequence[Sequence[str]], unserved: Collection[int], waits: PairWaits
+) -> dict[frozenset[str], int]:
+    """The wait counts after an analysis that nominated ``groups`` (member sequences)
+    and left the indices ``unserved`` unserved by the budget: each pair of an unserved
+    group waited one more analysis than in ``waits``, unless a group outside
+    ``unserved`` holds it too (it was served, or set aside otherwise); every other pair
+    is dropped (module docstring "Matching")."""
+    left = set(unserved)
+    dealt = set().union(*(group_pairs(g) for i, g in enumerate(groups) if i not in left))
+    out: dict[frozenset[str], int] = {}
+    for i in sorted(left):
+        for p in group_pairs(groups[i]) - dealt:
+            out[p] = waits.get(p, 0) + 1
+    return out
 
 
 def first_block_rounds(size: int, cycles: int) -> int:

@@ -33,16 +33,22 @@ Test (per node, run when one of its rounds ends ``late`` or ``missing``):
 
 **The null under the load probability** (session 9): ``p0`` is stated for the
 reference round mix, screening rounds loading each node with probability ``q = 1/2``
-(:func:`null_p0`). An honest node is late more often in the rounds in which its
+and every 4th round full (:data:`REFERENCE_Q`, :data:`REFERENCE_FULL_EVERY`: the mix
+the premise about honest cards was calibrated at; :func:`null_p0`). An honest node is late more often in the rounds in which its
 co-hosted neighbour is loaded too (benign coupling; the deadline is calibrated on cards
 alone), and the share of its timed rounds in which that neighbour is loaded grows with
-``q`` (:func:`coupled_share`: 0.70 at 1/2, 0.78 at 2/3, every 4th round full). The test
-runs at ``null_p0 = p0 * max(1, coupled_share(q) / coupled_share(1/2))``: every node
-whose late rate under the reference mix is at most ``p0``, and whose rounds with the
-neighbour loaded are at least as late as those without, is late in at most ``null_p0``
-of its rounds at ``q`` (the bound is reached by a node late only when coupled), so the
-lifetime bound ``alpha`` holds for the same nodes at every ``q``. At ``q = 1/2`` it is
-``p0`` exactly.
+``q`` and with the share of full rounds (:func:`coupled_share`: 0.70 at 1/2, 0.78 at
+2/3, every 4th round full; 0.61 / 0.73 every 8th, 0.83 at 1/2 every 2nd). The test runs
+at ``null_p0 = p0 * max(1, coupled_share(q, F) / coupled_share(1/2, 4))``, ``F`` the
+deployment's ``screening_full_every``: every node whose late rate under the reference
+mix is at most ``p0``, and whose rounds with the neighbour loaded are at least as late
+as those without, is late in at most ``null_p0`` of its rounds at ``(q, F)`` (the
+bound is reached by a node late only when coupled), so the lifetime bound ``alpha``
+holds for the same nodes at every mix. At ``q = 1/2`` with ``F = 4`` it is ``p0``
+exactly. (Session 9 divided by ``coupled_share(1/2, F)``, the deployment's own
+cadence: ``p0`` stated at ``F``, not at the calibration's 4. That tested 15% looser at
+``F = 8``, ``q = 2/3`` and was anti-conservative below ``F = 4``: 2.00% instead of
+2.38% at ``F = 2``; review brk10.)
 
 A farm identity late in a quarter of its rounds reaches ``p`` below the level within a
 few strikes (3 strikes among 8 verdicts at the first look: ``p`` = 0.008 <= 0.018);
@@ -102,8 +108,16 @@ class CapacityTestConfig:
     @property
     def null_p0(self) -> float:
         """The late rate the test holds the node to: :func:`null_p0` of ``p0`` at
-        ``load_probability`` and ``full_every`` (``p0`` itself at 1/2)."""
+        ``load_probability`` and ``full_every`` (``p0`` itself at 1/2 with every 4th
+        round full)."""
         return null_p0(self.p0, self.load_probability, self.full_every)
+
+
+#: The reference round mix ``capacity_p0`` is stated at (module docstring): screening
+#: rounds load each node with probability 1/2 ...
+REFERENCE_Q = 0.5
+#: ... and every 4th round is full (``screening_full_every`` 4, the calibration's).
+REFERENCE_FULL_EVERY = 4
 
 
 def coupled_share(q: float, full_every: int = 4) -> float:
@@ -125,18 +139,21 @@ def coupled_share(q: float, full_every: int = 4) -> float:
 
 
 def null_p0(p0: float, q: float, full_every: int = 4) -> float:
-    """The capacity test's null late rate at load probability ``q`` for ``p0`` stated
-    at the reference ``q = 1/2`` (module docstring): ``p0 * max(1, coupled_share(q) /
-    coupled_share(1/2))``, at most 1 - 1e-9. A node's late rate is ``a + s (b - a)``
-    with ``a``/``b`` its late probabilities without/with the neighbour loaded (``a <=
-    b``) and ``s`` the coupled share; with ``a + s_half (b - a) <= p0`` its largest value
-    at ``s > s_half`` is ``p0 s / s_half`` (``a = 0``), and at ``s <= s_half`` it is
-    ``p0`` (``a = b``). Exactly ``p0`` at ``q = 1/2``.
+    """The capacity test's null late rate at load probability ``q`` with every
+    ``full_every``-th round full, for ``p0`` stated at the reference mix (``q = 1/2``,
+    every 4th round full; module docstring): ``p0 * max(1, coupled_share(q, full_every)
+    / coupled_share(1/2, 4))``, at most 1 - 1e-9. A node's late rate is ``a + s (b -
+    a)`` with ``a``/``b`` its late probabilities without/with the neighbour loaded (``a
+    <= b``) and ``s`` the coupled share; with ``a + s_ref (b - a) <= p0`` its largest
+    value at ``s > s_ref`` is ``p0 s / s_ref`` (``a = 0``), and at ``s <= s_ref`` it is
+    ``p0`` (``a = b``). Exactly ``p0`` at the reference mix; at ``q = 2/3``: 1.11 ``p0``
+    every 4th round full, 1.04 ``p0`` every 8th; at ``q = 1/2`` every 2nd: 1.19 ``p0``.
 
     Raises:
         ValueError: as :func:`coupled_share`.
     """
-    ratio = coupled_share(q, full_every) / coupled_share(0.5, full_every)
+    reference = coupled_share(REFERENCE_Q, REFERENCE_FULL_EVERY)
+    ratio = coupled_share(q, full_every) / reference
     return p0 if ratio <= 1.0 else min(p0 * ratio, 1.0 - 1e-9)
 
 
@@ -226,8 +243,9 @@ def capacity_evidence(
     ``P(Binomial(n - 1, p0) >= strikes - 1)`` and compare it with
     ``alpha * 6 / (pi^2 (look - min_strikes + 1)^2)``."""
     window = set(test.rounds)
-    # p0: the rate tested (cfg.null_p0); at a load probability other than 1/2 the
-    # configured rate (stated at 1/2) and the round mix that scaled it are kept too
+    # p0: the rate tested (cfg.null_p0); at a round mix that scales it the configured
+    # rate (stated at the reference mix: 1/2, every 4th round full; the key's name is
+    # from session 9) and the mix that scaled it are kept too
     basis = ({} if cfg.null_p0 == cfg.p0 else
              {"p0_at_half": cfg.p0, "load_probability": cfg.load_probability,
               "full_every": cfg.full_every})  # fmt: skip

@@ -126,7 +126,9 @@ class CoordinatorConfig(FileConfig):
     confirm_budget_rounds: int = Field(default=6144, ge=0, le=1_000_000)
     """Confirmation rounds one analysis may run for its suspect groups (shared rounds, as
     run; the alone stage of slowness nominees is not counted); 0 = no bound. The groups
-    are served strongest first (their screening evidence above the effect floor); a
+    are served longest-waiting first (analyses their pairs were left unserved in a row,
+    kept in memory: a restart resets it), then strongest first (their screening
+    evidence above the effect floor; decoys cannot starve a pair for ever); a
     group whose first look does not fit is left for the next analysis (no round, no
     attempt spent), a running group whose next look does not fit is stopped at its last
     look (the pairs its split phase confirmed there are flagged, else a cleared record;
@@ -153,9 +155,10 @@ class CoordinatorConfig(FileConfig):
     """Capacity test: the late/missing rate per round an honest node of the profile may
     have (the hypothesis tested); above the 1% of honest batch times over the p99 the
     deadline is calibrated on, for noisier nodes and co-hosted neighbours. Stated for
-    ``screening_load_probability`` 1/2; above it the test scales it by the larger share
-    of rounds that load a co-hosted neighbour too (netcheck.analysis.lateness.null_p0:
-    3.33% at 2/3). 3% since session 10 (2% before): noisy co-hosted honest cards are
+    ``screening_load_probability`` 1/2 and a full round every 4th
+    (``screening_full_every`` 4); at a mix whose rounds load a co-hosted neighbour too
+    more often the test scales it by that share (netcheck.analysis.lateness.null_p0:
+    3.33% at 2/3 every 4th, 3.11% at 2/3 every 8th, 3.57% at 1/2 every 2nd). 3% since session 10 (2% before): noisy co-hosted honest cards are
     late more often than 2% (expected honest capacity flags per 1,000 analyses at
     sigma_w 0.15: 0.18 at 2%, 0.06 at 3%; docs/detection.md "Capacity test")."""
     capacity_alpha: float = Field(default=0.03, gt=0, lt=1)

@@ -91,8 +91,9 @@ def result_sharing(
 
 def capacity_config(config: CoordinatorConfig) -> CapacityTestConfig:
     """The capacity test's settings from the coordinator's ``capacity_*`` fields and its
-    screening round mix (``capacity_p0`` is stated at load probability 1/2 and scaled
-    for ``screening_load_probability``: :func:`~netcheck.analysis.lateness.null_p0`)."""
+    screening round mix (``capacity_p0`` is stated at load probability 1/2 with every
+    4th round full and scaled for ``screening_load_probability`` and
+    ``screening_full_every``: :func:`~netcheck.analysis.lateness.null_p0`)."""
     return CapacityTestConfig(config.capacity_window, config.capacity_strikes,
                               config.capacity_p0, config.capacity_alpha,
                               config.screening_load_probability,

@@ -26,7 +26,9 @@ a cleared record), else nothing is stored; its stored rounds still count the att
 (:func:`~netcheck.coordinator.group_flags.started_runs`).
 
 With ``confirm_budget_rounds`` (:mod:`netcheck.analysis.confirm_budget`) the groups wait
-strongest first, a group starts only when its first block fits in what is left of the
+longest-waiting first (the analyses their pairs were left unserved in a row, counted by
+the caller in memory, :func:`~netcheck.analysis.confirm_budget.next_waits` over
+:func:`unserved`), then strongest first, a group starts only when its first block fits in what is left of the
 budget (else it is not run: reason ``confirmation budget spent``, no round, no record,
 no attempt), and a running group whose next block does not fit is stopped like a run
 whose member left (it has judged its first look: a cleared record, the attempt counts).
@@ -44,6 +46,7 @@ from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
 from netcheck.analysis.confirm_budget import (
     BUDGET_SPENT,
+    PairWaits,
     confirmation_order,
     first_block_rounds,
     fits,
@@ -128,11 +131,21 @@ class GroupOutcome:
         return out
 
 
+def unserved(outcomes: Sequence[GroupOutcome]) -> list[int]:
+    """Indices of the ``outcomes`` (one per group, in order) that the budget left
+    unserved: not run, reason ``confirmation budget spent``, never started."""
+    return [i for i, res in enumerate(outcomes)
+            if res.run is None and res.reason == BUDGET_SPENT and not res.stopped]  # fmt: skip
+
+
 async def confirm_groups(
     screening: ConfirmHost, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
     analysis: Analysis, *, batching: bool, progress: ConfirmProgress | None = None,
+    waits: PairWaits | None = None,
 ) -> list[GroupOutcome]:  # fmt: skip
-    """Confirm ``groups`` in shared rounds (module docstring): they wait strongest first
+    """Confirm ``groups`` in shared rounds (module docstring): they wait longest-waiting
+    first by ``waits`` (the pairs' counts of analyses left unserved; None: nothing
+    waited), then strongest first
     (:func:`~netcheck.analysis.confirm_budget.confirmation_order`, ties in detector
     order); at each step boundary the waiting groups that share no node and no link (a
     detector edge of ``analysis`` or a loose screening link,
@@ -157,7 +170,7 @@ async def confirm_groups(
     batch = ConfirmationBatch([], f"{profile.name}/{newest}", screening.secret if batching else None,
                               screening.secret if config.confirm_coins else None,
                               links, budget=config.confirm_budget_rounds)  # fmt: skip
-    pending = confirmation_order(groups)
+    pending = confirmation_order(groups, waits)
     group_of: dict[int, int] = {}  # batch slot -> group index
     finished: set[int] = set()
     schedules: dict[str, dict[str, bool]] = {}

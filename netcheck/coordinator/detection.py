@@ -21,8 +21,10 @@ them to live rounds and to storage:
    (:func:`plan_confirmation`), judged by :func:`judge_confirmation` after every
    ``confirm_cycles`` cycles until confirmed or ``confirm_max_cycles``; disjoint groups
    of one analysis share rounds (``confirm_batching``, docs/confirmation-batches.md),
-   strongest nominations first within ``confirm_budget_rounds`` per analysis
-   (:mod:`netcheck.analysis.confirm_budget`; the rest waits for the next analysis); a
+   longest-waiting then strongest nominations first within ``confirm_budget_rounds``
+   per analysis (:mod:`netcheck.analysis.confirm_budget`; the rest waits for the next
+   analysis, its pairs' wait counts kept in memory per profile, so a restart resets
+   them to the margin order and nothing else); a
    confirmed group becomes a ``shared-backend`` flag, an unconfirmed one a ``cleared``
    record (it stays in screening).
 4. **Persistent slowness** after every analysis, over the same window
@@ -53,7 +55,7 @@ from netcheck.analysis.confirm import (
     ConfirmationObservation,
     ConfirmConfig,
 )
-from netcheck.analysis.confirm_budget import BUDGET_SPENT
+from netcheck.analysis.confirm_budget import BUDGET_SPENT, next_waits
 from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import MIN_SECRET_BYTES, rule_name
@@ -68,7 +70,12 @@ from netcheck.analysis.slowness import SlownessConfig, SlownessReport, persisten
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator import checks
 from netcheck.coordinator.alone import confirm_alone, slow_nodes
-from netcheck.coordinator.confirm_batches import ALREADY_FLAGGED, confirm_groups
+from netcheck.coordinator.confirm_batches import (
+    ALREADY_FLAGGED,
+    GroupOutcome,
+    confirm_groups,
+    unserved,
+)
 from netcheck.coordinator.group_flags import (
     prior_observations,
     shared_flags,
@@ -127,6 +134,8 @@ class Screening:
         self.slowness = SlownessConfig()
         self.alone = AloneConfig()
         self._analyses: dict[str, int] = {}
+        # per profile: analyses each node pair's group waited unserved (in memory only)
+        self.waits: dict[str, dict[frozenset[str], int]] = {}
         self.lock = asyncio.Lock()
         self._index: dict[str, int] = {}
         self._timer: asyncio.Task[None] | None = None
@@ -304,17 +313,16 @@ class Screening:
             profile.name, summary["n_nodes"], summary["n_rounds"], len(summary["edges"]),
             len(summary["groups"]),
         )  # fmt: skip
-        outcomes = await confirm_groups(self, profile, analysis.detection.groups, stored, analysis,
-                                        batching=self.config.confirm_batching,
-                                        progress=confirming)  # fmt: skip
-        unserved = sum(res.run is None and res.reason == BUDGET_SPENT for res in outcomes)
+        outcomes = await self.confirm_waiting(profile, analysis.detection.groups, stored,
+                                              analysis, confirming)  # fmt: skip
+        left = len(unserved(outcomes))
         for res in outcomes:
             if res.run is None and res.reason not in (ALREADY_FLAGGED, BUDGET_SPENT):
                 log.warning("confirmation of %s not run: %s", res.group.members, res.reason)
             flag_ids.extend(res.ids)
-        if unserved:
+        if left:
             log.info("screening analysis %s: %d suspect groups left for the next analysis (%s, "
-                     "confirm_budget_rounds = %d)", profile.name, unserved, BUDGET_SPENT,
+                     "confirm_budget_rounds = %d)", profile.name, left, BUDGET_SPENT,
                      self.config.confirm_budget_rounds)  # fmt: skip
         confirmations = [res.as_dict() for res in outcomes]
         skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
@@ -322,6 +330,24 @@ class Screening:
                                         skip, screened.results, confirming)  # fmt: skip
         return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
                 "flag_ids": flag_ids}  # fmt: skip
+
+    async def confirm_waiting(
+        self, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
+        analysis: Analysis, progress: ConfirmProgress | None = None,
+    ) -> list[GroupOutcome]:  # fmt: skip
+        """One analysis's :func:`confirm_groups`, longest-waiting first by the profile's
+        wait counts (:attr:`waits`), which it then advances
+        (:func:`~netcheck.analysis.confirm_budget.next_waits`: the pairs of the groups
+        the budget left unserved count one more analysis, the rest drop). The counts
+        are kept in memory only: a restart resets the order to the margin order (no
+        evidence or attempt is lost; those are stored)."""
+        outcomes = await confirm_groups(self, profile, groups, stored, analysis,
+                                        batching=self.config.confirm_batching,
+                                        progress=progress,
+                                        waits=self.waits.get(profile.name))  # fmt: skip
+        self.waits[profile.name] = next_waits([g.members for g in groups], unserved(outcomes),
+                                              self.waits.get(profile.name, {}))  # fmt: skip
+        return outcomes
 
     async def _slowness(
         self, profile: Profile, stored: StoredRounds

@@ -10,6 +10,8 @@ import pytest
 
 from netcheck.analysis import rules
 from netcheck.analysis.lateness import (
+    REFERENCE_FULL_EVERY,
+    REFERENCE_Q,
     CapacityTestConfig,
     capacity_evidence,
     capacity_test,
@@ -163,28 +165,29 @@ def coupled_lates(
 ) -> np.ndarray:
     """EMULATION: timed rounds (rows: nodes) of co-hosted nodes late only when their
     neighbour is loaded too, at the rate that puts them exactly at p0 = 2% under the
-    reference mix (q = 1/2), over the round mix at ``q`` with one round in
-    ``full_every`` full."""
+    reference mix (q = 1/2, every 4th round full), over the round mix at ``q`` with
+    one round in ``full_every`` full."""
     f = full_every
     full = rng.random((nodes, rounds)) < 1 / (1 + (f - 1) * q)  # timed: 1 + (F - 1) q per F
     coupled = full | (rng.random((nodes, rounds)) < q)
-    return coupled & (rng.random((nodes, rounds)) < 0.02 / coupled_share(0.5, f))
+    return coupled & (rng.random((nodes, rounds)) < 0.02 / coupled_share(0.5))
 
 
 def test_the_null_holds_for_coupled_nodes_at_a_higher_load_probability() -> None:
     """Null calibration (session 9): nodes late only in the rounds that load their
-    co-hosted neighbour too, exactly at p0 under the reference mix (q = 1/2), run at
-    q = 0.95 with every 10th round full (coupled in 0.96 of their rounds instead of
-    0.59: late in 3.2% instead of 2%). With the null scaled for q (null_p0) they are
-    flagged over 600 timed rounds about as often as at 1/2 (the reference; the union
-    bound alpha is loose); at the p0 of 1/2 (before session 9) several times as often."""
+    co-hosted neighbour too, exactly at p0 under the reference mix (q = 1/2, every 4th
+    round full), run at q = 0.95 with every 10th round full (coupled in 0.96 of their
+    rounds instead of 0.70: late in 2.7% instead of 2%). With the null scaled for the
+    mix (null_p0, from the reference cadence since session 10) they are flagged over 600
+    timed rounds about as often as under the reference mix (the union bound alpha is
+    loose); at the unscaled p0 (before session 9) several times as often."""
     rng = np.random.default_rng(13)
     nodes, rounds, alpha = 400, 600, 0.2
-    ref = lifetime_flags(rng, coupled_lates(rng, 0.5, 10, nodes, rounds),
-                         CapacityTestConfig(alpha=alpha, full_every=10))  # fmt: skip
+    ref = lifetime_flags(rng, coupled_lates(rng, 0.5, 4, nodes, rounds),
+                         CapacityTestConfig(alpha=alpha, full_every=4))  # fmt: skip
     late = coupled_lates(rng, 0.95, 10, nodes, rounds)
     scaled = CapacityTestConfig(alpha=alpha, load_probability=0.95, full_every=10)
-    assert scaled.null_p0 == pytest.approx(0.02 * coupled_share(0.95, 10) / coupled_share(0.5, 10))
+    assert scaled.null_p0 == pytest.approx(0.02 * coupled_share(0.95, 10) / coupled_share(0.5, 4))
     n_scaled = lifetime_flags(rng, late, scaled)
     n_before = lifetime_flags(rng, late, CapacityTestConfig(alpha=alpha, full_every=10))
     assert n_scaled / nodes <= alpha and n_scaled <= 1.5 * ref + 10
@@ -204,3 +207,23 @@ def test_capacity_evidence_keeps_the_basis_of_a_scaled_null() -> None:
         assert ev["p0"] == cfg.null_p0 and keys <= set(ev)
         assert ev.get("p0_at_half", 0.02) == 0.02 and ("p0_at_half" in ev) == bool(keys)
         assert ev["rule"] == rules.capacity_test(48, cfg.null_p0, 0.03, 3)
+
+
+def test_the_null_is_scaled_from_the_reference_cadence() -> None:
+    """p0 is stated at the reference mix (q = 1/2, every 4th round full; review brk10):
+    the null follows the deployment's share of coupled rounds relative to that mix, not
+    to its own cadence at 1/2. Every 8th full at 2/3: 2.07% / 4.15% for p0 2% / 4%
+    (2.37% / 4.75% before, 15% looser); every 2nd at 1/2: 2.38% / 4.76% (2.00% / 4.00%
+    before, anti-conservative); every 4th: unchanged."""
+    assert (REFERENCE_Q, REFERENCE_FULL_EVERY) == (0.5, 4)
+    table = {(8, 0.5): (2.00, 4.00), (8, 2 / 3): (2.07, 4.15), (4, 0.5): (2.00, 4.00),
+             (4, 2 / 3): (2.22, 4.44), (3, 0.5): (2.14, 4.29), (2, 0.5): (2.38, 4.76),
+             (1, 0.5): (2.86, 5.71)}  # fmt: skip
+    for (f, q), pct in table.items():
+        got = tuple(round(100 * null_p0(p0, q, f), 2) for p0 in (0.02, 0.04))
+        assert got == pct, (f, q)
+    for q in (0.3, 0.5, 2 / 3, 0.9):  # every 4th full: the session 9 values
+        assert null_p0(0.03, q) == pytest.approx(0.03 * max(1, coupled_share(q) / 0.7))
+    assert CapacityTestConfig(p0=0.03, full_every=2).null_p0 == pytest.approx(
+        0.03 * 0.8333 / 0.7, rel=1e-4
+    )

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from budget_support import budget_groups, run_budget_case
+from budget_support import budget_groups, run_budget_analyses, run_budget_case
 
 from netcheck.analysis.coins import COIN_RULE, held_nodes
 from netcheck.analysis.confirm_batch import context_parts
@@ -258,6 +258,47 @@ async def test_budget_serves_the_strongest_groups_first_as_the_simulator_does(
     sim_started, sim_rounds, sim_unserved, _ = run_budget_case(9)
     assert first == sim_started == [{"a", "b"}, {"c", "d"}]
     assert sim_rounds == len(rounds) and sim_unserved == 1
+
+
+async def test_the_coordinator_keeps_wait_counts_across_analyses_as_the_simulator_does(
+    tmp_path: Path,
+) -> None:
+    """Three analyses nominating the :func:`budget_groups` at ``confirm_budget_rounds =
+    9`` (:meth:`Screening.confirm_waiting`): the first serves a-b and c-d and leaves c-a
+    waiting (its pair counted in ``Screening.waits``); the second starts c-a first (it
+    waited, though its margin is the smallest) and leaves c-d, which shares c; the third
+    serves c-d. The simulator's wait counts and started groups agree analysis by
+    analysis; a fresh ``Screening`` state (a restart) starts from the margin order."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        names = await _start(rc)
+        screening = rc.coord.screening
+        screening.config = screening.config.model_copy(
+            update={"confirm_coins": False, "confirm_budget_rounds": 9}
+        )
+        back = {k: x for x, k in names.items()}
+        live = []
+        for _ in range(3):
+            outcomes = await screening.confirm_waiting(
+                PROFILE, budget_groups(names), EMPTY, analyse(EMPTY, 0.65, DetectorConfig())
+            )
+            started = sorted(sorted(back[k] for k in res.group.members)
+                             for res in outcomes if res.run is not None or res.stopped)  # fmt: skip
+            waits = {frozenset(back[k] for k in p): w
+                     for p, w in screening.waits[PROFILE.name].items()}  # fmt: skip
+            live.append((started, waits))
+        screening.waits.clear()  # as after a restart: the margin order, c-d before c-a
+        outcomes = await screening.confirm_waiting(
+            PROFILE, budget_groups(names), EMPTY, analyse(EMPTY, 0.65, DetectorConfig())
+        )
+    restarted = [sorted(back[k] for k in res.group.members) for res in outcomes if res.run]
+    assert restarted == [["c", "d"]]
+    ac, cd = frozenset("ac"), frozenset("cd")
+    assert live == [([["a", "b"], ["c", "d"]], {ac: 1}), ([["a", "c"]], {cd: 1}),
+                    ([["c", "d"]], {ac: 1})]  # fmt: skip
+    sim = run_budget_analyses(9, 3)
+    assert [s for s, _ in live] == [sorted(sorted(g) for g in started) for started, _ in sim]
+    assert [set(w) for _, w in live] == [w for _, w in sim]
 
 
 def _rounds_plain(rc: RunningCoordinator) -> list[tuple[set[str], dict]]:  # type: ignore[type-arg]

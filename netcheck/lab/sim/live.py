@@ -19,8 +19,9 @@ round, through the same code paths; only the nodes are simulated
   ``screening_window_rounds`` (128) most recent rounds: stored rows (the ``results``
   columns) -> :func:`~netcheck.coordinator.screening.analyse` (the live function: y
   matrix, median polish, detectors, missing results censored at the deadline);
-- confirmation of every suspect group not already covered by a flag, strongest first
-  within ``confirm_budget_rounds`` per analysis (as live,
+- confirmation of every suspect group not already covered by a flag, longest-waiting
+  (the analyses its pairs were left unserved in a row) then strongest first within
+  ``confirm_budget_rounds`` per analysis (as live,
   :mod:`~netcheck.analysis.confirm_budget`), driven by
   :class:`~netcheck.analysis.confirm_run.ConfirmationRun` (the live driver), each round
   turned into an observation by
@@ -65,7 +66,12 @@ from netcheck.analysis.alone import AloneConfig, alone_test, extend, nominees, r
 from netcheck.analysis.coins import coin_context
 from netcheck.analysis.confirm import ConfirmationObservation
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
-from netcheck.analysis.confirm_budget import confirmation_order, first_block_rounds, fits
+from netcheck.analysis.confirm_budget import (
+    confirmation_order,
+    first_block_rounds,
+    fits,
+    next_waits,
+)
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import SuspectGroup
 from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
@@ -116,6 +122,7 @@ class _State:
     suspects: list[frozenset[str]] = field(default_factory=list)
     confirmation_rounds: int = 0
     unserved: int = 0
+    waits: dict[frozenset[str], int] = field(default_factory=dict)  # confirm_budget.next_waits
     analyses: int = 0
     clock_ns: int = 0
     conf_obs: dict[str, deque[ConfirmationObservation]] = field(default_factory=dict)
@@ -355,43 +362,48 @@ class LiveSimulation:
     def _confirm(
         self, groups: Sequence[SuspectGroup], links: Sequence[tuple[str, str]], batch_id: str
     ) -> list[tuple[str, ...]]:
-        """The groups of one analysis (``confirm_groups``), strongest first
-        (:func:`~netcheck.analysis.confirm_budget.confirmation_order`): with batching,
-        each starts at a step boundary when :func:`admit` lets it (disjoint from and
-        unlinked to the running ones) and shares their rounds; else one at a time. A
-        group already covered by a flag when it would start is dropped; one whose first
-        block no longer fits in ``confirm_budget_rounds`` is left unserved (no round, no
-        attempt); a run the budget stops (:meth:`ConfirmationBatch.plan`) leaves its
-        record, as one whose member left does live. Returns the members of the groups
-        run, in the order they started."""
+        """The groups of one analysis (``confirm_groups``), longest-waiting then
+        strongest first (:func:`~netcheck.analysis.confirm_budget.confirmation_order`
+        with the state's wait counts; ``confirm_aging`` False: strongest first only):
+        with batching, each starts at a step boundary when :func:`admit` lets it
+        (disjoint from and unlinked to the running ones) and shares their rounds; else
+        one at a time. A group already covered by a flag when it would start is
+        dropped; one whose first block no longer fits in ``confirm_budget_rounds`` is
+        left unserved (no round, no attempt; its pairs wait one more analysis,
+        :func:`~netcheck.analysis.confirm_budget.next_waits`); a run the budget stops
+        (:meth:`ConfirmationBatch.plan`) leaves its record, as one whose member left
+        does live. Returns the members of the groups run, in the order they started."""
         st, cfg = self.state, self.cfg
         batch = ConfirmationBatch([], batch_id, self.secret if cfg.confirm_batching else None,
                                   self.secret if cfg.confirm_coins else None, links,
                                   budget=cfg.confirm_budget_rounds)  # fmt: skip
-        pending = [groups[i].members for i in confirmation_order(groups)]
+        pending = confirmation_order(groups, st.waits if cfg.confirm_aging else None)
+        left: list[int] = []  # unserved by the budget
         index = {k: i for i, k in enumerate(self.keys)}
         recorded: set[int] = set()
         contexts: dict[frozenset[str], dict[str, Any]] = {}
         while True:
-            pending = [g for g in pending if not self._covered(g)]
-            affordable = [g for g in pending
-                          if fits(first_block_rounds(len(g), cfg.confirm_cycles), batch.remaining)]  # fmt: skip
-            st.unserved += len(pending) - len(affordable)  # the budget only shrinks
+            pending = [i for i in pending if not self._covered(groups[i].members)]
+            affordable = [i for i in pending if fits(
+                first_block_rounds(len(groups[i].members), cfg.confirm_cycles), batch.remaining)]  # fmt: skip
+            left += [i for i in pending if i not in affordable]  # the budget only shrinks
+            st.unserved += len(pending) - len(affordable)
             pending = affordable
             busy = {k for s in batch.active for k in batch.runs[s].members}
             if cfg.confirm_batching:
-                picks = admit(pending, busy, links)
+                picks = admit([groups[i].members for i in pending], busy, links)
             else:
                 picks = [] if busy or not pending else [0]
             for j in picks:
-                members = pending[j]
+                members = groups[pending[j]].members
                 batch.add_run(ConfirmationRun(
                     tuple(members), cfg.confirm_cycles, cfg.confirm_max_cycles, cfg.confirm,
                     attempt=prior_attempts(members, st.tested) + 1, legacy=cfg.legacy_confirm,
                     prior=self._prior(members) if cfg.pool_rounds else (),
                 ))  # fmt: skip
-            pending = [g for j, g in enumerate(pending) if j not in set(picks)]
+            pending = [i for j, i in enumerate(pending) if j not in set(picks)]
             if not batch.active:
+                st.waits = next_waits([g.members for g in groups], left, st.waits)
                 return [r.members for r in batch.runs]
             block = []
             for rnd in batch.plan():

@@ -63,7 +63,11 @@ class LiveConfig:
     confirmation rounds (as the coordinator's ``confirm_coins``); False = the behaviour
     before it. ``confirm_budget_rounds``: contention confirmation rounds per analysis,
     strongest nominations first (as the coordinator's; 0 = no bound, the behaviour
-    before it, :mod:`netcheck.analysis.confirm_budget`). ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
+    before it, :mod:`netcheck.analysis.confirm_budget`). ``confirm_aging``: within it,
+    the groups that waited longest first (their pairs' analyses left unserved in a row,
+    as the coordinator does, :func:`~netcheck.analysis.confirm_budget.next_waits`);
+    False = strongest first only, the behaviour before it (the baseline).
+    ``capacity_*``: the capacity test's settings; ``capacity_legacy``: flag by the
     fixed-count rule before it (:data:`LEGACY_CAPACITY`) instead (:class:`Snapshot`
     ``capacity_legacy`` holds that rule's flags in every run). ``floors_for_q``: the
     capacity test's null rate, the screening slowness test's null rate and the alone
@@ -84,6 +88,7 @@ class LiveConfig:
     confirm_batching: bool = field(default_factory=lambda: _bdefault("confirm_batching"))
     confirm_coins: bool = field(default_factory=lambda: _bdefault("confirm_coins"))
     confirm_budget_rounds: int = field(default_factory=lambda: _default("confirm_budget_rounds"))
+    confirm_aging: bool = True
     capacity_window: int = field(default_factory=lambda: _default("capacity_window"))
     capacity_strikes: int = field(default_factory=lambda: _default("capacity_strikes"))
     capacity_p0: float = field(default_factory=lambda: _fdefault("capacity_p0"))
