@@ -431,9 +431,11 @@ def goals(
     r2 = 32 if r1 == 16 else 16
     at16 = [f"{s.name} {by[(s.name, r2)]['found2']:.2f}" for s in grid
             if (s.name, r2) in by and not by[(s.name, r2)]["found2"] >= 0.95]  # fmt: skip
-    q, m = LiveConfig().load_probability, DetectorConfig().mutual_min_rounds
-    one_way = DetectorConfig().mutual_one_way
-    cov = pair_coverage(16 - 16 // 4, m, q, one_way)
+    # the coverage of the config's own schedule and mutual test (s9: q 1/2, 0.968)
+    live = CONFIGS[config]() if config in CONFIGS else LiveConfig()
+    q, m = live.load_probability, live.detector.mutual_min_rounds
+    one_way = live.detector.mutual_one_way
+    cov = pair_coverage(16 - 16 // live.full_every, m, q, one_way)
     # the goal counts screening rounds; confirmation rounds run in between (wall time)
     run = [r1 + by[(s.name, r1)]["conf"] for s in grid]
     spent = f"{min(run):,.0f}-{max(run):,.0f}" if run else "-"
