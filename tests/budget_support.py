@@ -31,6 +31,18 @@ def budget_groups(role: dict[str, str]) -> list[SuspectGroup]:
     return [group("c", "a", 9.0, 0.24), group("a", "b", 6.0, 0.7), group("c", "d", 4.0, 0.4)]
 
 
+def _budget_simulation(budget: int) -> tuple[LiveSimulation, dict[str, str], dict[str, str]]:
+    """The simulator on SPEC's population with ``budget`` (3 / 6 cycles, coins off), the
+    roles a, b (the farm) and c, d (honest) as node keys, and the way back."""
+    pop = make_population(SPEC, np.random.default_rng(5))
+    farm = sorted(pop.farms[0])
+    honest = sorted(pop.honest)
+    role = {"a": farm[0], "b": farm[1], "c": honest[0], "d": honest[1]}
+    cfg = LiveConfig(confirm_cycles=3, confirm_max_cycles=6, confirm_budget_rounds=budget,
+                     confirm_coins=False)  # fmt: skip
+    return LiveSimulation(pop, cfg, np.random.default_rng(6)), role, {k: r for r, k in role.items()}
+
+
 def run_budget_analyses(
     budget: int, analyses: int
 ) -> list[tuple[list[set[str]], set[frozenset[str]]]]:
@@ -38,14 +50,7 @@ def run_budget_analyses(
     confirmed by the simulator with ``budget`` (as :func:`run_budget_case`). Returns per
     analysis the groups started (role sets, in order) and the pairs waiting after it
     (role pairs)."""
-    pop = make_population(SPEC, np.random.default_rng(5))
-    farm = sorted(pop.farms[0])
-    honest = sorted(pop.honest)
-    role = {"a": farm[0], "b": farm[1], "c": honest[0], "d": honest[1]}
-    back = {k: r for r, k in role.items()}
-    cfg = LiveConfig(confirm_cycles=3, confirm_max_cycles=6, confirm_budget_rounds=budget,
-                     confirm_coins=False)  # fmt: skip
-    sim = LiveSimulation(pop, cfg, np.random.default_rng(6))
+    sim, role, back = _budget_simulation(budget)
     out = []
     for n in range(analyses):
         started = sim._confirm(budget_groups(role), [], f"sim/budget/{n}")
@@ -59,14 +64,7 @@ def run_budget_case(budget: int) -> tuple[list[set[str]], int, int, list[tuple[s
     (3 / 6 cycles: a pair's first look is 9 rounds). Returns the groups started (as
     role sets), the confirmation rounds, the unserved count, and the attempts recorded
     (member tuples, as roles)."""
-    pop = make_population(SPEC, np.random.default_rng(5))
-    farm = sorted(pop.farms[0])
-    honest = sorted(pop.honest)
-    role = {"a": farm[0], "b": farm[1], "c": honest[0], "d": honest[1]}
-    back = {k: r for r, k in role.items()}
-    cfg = LiveConfig(confirm_cycles=3, confirm_max_cycles=6, confirm_budget_rounds=budget,
-                     confirm_coins=False)  # fmt: skip
-    sim = LiveSimulation(pop, cfg, np.random.default_rng(6))
+    sim, role, back = _budget_simulation(budget)
     started = sim._confirm(budget_groups(role), [], "sim/budget")
     st = sim.state
     return ([{back[k] for k in g} for g in started], st.confirmation_rounds, st.unserved,

@@ -59,9 +59,10 @@ class Leaving(EmulatedWorker):
         return await super().run(prompts)
 
 
-async def _start(rc: RunningCoordinator, leave_at: int = 0) -> dict[str, str]:
+async def _start(rc: RunningCoordinator, leave_at: int = 0, budget: int = 0) -> dict[str, str]:
     """Farm a, b on one 0.1 s GPU (beta 1); honest c, d with a 0.1 s GPU each; with
-    ``leave_at``, d leaves at its ``leave_at``-th batch."""
+    ``leave_at``, d leaves at its ``leave_at``-th batch; with ``budget``, confirmation
+    runs within that many rounds per analysis and without screening coins."""
     farm = EmulatedGPU(0.1, beta=1.0)
     workers = {x: EmulatedWorker(CanaryAnswering(FP, T), farm) for x in "ab"}
     workers["c"] = EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(0.1))
@@ -73,6 +74,10 @@ async def _start(rc: RunningCoordinator, leave_at: int = 0) -> dict[str, str]:
     rc.coord.screening.config = rc.coord.config.model_copy(
         update={"confirm_cycles": 3, "confirm_max_cycles": 6, "confirm_coins": True}
     )
+    if budget:
+        rc.coord.screening.config = rc.coord.screening.config.model_copy(
+            update={"confirm_coins": False, "confirm_budget_rounds": budget}
+        )
     return names
 
 
@@ -232,11 +237,8 @@ async def test_budget_serves_the_strongest_groups_first_as_the_simulator_does(
     group unserved (tests/lab/sim/test_sim_confirm_budget.py)."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
-        names = await _start(rc)
+        names = await _start(rc, budget=9)
         screening = rc.coord.screening
-        screening.config = screening.config.model_copy(
-            update={"confirm_coins": False, "confirm_budget_rounds": 9}
-        )
         groups = budget_groups(names)
         outcomes = await confirm_groups(screening, PROFILE, groups, EMPTY,
                                         analyse(EMPTY, 0.65, DetectorConfig()), batching=True)  # fmt: skip
@@ -271,11 +273,8 @@ async def test_the_coordinator_keeps_wait_counts_across_analyses_as_the_simulato
     analysis; a fresh ``Screening`` state (a restart) starts from the margin order."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
-        names = await _start(rc)
+        names = await _start(rc, budget=9)
         screening = rc.coord.screening
-        screening.config = screening.config.model_copy(
-            update={"confirm_coins": False, "confirm_budget_rounds": 9}
-        )
         back = {k: x for x, k in names.items()}
         live = []
         for _ in range(3):
