@@ -27,7 +27,7 @@ from typing import Any
 
 
 class RoundKind(StrEnum):
-    """Why a round ran: every node loaded (``full``), the secret half-load schedule
+    """Why a round ran: every node loaded (``full``), the secret load schedule
     (``screening``) or a suspect group or one member (``confirmation``)."""
 
     FULL = "full"

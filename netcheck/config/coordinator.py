@@ -160,8 +160,8 @@ class CoordinatorConfig(FileConfig):
     more often the test scales it by that share (netcheck.analysis.lateness.null_p0:
     3.33% at 2/3 every 4th, 3.11% at 2/3 every 8th, 3.57% at 1/2 every 2nd). 3% since
     session 10 (2% before): noisy co-hosted honest cards are late more often than 2%
-    (expected honest capacity flags per 1,000 analyses at sigma_w 0.15: 0.18 at 2%, 0.06
-    at 3%; docs/detection.md "Limits and next steps")."""
+    (expected honest capacity flags per 1,000 analyses at sigma_w 0.15 and load
+    probability 2/3: 0.18 at 2%, 0.06 at 3%; docs/detection.md "Limits and next steps")."""
     capacity_alpha: float = Field(default=0.03, gt=0, lt=1)
     """Capacity test: a node late in ``capacity_p0`` of its rounds is flagged with at
     most this probability over its whole life (the level split across its strikes)."""

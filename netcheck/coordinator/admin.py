@@ -79,9 +79,9 @@ FLAG_KINDS = (
 #: Control characters a review note may hold (deleted before the control-character check).
 NOTE_WHITESPACE = str.maketrans("", "", "\r\n\t")
 
-#: 32 rounds = 24 screening rounds: 99.9% of node pairs comparable by the mutual test
-#: (schedule.pair_coverage at the default load probability 1/2, one round per arm, one
-#: testable direction enough)
+#: 32 rounds = 24 screening rounds: all but 1 in 500,000 node pairs comparable by the
+#: mutual test (schedule.pair_coverage at the default load probability 2/3, one round per
+#: arm, one testable direction enough; 99.9% at 1/2)
 DEFAULT_SCREENING_ROUNDS = 32
 MAX_SCREENING_ROUNDS = 1024
 

@@ -11,7 +11,8 @@ The runner sees the coordinator only as a :class:`~netcheck.coordinator.hooks.Ro
 it imports neither the server nor detection nor web/.
 
 A round has a *load set*: only loaded nodes get a job. ``kind`` is ``full`` (every node
-loaded), ``screening`` (secret half-load schedule) or ``confirmation`` (a suspect group
+loaded), ``screening`` (the secret schedule: each node loaded with probability
+``screening_load_probability``) or ``confirmation`` (a suspect group
 or one member). The full schedule, loaded or not, of every node connected with the
 profile is stored with the round (``round_schedules``), so the detectors see the
 unloaded nodes too.
