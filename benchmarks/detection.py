@@ -81,7 +81,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -208,6 +208,14 @@ def score(pop: Population, snap: Snapshot) -> dict[str, Any]:
     return out
 
 
+def before_s10(make: Callable[[], LiveConfig]) -> Callable[[], LiveConfig]:
+    """``make``'s config with session 10's default changes undone (load probability 1/2,
+    ``capacity_p0`` 2%, the confirmation budget's margin order without waiting): the
+    configs standing for sessions 3-8 go through it, so that a change of the defaults
+    does not move what they measure."""
+    return lambda: replace(make(), load_probability=0.5, capacity_p0=0.02, confirm_aging=False)
+
+
 CONFIGS: dict[str, Any] = {
     "new": LiveConfig,
     "old": legacy_config,
@@ -218,23 +226,25 @@ CONFIGS: dict[str, Any] = {
     # confirmation attempt judged on its own rounds, 4 / 16 cycles, no futility stop, a
     # pair's level halved for a split phase it never runs, no mutual pair test, no
     # alone-round slowness stage
-    "s3": lambda: LiveConfig(
-        load_probability=0.5,
-        pool_rounds=0,
-        alone=None,
-        confirm_cycles=4,
-        confirm_max_cycles=16,
-        confirm=ConfirmConfig(
-            futility_stop=False,
-            pair_phases=2,
-            group_phases=2,
-            member_level="bonferroni",
-            look_schedule="constant",
-        ),
-        detector=DetectorConfig(mutual_test=False),
-        capacity_legacy=True,  # 3 late/missing of the last 8 verdicts (session 3)
-        confirm_batching=False,
-        confirm_budget_rounds=0,
+    "s3": before_s10(
+        lambda: LiveConfig(
+            load_probability=0.5,
+            pool_rounds=0,
+            alone=None,
+            confirm_cycles=4,
+            confirm_max_cycles=16,
+            confirm=ConfirmConfig(
+                futility_stop=False,
+                pair_phases=2,
+                group_phases=2,
+                member_level="bonferroni",
+                look_schedule="constant",
+            ),
+            detector=DetectorConfig(mutual_test=False),
+            capacity_legacy=True,  # 3 late/missing of the last 8 verdicts (session 3)
+            confirm_batching=False,
+            confirm_budget_rounds=0,
+        )
     ),  # fmt: skip
     # current defaults, suspect groups confirmed one at a time (before shared rounds,
     # docs/confirmation-batches.md): the baseline of LiveConfig.confirm_batching
@@ -243,13 +253,15 @@ CONFIGS: dict[str, Any] = {
     # member of a pair tested at half the level (Bonferroni over members, not the
     # intersection-union test), the mutual pair test at the Bonferroni level only, looks
     # after every 8 cycles up to 64 (not at 8, 16, 32, 64, 128)
-    "s4": lambda: LiveConfig(
-        load_probability=0.5,
-        confirm_max_cycles=64,
-        confirm=ConfirmConfig(member_level="bonferroni", look_schedule="constant"),
-        detector=DetectorConfig(mutual_fdr=0.0, mutual_min_rounds=2, mutual_one_way=False),
-        confirm_batching=False,  # one group at a time (session 4)
-        confirm_budget_rounds=0,
+    "s4": before_s10(
+        lambda: LiveConfig(
+            load_probability=0.5,
+            confirm_max_cycles=64,
+            confirm=ConfirmConfig(member_level="bonferroni", look_schedule="constant"),
+            detector=DetectorConfig(mutual_fdr=0.0, mutual_min_rounds=2, mutual_one_way=False),
+            confirm_batching=False,  # one group at a time (session 4)
+            confirm_budget_rounds=0,
+        )
     ),
     # current defaults but the mutual test's BH over every testable pair's own p (the
     # first session-5 version): pairs below the effect floors loosen the level too
@@ -257,7 +269,7 @@ CONFIGS: dict[str, Any] = {
     # the behaviour at the end of session 5 (the "before" of session 6, same run):
     # confirmation rounds load the groups under test only, no screening coins for the
     # other nodes (docs/screening-in-confirmation.md); today's default too
-    "s5": lambda: LiveConfig(confirm_coins=False),
+    "s5": before_s10(lambda: LiveConfig(confirm_coins=False)),
     # current defaults with screening coins in confirmation rounds (session 6, off by
     # default: more pairs found per screening round, 2-9x the confirmation rounds)
     "coins": lambda: LiveConfig(confirm_coins=True),
@@ -268,24 +280,28 @@ CONFIGS: dict[str, Any] = {
     # confirmation cap of 128 cycles (5 looks) and the alone stage of session 6
     # (nomination by the sign test, one alone attempt per nominee and analysis), load
     # probability 1/2, nomination at FDR 0.25
-    "s6": lambda: LiveConfig(
-        confirm_max_cycles=128,
-        alone=AloneConfig(nominate_test="sign", max_attempts=1),
-        load_probability=0.5,
-        detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False),
-        confirm_budget_rounds=0,
+    "s6": before_s10(
+        lambda: LiveConfig(
+            confirm_max_cycles=128,
+            alone=AloneConfig(nominate_test="sign", max_attempts=1),
+            load_probability=0.5,
+            detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False),
+            confirm_budget_rounds=0,
+        )
     ),
     # the behaviour at the end of session 7 (the "before" of session 8, same run): the
     # mutual test's nomination at FDR 0.25
-    "s7": lambda: LiveConfig(
-        detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False),
-        confirm_budget_rounds=0,
+    "s7": before_s10(
+        lambda: LiveConfig(
+            detector=DetectorConfig(mutual_fdr=0.25, mutual_min_rounds=2, mutual_one_way=False),
+            confirm_budget_rounds=0,
+        )
     ),
     # the behaviour at the end of session 8 (the "before" of session 9, same run): a pair
     # with one testable direction is untestable (DetectorConfig.mutual_one_way = False),
     # no confirmation budget per analysis (confirm_budget_rounds = 0)
-    "s8": lambda: LiveConfig(
-        detector=DetectorConfig(mutual_one_way=False), confirm_budget_rounds=0
+    "s8": before_s10(
+        lambda: LiveConfig(detector=DetectorConfig(mutual_one_way=False), confirm_budget_rounds=0)
     ),
     # current defaults but the mutual test needing 2 rounds per arm (session 7): the
     # baseline of DetectorConfig.mutual_min_rounds (FDR 0.75 in both)
@@ -294,29 +310,31 @@ CONFIGS: dict[str, Any] = {
     # default; since session 9 the floors follow q, so this equals p23c; still not the
     # default: one honest capacity flag through the whole benchmark,
     # docs/detection-history.md "Session 9")
-    "p23": lambda: LiveConfig(load_probability=2 / 3),
+    "p23": lambda: LiveConfig(load_probability=2 / 3, capacity_p0=0.02),
     # q 2/3 with the floors accounting for it (session 9, helper cal9; the same as p23
     # since then: LiveConfig.floors_for_q is on by default): the capacity null
     # lateness.null_p0, the screening sign test's null rate slowness.null_rate and the
     # signed-rank nomination's floor alone.nominate_floor
-    "p23c": lambda: LiveConfig(load_probability=2 / 3, floors_for_q=True),
+    "p23c": lambda: LiveConfig(load_probability=2 / 3, floors_for_q=True, capacity_p0=0.02),
     # q 2/3 with the floors calibrated for 1/2 (p23 as measured in session 8): the
     # baseline of p23c
-    "p23raw": lambda: LiveConfig(load_probability=2 / 3, floors_for_q=False),
+    "p23raw": lambda: LiveConfig(load_probability=2 / 3, floors_for_q=False, capacity_p0=0.02),
     # p23c but the signed-rank nomination's floor not moved for q (AloneConfig.coupling
     # 0): the capacity and screening nulls follow q, the nomination stays at 1.2 (more
     # honest co-hosted nominees judged alone; padded pairs near the floor nominated)
-    "p23c0": lambda: LiveConfig(load_probability=2 / 3, alone=AloneConfig(coupling=0.0)),
-    # the defaults at the end of session 9 (the "before" of session 10, same run): load
-    # probability 1/2, capacity_p0 2%
+    "p23c0": lambda: LiveConfig(
+        load_probability=2 / 3, alone=AloneConfig(coupling=0.0), capacity_p0=0.02
+    ),
+    # session 9's load probability (1/2) and capacity_p0 (2%) with the rest of today's
+    # defaults, the budget's waiting order included (the "before" of session 10's run)
     "s9": lambda: LiveConfig(load_probability=0.5, capacity_p0=0.02),
     # session 10: the capacity test's null rate for noisy co-hosted honest cards
     # (capacity_p0 3% / 4% instead of 2%, docs/detection.md "Capacity test"), at load
     # probability 1/2 ("p3", "p4") and 2/3 with the floors following q ("p23c3" = the
     # defaults since session 10, "p23c4"); "f8": a full round every 8th screening round instead of every 4th (14
     # screening rounds of 16 instead of 12)
-    "p3": lambda: LiveConfig(capacity_p0=0.03),
-    "p4": lambda: LiveConfig(capacity_p0=0.04),
+    "p3": lambda: LiveConfig(load_probability=0.5, capacity_p0=0.03),
+    "p4": lambda: LiveConfig(load_probability=0.5, capacity_p0=0.04),
     "p23c3": lambda: LiveConfig(load_probability=2 / 3, capacity_p0=0.03),
     "p23c4": lambda: LiveConfig(load_probability=2 / 3, capacity_p0=0.04),
     "f8": lambda: LiveConfig(full_every=8),
