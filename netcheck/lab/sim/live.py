@@ -386,8 +386,10 @@ class LiveSimulation:
             pending = [i for i in pending if not self._covered(groups[i].members)]
             affordable = [i for i in pending if fits(
                 first_block_rounds(len(groups[i].members), cfg.confirm_cycles), batch.remaining)]  # fmt: skip
-            left += [i for i in pending if i not in affordable]  # the budget only shrinks
-            st.unserved += len(pending) - len(affordable)
+            fitting = set(affordable)
+            dropped = [i for i in pending if i not in fitting]  # the budget only shrinks
+            left += dropped
+            st.unserved += len(dropped)
             pending = affordable
             busy = {k for s in batch.active for k in batch.runs[s].members}
             if cfg.confirm_batching:
