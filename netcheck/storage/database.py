@@ -146,8 +146,11 @@ class Database:
                 self._setup_sqlite(self._engine, busy_timeout_ms)
             if not create:
                 return
-            with self._errors("create tables"):
-                metadata.create_all(self._engine)
+            # DDL in a write transaction (SQLite: BEGIN IMMEDIATE): create_all reads the
+            # catalogue first, and a deferred transaction that then upgrades to a write
+            # fails at once, without waiting, while another connection writes.
+            with self._write("create tables") as conn:
+                metadata.create_all(conn)
             with self._read("check schema") as conn:
                 stale = migrate.needs_upgrade(conn)
             if stale:

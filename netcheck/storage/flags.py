@@ -1,6 +1,7 @@
 """Detection storage: round schedules and flags (with evidence), next to :class:`Store`.
 
-Two tables on the same :data:`~netcheck.storage.tables.metadata` as the others:
+Two tables, defined in :mod:`netcheck.storage.tables` with every other table (so any
+process that opens the database creates the same schema, whatever it imported):
 
 - ``round_schedules``: one row per round: its ``kind`` (``full``, ``screening``,
   ``confirmation``), the ``rule`` that produced its load bits and the full schedule
@@ -26,15 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
-    Column,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
     Select,
-    String,
-    Table,
     and_,
     exists,
     func,
@@ -46,38 +39,10 @@ from sqlalchemy import (
 
 from netcheck.records import Flag, FlagStatus, RoundKind, StoredRounds
 from netcheck.storage.store import Store
-from netcheck.storage.tables import metadata, results, rounds, verdicts
+from netcheck.storage.tables import flags, metadata, results, round_schedules, rounds, verdicts
 
 ROUND_KINDS = tuple(k.value for k in RoundKind)
 FLAG_STATUSES = tuple(s.value for s in FlagStatus)
-
-round_schedules = Table(
-    "round_schedules",
-    metadata,
-    Column("round_id", String(200), ForeignKey("rounds.round_id"), primary_key=True),
-    Column("profile", String(200), nullable=False),
-    Column("kind", String(50), nullable=False),  # ROUND_KINDS
-    Column("rule", String(100), nullable=False),  # how the bits were drawn, e.g. hmac
-    Column("schedule", JSON, nullable=False),  # {node_key: bool}, every connected node
-    Column("context", JSON, nullable=True),  # e.g. {"group": [...]} of a confirmation
-    Column("recorded_at", Float, nullable=False),
-    Index("ix_round_schedules_profile_kind", "profile", "kind"),
-)
-
-flags = Table(
-    "flags",
-    metadata,
-    Column("flag_id", Integer, primary_key=True, autoincrement=True),
-    Column("kind", String(50), nullable=False),
-    Column("status", String(50), nullable=False),  # FLAG_STATUSES
-    Column("profile", String(200), nullable=False),
-    Column("node_keys", JSON, nullable=False),  # sorted list[str]
-    Column("created_at", Float, nullable=False),
-    Column("statistic", Float, nullable=True),
-    Column("threshold", Float, nullable=True),
-    Column("evidence", JSON, nullable=False),
-    Index("ix_flags_kind_status", "kind", "status"),
-)
 
 _RESULT_COLUMNS = (
     results.c.round_id,
@@ -126,8 +91,8 @@ class FlagStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        with store._errors("create detection tables"):
-            metadata.create_all(store._engine, tables=[round_schedules, flags])
+        with store._write("create detection tables") as conn:
+            metadata.create_all(conn, tables=[round_schedules, flags])
 
     # ----------------------------------------------------------- schedules
 

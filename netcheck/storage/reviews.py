@@ -16,12 +16,12 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Column, Float, ForeignKey, Integer, String, Table, Text, insert, select
+from sqlalchemy import insert, select
 
 from netcheck.errors import NetcheckError
-from netcheck.storage.flags import FlagStore, flags
+from netcheck.storage.flags import FlagStore
 from netcheck.storage.store import Store
-from netcheck.storage.tables import metadata
+from netcheck.storage.tables import MAX_BY_CHARS, flag_reviews, flags, metadata
 
 REVIEW_STATES = ("open", "acknowledged", "resolved", "false-positive")
 #: state -> the states it may move to.
@@ -32,18 +32,6 @@ TRANSITIONS = {
     "false-positive": ("open",),
 }
 MAX_NOTE_CHARS = 2000
-MAX_BY_CHARS = 200
-
-flag_reviews = Table(
-    "flag_reviews",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("flag_id", Integer, ForeignKey(flags.c.flag_id), nullable=False, index=True),
-    Column("state", String(50), nullable=False),
-    Column("by", String(MAX_BY_CHARS), nullable=False),
-    Column("note", Text, nullable=False),
-    Column("at", Float, nullable=False),
-)
 
 
 class ReviewError(NetcheckError):
@@ -56,8 +44,8 @@ class ReviewStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.flags = FlagStore(store)
-        with store._errors("create flag_reviews"):
-            metadata.create_all(store._engine, tables=[flag_reviews])
+        with store._write("create flag_reviews") as conn:
+            metadata.create_all(conn, tables=[flag_reviews])
 
     def review(self, flag_id: int, state: str, by: str, note: str = "") -> dict[str, Any]:
         """Move a flag to ``state``; returns the new review row.

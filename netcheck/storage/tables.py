@@ -153,3 +153,48 @@ verdicts = Table(
     UniqueConstraint("round_id", "node_key", name="uq_verdicts_round_node"),
     Index("ix_verdicts_node", "node_key"),
 )
+
+# Detection (netcheck.storage.flags) and review (netcheck.storage.reviews) tables: here
+# with the others, so the schema a process creates never depends on what it imported.
+
+round_schedules = Table(
+    "round_schedules",
+    metadata,
+    Column("round_id", String(200), ForeignKey("rounds.round_id"), primary_key=True),
+    Column("profile", String(200), nullable=False),
+    Column("kind", String(50), nullable=False),  # ROUND_KINDS
+    Column("rule", String(100), nullable=False),  # how the bits were drawn, e.g. hmac
+    Column("schedule", JSON, nullable=False),  # {node_key: bool}, every connected node
+    Column("context", JSON, nullable=True),  # e.g. {"group": [...]} of a confirmation
+    Column("recorded_at", Float, nullable=False),
+    Index("ix_round_schedules_profile_kind", "profile", "kind"),
+)
+
+flags = Table(
+    "flags",
+    metadata,
+    Column("flag_id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(50), nullable=False),
+    Column("status", String(50), nullable=False),  # FLAG_STATUSES
+    Column("profile", String(200), nullable=False),
+    Column("node_keys", JSON, nullable=False),  # sorted list[str]
+    Column("created_at", Float, nullable=False),
+    Column("statistic", Float, nullable=True),
+    Column("threshold", Float, nullable=True),
+    Column("evidence", JSON, nullable=False),
+    Index("ix_flags_kind_status", "kind", "status"),
+)
+
+MAX_BY_CHARS = 200
+"""Longest reviewer name in ``flag_reviews.by``."""
+
+flag_reviews = Table(
+    "flag_reviews",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("flag_id", Integer, ForeignKey(flags.c.flag_id), nullable=False, index=True),
+    Column("state", String(50), nullable=False),
+    Column("by", String(MAX_BY_CHARS), nullable=False),
+    Column("note", Text, nullable=False),
+    Column("at", Float, nullable=False),
+)
