@@ -108,6 +108,19 @@ def _limit_cpu_threads(cpu_threads: int | None) -> int | None:
     return cpu_threads
 
 
+def _same_team_here(cpu_threads: int) -> None:
+    """Give the calling thread an OpenMP team of ``cpu_threads``.
+
+    OpenMP's thread count is a per-thread setting: a thread started after the engine
+    loaded (a reference builder thread, ``asyncio.to_thread``) starts from the runtime's
+    default (one per core), and vLLM's CPU attention then refuses the batch ("Check
+    failed: input->metadata->thread_num == thread_num (2 vs. 1)")."""
+    import torch
+
+    if torch.get_num_threads() != cpu_threads:
+        torch._C.set_num_threads(cpu_threads)
+
+
 class VllmEngine(Engine):
     """An in-process ``vllm.LLM`` running greedy fixed-size batches.
 
@@ -182,6 +195,7 @@ class VllmEngine(Engine):
                     f"vLLM runs {torch.get_num_threads()} CPU threads, the profile asks for "
                     f"{threads}; start the process with OMP_NUM_THREADS={threads}"
                 )
+        self._cpu_threads = threads
         self._tokenizer = self._llm.get_tokenizer()
         self._params = SamplingParams(
             temperature=0.0,
@@ -213,6 +227,8 @@ class VllmEngine(Engine):
         items = self._check_prompts(prompts)
         ids = encode_prompts(self._tokenizer, items, self._prompt_len)
         requests = [TokensPrompt(prompt_token_ids=r) for r in ids]
+        if self._cpu_threads is not None:
+            _same_team_here(self._cpu_threads)
         try:
             outputs = self._llm.generate(requests, self._params, use_tqdm=False)
         except Exception as exc:  # engine-core failures surface as many types

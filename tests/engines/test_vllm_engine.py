@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -116,7 +117,23 @@ def test_cpu_threads_after_a_default_engine(
         assert one.fingerprint["cpu_threads"] == 1
         assert torch.get_num_threads() == 1
         assert one.fingerprint_id != engine.fingerprint_id
-        assert [len(r) for r in one.generate(prompts[:B])] == [NEW] * B
+        here = one.generate(prompts[:B])
+        assert [len(r) for r in here] == [NEW] * B
+        # OpenMP's thread count is per calling thread: a batch answered from a new thread
+        # (the demo's reference builders, asyncio.to_thread) must run the same team size.
+        # Before the fix vLLM's CPU attention failed there: "thread_num == thread_num (2 vs. 1)".
+        there: list[object] = []
+        worker = threading.Thread(target=lambda: there.append(_try(one, prompts[:B])))
+        worker.start()
+        worker.join()
+        assert there == [here]
+
+
+def _try(engine: Engine, batch: list[str]) -> object:
+    try:
+        return engine.generate(batch)
+    except EngineError as exc:
+        return exc
 
 
 def test_kv_cache_bytes(model_cache: Path) -> None:
