@@ -32,9 +32,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from netcheck.errors import StorageError
 from netcheck.records import Flag
-from netcheck.storage.tables import flags as flags_table
 from netcheck.storage.group_reader import GroupQueries
 from netcheck.storage.store import Store
+from netcheck.storage.tables import flags as flags_table
 from netcheck.storage.tables import nodes, reference_prompts, results, rounds, verdicts
 
 #: Failing verdicts among a node's most recent ``STRIKE_WINDOW`` verdicts are its strikes.

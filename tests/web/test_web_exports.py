@@ -14,8 +14,8 @@ from web_support import web_coordinator
 from netcheck.config import Profile, load_profile
 from netcheck.lab.sample import fill_synthetic
 from netcheck.storage import tables
-from netcheck.storage.tables import flags as flags_table
 from netcheck.storage.reader import EXPORT_COLUMNS
+from netcheck.storage.tables import flags as flags_table
 from netcheck.web.exports import KINDS, parse_csv
 
 TABLES = {"rounds": tables.rounds, "verdicts": tables.verdicts, "timings": tables.results}
