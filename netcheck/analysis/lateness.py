@@ -37,7 +37,8 @@ and every 4th round full (:data:`REFERENCE_Q`, :data:`REFERENCE_FULL_EVERY`: the
 the premise about honest cards was calibrated at; :func:`null_p0`). An honest node is late more often in the rounds in which its
 co-hosted neighbour is loaded too (benign coupling; the deadline is calibrated on cards
 alone), and the share of its timed rounds in which that neighbour is loaded grows with
-``q`` and with the share of full rounds (:func:`coupled_share`: 0.70 at 1/2, 0.78 at
+the share of full rounds and with ``q`` above ``1 / (1 + sqrt(F))`` (1/3 at ``F = 4``;
+below, full rounds dominate the node's timed rounds and it grows again as ``q`` falls) (:func:`coupled_share`: 0.70 at 1/2, 0.78 at
 2/3, every 4th round full; 0.61 / 0.73 every 8th, 0.83 at 1/2 every 2nd). The test runs
 at ``null_p0 = p0 * max(1, coupled_share(q, F) / coupled_share(1/2, 4))``, ``F`` the
 deployment's ``screening_full_every``: every node whose late rate under the reference
@@ -51,15 +52,17 @@ schedule rule carries (:func:`netcheck.analysis.schedule.rule_probability`; a ro
 whose rule carries none, i.e. a full or confirmation round or one without a stored
 schedule, takes the configured ``q``), and the test runs at the *largest*
 ``null_p0`` over the window's mixes (:func:`window_null`; session 11): a node at most
-``p0``-late under the reference mix is, in each round, late with probability at most
-the null of that round's mix, so its strike count is stochastically below a binomial
-at the largest of them and the lifetime bound holds across the change. Judging the
-rounds of the old mix at the new, smaller null was anti-conservative until they left
-the window (3.33% -> 3.00% at ``p0`` 3% from 2/3 to 1/2). ``F`` is not stored per
-round: every round is taken at the configured ``F``, so raising ``F`` (fewer full
-rounds, a smaller null) still judges the rounds run at the old ``F`` at the new null
-until they leave the window (3.33% -> 3.11% at 2/3 from every 4th to every 8th); a
-remaining limit (lowering ``F`` or raising ``q`` errs the conservative way).
+``p0``-late under the reference mix is late in at most ``null_p0(q)`` of its rounds run
+at ``q`` (as for one mix), so its strike count, a sum over rounds of rates each at most
+the largest null, is stochastically below a binomial at that null (a Poisson-binomial
+is dominated by the binomial at its largest rate), and the lifetime bound holds across
+the change, whichever way ``q`` moved. Before, the window was judged at the configured
+mix alone: after a move to a smaller null the rounds of the old mix were judged
+anti-conservatively until they left the window (3.33% -> 3.00% at ``p0`` 3% from 2/3
+to 1/2). Remaining limit: ``F`` is not stored per round, so every round is taken at
+the configured ``F``; raising ``F`` (fewer full rounds, a smaller null) judges the
+rounds run at the old ``F`` at the new null until they leave the window (3.33% ->
+3.11% at 2/3 and ``p0`` 3% from every 4th to every 8th); lowering it errs the safe way.
 (Session 9 divided by ``coupled_share(1/2, F)``, the deployment's own
 cadence: ``p0`` stated at ``F``, not at the calibration's 4. That tested 15% looser at
 ``F = 8``, ``q = 2/3`` and was anti-conservative below ``F = 4``: 2.00% instead of
@@ -212,7 +215,7 @@ def window_null(mixes: Sequence[float], cfg: CapacityTestConfig) -> float:
     those ``q``, every one at ``cfg.full_every`` (``F`` is not stored per round); the
     configured :attr:`CapacityTestConfig.null_p0` for an empty window. The largest
     null, not the null at the largest ``q``: :func:`coupled_share` is not monotone in
-    ``q`` (smallest at ``q = (sqrt(F) - 1) / (F - 1)``, 1/3 at ``F = 4``). Equal to
+    ``q`` (smallest at ``q = 1 / (1 + sqrt(F))``, 1/3 at ``F = 4``). Equal to
     ``cfg.null_p0`` bit for bit when every ``q`` is ``cfg.load_probability``.
 
     Raises:
