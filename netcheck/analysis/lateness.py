@@ -37,7 +37,8 @@ and every 4th round full (:data:`REFERENCE_Q`, :data:`REFERENCE_FULL_EVERY`: the
 the premise about honest cards was calibrated at; :func:`null_p0`). An honest node is late more often in the rounds in which its
 co-hosted neighbour is loaded too (benign coupling; the deadline is calibrated on cards
 alone), and the share of its timed rounds in which that neighbour is loaded grows with
-``q`` and with the share of full rounds (:func:`coupled_share`: 0.70 at 1/2, 0.78 at
+the share of full rounds and with ``q`` above ``1 / (1 + sqrt(F))`` (1/3 at ``F = 4``;
+below, full rounds dominate the node's timed rounds and it grows again as ``q`` falls) (:func:`coupled_share`: 0.70 at 1/2, 0.78 at
 2/3, every 4th round full; 0.61 / 0.73 every 8th, 0.83 at 1/2 every 2nd). The test runs
 at ``null_p0 = p0 * max(1, coupled_share(q, F) / coupled_share(1/2, 4))``, ``F`` the
 deployment's ``screening_full_every``: every node whose late rate under the reference
@@ -45,7 +46,24 @@ mix is at most ``p0``, and whose rounds with the neighbour loaded are at least a
 as those without, is late in at most ``null_p0`` of its rounds at ``(q, F)`` (the
 bound is reached by a node late only when coupled), so the lifetime bound ``alpha``
 holds for the same nodes at every mix. At ``q = 1/2`` with ``F = 4`` it is ``p0``
-exactly. (Session 9 divided by ``coupled_share(1/2, F)``, the deployment's own
+exactly. A window can hold rounds run at several mixes (an operator changed
+``screening_load_probability`` and restarted): each round's ``q`` is the one its stored
+schedule rule carries (:func:`netcheck.analysis.schedule.rule_probability`; a round
+whose rule carries none, i.e. a full or confirmation round or one without a stored
+schedule, takes the configured ``q``), and the test runs at the *largest*
+``null_p0`` over the window's mixes (:func:`window_null`; session 11): a node at most
+``p0``-late under the reference mix is late in at most ``null_p0(q)`` of its rounds run
+at ``q`` (as for one mix), so its strike count, a sum over rounds of rates each at most
+the largest null, is stochastically below a binomial at that null (a Poisson-binomial
+is dominated by the binomial at its largest rate), and the lifetime bound holds across
+the change, whichever way ``q`` moved. Before, the window was judged at the configured
+mix alone: after a move to a smaller null the rounds of the old mix were judged
+anti-conservatively until they left the window (3.33% -> 3.00% at ``p0`` 3% from 2/3
+to 1/2). Remaining limit: ``F`` is not stored per round, so every round is taken at
+the configured ``F``; raising ``F`` (fewer full rounds, a smaller null) judges the
+rounds run at the old ``F`` at the new null until they leave the window (3.33% ->
+3.11% at 2/3 and ``p0`` 3% from every 4th to every 8th); lowering it errs the safe way.
+(Session 9 divided by ``coupled_share(1/2, F)``, the deployment's own
 cadence: ``p0`` stated at ``F``, not at the calibration's 4. That tested 15% looser at
 ``F = 8``, ``q = 2/3`` and was anti-conservative below ``F = 4``: 2.00% instead of
 2.38% at ``F = 2``; review brk10.)
@@ -164,7 +182,10 @@ class CapacityTest:
     ``rounds``/``strike_rounds``: round ids of the window and of its strikes, newest
     first; ``n``/``strikes``: their counts; ``look``: the node's strikes ever (this
     one included); ``p_value``; ``level``: the look's level (0 when no test ran);
-    ``flagged``: ``p_value <= level``.
+    ``flagged``: ``p_value <= level``; ``null_p0``: the late rate tested (the largest
+    over ``mixes``, :func:`window_null`); ``mixes``: ``(q, rounds of the window run at
+    q)``, ascending ``q``; ``q_from_config``: the window's rounds without a stored ``q``
+    (given the configured one), newest first.
     """
 
     rounds: tuple[str, ...]
@@ -175,6 +196,9 @@ class CapacityTest:
     p_value: float
     level: float
     flagged: bool
+    null_p0: float
+    mixes: tuple[tuple[float, int], ...]
+    q_from_config: tuple[str, ...]
 
 
 def look_level(look: int, cfg: CapacityTestConfig) -> float:
@@ -183,6 +207,23 @@ def look_level(look: int, cfg: CapacityTestConfig) -> float:
     ``min_strikes`` strikes. Summed over all looks: ``alpha``."""
     j = look - cfg.min_strikes + 1
     return cfg.alpha * 6.0 / (math.pi**2 * j * j) if j >= 1 else 0.0
+
+
+def window_null(mixes: Sequence[float], cfg: CapacityTestConfig) -> float:
+    """The null late rate of a window whose rounds ran at load probabilities ``mixes``
+    (one per round, or per distinct mix): the largest :func:`null_p0` of ``cfg.p0`` at
+    those ``q``, every one at ``cfg.full_every`` (``F`` is not stored per round); the
+    configured :attr:`CapacityTestConfig.null_p0` for an empty window. The largest
+    null, not the null at the largest ``q``: :func:`coupled_share` is not monotone in
+    ``q`` (smallest at ``q = 1 / (1 + sqrt(F))``, 1/3 at ``F = 4``). Equal to
+    ``cfg.null_p0`` bit for bit when every ``q`` is ``cfg.load_probability``.
+
+    Raises:
+        ValueError: a ``q`` outside (0, 1).
+    """
+    if not mixes:
+        return cfg.null_p0
+    return max(null_p0(cfg.p0, q, cfg.full_every) for q in set(mixes))
 
 
 @functools.lru_cache(maxsize=4096)  # a few (n, strikes, p0) recur at every strike
@@ -198,8 +239,9 @@ def strike_p_value(n: int, strikes: int, p0: float) -> float:
 
 
 def capacity_test(
-    recent: Sequence[Mapping[str, Any]], look: int, cfg: CapacityTestConfig | None = None
-) -> CapacityTest:
+    recent: Sequence[Mapping[str, Any]], look: int, cfg: CapacityTestConfig | None = None,
+    round_q: Mapping[str, float] | None = None,
+) -> CapacityTest:  # fmt: skip
     """The capacity test at one strike of one node.
 
     Args:
@@ -208,13 +250,18 @@ def capacity_test(
             timed ones when the node has them).
         look: the node's late/missing verdicts ever, the newest included.
         cfg: settings (:class:`CapacityTestConfig` defaults if None).
+        round_q: the load probability each round ran at, as stored with its schedule
+            (:func:`netcheck.analysis.schedule.rule_probability`), by round id; a round
+            not in it (or None: every round) ran at ``cfg.load_probability``. The test
+            runs at the largest null over the window's mixes (:func:`window_null`).
 
     Returns:
         the look; not flagged when the newest timed verdict is not a strike, the window
         holds fewer than ``min_strikes`` strikes or ``look < min_strikes``.
 
     Raises:
-        ValueError: ``look`` smaller than the strikes in the window.
+        ValueError: ``look`` smaller than the strikes in the window; a ``q`` of the
+            window outside (0, 1).
     """
     cfg = cfg or CapacityTestConfig()
     timed = [v for v in recent if str(v["verdict"]) in TIMED][: cfg.window]
@@ -223,12 +270,18 @@ def capacity_test(
         raise ValueError(f"look {look} < {len(hits)} strikes in the window")
     rounds = tuple(str(v["round_id"]) for v in timed)
     strike_rounds = tuple(str(v["round_id"]) for v in hits)
+    stored = round_q or {}
+    qs = [float(stored.get(r, cfg.load_probability)) for r in rounds]
+    mixes = tuple(sorted((q, qs.count(q)) for q in set(qs)))
+    null = window_null(qs, cfg)
+    assumed = tuple(r for r in rounds if r not in stored)
+    common = (rounds, strike_rounds, len(timed), len(hits), look)
     at_strike = bool(timed) and str(timed[0]["verdict"]) in STRIKES
     if not at_strike or len(hits) < cfg.min_strikes:
-        return CapacityTest(rounds, strike_rounds, len(timed), len(hits), look, 1.0, 0.0, False)
-    p = strike_p_value(len(timed), len(hits), cfg.null_p0)
+        return CapacityTest(*common, 1.0, 0.0, False, null, mixes, assumed)
+    p = strike_p_value(len(timed), len(hits), null)
     level = look_level(look, cfg)
-    return CapacityTest(rounds, strike_rounds, len(timed), len(hits), look, p, level, p <= level)
+    return CapacityTest(*common, p, level, p <= level, null, mixes, assumed)
 
 
 def capacity_evidence(
@@ -236,25 +289,34 @@ def capacity_evidence(
     deadline_params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:  # fmt: skip
     """Evidence of a ``capacity`` flag: the rule in words, the test's settings and
-    numbers, the window's verdicts (newest first) and the latencies and receipts of its
-    rounds (``rows``: the node's ``results`` rows of those rounds).
+    numbers, the round mixes of its window, the window's verdicts (newest first) and
+    the latencies and receipts of its rounds (``rows``: the node's ``results`` rows of
+    those rounds).
 
     To re-check: count the strikes among the window's verdicts, take
     ``P(Binomial(n - 1, p0) >= strikes - 1)`` and compare it with
-    ``alpha * 6 / (pi^2 (look - min_strikes + 1)^2)``."""
+    ``alpha * 6 / (pi^2 (look - min_strikes + 1)^2)``; ``p0`` is the largest ``p0`` of
+    ``mixes`` (each: a load probability, the window's rounds run at it, and
+    :func:`null_p0` of ``p0_at_half`` at it and ``full_every``); each round's ``q`` is
+    the one its stored schedule rule carries, the configured one for the rounds in
+    ``q_from_config``."""
     window = set(test.rounds)
-    # p0: the rate tested (cfg.null_p0); at a round mix that scales it the configured
-    # rate (stated at the reference mix: 1/2, every 4th round full; the key's name is
-    # from session 9) and the mix that scaled it are kept too
-    basis = ({} if cfg.null_p0 == cfg.p0 else
+    # p0: the rate tested (test.null_p0); when it is not the configured rate, the
+    # configured rate (stated at the reference mix: 1/2, every 4th round full; the
+    # key's name is from session 9) and the configured mix are kept too
+    basis = ({} if test.null_p0 == cfg.p0 else
              {"p0_at_half": cfg.p0, "load_probability": cfg.load_probability,
               "full_every": cfg.full_every})  # fmt: skip
+    mixes = [{"load_probability": q, "full_every": cfg.full_every, "rounds": k,
+              "p0": null_p0(cfg.p0, q, cfg.full_every)} for q, k in test.mixes]  # fmt: skip
     return {
-        "rule": rules.capacity_test(cfg.window, cfg.null_p0, cfg.alpha, cfg.min_strikes),
+        "rule": rules.capacity_test(cfg.window, test.null_p0, cfg.alpha, cfg.min_strikes),
         "window": cfg.window,
         "min_strikes": cfg.min_strikes,
-        "p0": cfg.null_p0,
+        "p0": test.null_p0,
         **basis,
+        "mixes": mixes,
+        "q_from_config": list(test.q_from_config),
         "alpha": cfg.alpha,
         "look": test.look,
         "level": test.level,

@@ -62,6 +62,24 @@ def rule_name(probability: float = 0.5) -> str:
     return HMAC_RULE if probability == 0.5 else f"{HMAC_RULE};q={probability!r}"
 
 
+def rule_probability(rule: str) -> float | None:
+    """The load probability a stored screening rule carries (the inverse of
+    :func:`rule_name`): 1/2 for :data:`HMAC_RULE`, ``q`` for ``HMAC_RULE;q=<q>``; None
+    for any other rule (``all`` of full rounds, the ``explicit`` rules of confirmation
+    rounds, an unknown or malformed one, a ``q`` outside (0, 1)): such a round stores
+    no ``q``."""
+    if rule == HMAC_RULE:
+        return 0.5
+    head, sep, tail = rule.partition(";q=")
+    if head != HMAC_RULE or not sep:
+        return None
+    try:
+        q = float(tail)
+    except ValueError:
+        return None
+    return q if 0.0 < q < 1.0 else None
+
+
 def _message(round_id: str, node_key: str) -> bytes:
     if "\0" in round_id or "\0" in node_key:
         raise ValueError("round_id and node_key must not contain NUL")

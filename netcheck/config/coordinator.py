@@ -99,6 +99,10 @@ class CoordinatorConfig(FileConfig):
     this value (netcheck.analysis.lateness.null_p0, netcheck.analysis.slowness.null_rate,
     netcheck.analysis.alone.nominate_floor; session 9); with the floors of 1/2 the
     benchmark flagged honest nodes at 2/3 (docs/detection-history.md, "Session 8").
+    After a change the capacity test judges a window that still holds rounds of the
+    old value at the larger of the two nulls (each round's q read from its stored rule:
+    netcheck.analysis.lateness.window_null, session 11); ``screening_full_every`` is
+    not stored per round (its new value's null is used at once).
     Measured against 1/2: docs/detection.md, "Current figures"."""
     screening_window_rounds: int = Field(default=128, ge=4)
     """Analysis uses the most recent this many screening and full rounds."""

@@ -47,6 +47,7 @@ from netcheck.analysis.lateness import (
     capacity_evidence,
     capacity_test,
 )
+from netcheck.analysis.schedule import rule_probability
 from netcheck.analysis.screening import (
     CAPACITY,
     RELAY_MIN_ROUNDS,
@@ -59,7 +60,14 @@ from netcheck.analysis.screening import (
 from netcheck.analysis.slowness import SLOW, SlownessReport, slowness_evidence
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.logs import node_label as who
-from netcheck.records import FlagStatus, NodeOutcome, NodeRecord, RoundPlan, StoredRounds
+from netcheck.records import (
+    FlagStatus,
+    NodeOutcome,
+    NodeRecord,
+    RoundKind,
+    RoundPlan,
+    StoredRounds,
+)
 from netcheck.storage.flag_merge import raise_flag
 from netcheck.storage.flags import FlagStore
 
@@ -100,6 +108,20 @@ def capacity_config(config: CoordinatorConfig) -> CapacityTestConfig:
                               config.screening_full_every)  # fmt: skip
 
 
+def stored_load_probabilities(flags: FlagStore, round_ids: Sequence[str]) -> dict[str, float]:
+    """``{round_id: q}`` of the ``screening`` rounds among ``round_ids`` whose stored
+    rule carries a load probability (:func:`~netcheck.analysis.schedule.rule_probability`:
+    1/2 for the plain HMAC rule, ``q`` for ``;q=``); full and confirmation rounds, rounds
+    without a stored schedule (a database from before round schedules) and unknown rules
+    are left out (the capacity test gives them the configured ``q``)."""
+    out = {}
+    for rid, (kind, rule) in flags.round_rules(round_ids).items():
+        q = rule_probability(rule) if kind == str(RoundKind.SCREENING) else None
+        if q is not None:
+            out[rid] = q
+    return out
+
+
 def capacity(
     flags: FlagStore, config: CoordinatorConfig, profile: Profile, round_id: str,
     outcomes: Sequence[NodeOutcome],
@@ -108,7 +130,10 @@ def capacity(
     node whose verdict in this round is ``late``/``missing``: a ``capacity`` flag
     (``confirmed``; statistic = p-value, threshold = the look's level) when it rejects,
     unless a capacity flag of the node already covers a strike of the window; returns
-    flag ids."""
+    flag ids. Each round of the window is judged at the round mix it ran at: the load
+    probability its stored schedule rule carries (:func:`stored_load_probabilities`),
+    the test at the largest null over them (a window that still holds rounds of a
+    larger ``q`` than the configured one is not judged at the smaller null)."""
     cfg = capacity_config(config)
     ids = []
     for o in outcomes:
@@ -116,7 +141,8 @@ def capacity(
             continue
         recent = flags.recent_verdicts(o.node_key, cfg.window, TIMED)
         look = flags.count_verdicts(o.node_key, STRIKES)
-        test = capacity_test(recent, look, cfg)
+        round_q = stored_load_probabilities(flags, [str(v["round_id"]) for v in recent])
+        test = capacity_test(recent, look, cfg, round_q)
         if not test.flagged or _capacity_flagged(flags, o.node_key, test.rounds):
             continue
         rows = [r for r in flags.round_results(test.rounds) if r["node_key"] == o.node_key]

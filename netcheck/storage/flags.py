@@ -135,6 +135,18 @@ class FlagStore:
             row = conn.execute(query).first()
         return None if row is None else dict(row._mapping)
 
+    def round_rules(self, round_ids: Collection[str]) -> dict[str, tuple[str, str]]:
+        """``{round_id: (kind, rule)}`` of the given rounds that have a stored schedule
+        (a round without one is left out), read by primary key in chunks of 500."""
+        ids = sorted(set(round_ids))
+        s = round_schedules.c
+        out: dict[str, tuple[str, str]] = {}
+        with self.store._read("read round rules") as conn:
+            for i in range(0, len(ids), 500):
+                query = select(s.round_id, s.kind, s.rule).where(s.round_id.in_(ids[i : i + 500]))
+                out.update((r.round_id, (r.kind, r.rule)) for r in conn.execute(query))
+        return out
+
     def recent_rounds(
         self, profile: str, kinds: Collection[str], limit: int, *, complete_only: bool = True,
         node_keys: Collection[str] | None = None, kind_rules: Collection[tuple[str, str]] = (),

@@ -19,6 +19,7 @@ from netcheck.analysis.lateness import (
     look_level,
     null_p0,
     strike_p_value,
+    window_null,
 )
 from netcheck.analysis.screening import capacity_check
 
@@ -207,6 +208,94 @@ def test_capacity_evidence_keeps_the_basis_of_a_scaled_null() -> None:
         assert ev["p0"] == cfg.null_p0 and keys <= set(ev)
         assert ev.get("p0_at_half", 0.02) == 0.02 and ("p0_at_half" in ev) == bool(keys)
         assert ev["rule"] == rules.capacity_test(48, cfg.null_p0, 0.03, 3)
+
+
+def test_a_window_of_an_earlier_larger_mix_is_judged_at_its_null() -> None:
+    """Session 11: the operator moved q from 2/3 to 1/2 (p0 3%) and restarted; the
+    window still holds 7 rounds run at 2/3 (stored q) and the newest at 1/2. The test
+    runs at the 2/3 null (3.33%), not the configured 3.00%: 3 strikes among 8 verdicts
+    at the first look, p = 0.0209 > 0.0182, no flag (at 3.00%: p = 0.0171, flagged)."""
+    cfg = CapacityTestConfig(p0=0.03, load_probability=0.5)
+    recent = history("..L..L.L")
+    old_mix = {v["round_id"]: 2 / 3 for v in recent[1:]} | {"r007": 0.5}
+    before = capacity_test(recent, 3, cfg)  # no stored q: every round at 1/2
+    assert before.null_p0 == 0.03 and before.flagged
+    assert before.p_value == pytest.approx(0.01709, abs=1e-5)
+    assert before.p_value <= before.level == pytest.approx(0.01824, abs=1e-5)
+    test = capacity_test(recent, 3, cfg, old_mix)
+    assert test.null_p0 == null_p0(0.03, 2 / 3) == pytest.approx(0.03 * (7 / 9) / 0.7)
+    assert test.p_value == strike_p_value(8, 3, null_p0(0.03, 2 / 3))
+    assert test.p_value == pytest.approx(0.02087, abs=1e-5)
+    assert test.p_value > test.level
+    assert not test.flagged and test.level == before.level
+    assert test.mixes == ((0.5, 1), (2 / 3, 7)) and test.q_from_config == ()
+    # one old round left in the window is enough; rounds without a stored q take 1/2
+    test = capacity_test(recent, 3, cfg, {"r001": 2 / 3})
+    assert test.null_p0 == null_p0(0.03, 2 / 3) and not test.flagged
+    assert test.mixes == ((0.5, 7), (2 / 3, 1)) and len(test.q_from_config) == 7
+    # the other way (rounds at 1/2 under a configured 2/3) errs on the safe side
+    up = capacity_test(recent, 3, CapacityTestConfig(p0=0.03, load_probability=2 / 3),
+                       {"r000": 0.5, "r001": 0.5})  # fmt: skip
+    assert up.null_p0 == null_p0(0.03, 2 / 3)
+
+
+def test_an_unchanged_mix_gives_todays_result_bit_for_bit() -> None:
+    """Every round stored at the configured q, or none stored: the same null, p-value
+    and decision as the test that knew only the configured mix (``cfg.null_p0``)."""
+    marks = ".L...L.L..L....L" * 4 + "." * 30 + "L..L.L"
+    for q, f in ((0.5, 4), (2 / 3, 4), (2 / 3, 8), (0.5, 2), (0.3, 4)):
+        cfg = CapacityTestConfig(p0=0.03, load_probability=q, full_every=f)
+        strikes = 0
+        for i, c in enumerate(marks):
+            if c not in "LM":
+                continue
+            strikes += 1
+            recent = history(marks[: i + 1])
+            stored = {v["round_id"]: q for v in recent[::2]}
+            plain = capacity_test(recent, strikes, cfg)
+            for test in (capacity_test(recent, strikes, cfg, stored),
+                         capacity_test(recent, strikes, cfg, {})):  # fmt: skip
+                assert test.null_p0 == plain.null_p0 == cfg.null_p0
+                assert (test.p_value, test.level, test.flagged) == (
+                    plain.p_value, plain.level, plain.flagged)  # fmt: skip
+                if test.level:
+                    assert test.p_value == strike_p_value(test.n, test.strikes, cfg.null_p0)
+
+
+def test_the_window_null_is_the_largest_null_not_the_null_at_the_largest_q() -> None:
+    """coupled_share falls to its least at q = 1/3 (every 4th round full) and rises
+    again below: a window with rounds at q 0.1 and 2/3 runs at the null of 0.1
+    (3.40% at p0 3%), the larger one; a bad stored q is refused."""
+    cfg = CapacityTestConfig(p0=0.03)
+    assert null_p0(0.03, 0.1) > null_p0(0.03, 2 / 3) > null_p0(0.03, 1 / 3) == 0.03
+    assert window_null([0.1, 2 / 3, 2 / 3], cfg) == null_p0(0.03, 0.1)
+    assert window_null([], cfg) == cfg.null_p0 == window_null([0.5], cfg)
+    with pytest.raises(ValueError):
+        capacity_test(history("LLL"), 3, cfg, {"r000": 1.0})
+
+
+def test_capacity_evidence_records_the_mixes_of_the_window() -> None:
+    """A flag at a mixed window keeps the rate tested (``p0``), the configured rate and
+    mix, each mix of the window with its rounds and null, and the rounds that took the
+    configured q: enough to re-check the null from the stored rules."""
+    cfg = CapacityTestConfig(p0=0.03, load_probability=0.5, window=8)
+    recent = history("LLL")
+    test = capacity_test(recent, 3, cfg, {"r000": 2 / 3})
+    assert test.flagged
+    ev = capacity_evidence(test, cfg, recent, {}, [])
+    assert ev["p0"] == test.null_p0 == null_p0(0.03, 2 / 3)
+    assert (ev["p0_at_half"], ev["load_probability"], ev["full_every"]) == (0.03, 0.5, 4)
+    assert ev["mixes"] == [
+        {"load_probability": 0.5, "full_every": 4, "rounds": 2, "p0": 0.03},
+        {"load_probability": 2 / 3, "full_every": 4, "rounds": 1, "p0": null_p0(0.03, 2 / 3)},
+    ]
+    assert ev["q_from_config"] == ["r002", "r001"]
+    assert max(m["p0"] for m in ev["mixes"]) == ev["p0"]
+    assert ev["rule"] == rules.capacity_test(8, null_p0(0.03, 2 / 3), 0.03, 3)
+    plain = capacity_evidence(capacity_test(recent, 3, cfg), cfg, recent, {}, [])
+    assert "p0_at_half" not in plain and plain["p0"] == 0.03
+    assert plain["mixes"] == [{"load_probability": 0.5, "full_every": 4, "rounds": 3,
+                               "p0": 0.03}]  # fmt: skip
 
 
 def test_the_null_is_scaled_from_the_reference_cadence() -> None:

@@ -117,6 +117,21 @@ def test_rule_name_carries_the_load_probability() -> None:
         rule_name(1.0)
 
 
+def test_rule_probability_reads_the_load_probability_back() -> None:
+    """The inverse of rule_name: 1/2 for the plain rule, q for ``;q=``; None for the
+    rules of other rounds and for anything malformed or outside (0, 1)."""
+    from netcheck.analysis.coins import COIN_RULE
+    from netcheck.analysis.schedule import HMAC_RULE, rule_name, rule_probability
+
+    for q in (0.5, 2 / 3, 0.25, 0.1, 1e-3):
+        assert rule_probability(rule_name(q)) == q
+    assert rule_probability(HMAC_RULE) == 0.5
+    for other in ("all", "explicit", COIN_RULE, "synthetic", "", f"{HMAC_RULE};q=",
+                  f"{HMAC_RULE};q=x", f"{HMAC_RULE};q=1.0", f"{HMAC_RULE};q=nan",
+                  f"{HMAC_RULE};q=-0.5", "hmac-sha256/netcheck/2;q=0.5"):  # fmt: skip
+        assert rule_probability(other) is None, other
+
+
 def test_pair_coverage_at_another_load_probability() -> None:
     """Arms both / first only / second only / neither at q^2, q(1-q), q(1-q), (1-q)^2:
     the exact sum matches a Monte Carlo of that design."""

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from netcheck.analysis.lateness import null_p0
+from netcheck.analysis.schedule import rule_name
 from netcheck.config import CoordinatorConfig
 from netcheck.coordinator import checks
 from netcheck.lab.testing import small_profile
@@ -36,15 +38,28 @@ def config(tmp_path: Path, **kw: object) -> CoordinatorConfig:
     )  # fmt: skip
 
 
-def play(fs: FlagStore, cfg: CoordinatorConfig, node: str, marks: str) -> dict[int, list[int]]:
+#: Stored schedules for :func:`play`: a screening round at q 1/2 (the plain rule) or at
+#: 2/3, a full round, a confirmation round; " " stores none (a database from before
+#: round schedules).
+SCHEDULES = {"h": ("screening", rule_name(0.5)), "t": ("screening", rule_name(2 / 3)),
+             "f": ("full", "all"), "c": ("confirmation", "explicit")}  # fmt: skip
+
+
+def play(
+    fs: FlagStore, cfg: CoordinatorConfig, node: str, marks: str, schedules: str = ""
+) -> dict[int, list[int]]:
     """One stored round per mark for ``node`` (``.`` pass, ``L`` late, ``M`` missing,
-    ``W`` wrong answer), the capacity check after each, as ``Screening.after_round``
+    ``W`` wrong answer), its schedule stored as ``schedules`` says (:data:`SCHEDULES`;
+    none past its end), the capacity check after each, as ``Screening.after_round``
     runs it; returns {round index: flag ids raised}."""
     raised = {}
     for i, mark in enumerate(marks):
         rid = f"{node}-{i:03d}"
         a = Assignment(node, ("a",), (), (), (), bytes(32), bytes(12))
         fs.store.record_plan(RoundPlan(rid, PROFILE.name, 4, 4, (a,), ()), float(i))
+        if schedules[i : i + 1].strip():
+            kind, rule = SCHEDULES[schedules[i]]
+            fs.record_schedule(rid, PROFILE.name, kind, rule, {node: True})
         late = mark == "L"
         out = NodeOutcome(node, VERDICTS[mark], "test", 9.0 if late else 1.0, 0, 0)
         arrived = None if mark == "M" else 1_000 + (9 if late else 1) * 10**9
@@ -117,3 +132,35 @@ def test_the_capacity_settings_come_from_the_config(flags: FlagStore, tmp_path: 
     default = checks.capacity_config(config(tmp_path))
     assert (default.p0, default.load_probability) == (0.03, pytest.approx(2 / 3))
     assert default.null_p0 == pytest.approx(0.03 * (7 / 9) / 0.7)
+
+
+def test_rounds_of_an_earlier_larger_mix_are_judged_at_its_null(
+    flags: FlagStore, tmp_path: Path
+) -> None:
+    """Session 11: the operator moved ``screening_load_probability`` from 2/3 to 1/2 (p0
+    3%) and restarted. The node's first 7 rounds ran at 2/3 (their stored rules say so;
+    one was full), the 8th at 1/2: 3 strikes among 8 are judged at the 2/3 null (3.33%,
+    p = 0.0209 > 0.0182), no flag; at the configured 3.00% (what the coordinator used
+    before, and still uses for rounds without a stored schedule) p = 0.0171, flagged.
+    A 4th strike flags, with the window's mixes in the evidence."""
+    cfg = config(tmp_path, screening_load_probability=0.5)
+    assert play(flags, cfg, "old", "..L..L.L", "tttfttth") == {}
+    assert list(play(flags, cfg, "unstored", "..L..L.L")) == [7]
+    raised = play(flags, cfg, "later", "..L..L.LL", "tttfttthh")
+    assert list(raised) == [8]
+    flag = flags.get_flag(raised[8][0])
+    assert flag is not None and flag.evidence is not None
+    ev = flag.evidence
+    assert ev["p0"] == pytest.approx(null_p0(0.03, 2 / 3)) and ev["p0_at_half"] == 0.03
+    assert ev["load_probability"] == 0.5
+    assert [(m["load_probability"], m["rounds"]) for m in ev["mixes"]] == [
+        (0.5, 3), (pytest.approx(2 / 3), 6)]  # fmt: skip
+    assert ev["q_from_config"] == ["later-003"]  # the full round
+    assert "at most 3.33333% of its rounds" in ev["rule"]
+    ids = [f"later-{i:03d}" for i in range(9)] + ["nowhere"]
+    a = Assignment("later", ("a",), (), (), (), bytes(32), bytes(12))
+    flags.store.record_plan(RoundPlan("later-x", PROFILE.name, 4, 4, (a,), ()), 99.0)
+    flags.record_schedule("later-x", PROFILE.name, "confirmation", rule_name(0.25), {})
+    assert checks.stored_load_probabilities(flags, ids + ["later-x"]) == {
+        **{f"later-{i:03d}": pytest.approx(2 / 3) for i in (0, 1, 2, 4, 5, 6)},
+        "later-007": 0.5, "later-008": 0.5}  # fmt: skip

@@ -109,6 +109,17 @@ def test_schedules_and_recent_rounds(flags: FlagStore) -> None:
     assert flags.schedule("nope") is None
 
 
+def test_round_rules_reads_kind_and_rule_by_round(flags: FlagStore) -> None:
+    """``round_rules``: (kind, rule) of the given rounds that have a schedule, the others
+    left out, over more ids than one chunk (500) holds."""
+    _round(flags, "r1", 1.0, {"a": True}, "screening")
+    _round(flags, "r2", 2.0, {"a": True}, "full")
+    flags.store.record_plan(RoundPlan("r3", "p", 2, 2, (), ()), 3.0)  # no schedule
+    ids = [f"x{i}" for i in range(1200)] + ["r2", "r3", "r1", "r1"]
+    assert flags.round_rules(ids) == {"r1": ("screening", "explicit"), "r2": ("full", "explicit")}
+    assert flags.round_rules([]) == {}
+
+
 def test_record_schedule_refuses_bad_kind_and_unknown_round(flags: FlagStore) -> None:
     """A schedule needs a known kind and an existing round."""
     with pytest.raises(ValueError):
