@@ -1,10 +1,11 @@
-"""The capacity test across a change of the load probability (EMULATION, session 11):
-co-hosted honest nodes late only when their neighbour is loaded too, at exactly p0 = 3%
+"""The capacity test across a change of the load probability (EMULATION, session 11): co-
+hosted honest nodes late only when their neighbour is loaded too, at exactly p0 = 3%
 under the reference mix (q 1/2, every 4th round full). 96 timed rounds at q 2/3, then
-the operator moves q to 1/2 and 48 more. Count nodes (not flagged before the switch) first flagged in the 48 timed rounds after
-it: judged with the stored per-round q (the fix) and with the configured mix only
-(before); baselines: no switch (2/3 throughout, 1/2 throughout). alpha 0.2 so that the
-counts are large enough to compare (the default is 0.03).
+the operator moves q to 1/2 and 48 more. Count nodes (not flagged before the switch)
+first flagged in the 48 timed rounds after it: judged with the stored per-round q (the
+fix) and with the configured mix only (before); baselines: no switch (2/3 throughout,
+1/2 throughout). alpha 0.2 so that the counts are large enough to compare (the default
+is 0.03).
 
 Run: ``.venv/bin/python benchmarks/capacity_switch.py SEED NODES`` (session 11: seeds 11
 and 12 with 20,000 and 40,000 nodes, about a minute each; docs/detection.md, "Capacity
