@@ -1,5 +1,5 @@
-"""The capacity test across a change of the load probability (EMULATION, session 11): co-
-hosted honest nodes late only when their neighbour is loaded too, at exactly p0 = 3%
+"""The capacity test across a change of the load probability (EMULATION, session 11):
+co-hosted honest nodes late only when their neighbour is loaded too, at exactly p0 = 3%
 under the reference mix (q 1/2, every 4th round full). 96 timed rounds at q 2/3, then
 the operator moves q to 1/2 and 48 more. Count nodes (not flagged before the switch)
 first flagged in the 48 timed rounds after it: judged with the stored per-round q (the
