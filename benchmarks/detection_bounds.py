@@ -34,8 +34,9 @@ one by ``1 + benign_coupling`` when its partner is loaded.
   pairs, those that miss the floors entering with ``p = 1``. BH in expectation (mean
   field): the threshold is the largest t with ``D(t) >= m t / fdr``, ``D(t)`` the
   expected number of pairs with ``p < t`` that meet the floors. ``P BH1``: D counts
-  only this pair and the ``m - 1`` unrelated pairs, i.e. for one true pair among m
-  nulls the threshold ``t = fdr (1 + V) / m`` with V the null discoveries; ``P BHpop``:
+  only this pair and ``m - 1`` unrelated pairs of honest identities, i.e. for one true
+  pair among m nulls the threshold ``t = fdr (1 + V) / m``, V the null discoveries
+  (few: a null pair rarely meets the floors at sigma_w 0.05); ``P BHpop``:
   D counts the scenario's whole population (every farm's pairs, the honest co-hosted
   pairs at ``benign_coupling``, the unrelated pairs of honest and farm identities), the
   population the benchmark runs. ``z*``: the BHpop threshold as a normal deviate.
@@ -68,8 +69,15 @@ nominate a pair the mutual test misses, and the capacity and slowness tests, whi
 (the count of discoveries is random). Use the table to tell a gap the code could close
 (bound high, measured low) from one the data cannot (bound low).
 
+``--mc REPS`` adds ``MC ideal``: the real mutual test (median polish, moderated t, BH
+at ``mutual_fdr``, the floors) on ideal rows of the same model, REPS simulated
+populations (:func:`ideal_rows`; a small simulation, off by default): the model's
+optimism is the gap between ``P BHpop`` and it, the rest of the pipeline (deadlines,
+censoring, the other detectors, confirmation and its budget) the gap between it and a
+benchmark run (``measured``: found k = 2 in session 10, at the default design only).
+
 Run: ``.venv/bin/python benchmarks/detection_bounds.py [--rounds 16 32] [--q Q]
-[--full-every F] [--scenario NAME ...] [--markdown]``.
+[--full-every F] [--scenario NAME ...] [--no-obs] [--mc REPS] [--markdown]``.
 """
 
 from __future__ import annotations
@@ -92,8 +100,10 @@ import detection  # noqa: E402
 from netcheck.analysis.confirm import ConfirmConfig  # noqa: E402
 from netcheck.analysis.confirm_run import ConfirmationRun, spending_weight  # noqa: E402
 from netcheck.analysis.detector_config import DetectorConfig  # noqa: E402
+from netcheck.analysis.mutual import mutual_hits, mutual_test  # noqa: E402
+from netcheck.analysis.timing import median_polish  # noqa: E402
 from netcheck.config.coordinator import CoordinatorConfig  # noqa: E402
-from netcheck.lab.sim.population import PopulationSpec  # noqa: E402
+from netcheck.lab.sim.population import PopulationSpec, make_population  # noqa: E402
 
 FloatArray = npt.NDArray[np.float64]
 _FIELDS = CoordinatorConfig.model_fields
@@ -278,8 +288,9 @@ def nomination(
     pair, classes = pair_classes(spec, design.q)
     population = [c for c in classes if c.count > 0]
     bonf = cfg.p_crit_mutual(spec.n_nodes)
+    # one farm pair among honest identities only (unrelated, not co-hosted)
     lone_null = PairClass(spec.n_nodes * (spec.n_nodes - 1) / 2 - 1, Row(0, 0), Row(0, 0),
-                          pair.jit_a, pair.jit_b)  # fmt: skip
+                          False, False)  # fmt: skip
     bh1 = bh_level(spec, [pair, lone_null], scale, cfg.mutual_fdr, floor)
     bhp = bh_level(spec, population, scale, cfg.mutual_fdr, floor)
     sd_med = math.sqrt(spec.sigma_w**2 + (spec.jitter_log_sd**2 * (1 - 2 / math.pi)
@@ -348,6 +359,34 @@ def bounds(spec: PopulationSpec, rounds: int, design: Design | None = None) -> d
     return {**nom, **con, "found": (1.0 - missed) * con["p_conf"]}
 
 
+def ideal_rows(
+    spec: PopulationSpec, rounds: int, design: Design, reps: int, seed: int = 0
+) -> float:
+    """The real mutual test on ideal screening rows (a small simulation, only with
+    ``--mc``): the fraction of farm pairs of 2 that :func:`~netcheck.analysis.mutual.
+    mutual_hits` nominates after the median polish at ``design.detector``, over ``reps``
+    populations, each with ``R_s`` screening rounds of independent coins at ``q``
+    (:meth:`~netcheck.lab.sim.population.Population.service_times`: no deadline, no
+    censoring, no full rounds, no confirmation, no other detector). Between the model
+    (``P BHpop``) and this: the test's own costs (t tails, random arm sizes, the
+    moderated variance); between this and a benchmark run: the rest of the pipeline."""
+    cfg, r_s = design.detector, design.screening_rounds(rounds)
+    hit = total = 0
+    for rep in range(reps):
+        rng = np.random.default_rng([seed, rep])
+        pop = make_population(spec, rng)
+        loaded = rng.random((len(pop.node_keys), r_s)) < design.q
+        y = np.column_stack([pop.service_times(loaded[:, r], rng) for r in range(r_s)])
+        polish = median_polish(np.log(y), col_prior_cells=cfg.round_prior_cells)
+        hits = mutual_hits(mutual_test(polish.residuals, loaded, cfg), cfg)
+        row = {k: i for i, k in enumerate(pop.node_keys)}
+        for farm in pop.farms:
+            if len(farm) == 2:
+                i, j = sorted((row[farm[0]], row[farm[1]]))
+                hit, total = hit + bool(hits[i, j]), total + 1
+    return hit / total if total else math.nan
+
+
 def g1_scenarios(names: Sequence[str] = ()) -> list[detection.Scenario]:
     """The plain and jitter scenarios of the grid with farms of 2 on a matched backend."""
     out = []
@@ -362,7 +401,7 @@ def g1_scenarios(names: Sequence[str] = ()) -> list[detection.Scenario]:
 
 
 def _fmt(x: float, spec: str) -> str:
-    return "inf" if math.isinf(x) else format(x, spec)
+    return "inf" if math.isinf(x) else "-" if math.isnan(x) else format(x, spec)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -373,6 +412,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--full-every", type=int, default=FULL_EVERY_DEFAULT)
     ap.add_argument("--scenario", nargs="+", default=[])
     ap.add_argument("--no-obs", action="store_true", help="skip the x obs column (faster)")
+    ap.add_argument(
+        "--mc",
+        type=int,
+        default=0,
+        metavar="REPS",
+        help="also the real mutual test on ideal rows, REPS populations (slow)",
+    )
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     design = Design(q=args.q, full_every=args.full_every)
@@ -382,6 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{design.confirm_max_cycles} cycles")  # fmt: skip
     cols = ["R", "R_s", "E[z]", "z*", "P bonf", "P BH1", "P BHpop", "P conf", "found <=",
             "x obs", "measured"]  # fmt: skip
+    if args.mc:
+        cols.insert(-4, "MC ideal")
     pre = ["scenario", "margin", "cycles", "conf x"]
     if args.markdown:
         print("\n| " + " | ".join(pre + cols) + " |")
@@ -399,6 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cells = [str(r), str(design.screening_rounds(r)), f"{b['z']:.2f}", f"{b['z_bh']:.2f}",
                      f"{b['p_bonf']:.2f}", f"{b['p_bh1']:.2f}", f"{b['p_bh']:.2f}",
                      f"{b['p_conf']:.2f}", f"{b['found']:.2f}", _fmt(x, ".2f"), m]  # fmt: skip
+            if args.mc:
+                cells.insert(-4, f"{ideal_rows(sc.spec, r, design, args.mc):.2f}")
             name = sc.name if i == 0 else ""
             head = [name, "", "", ""]
             if i == 0:

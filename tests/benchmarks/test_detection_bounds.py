@@ -81,3 +81,10 @@ def test_markdown_table(bounds: ModuleType, capsys: pytest.CaptureFixture[str]) 
     row = next(line for line in out.splitlines() if line.startswith("| plain |"))
     assert row.count("|") == out.splitlines()[2].count("|")
     assert row.rstrip(" |").endswith("1.00")  # measured in session 10
+
+
+def test_ideal_rows_runs_the_real_mutual_test(bounds: ModuleType) -> None:
+    d = bounds.Design()
+    assert bounds.ideal_rows(scenario(bounds, "plain"), 16, d, reps=1) == 1.0
+    weak = bounds.ideal_rows(scenario(bounds, "jitter n=200 s=0.05 b=0.3"), 16, d, reps=1)
+    assert weak < 0.75
