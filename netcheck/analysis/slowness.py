@@ -340,8 +340,9 @@ def slowness_evidence(
     rate = node.null_rate
     q = report.load_probability
     mixed = not node.from_config(q)
-    basis = ({} if rate == 0.5 and not mixed else
-             {"load_probability": q, "null_rate": rate})  # fmt: skip
+    basis: dict[str, Any] = {}
+    if rate != 0.5 or mixed:
+        basis = {"load_probability": q, "null_rate": rate}
     if mixed:
         stored_q = report.round_q or {}
         basis["mixes"] = [{"load_probability": mq, "rounds": n, "null_rate": null_rate(mq)}
