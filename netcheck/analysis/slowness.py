@@ -336,8 +336,9 @@ def slowness_evidence(
     node's rounds did not all run at the configured load probability (``q`` changed
     while they were in the window), ``mixes`` lists each load probability with its
     rounds and null rate (``null_rate`` is the largest) and ``q_from_config`` the
-    rounds without a stored ``q`` (judged at the configured one)."""
-    rate = node.null_rate
+    rounds without a stored ``q`` (judged at the configured one). A node record without
+    ``mixes`` (built by hand) takes the report's rate."""
+    rate = node.null_rate if node.mixes else report.null_rate
     q = report.load_probability
     mixed = not node.from_config(q)
     basis: dict[str, Any] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -258,6 +259,8 @@ def test_evidence_of_a_mixed_window_records_the_mixes_and_the_rate() -> None:
     assert ev["q_from_config"] == list(rids[16:])
     assert "0.667 of them" in ev["rule"] and rules.rule_text("slow", ev, None) == ev["rule"]
     assert ev["p_value"] == sign_test_p(24, 24, 2 / 3)
+    bare = replace(node, null_rate=0.5, mixes=())  # a record without mixes: the report's rate
+    assert slowness_evidence(bare, report, [])["null_rate"] == report.null_rate == 2 / 3
 
 
 @pytest.mark.parametrize("q", [0.3, 0.5, 0.6, 2 / 3, 0.8])
