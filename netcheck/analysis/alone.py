@@ -29,7 +29,12 @@ Stages (the coordinator and the simulator run the same functions):
    node's screening rounds: the sign test's null rate becomes ``max(1/2, q)``
    (:func:`~netcheck.analysis.slowness.null_rate`) and the signed-rank test's floor
    ``floor * (1 + coupling) ** (q - 1/2)`` (:func:`nominate_floor`), so that honest
-   co-hosted nodes are nominated about as often as at 1/2.
+   co-hosted nodes are nominated about as often as at 1/2. A node whose screening
+   rounds ran at several ``q`` (the setting changed while they were in the window;
+   session 11) is nominated at the largest null rate and floor over them
+   (:func:`window_nominate_floor`), the end that nominates fewer honest nodes
+   (:func:`window_nominate_floor` says why that is the safe end of a stage that
+   spends no level).
 2. **Alone rounds**: rounds loading only that node, as many as the window of its next
    attempt still lacks (:func:`rounds_short`): ``rounds`` (16) when its earlier
    attempts used all its alone rounds, fewer when contention confirmation loaded it
@@ -96,7 +101,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -108,10 +113,10 @@ from netcheck.analysis.slowness import (
     NodeSlowness,
     SlownessReport,
     node_record,
-    null_rate,
     sign_test_p,
     slowness_evidence,
     spent_level,
+    window_null_rate,
 )
 from netcheck.analysis.timing import stored_timing_row
 
@@ -165,8 +170,9 @@ def nominees(report: SlownessReport, cfg: AloneConfig, skip: Collection[str] = (
     """Nodes of a screening-slowness report to confirm alone, not in ``skip`` (already
     flagged slow): first those the report rejected (unless its rejections are flags,
     ``direct_flags``), then the others whose nomination test of their screening ratios
-    against ``cfg.floor`` (:func:`nomination_p`, at the report's load probability) is at
-    most ``cfg.nominate_p``; none when the report's reference check failed (``t_ref``
+    against ``cfg.floor`` (:func:`nomination_p`, at the load probabilities of the node's
+    rounds, :meth:`~netcheck.analysis.slowness.NodeSlowness.load_probabilities`, else
+    the report's) is at most ``cfg.nominate_p``; none when the report's reference check failed (``t_ref``
     does not describe the population)."""
     if not report.reference_ok:
         return []
@@ -176,7 +182,7 @@ def nominees(report: SlownessReport, cfg: AloneConfig, skip: Collection[str] = (
             continue
         if n.flagged:
             first.append(n.node_key)
-        elif nomination_p(n, cfg, report.load_probability) <= cfg.nominate_p:
+        elif nomination_p(n, cfg, n.load_probabilities(report.load_probability)) <= cfg.nominate_p:
             then.append(n.node_key)
     return first + then
 
@@ -202,19 +208,54 @@ def nominate_floor(cfg: AloneConfig, load_probability: float = 0.5) -> float:
     return cfg.floor * (1.0 + cfg.coupling) ** max(0.0, load_probability - 0.5)
 
 
-def nomination_p(node: NodeSlowness, cfg: AloneConfig, load_probability: float = 0.5) -> float:
+def window_nominate_floor(cfg: AloneConfig, load_probabilities: Iterable[float]) -> float:
+    """The signed-rank nomination's floor for screening rounds run at several load
+    probabilities (``screening_load_probability`` changed while they were in the
+    window): the LARGEST :func:`nominate_floor` over them (the floor at the largest
+    ``q``: it is non-decreasing in ``q``).
+
+    Which end is safe: nomination spends no level, and the alone test holds its level
+    whatever nominated the node (module docstring, "Level"), so neither end adds false
+    flags. What the floor sets is the trade between what nomination costs (alone
+    rounds run for honest nodes, each a round of the profile's time) and recall (a slow farm
+    nominated sooner). The floor at each ``q`` is set so that an honest coupled node is
+    nominated as often as at the reference mix; a smaller floor than its rounds' mix
+    warrants nominates honest coupled nodes more often than designed (after 2/3 -> 1/2,
+    rounds run at 2/3 compared with 1.2 instead of 1.237), a larger one costs recall
+    only for farms within a few % of the floor, and only while the old rounds are in
+    the window. As for the sign test's null rate
+    (:func:`~netcheck.analysis.slowness.window_null_rate`, where the larger end is the
+    one that holds the level) and as :func:`nominate_floor` already does below
+    ``q = 1/2`` (kept at ``cfg.floor``, not lowered), the larger floor is taken: the
+    cost stays at or below its design, never above.
+
+    Raises:
+        ValueError: no load probability, or one outside (0, 1).
+    """
+    floors = [nominate_floor(cfg, q) for q in load_probabilities]
+    if not floors:
+        raise ValueError("need at least one load probability")
+    return max(floors)
+
+
+def nomination_p(
+    node: NodeSlowness, cfg: AloneConfig, load_probability: float | Iterable[float] = 0.5
+) -> float:
     """The nomination test's p of ``node``'s screening ratios against the alone floor
-    (``cfg.nominate_test``) at screening load probability ``load_probability`` (``q``):
-    ``"sign"``, the sign test of the rounds above ``cfg.floor`` at the null rate
-    ``max(1/2, q)`` (:func:`~netcheck.analysis.slowness.null_rate`); ``"signed-rank"``,
+    (``cfg.nominate_test``) at screening load probability ``load_probability`` (``q``;
+    several: the load probabilities the node's rounds ran at, each taken at the
+    conservative end over them): ``"sign"``, the sign test of the rounds above
+    ``cfg.floor`` at the null rate ``max(1/2, q)``
+    (:func:`~netcheck.analysis.slowness.window_null_rate`: the largest); ``"signed-rank"``,
     the one-sided Wilcoxon signed-rank test (``H1``: above) of ``log(ratio / f)``,
-    ``f`` = :func:`nominate_floor` (``cfg.floor`` at ``q <= 1/2``), a round without a
-    result counting as the largest difference (rounds exactly at the floor dropped; 1.0
-    when none is left)."""
+    ``f`` = :func:`window_nominate_floor` (``cfg.floor`` at ``q <= 1/2``; the largest),
+    a round without a result counting as the largest difference (rounds exactly at the
+    floor dropped; 1.0 when none is left)."""
+    qs = [load_probability] if isinstance(load_probability, int | float) else list(load_probability)
     if cfg.nominate_test == "sign":
         above = sum(1 for r in node.ratios if r is None or r > cfg.floor)
-        return sign_test_p(above, node.n, null_rate(load_probability))
-    floor = nominate_floor(cfg, load_probability)
+        return sign_test_p(above, node.n, window_null_rate(qs))
+    floor = window_nominate_floor(cfg, qs)
     logs = [math.log(max(r, 1e-9) / floor) for r in node.ratios if r is not None]
     top = max((abs(d) for d in logs), default=0.0) + 1.0
     diffs = np.array(logs + [top] * sum(1 for r in node.ratios if r is None))
@@ -238,11 +279,14 @@ def nomination(
     flag of that test had it: :func:`~netcheck.analysis.slowness.slowness_evidence`,
     with ``rejected``) and the nomination test against the alone floor (which test:
     ``nominate_test``; its p: ``nomination_p_value``). ``rows``: the
-    stored result rows of the screening window."""
-    q = report.load_probability
-    p = nomination_p(node, cfg, q)
+    stored result rows of the screening window. The nomination ran at the node's rounds'
+    load probabilities (the largest; the screening record's ``mixes`` when they were
+    several)."""
+    qs = node.load_probabilities(report.load_probability)
+    q = max(qs)
+    p = nomination_p(node, cfg, qs)
     moved = cfg.nominate_test == "signed-rank" and q > 0.5
-    at_q = (f", moved to {nominate_floor(cfg, q):.4g} for load probability {q:.3g}"
+    at_q = (f", moved to {window_nominate_floor(cfg, qs):.4g} for load probability {q:.3g}"
             if moved else "")  # fmt: skip
     by = (
         f"the persistent-slowness test over screening rounds rejected at its level (p "
@@ -259,7 +303,7 @@ def nomination(
         "nominate_test": cfg.nominate_test,
         "nomination_p_value": p,
         **(
-            {"nominate_floor_at_q": nominate_floor(cfg, q), "coupling": cfg.coupling}
+            {"nominate_floor_at_q": window_nominate_floor(cfg, qs), "coupling": cfg.coupling}
             if moved
             else {}
         ),

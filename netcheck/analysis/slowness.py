@@ -37,6 +37,20 @@ slows an honest node by the benign coupling in *every* such round):
   has ``A <= 1/2``. The bound is reached (a card between ``floor / c`` and ``floor``
   with no noise is above exactly when coupled). It assumes one co-hosted neighbour
   per node, as the floor does.
+- **Rounds of several load probabilities** (session 11, :func:`window_null_rate`): the
+  window can hold rounds run at several ``q`` (an operator changed
+  ``screening_load_probability`` and restarted; the old rounds stay for up to
+  ``screening_window_rounds``). Each round is taken at the ``q`` its stored schedule
+  rule carries (the coordinator passes them in; a round without one takes the
+  configured ``q``), and a node is tested at the largest ``null_rate`` over the ``q``
+  of its own rounds. Under ``H0`` a round at ``q`` is above the floor with probability
+  at most ``null_rate(q)`` (the bound above, per round: the neighbour's coin is drawn
+  per round), so the count above is a Poisson-binomial with rates at most the largest
+  one, stochastically below the binomial at it, and the lifetime bound holds across
+  the change. The largest is the conservative end: judging rounds of ``q`` 2/3 at the
+  rate 1/2 of a new configured ``q`` 1/2 holds honest coupled nodes to a null they do
+  not meet (at the bound, 2/3 of their rounds above, against 1/2). With one ``q``
+  throughout it is the test at that ``q``, bit for bit.
 - **Error spending across analyses**: the window is re-tested at every analysis; the
   ``look``-th test of a node runs at ``alpha * 6 / (pi^2 look^2)``, which sums to
   ``alpha`` over all looks, so a node whose median sits at the floor is flagged with
@@ -62,7 +76,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +150,38 @@ def null_rate(load_probability: float) -> float:
     return max(0.5, load_probability)
 
 
+def window_null_rate(load_probabilities: Iterable[float]) -> float:
+    """The sign test's null rate over rounds run at several load probabilities (an
+    operator changed ``screening_load_probability`` and restarted while the window
+    still holds rounds of the old one): the LARGEST :func:`null_rate` over them (module
+    docstring, "Rounds of several load probabilities"). Larger is the conservative end:
+    the test rejects less. A round at ``q`` is above the floor with probability at most
+    ``null_rate(q)`` under ``H0``, so the count of rounds above is a Poisson-binomial
+    with rates at most the largest one, stochastically below the binomial at it. (As
+    ``null_rate`` is non-decreasing in ``q`` this is the rate at the largest ``q``.)
+
+    Raises:
+        ValueError: no load probability, or one outside (0, 1).
+    """
+    rates = [null_rate(q) for q in load_probabilities]
+    if not rates:
+        raise ValueError("need at least one load probability")
+    return max(rates)
+
+
+def round_mixes(
+    round_ids: Iterable[str], round_q: Mapping[str, float] | None, load_probability: float
+) -> tuple[tuple[float, int], ...]:
+    """The load probabilities the rounds ``round_ids`` ran at, with how many ran at
+    each, ascending: ``round_q[r]`` (the stored ``q``), else ``load_probability`` (the
+    configured one: a round without a stored ``q``, or ``round_q`` None)."""
+    counts: dict[float, int] = {}
+    for rid in round_ids:
+        q = load_probability if round_q is None else round_q.get(rid, load_probability)
+        counts[q] = counts.get(q, 0) + 1
+    return tuple(sorted(counts.items()))
+
+
 @dataclass(frozen=True)
 class NodeSlowness:
     """The test of one node: the rounds used (oldest first), ``ratios`` (service time /
@@ -143,7 +189,10 @@ class NodeSlowness:
     median ratio (inf when half or more have no result), the sign test's ``p_value``,
     the ``level`` it was held to and whether it was ``flagged`` (the test rejected; for
     the screening test a ``slow`` flag only with ``direct_flags``, else a candidate of
-    the alone stage)."""
+    the alone stage). Screening test only (an alone test keeps the defaults: rate 1/2,
+    no mixes): ``null_rate``, the rate the sign test ran at (:func:`window_null_rate`
+    over the node's rounds), and ``mixes``, the load probabilities its rounds ran at
+    with their counts, ascending (:func:`round_mixes`)."""
 
     node_key: str
     round_ids: tuple[str, ...]
@@ -154,6 +203,18 @@ class NodeSlowness:
     p_value: float
     level: float
     flagged: bool
+    null_rate: float = 0.5
+    mixes: tuple[tuple[float, int], ...] = ()
+
+    def load_probabilities(self, default: float) -> tuple[float, ...]:
+        """The load probabilities of the node's rounds (``mixes``), ``(default,)`` when
+        none is recorded (an alone test, or a record built without them)."""
+        return tuple(q for q, _ in self.mixes) or (default,)
+
+    def from_config(self, load_probability: float) -> bool:
+        """Every round of the node ran at ``load_probability`` (or none is recorded):
+        the test is the one at that ``q`` alone."""
+        return self.load_probabilities(load_probability) == (load_probability,)
 
 
 @dataclass(frozen=True)
@@ -162,7 +223,10 @@ class SlownessReport:
     (``population_median_ratio``: median over tested nodes of their median ratio;
     ``reference_ok``: it is within the floor; ``direct_flags``: the settings' option,
     rejections are ``slow`` flags by themselves; ``load_probability``: the screening
-    rounds' ``q``; ``null_rate``: the sign test's rate under ``H0``, :func:`null_rate`)."""
+    rounds' configured ``q``; ``null_rate``: the sign test's rate under ``H0`` at the
+    largest load probability of the window's rounds, :func:`window_null_rate`; each
+    node's own rate, over its rounds only, is its :attr:`NodeSlowness.null_rate`;
+    ``round_q``: the stored ``q`` of the rounds that have one, as passed in)."""
 
     t_ref_s: float
     floor: float
@@ -176,6 +240,7 @@ class SlownessReport:
     direct_flags: bool = False
     load_probability: float = 0.5
     null_rate: float = 0.5
+    round_q: Mapping[str, float] | None = None
 
     @property
     def flagged(self) -> tuple[NodeSlowness, ...]:
@@ -195,7 +260,7 @@ def _median(ratios: Sequence[float | None]) -> float:
 
 def persistent_slowness(
     stored: StoredRounds, t_ref_s: float, look: int, cfg: SlownessConfig | None = None,
-    load_probability: float = 0.5,
+    load_probability: float = 0.5, round_q: Mapping[str, float] | None = None,
 ) -> SlownessReport:  # fmt: skip
     """The persistent-slowness test of every node over the ``screening`` rounds of
     ``stored`` (module docstring), as the ``look``-th test (1-based) of these nodes.
@@ -207,18 +272,24 @@ def persistent_slowness(
 
     ``t_ref_s``: the profile's reference batch time, seconds (its ``[capacity]`` t(1),
     else ``deadline.t_ref_s``). ``load_probability``: the screening rounds' load
-    probability ``q`` (the coordinator's ``screening_load_probability``; rounds stored
-    at an earlier, larger ``q`` are judged at the current one's null). Nodes with fewer than ``cfg.min_rounds`` loaded
-    screening rounds are not tested (not in the report).
+    probability ``q`` (the coordinator's ``screening_load_probability``). ``round_q``:
+    ``{round_id: q}``, the load probability each round ran at (its stored schedule
+    rule); a round not in it, or every round when None, takes ``load_probability``.
+    Each node is tested at the largest null rate over the load probabilities of its own
+    rounds (:func:`window_null_rate`; module docstring, "Rounds of several load
+    probabilities"); with one ``q`` throughout, the test at that ``q``, bit for bit.
+    Nodes with fewer than ``cfg.min_rounds`` loaded screening rounds are not tested
+    (not in the report).
 
     Raises:
-        ValueError: ``t_ref_s <= 0``, ``look < 1`` or ``load_probability`` outside (0, 1).
+        ValueError: ``t_ref_s <= 0``, ``look < 1``, or ``load_probability`` or a value
+            of ``round_q`` outside (0, 1).
     """
     cfg = cfg or SlownessConfig()
     if not t_ref_s > 0:
         raise ValueError("t_ref_s must be positive")
     level = spent_level(cfg.alpha, look)
-    rate = null_rate(load_probability)
+    null_rate(load_probability)  # raises outside (0, 1)
     screening = {r for r in stored.round_ids if stored.kinds.get(r) == RoundKind.SCREENING}
     order = {r: i for i, r in enumerate(stored.round_ids)}
     per_node: dict[str, list[tuple[str, float | None]]] = {}
@@ -241,11 +312,16 @@ def persistent_slowness(
     ok = not pop > cfg.floor
     nodes = []
     for (key, rids, ratios, above), med in zip(tested, medians, strict=True):
-        p = sign_test_p(above, len(ratios), rate)
+        mixes = round_mixes(rids, round_q, load_probability)
+        node_rate = window_null_rate(q for q, _ in mixes)
+        p = sign_test_p(above, len(ratios), node_rate)
         nodes.append(NodeSlowness(key, rids, ratios, above, len(ratios), med, p, level,
-                                  ok and p <= level))  # fmt: skip
+                                  ok and p <= level, node_rate, mixes))  # fmt: skip
+    window = round_mixes(sorted(screening), round_q, load_probability)
+    rate = window_null_rate([q for q, _ in window] or [load_probability])
     return SlownessReport(t_ref_s, cfg.floor, cfg.alpha, look, level, cfg.min_rounds, pop, ok,
-                          tuple(nodes), cfg.direct_flags, load_probability, rate)  # fmt: skip
+                          tuple(nodes), cfg.direct_flags, load_probability, rate,
+                          round_q)  # fmt: skip
 
 
 def slowness_evidence(
@@ -256,10 +332,23 @@ def slowness_evidence(
     receipts of those rounds. ``rows``: the node's stored result rows of
     ``node.round_ids``. To re-check: recompute ``service_s / t_ref_s`` from the
     latencies, count the rounds above ``floor`` and take the binomial tail (at
-    ``null_rate`` when the record has one: a load probability other than 1/2)."""
-    rate = report.null_rate
-    basis = ({} if rate == 0.5 else
-             {"load_probability": report.load_probability, "null_rate": rate})  # fmt: skip
+    ``null_rate`` when the record has one: a load probability other than 1/2). When the
+    node's rounds did not all run at the configured load probability (``q`` changed
+    while they were in the window), ``mixes`` lists each load probability with its
+    rounds and null rate (``null_rate`` is the largest) and ``q_from_config`` the
+    rounds without a stored ``q`` (judged at the configured one). A node record without
+    ``mixes`` (built by hand) takes the report's rate."""
+    rate = node.null_rate if node.mixes else report.null_rate
+    q = report.load_probability
+    mixed = not node.from_config(q)
+    basis: dict[str, Any] = {}
+    if rate != 0.5 or mixed:
+        basis = {"load_probability": q, "null_rate": rate}
+    if mixed:
+        stored_q = report.round_q or {}
+        basis["mixes"] = [{"load_probability": mq, "rounds": n, "null_rate": null_rate(mq)}
+                          for mq, n in node.mixes]  # fmt: skip
+        basis["q_from_config"] = [r for r in node.round_ids if r not in stored_q]
     return {
         "rule": rules.slow(report.floor, report.alpha, report.min_rounds, rate),
         "test": f"one-sided sign test, H0: P(service_s / t_ref_s > floor) <= {rate:g} per round"

@@ -100,9 +100,13 @@ class CoordinatorConfig(FileConfig):
     netcheck.analysis.alone.nominate_floor; session 9); with the floors of 1/2 the
     benchmark flagged honest nodes at 2/3 (docs/detection-history.md, "Session 8").
     After a change the capacity test judges a window that still holds rounds of the
-    old value at the larger of the two nulls (each round's q read from its stored rule:
-    netcheck.analysis.lateness.window_null, session 11); ``screening_full_every`` is
-    not stored per round (its new value's null is used at once).
+    old value at the larger of the two nulls, and the slowness test and the alone
+    nomination a node whose rounds ran at both at the larger null rate and floor (each
+    round's q read from its stored rule: netcheck.analysis.lateness.window_null,
+    netcheck.analysis.slowness.window_null_rate,
+    netcheck.analysis.alone.window_nominate_floor; session 11);
+    ``screening_full_every`` is not stored per round (its new value's null is used at
+    once).
     Measured against 1/2: docs/detection.md, "Current figures"."""
     screening_window_rounds: int = Field(default=128, ge=4)
     """Analysis uses the most recent this many screening and full rounds."""

@@ -113,7 +113,8 @@ def stored_load_probabilities(flags: FlagStore, round_ids: Sequence[str]) -> dic
     rule carries a load probability (:func:`~netcheck.analysis.schedule.rule_probability`:
     1/2 for the plain HMAC rule, ``q`` for ``;q=``); full and confirmation rounds, rounds
     without a stored schedule (a database from before round schedules) and unknown rules
-    are left out (the capacity test gives them the configured ``q``)."""
+    are left out (the capacity test, the slowness test and the alone nomination give
+    them the configured ``q``)."""
     out = {}
     for rid, (kind, rule) in flags.round_rules(round_ids).items():
         q = rule_probability(rule) if kind == str(RoundKind.SCREENING) else None

@@ -356,13 +356,20 @@ class Screening:
         this process's analyses of the profile and the stored screening and full rounds
         / ``screening_analyze_every`` (survives a restart); returns flag ids (none
         unless ``direct_flags``) and the report (its rejections and nominees are
-        confirmed alone after the contention confirmations)."""
+        confirmed alone after the contention confirmations). Each round is judged at
+        the load probability its stored schedule rule carries
+        (:func:`~netcheck.coordinator.checks.stored_load_probabilities`; others at the
+        configured one), each node at the largest null rate and nomination floor over
+        its rounds: a window that still holds rounds of a larger ``q`` than the
+        configured one is not judged at the smaller null."""
         count = await asyncio.to_thread(self.flags.count_rounds, profile.name, SCREEN_KINDS)
         look = max(self._analyses.get(profile.name, 0) + 1,
                    -(-count // self.config.screening_analyze_every))  # fmt: skip
         self._analyses[profile.name] = look
+        round_q = await asyncio.to_thread(checks.stored_load_probabilities, self.flags,
+                                          stored.round_ids)  # fmt: skip
         report = persistent_slowness(stored, profile.reference_t_s, look, self.slowness,
-                                     self.config.screening_load_probability)  # fmt: skip
+                                     self.config.screening_load_probability, round_q)  # fmt: skip
         ids = await asyncio.to_thread(checks.slowness, self.flags, profile, stored, report)
         return ids, report
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from netcheck.analysis.alone import (
     nominees,
     rounds_short,
     window,
+    window_nominate_floor,
 )
 from netcheck.analysis.slowness import (
     NodeSlowness,
@@ -407,3 +409,54 @@ def test_honest_coupled_cards_are_nominated_at_two_thirds_about_as_at_one_half()
     assert 0.2 < half < 0.7 and moved < half + 0.12 and before > 0.85
     assert before > moved + 0.4
     assert rate(2 / 3, 2 / 3, "sign") <= rate(0.5, 0.5, "sign") + 0.07 < rate(2 / 3, 0.5, "sign")
+
+
+def test_the_window_nomination_floor_is_the_largest_over_the_mixes() -> None:
+    """The largest nominate_floor over the load probabilities (one: nominate_floor
+    itself, to the bit); none or one outside (0, 1) raises; nomination_p at several q
+    is nomination_p at the largest (both the sign test's rate and the floor)."""
+    for q in (0.3, 0.5, 0.6, 2 / 3, 0.9):
+        assert window_nominate_floor(CFG, [q]) == nominate_floor(CFG, q)
+    assert window_nominate_floor(CFG, [0.5, 2 / 3, 0.3]) == nominate_floor(CFG, 2 / 3)
+    for bad in ([], [0.5, 0.0]):
+        with pytest.raises(ValueError):
+            window_nominate_floor(CFG, bad)
+    node = _node("n", [1.3, 1.1, 1.25, None, 1.19, 1.22, 1.4, 1.15, 1.21, 1.3, 1.24, 1.23])
+    for test in ("signed-rank", "sign"):
+        cfg = AloneConfig(nominate_test=test)  # type: ignore[arg-type]
+        assert nomination_p(node, cfg, [0.5, 2 / 3]) == nomination_p(node, cfg, 2 / 3)
+        assert nomination_p(node, cfg, [0.5]) == nomination_p(node, cfg, 0.5)
+
+
+def _mixed(key: str, ratios: list[float], mixes: tuple[tuple[float, int], ...]) -> NodeSlowness:
+    """A screening record whose rounds ran at ``mixes`` ((q, rounds), ascending)."""
+    return replace(_node(key, list(ratios)), mixes=mixes)
+
+
+def test_rounds_of_an_earlier_larger_mix_are_nominated_at_their_floor() -> None:
+    """The defect: honest cards 12% slow (noise 0.05) coupled 20% to a neighbour loaded
+    in 2/3 of their 48 screening rounds, the rounds run at q = 2/3, nominated after the
+    operator moved the setting to 1/2: at the configured q's floor 1.2 almost all are
+    nominated (0.97, as with the floor of 1/2 before session 9); at their rounds' floor
+    1.237 as many as at a steady 2/3 (0.44). The same with 16 of the 48 rounds at 1/2
+    (a window across the change: the largest floor). Evidence: the floor moved for 2/3."""
+    rng = np.random.default_rng(21)
+    coupled = rng.random((400, 48)) < 2 / 3
+    ratios = 1.12 * np.where(coupled, 1.2, 1.0) * np.exp(0.05 * rng.standard_normal((400, 48)))
+
+    def share(mixes: tuple[tuple[float, int], ...]) -> float:
+        nodes = [_mixed(f"n{i}", list(row), mixes) for i, row in enumerate(ratios)]
+        report = SlownessReport(1.0, 1.25, 0.01, 1, 1e-3, 8, 1.0, True, tuple(nodes),
+                                load_probability=0.5)  # fmt: skip
+        return len(nominees(report, CFG)) / 400
+
+    before, old = share(((0.5, 48),)), share(((2 / 3, 48),))
+    across = share(((0.5, 16), (2 / 3, 32)))
+    assert before > 0.85 and old < 0.6 and before > old + 0.4 and across == old
+    node = _mixed("n", list(ratios[0]), ((0.5, 16), (2 / 3, 32)))
+    report = SlownessReport(1.0, 1.25, 0.01, 1, 1e-3, 8, 1.0, True, (node,), load_probability=0.5)
+    why = nomination(node, report, CFG, [])
+    assert why["nominate_floor_at_q"] == nominate_floor(CFG, 2 / 3)
+    assert why["nomination_p_value"] == nomination_p(node, CFG, 2 / 3)
+    assert "moved to 1.237 for load probability 0.667" in why["by"]
+    assert why["mixes"][1] == {"load_probability": 2 / 3, "rounds": 32, "null_rate": 2 / 3}

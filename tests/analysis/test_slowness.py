@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,9 +13,11 @@ from netcheck.analysis.slowness import (
     SlownessConfig,
     null_rate,
     persistent_slowness,
+    round_mixes,
     sign_test_p,
     slowness_evidence,
     spent_level,
+    window_null_rate,
 )
 from netcheck.records import StoredRounds
 
@@ -188,3 +191,96 @@ def test_at_one_half_the_test_and_its_evidence_are_unchanged() -> None:
     )
     assert "0.667 of them" in ev["rule"] and "0.666667" in ev["test"]
     assert rules.rule_text("slow", ev, None) == ev["rule"]
+
+
+def above_in(n: int, above: int) -> list[float | None]:
+    """``n`` service times, the first ``above`` at 1.3 t_ref (above the floor), the rest
+    at 1.1 t_ref: the same counts whatever the noise."""
+    return [T_REF * (1.3 if i < above else 1.1) for i in range(n)]
+
+
+def test_window_null_rate_is_the_largest_over_the_mixes() -> None:
+    """The largest null_rate over the load probabilities (one: null_rate itself, to
+    the bit); none or one outside (0, 1) raises. round_mixes counts the rounds per q,
+    ascending, the ones not in round_q at the configured q."""
+    for q in (0.1, 0.3, 0.5, 0.6, 2 / 3, 0.9):
+        assert window_null_rate([q]) == null_rate(q)
+    assert window_null_rate([0.5, 2 / 3, 0.4]) == 2 / 3
+    assert window_null_rate([0.3, 0.4]) == 0.5
+    for bad in ([], [0.5, 1.0]):
+        with pytest.raises(ValueError):
+            window_null_rate(bad)
+    assert round_mixes(["a", "b", "c"], {"a": 2 / 3, "b": 2 / 3}, 0.5) == ((0.5, 1), (2 / 3, 2))
+    assert round_mixes(["a", "b"], None, 0.5) == ((0.5, 2),)
+
+
+def test_rounds_of_an_earlier_larger_mix_are_judged_at_their_rate() -> None:
+    """The defect: a window of rounds run at q = 2/3, judged after the operator moved
+    the setting to 1/2, was judged at 1/2. A node above the floor in 20 of 24 rounds
+    (a coupled honest node at 2/3 is above in up to 2/3 of them): at 1/2 p = 0.00077,
+    under the level 0.0061 (flagged); at the rounds' rate 2/3 p = 0.059 (not). The same
+    when only 16 of the 24 ran at 2/3 (a window across the change); a node whose rounds
+    all ran at 1/2 (it joined after the change) is judged at 1/2."""
+    times = {"c": above_in(24, 20), "ok": [T_REF] * 24, "ok2": [T_REF * 1.05] * 24}
+    stored = stored_rounds(times, ["screening"] * 24)
+    rids = stored.round_ids
+    before = persistent_slowness(stored, T_REF, 1, load_probability=0.5)
+    assert [n.node_key for n in before.flagged] == ["c"]
+    assert before.flagged[0].p_value == pytest.approx(0.000772, rel=1e-3)
+    old = persistent_slowness(stored, T_REF, 1, load_probability=0.5,
+                              round_q=dict.fromkeys(rids, 2 / 3))  # fmt: skip
+    across = persistent_slowness(stored, T_REF, 1, load_probability=0.5,
+                                 round_q=dict.fromkeys(rids[:16], 2 / 3))  # fmt: skip
+    for report in (old, across):
+        c = next(n for n in report.nodes if n.node_key == "c")
+        assert c.null_rate == 2 / 3 and report.null_rate == 2 / 3 and not report.flagged
+        assert c.p_value == sign_test_p(20, 24, 2 / 3) == pytest.approx(0.0594, rel=1e-2)
+    assert next(n for n in across.nodes if n.node_key == "c").mixes == ((0.5, 8), (2 / 3, 16))
+    # a q stored at 1/2 for every round: the test at 1/2 (the rounds ran at it)
+    new = persistent_slowness(stored, T_REF, 1, load_probability=2 / 3,
+                              round_q=dict.fromkeys(rids, 0.5))  # fmt: skip
+    assert [n.node_key for n in new.flagged] == ["c"] and new.null_rate == 0.5
+
+
+def test_evidence_of_a_mixed_window_records_the_mixes_and_the_rate() -> None:
+    """The evidence of a node whose rounds ran at several q: the configured q, the rate
+    tested (the largest), each q with its rounds and rate, the rounds that took the
+    configured q; the rule names the rate and recomputes from the record."""
+    times = {"pad": [T_REF * 1.6] * 24, "ok": [T_REF] * 24, "ok2": [T_REF * 1.1] * 24}
+    stored = stored_rounds(times, ["screening"] * 24)
+    rids = stored.round_ids
+    report = persistent_slowness(stored, T_REF, 1, load_probability=0.5,
+                                 round_q=dict.fromkeys(rids[:16], 2 / 3))  # fmt: skip
+    [node] = report.flagged
+    ev = slowness_evidence(node, report, list(stored.results))
+    assert ev["load_probability"] == 0.5 and ev["null_rate"] == 2 / 3
+    assert ev["mixes"] == [{"load_probability": 0.5, "rounds": 8, "null_rate": 0.5},
+                           {"load_probability": 2 / 3, "rounds": 16, "null_rate": 2 / 3}]  # fmt: skip
+    assert ev["q_from_config"] == list(rids[16:])
+    assert "0.667 of them" in ev["rule"] and rules.rule_text("slow", ev, None) == ev["rule"]
+    assert ev["p_value"] == sign_test_p(24, 24, 2 / 3)
+    bare = replace(node, null_rate=0.5, mixes=())  # a record without mixes: the report's rate
+    assert slowness_evidence(bare, report, [])["null_rate"] == report.null_rate == 2 / 3
+
+
+@pytest.mark.parametrize("q", [0.3, 0.5, 0.6, 2 / 3, 0.8])
+def test_one_mix_throughout_gives_the_test_of_before_bit_for_bit(q: float) -> None:
+    """Every round at the configured q, stored or not: the same nodes (p-values, flags,
+    rates), report rate and evidence as without round_q (the test before session 11),
+    and the p-values are the sign test's at null_rate(q), compared with ==."""
+    rng = np.random.default_rng(5)
+    times = coupled_times(rng, 12, 32, q, 1.1, 0.05)
+    times |= {f"m{i}": list(T_REF * np.exp(0.05 * rng.standard_normal(32))) for i in range(13)}
+    times["pad"] = [T_REF * 1.5] * 32
+    stored = stored_rounds(times, ["screening"] * 28 + ["full"] * 4)
+    plain = persistent_slowness(stored, T_REF, 1, load_probability=q)
+    for round_q in ({}, dict.fromkeys(stored.round_ids, q),
+                    dict.fromkeys(stored.round_ids[:10], q)):  # fmt: skip
+        same = persistent_slowness(stored, T_REF, 1, load_probability=q, round_q=round_q)
+        assert same.nodes == plain.nodes and same.null_rate == plain.null_rate == null_rate(q)
+        for a, b in zip(same.nodes, plain.nodes, strict=True):
+            assert slowness_evidence(a, same, []) == slowness_evidence(b, plain, [])
+    for node in plain.nodes:
+        assert node.p_value == sign_test_p(node.above, node.n, null_rate(q))
+        assert node.null_rate == null_rate(q) and node.mixes == ((q, node.n),)
+    assert "pad" in [n.node_key for n in plain.flagged]

@@ -4,11 +4,16 @@ window; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 
-from netcheck.analysis.slowness import SlownessConfig, persistent_slowness
-from netcheck.config import CapacityRecord
+from netcheck.analysis.schedule import rule_name
+from netcheck.analysis.slowness import SlownessConfig, persistent_slowness, sign_test_p
+from netcheck.config import CapacityRecord, CoordinatorConfig, Profile
 from netcheck.coordinator import checks
+from netcheck.coordinator.detection import Screening
 from netcheck.lab.testing import small_profile
 from netcheck.records import (
     Assignment,
@@ -32,19 +37,23 @@ def flags(db_url: str) -> FlagStore:
     return FlagStore(Store(db_url))
 
 
-def store_round(fs: FlagStore, rid: str, kind: str) -> None:
-    """A complete round loading every node of NODES at its service time."""
-    assignments = tuple(Assignment(k, ("a",), (), (), (), bytes(32), bytes(12)) for k in NODES)
-    fs.store.record_plan(RoundPlan(rid, PROFILE.name, 4, 4, assignments, ()), 1.0)
-    fs.record_schedule(rid, PROFILE.name, kind, "explicit", dict.fromkeys(NODES, True))
-    outcomes = [NodeOutcome(k, Verdict.PASS, "ok", 0.5, 0, 0) for k in NODES]
+def store_round(
+    fs: FlagStore, rid: str, kind: str, rule: str = "explicit",
+    nodes: dict[str, float] = NODES, profile: Profile = PROFILE,
+) -> None:  # fmt: skip
+    """A complete round loading every node of ``nodes`` at its service time, its
+    schedule stored with ``rule``."""
+    assignments = tuple(Assignment(k, ("a",), (), (), (), bytes(32), bytes(12)) for k in nodes)
+    fs.store.record_plan(RoundPlan(rid, profile.name, 4, 4, assignments, ()), 1.0)
+    fs.record_schedule(rid, profile.name, kind, rule, dict.fromkeys(nodes, True))
+    outcomes = [NodeOutcome(k, Verdict.PASS, "ok", 0.5, 0, 0) for k in nodes]
     records = {
         k: NodeRecord(
             NodeTiming(release_start_ns=1_000, rtt_s=0.01,
                        arrived_ns=1_000 + round((r * T_REF + 0.01) * 1e9)),
             commitment=b"\x01" * 32, signature=b"\x02" * 64,
         )
-        for k, r in NODES.items()
+        for k, r in nodes.items()
     }  # fmt: skip
     fs.store.record_outcome(rid, outcomes, records)
     fs.store.finish_round(rid, "complete", {})
@@ -81,3 +90,40 @@ def test_reference_time_is_the_calibrated_t1() -> None:
     cap = CapacityRecord(t_s=[0.7, 1.2], margin=1.3, card="cpu", date="2026-11-30")
     assert small_profile("a").reference_t_s == small_profile("a").deadline.t_ref_s
     assert small_profile("b", capacity=cap).reference_t_s == 0.7
+
+
+async def test_the_coordinator_judges_each_round_at_its_stored_load_probability(
+    flags: FlagStore, tmp_path: Path
+) -> None:
+    """The coordinator's slowness test (Screening._slowness) reads each round's stored
+    rule: 24 screening rounds, the first 16 stored at q = 2/3 and the last 8 at 1/2,
+    judged after the setting moved to 1/2. Node ``c`` is above the floor in 20 of them:
+    at the configured 1/2 p = 0.00077 <= the look-2 level 0.0015 (the defect; the same
+    rounds stored at 1/2 in another profile: flagged), at the stored 2/3 p = 0.059 (not
+    flagged). The padded node's flag records the mixes and the rate (direct_flags)."""
+    cfg = CoordinatorConfig(identity_key=tmp_path / "c.pem", open_enrollment=True,
+                            admin_token="x" * 16, profiles=[PROFILE.name],
+                            screening_load_probability=0.5)  # fmt: skip
+    screening = Screening(SimpleNamespace(config=cfg, flags=flags))  # type: ignore[arg-type]
+    screening.slowness = SlownessConfig(direct_flags=True)
+    steady = small_profile("slowq")
+    for i in range(24):
+        nodes = {"pad": 1.6, "c": 1.3 if i % 6 else 1.1, "n1": 1.0, "n2": 1.05, "n3": 0.95}
+        store_round(flags, f"m{i:02d}", "screening", rule_name(2 / 3 if i < 16 else 0.5), nodes)
+        store_round(flags, f"s{i:02d}", "screening", rule_name(0.5), nodes, steady)
+    stored = flags.recent_rounds(PROFILE.name, ("screening",), 128)
+    ids, report = await screening._slowness(PROFILE, stored)
+    c = next(n for n in report.nodes if n.node_key == "c")
+    assert (c.above, c.n, report.look) == (20, 24, 2)
+    assert c.mixes == ((0.5, 8), (2 / 3, 16)) and c.null_rate == 2 / 3
+    assert c.p_value == sign_test_p(20, 24, 2 / 3) and not c.flagged
+    assert [n.node_key for n in report.flagged] == ["pad"]
+    [flag] = [f for f in (flags.get_flag(i) for i in ids) if f is not None]
+    ev = flag.evidence or {}
+    assert flag.node_keys == ("pad",) and ev["null_rate"] == 2 / 3
+    assert ev["load_probability"] == 0.5 and ev["q_from_config"] == []
+    assert [(m["load_probability"], m["rounds"]) for m in ev["mixes"]] == [(0.5, 8), (2 / 3, 16)]
+    assert "0.667 of them" in ev["rule"]
+    at_half = flags.recent_rounds(steady.name, ("screening",), 128)
+    _, before = await screening._slowness(steady, at_half)
+    assert [n.node_key for n in before.flagged] == ["c", "pad"] and before.null_rate == 0.5
