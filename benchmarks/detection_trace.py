@@ -19,9 +19,12 @@ cell to ``--rounds`` and records, for every farm of 2 at every analysis:
   flagged);
 - capacity / slow / relay flags on either member so far.
 
-Then a summary per analysis: pairs hit by the mutual test, in a suspect group as a
-pair, in a group with others, confirmed, cleared (by reason), unserved; and the
-``found`` of :func:`benchmarks.detection.score` at each checkpoint.
+Then a summary per analysis round count: the fractions of farm pairs hit by the mutual
+test, in a suspect group as a pair, confirmed, cleared (by reason), unserved...; the
+mean level (z) and the whole BH family by pair class (nominable pairs and hits among
+farm pairs of 2, pairs within farms of 3+, honest co-hosted pairs, unrelated pairs: the
+level moves with them); and the ``found`` of :func:`benchmarks.detection.score` at
+each checkpoint.
 
 Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/detection_trace.py --scenario
 "jitter n=200 s=0.15 b=0.5" --config new --seeds 4 [--rounds 32] [--per-pair]``.
@@ -91,6 +94,7 @@ class AnalysisTrace:
     ideal_z: np.ndarray | None = None
     ideal_hit: np.ndarray | None = None
     ideal_level: float = float("nan")
+    population: dict[str, int] = field(default_factory=dict)
 
 
 class TracedSimulation(live.LiveSimulation):
@@ -172,11 +176,38 @@ class TracedSimulation(live.LiveSimulation):
             frozenset(st.relay), list(st.shared),
             {k: i for i, k in enumerate(mat.node_keys)},
         )  # fmt: skip
+        trace.population = self._population(mt.p, trace.floors, level, mat.node_keys)
         if self._ideal:
             trace.ideal_z, trace.ideal_hit, trace.ideal_level = self._ideal_test(
                 loaded, mat.node_keys
             )
         self.traces.append(trace)
+
+    def _population(
+        self, p: np.ndarray, floors: np.ndarray, level: float, keys: Sequence[str]
+    ) -> dict[str, int]:
+        """The analysis's whole BH family by pair class: nominable pairs (floors met,
+        testable) and hits, for farm pairs of 2, pairs within farms of 3+, honest
+        co-hosted pairs and the rest (unrelated)."""
+        pop = self.pop
+        idx = np.array([self.keys.index(k) for k in keys])
+        farm, cohost = pop.farm_of[idx], pop.cohost_of[idx]
+        same = (farm[:, None] == farm[None, :]) & (farm[:, None] >= 0)
+        size = pop.farm_size[idx]
+        host = cohost[:, None] == idx[None, :]
+        upper = np.triu(np.ones_like(same), 1)
+        nominable = upper & floors & np.isfinite(p)
+        hit = nominable & (p < level)
+        out: dict[str, int] = {}
+        for name, mask in (
+            ("farm2", same & (size[:, None] == 2)),
+            ("farm3+", same & (size[:, None] > 2)),
+            ("cohost", host),
+            ("other", ~same & ~host),
+        ):
+            out[f"nominable {name}"] = int((nominable & mask).sum())
+            out[f"hit {name}"] = int((hit & mask).sum())
+        return out
 
     def _ideal_test(
         self, loaded: np.ndarray, keys: Sequence[str]
@@ -260,14 +291,16 @@ def _z(p: float) -> float:
 
 def trace_cell(
     scenario: str, config: str, seeds: Sequence[int], rounds: int = 32, ideal: bool = False
-) -> tuple[list[tuple[int, dict[str, Any]]], dict[int, list[bool]]]:
+) -> tuple[list[tuple[int, dict[str, Any]]], dict[int, list[bool]], list[dict[str, Any]]]:
     """Run ``scenario`` x ``config`` on ``seeds`` (as ``benchmarks/detection.py`` does) to
-    ``rounds``: the :func:`pair_rows` of every seed as ``(seed, row)``, and the
-    benchmark's ``found2`` per checkpoint."""
+    ``rounds``: the :func:`pair_rows` of every seed as ``(seed, row)``, the benchmark's
+    ``found2`` per checkpoint, and per analysis its level (z) and whole BH family by
+    pair class (:meth:`TracedSimulation._population`)."""
     sc = next(s for s in detection.scenarios() if s.name == scenario)
     cfg = detection.CONFIGS[config]()
     rows: list[tuple[int, dict[str, Any]]] = []
     found: dict[int, list[bool]] = {}
+    levels: list[dict[str, Any]] = []
     ConfirmationRun.close = _close  # type: ignore[method-assign]
     try:
         for seed in seeds:
@@ -278,9 +311,12 @@ def trace_cell(
             for snap in sim.run(cps):
                 found.setdefault(snap.rounds, []).extend(detection.score(pop, snap)["found2"])
             rows += [(seed, row) for row in pair_rows(pop, sim)]
+            for tr in sim.traces:
+                level_z = _z(tr.level) if tr.level > 0 else float("inf")
+                levels.append({"seed": seed, "R": tr.rounds, "level z": level_z, **tr.population})
     finally:
         ConfirmationRun.close = _ORIG_CLOSE  # type: ignore[method-assign]
-    return rows, found
+    return rows, found, levels
 
 
 def summary(rows: Sequence[tuple[int, dict[str, Any]]]) -> dict[int, Counter[str]]:
@@ -319,7 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ideal", action="store_true", help="also the test on ideal rows")
     args = ap.parse_args(argv)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    rows, found = trace_cell(args.scenario, args.config, seeds, args.rounds, args.ideal)
+    rows, found, levels = trace_cell(args.scenario, args.config, seeds, args.rounds, args.ideal)
     if args.per_pair:
         for seed, row in rows:
             print(f"seed {seed} farm {row['farm']:2d} R {row['R']:3d} z {row['z']:5.2f} "
@@ -336,6 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         n = c["pairs"]
         print(f"R {r:3d}: " + ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(c.items())
                                          if k != "pairs") + f" (of {n})")  # fmt: skip
+    for r in sorted({x["R"] for x in levels}):
+        mine = [x for x in levels if x["R"] == r]
+        keys = [k for k in mine[0] if k not in ("seed", "R")]
+        print(f"R {r:3d} per analysis: " + ", ".join(
+            f"{k} {np.mean([x[k] for x in mine]):.2f}" for k in keys))  # fmt: skip
     for r, hits in sorted(found.items()):
         print(f"found k=2 by {r}: {np.mean(hits):.2f} ({sum(hits)}/{len(hits)})")
     return 0
