@@ -5,16 +5,18 @@ For one scenario and config of ``benchmarks/detection.py`` and a few seeds, runs
 cell to ``--rounds`` and records, for every farm of 2 at every analysis:
 
 - the mutual pair test on the *real* simulated rows (the residuals the live analysis
-  reads: :func:`~netcheck.analysis.screening.analyse`'s matrix, polish, full rounds
-  dropped): its Stouffer ``z`` and ``p``, the analysis's level (Bonferroni or BH), both
+  reads: :func:`~netcheck.analysis.screening.analyse`'s matrix and polish; a test checks
+  that its z is the analysis's own): its Stouffer ``z`` and ``p``, the analysis's level (Bonferroni or BH), both
   directions' effects and whether they meet the floors
   (:func:`~netcheck.analysis.mutual.above_floors`), and whether it is a hit;
 - whether the pair has any edge (A, A-reverse, A-mutual, B) and the suspect groups
   holding a member (with their other members: ``h`` honest, ``f`` another farm);
 - the confirmation runs holding both members that the analysis started, each with its
-  outcome: ``flag`` (shared-backend flag with both), ``clear-last`` (cleared at the last
-  look), ``futile`` (the futility stop), ``budget`` (stopped by the budget,
-  :meth:`~netcheck.analysis.confirm_run.ConfirmationRun.close`), with looks and cycles;
+  outcome: ``flag`` (shared-backend flag with both), ``clear-last-group`` /
+  ``clear-last-split`` (cleared at the phase's last look), ``futile`` (the futility
+  stop), ``budget`` (stopped by the budget,
+  :meth:`~netcheck.analysis.confirm_run.ConfirmationRun.close`), with its attempt, looks,
+  rounds, members and the members' effect estimates at its last look;
   or ``unserved`` (a group holding the pair not started: budget) / ``covered`` (already
   flagged);
 - capacity / slow / relay flags on either member so far.
@@ -30,7 +32,8 @@ Run: ``PYTHONPATH=$PWD .venv/bin/python benchmarks/detection_trace.py --scenario
 "jitter n=200 s=0.15 b=0.5" --config new --seeds 4 [--rounds 32] [--per-pair]``.
 ``--ideal`` adds the mutual test on ideal rows drawn for the *same* population and the
 same load bits (``detection_bounds.ideal_rows``' model: no deadline, fresh noise), so
-the real rows' nominations can be compared pair by pair.
+the real rows' nomination rate can be compared with the model's on the same
+populations (in aggregate: the noise differs pair by pair).
 """
 
 from __future__ import annotations
