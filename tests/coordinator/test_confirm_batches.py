@@ -59,14 +59,19 @@ class Leaving(EmulatedWorker):
         return await super().run(prompts)
 
 
-async def _start(rc: RunningCoordinator, leave_at: int = 0, budget: int = 0) -> dict[str, str]:
-    """Farm a, b on one 0.1 s GPU (beta 1); honest c, d with a 0.1 s GPU each; with
-    ``leave_at``, d leaves at its ``leave_at``-th batch; with ``budget``, confirmation
-    runs within that many rounds per analysis and without screening coins."""
-    farm = EmulatedGPU(0.1, beta=1.0)
+async def _start(
+    rc: RunningCoordinator, leave_at: int = 0, budget: int = 0, service_s: float = 0.1
+) -> dict[str, str]:
+    """Farm a, b on one GPU of ``service_s`` per batch (beta 1); honest c, d with a GPU
+    each; with ``leave_at``, d leaves at its ``leave_at``-th batch; with ``budget``,
+    confirmation runs within that many rounds per analysis and without screening coins.
+    A test whose expectations need the farm confirmed at its first look (9 rounds) uses a
+    longer ``service_s``: on a loaded machine the event loop's delays are noise of
+    ~0.1 s, and at 0.1 s the pair then stayed unconfirmed in 2 of 4 runs."""
+    farm = EmulatedGPU(service_s, beta=1.0)
     workers = {x: EmulatedWorker(CanaryAnswering(FP, T), farm) for x in "ab"}
-    workers["c"] = EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(0.1))
-    leaving = Leaving(EmulatedGPU(0.1), leave_at or 10**9)
+    workers["c"] = EmulatedWorker(CanaryAnswering(FP, T), EmulatedGPU(service_s))
+    leaving = Leaving(EmulatedGPU(service_s), leave_at or 10**9)
     workers["d"] = leaving
     names = rc.start_named(workers, PROFILE.name)
     leaving.leave = rc.nodes[-1].cancel
@@ -237,7 +242,7 @@ async def test_budget_serves_the_strongest_groups_first_as_the_simulator_does(
     group unserved (tests/lab/sim/test_sim_confirm_budget.py)."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
-        names = await _start(rc, budget=9)
+        names = await _start(rc, budget=9, service_s=0.4)
         screening = rc.coord.screening
         groups = budget_groups(names)
         outcomes = await confirm_groups(screening, PROFILE, groups, EMPTY,
@@ -273,7 +278,7 @@ async def test_the_coordinator_keeps_wait_counts_across_analyses_as_the_simulato
     analysis; a fresh ``Screening`` state (a restart) starts from the margin order."""
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 2000)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
-        names = await _start(rc, budget=9)
+        names = await _start(rc, budget=9, service_s=0.4)
         screening = rc.coord.screening
         back = {k: x for x, k in names.items()}
         live = []
