@@ -86,6 +86,7 @@ from scipy import stats
 
 from netcheck.analysis import rules
 from netcheck.analysis.evidence import latency, receipt
+from netcheck.analysis.schedule import round_mixes
 from netcheck.records import Verdict
 
 STRIKES = frozenset({str(Verdict.LATE), str(Verdict.MISSING)})
@@ -271,9 +272,8 @@ def capacity_test(
     rounds = tuple(str(v["round_id"]) for v in timed)
     strike_rounds = tuple(str(v["round_id"]) for v in hits)
     stored = round_q or {}
-    qs = [float(stored.get(r, cfg.load_probability)) for r in rounds]
-    mixes = tuple(sorted((q, qs.count(q)) for q in set(qs)))
-    null = window_null(qs, cfg)
+    mixes = round_mixes(rounds, stored, cfg.load_probability)
+    null = window_null([q for q, _ in mixes], cfg)
     assumed = tuple(r for r in rounds if r not in stored)
     common = (rounds, strike_rounds, len(timed), len(hits), look)
     at_strike = bool(timed) and str(timed[0]["verdict"]) in STRIKES

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import hmac
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 SCHEDULE_LABEL = b"netcheck/1 schedule\0"
 MIN_SECRET_BYTES = 16
@@ -78,6 +78,19 @@ def rule_probability(rule: str) -> float | None:
     except ValueError:
         return None
     return q if 0.0 < q < 1.0 else None
+
+
+def round_mixes(
+    round_ids: Iterable[str], round_q: Mapping[str, float] | None, load_probability: float
+) -> tuple[tuple[float, int], ...]:
+    """The load probabilities the rounds ``round_ids`` ran at, with how many ran at
+    each, ascending: ``round_q[r]`` (the stored ``q``), else ``load_probability`` (the
+    configured one: a round without a stored ``q``, or ``round_q`` None)."""
+    counts: dict[float, int] = {}
+    for rid in round_ids:
+        q = load_probability if round_q is None else round_q.get(rid, load_probability)
+        counts[q] = counts.get(q, 0) + 1
+    return tuple(sorted(counts.items()))
 
 
 def _message(round_id: str, node_key: str) -> bytes:

@@ -84,6 +84,7 @@ from scipy import stats
 
 from netcheck.analysis import rules
 from netcheck.analysis.evidence import latency, receipt
+from netcheck.analysis.schedule import round_mixes
 from netcheck.analysis.screening import timing_rows
 from netcheck.records import FlagKind, RoundKind, StoredRounds
 
@@ -169,19 +170,6 @@ def window_null_rate(load_probabilities: Iterable[float]) -> float:
     return max(rates)
 
 
-def round_mixes(
-    round_ids: Iterable[str], round_q: Mapping[str, float] | None, load_probability: float
-) -> tuple[tuple[float, int], ...]:
-    """The load probabilities the rounds ``round_ids`` ran at, with how many ran at
-    each, ascending: ``round_q[r]`` (the stored ``q``), else ``load_probability`` (the
-    configured one: a round without a stored ``q``, or ``round_q`` None)."""
-    counts: dict[float, int] = {}
-    for rid in round_ids:
-        q = load_probability if round_q is None else round_q.get(rid, load_probability)
-        counts[q] = counts.get(q, 0) + 1
-    return tuple(sorted(counts.items()))
-
-
 @dataclass(frozen=True)
 class NodeSlowness:
     """The test of one node: the rounds used (oldest first), ``ratios`` (service time /
@@ -192,7 +180,7 @@ class NodeSlowness:
     the alone stage). Screening test only (an alone test keeps the defaults: rate 1/2,
     no mixes): ``null_rate``, the rate the sign test ran at (:func:`window_null_rate`
     over the node's rounds), and ``mixes``, the load probabilities its rounds ran at
-    with their counts, ascending (:func:`round_mixes`)."""
+    with their counts, ascending (:func:`~netcheck.analysis.schedule.round_mixes`)."""
 
     node_key: str
     round_ids: tuple[str, ...]

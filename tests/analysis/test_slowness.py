@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from netcheck.analysis import rules
+from netcheck.analysis.schedule import round_mixes
 from netcheck.analysis.slowness import (
     SlownessConfig,
     null_rate,
     persistent_slowness,
-    round_mixes,
     sign_test_p,
     slowness_evidence,
     spent_level,
