@@ -363,6 +363,10 @@ CONFIGS: dict[str, Any] = {
     # (netcheck.analysis.confirm_budget "Why aging"); "noage" = strongest first only,
     # the order before it (the baseline)
     "noage": lambda: LiveConfig(confirm_aging=False),
+    # session 12: the mutual test's nomination floor at the benign bound log 1.2 (and
+    # log 1.15) instead of the confirmation's log 1.25; confirmation keeps its floor test
+    "nf20": lambda: LiveConfig(detector=DetectorConfig(effect_floor=math.log(1.2))),
+    "nf15": lambda: LiveConfig(detector=DetectorConfig(effect_floor=math.log(1.15))),
 }
 
 
@@ -376,16 +380,17 @@ def seed_secret(seed: int) -> bytes:
 
 
 def run_scenario(
-    sc: Scenario, config: str, seeds: int, first_seed: int = 0
+    sc: Scenario, config: str, seeds: int, first_seed: int = 0, max_rounds: int | None = None
 ) -> list[dict[str, Any]]:
     """``seeds`` runs of one scenario (seeds ``first_seed``...); one aggregated row per
-    round count."""
+    round count of :data:`ROUNDS` (those up to ``max_rounds``: a shorter run)."""
     cfg = CONFIGS[config]()
-    per_r: dict[int, list[dict[str, Any]]] = {r: [] for r in ROUNDS}
+    cps = tuple(r for r in ROUNDS if max_rounds is None or r <= max_rounds)
+    per_r: dict[int, list[dict[str, Any]]] = {r: [] for r in cps}
     for seed in range(first_seed, first_seed + seeds):
         pop = make_population(sc.spec, np.random.default_rng([seed, 1]))
         sim = LiveSimulation(pop, cfg, np.random.default_rng([seed, 2]), secret=seed_secret(seed))
-        for snap in sim.run(ROUNDS):
+        for snap in sim.run(cps):
             per_r[snap.rounds].append(score(pop, snap))
     rows = []
     for r, runs in per_r.items():
@@ -672,6 +677,8 @@ def main() -> int:
     )
     parser.add_argument("--first-seed", type=int, default=0,
                         help="first seed of every scenario (to split seeds over processes)")  # fmt: skip
+    parser.add_argument("--max-rounds", type=int, default=None, metavar="R",
+                        help="stop every run at the last checkpoint <= R (16, 32, 64 or 128)")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--markdown", action="store_true",
@@ -709,7 +716,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for sc in scs:
         for config in configs:
-            got = run_scenario(sc, config, seeds, args.first_seed)
+            got = run_scenario(sc, config, seeds, args.first_seed, args.max_rounds)
             rows += got
             print(f"  {sc.name} [{config}] done ({time.perf_counter() - start:.0f} s)",
                   file=sys.stderr, flush=True)  # fmt: skip
