@@ -367,6 +367,9 @@ CONFIGS: dict[str, Any] = {
     # log 1.15) instead of the confirmation's log 1.25; confirmation keeps its floor test
     "nf20": lambda: LiveConfig(detector=DetectorConfig(effect_floor=math.log(1.2))),
     "nf15": lambda: LiveConfig(detector=DetectorConfig(effect_floor=math.log(1.15))),
+    # session 12: only the mutual test's nomination floor at log 1.2; its BH family and
+    # the other detectors keep log 1.25 (DetectorConfig.mutual_nominate_floor)
+    "mf20": lambda: LiveConfig(detector=DetectorConfig(mutual_nominate_floor=math.log(1.2))),
 }
 
 

@@ -172,7 +172,7 @@ class TracedSimulation(live.LiveSimulation):
         st = self.state
         trace = AnalysisTrace(
             len(self.traces) + 1, self.index, level, mt.z, mt.p, mt.effect,
-            above_floors(mt, cfg),
+            above_floors(mt, cfg, cfg.mutual_nominate_floor),
             {(ed.a, ed.b): (ed.detector, ed.statistic) for ed in an.detection.edges},
             [tuple(g.members) for g in groups], list(self._runs), not_run,
             frozenset(k for k, r in st.capacity.items() if r), frozenset(st.slow),
@@ -227,7 +227,7 @@ class TracedSimulation(live.LiveSimulation):
         res = median_polish(y, col_prior_cells=cfg.round_prior_cells).residuals
         mt = mutual_test(res, loaded, cfg)
         level = mutual_level(mt, cfg)
-        hit = (mt.p < level) & above_floors(mt, cfg)
+        hit = (mt.p < level) & above_floors(mt, cfg, cfg.mutual_nominate_floor)
         return mt.z, hit, level
 
 

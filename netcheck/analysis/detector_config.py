@@ -103,6 +103,15 @@ class DetectorConfig:
       (:func:`~netcheck.analysis.mutual.mutual_level`); ``"all"``: each pair's own p
       (the first session-5 version: more recall for farms whose estimates sit near
       the floor, beta 0.3 pairs found by 32 rounds 0.85 vs 0.73; docs/detection.md).
+    - ``mutual_nominate_floor`` (None: ``effect_floor``): the floor of the mutual test's
+      *nomination* only, in log units (:func:`~netcheck.analysis.mutual.mutual_hits`);
+      the BH family keeps ``effect_floor`` (``mutual_fdr_family``), so pairs between the
+      two floors can be nominated but cannot loosen the level for others. Below
+      ``effect_floor`` it lets through farm pairs whose *marginal* slowdown is diluted
+      (in a farm of 3 at beta 0.3, the third member's load sits in both arms: log 1.6 /
+      1.3 = 0.21 when it is loaded, log 1.3 = 0.26 when not) at the price of more honest
+      co-hosted suspects; confirmation keeps its own floor test
+      (:class:`~netcheck.analysis.confirm.ConfirmConfig`), so it nominates, never flags.
     - ``grouping`` (``"cliques"``): suspect groups are the maximal cliques of the edge
       graph, so a group never holds two nodes without an edge between them (a chain
       a-b, b-c gives the groups {a, b} and {b, c}); ``"components"`` = the previous
@@ -143,6 +152,7 @@ class DetectorConfig:
     mutual_test: bool = True
     mutual_fdr: float = 0.75
     mutual_fdr_family: str = "nominable"
+    mutual_nominate_floor: float | None = None
     grouping: str = "cliques"
     drop_full_rounds: bool = True
     round_prior_cells: int = 8
@@ -156,6 +166,10 @@ class DetectorConfig:
             raise ValueError("mutual_fdr_family must be 'nominable' or 'all'")
         if self.effect_floor < 0 or not 0.0 <= self.r_floor < 1.0:
             raise ValueError("effect_floor must be >= 0 and r_floor in [0, 1)")
+        if self.mutual_nominate_floor is not None and not (
+            0.0 <= self.mutual_nominate_floor <= self.effect_floor
+        ):
+            raise ValueError("mutual_nominate_floor must be in [0, effect_floor]")
         if self.min_rounds < 2 or self.min_coloaded_rounds < 4 or self.max_partners < 1:
             raise ValueError("need min_rounds >= 2, min_coloaded_rounds >= 4, max_partners >= 1")
         if self.mutual_min_rounds < 1:

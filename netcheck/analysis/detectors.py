@@ -257,11 +257,14 @@ def detect(
     if cfg.mutual_test and n > 1:
         mt = mutual_test(e, loaded, cfg)
         level = mutual_level(mt, cfg)
+        nominate_floor = (
+            cfg.effect_floor if cfg.mutual_nominate_floor is None else cfg.mutual_nominate_floor
+        )
         for i, j in zip(*np.nonzero(mutual_hits(mt, cfg)), strict=True):
             edges.setdefault((int(i), int(j)), Edge(
                 node_keys[i], node_keys[j], "A-mutual", float(mt.z[i, j]), math.inf,
                 float(mt.p[i, j]), level, float(np.nanmin([mt.effect[i, j], mt.effect[j, i]])),
-                cfg.effect_floor, int(min(mt.n_rounds[i, j], mt.n_rounds[j, i])),
+                nominate_floor, int(min(mt.n_rounds[i, j], mt.n_rounds[j, i])),
             ))  # fmt: skip
     if cfg.use_correlation:
         e_b = e if censored is None else np.where(censored, np.nan, e)

@@ -111,20 +111,19 @@ def bh_threshold(p: FloatArray, q: float) -> float:
     return float(rejected.max()) if rejected.size else 0.0
 
 
-def above_floors(test: MutualTest, cfg: DetectorConfig) -> BoolArray:
+def above_floors(test: MutualTest, cfg: DetectorConfig, floor: float | None = None) -> BoolArray:
     """``(n, n)`` bool, symmetric: the pairs whose effects meet the floors (the mean of
-    the two above ``effect_floor``, each above ``effect_floor / 2``; with
-    ``cfg.mutual_one_way`` and one testable direction, its effect above
-    ``effect_floor``)."""
+    the two above ``floor``, each above ``floor / 2``; with ``cfg.mutual_one_way`` and
+    one testable direction, its effect above ``floor``). ``floor`` in log units, None:
+    ``cfg.effect_floor``."""
+    f = cfg.effect_floor if floor is None else floor
     eff, eff_t = test.effect, test.effect.T
     with np.errstate(invalid="ignore"):
-        both = ((eff + eff_t) / 2.0 > cfg.effect_floor) & (
-            np.minimum(eff, eff_t) > cfg.effect_floor / 2.0
-        )
+        both = ((eff + eff_t) / 2.0 > f) & (np.minimum(eff, eff_t) > f / 2.0)
         if not cfg.mutual_one_way:
             return both
         fwd, back = np.isfinite(eff), np.isfinite(eff_t)
-        one = (fwd & ~back & (eff > cfg.effect_floor)) | (back & ~fwd & (eff_t > cfg.effect_floor))
+        one = (fwd & ~back & (eff > f)) | (back & ~fwd & (eff_t > f))
         return both | one
 
 
@@ -156,8 +155,10 @@ def mutual_level(test: MutualTest, cfg: DetectorConfig) -> float:
 
 
 def mutual_hits(test: MutualTest, cfg: DetectorConfig) -> BoolArray:
-    """Upper-triangle ``(n, n)`` bool: the pairs that pass (module docstring)."""
+    """Upper-triangle ``(n, n)`` bool: the pairs that pass (module docstring): p below
+    :func:`mutual_level` and the effects above the nomination floor
+    (``cfg.mutual_nominate_floor``, else ``cfg.effect_floor``)."""
     level = mutual_level(test, cfg)
     with np.errstate(invalid="ignore"):
-        hit = (test.p < level) & above_floors(test, cfg)
+        hit = (test.p < level) & above_floors(test, cfg, cfg.mutual_nominate_floor)
     return np.triu(hit, 1)

@@ -220,3 +220,44 @@ def test_one_direction_p_values_are_calibrated_on_honest_nodes() -> None:
         e, loaded = _one_direction_rows(1000 + seed, 0.0, sd=0.1)
         small += int(mutual_test(e, loaded, DetectorConfig()).p[0, 1] < 0.01)
     assert small <= 16, small  # 6 expected; binomial 99.9% bound about 15
+
+
+def _triple_rows(seed: int, beta: float, sd: float) -> tuple[np.ndarray, np.ndarray]:
+    """Residuals and load bits of N nodes, R rounds at load probability 2/3: nodes 0, 1, 2
+    share one backend (service time ``1 + beta (m - 1)`` with ``m`` of them loaded), the
+    rest are alone; log-noise ``sd``."""
+    rng = np.random.default_rng(seed)
+    loaded = rng.random((N, R)) < 2 / 3
+    y = rng.normal(0, sd, (N, R))
+    m = loaded[:3].sum(axis=0)
+    y[:3] += np.log1p(beta * np.maximum(m - 1, 0))
+    y[~loaded] = np.nan
+    return median_polish(y).residuals, loaded
+
+
+def test_nomination_floor_below_the_family_floor_lets_a_farm_of_three_through() -> None:
+    """In a farm of 3 at beta 0.3 each pair's marginal slowdown is diluted by the third
+    member's load (log 1.3 alone, log 1.6 / 1.3 with it: about log 1.25 on average), so
+    at the default floor (log 1.25) its pairs often miss the floors however strong
+    their z; ``mutual_nominate_floor`` log 1.2 nominates them, and the BH level (its
+    family keeps ``effect_floor``) does not move."""
+    base, low = DetectorConfig(), DetectorConfig(mutual_nominate_floor=math.log(1.2))
+    farm = np.zeros((N, N), dtype=bool)
+    farm[0, 1] = farm[0, 2] = farm[1, 2] = True
+    hits = {"base": 0, "low": 0}
+    for seed in range(20):
+        e, loaded = _triple_rows(seed, 0.3, 0.03)
+        mt = mutual_test(e, loaded, base)
+        assert mutual_level(mt, low) == mutual_level(mt, base)
+        hb, hl = mutual_hits(mt, base), mutual_hits(mt, low)
+        assert not (hb & ~hl).any()
+        hits["base"] += int((hb & farm).sum())
+        hits["low"] += int((hl & farm).sum())
+    assert hits["low"] >= hits["base"] + 10, hits
+    ed = detect(e, loaded, tuple(f"n{i}" for i in range(N)), low).edges
+    assert {e.effect_floor for e in ed if e.detector == "A-mutual"} <= {math.log(1.2)}
+
+
+def test_nomination_floor_above_the_family_floor_is_refused() -> None:
+    with pytest.raises(ValueError, match="mutual_nominate_floor"):
+        DetectorConfig(mutual_nominate_floor=math.log(1.3))
