@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, inspect, text
 
 from netcheck.records import RoundPlan
 from netcheck.storage import Store
+from netcheck.storage.presence import Presence
 
 DETECTION_TABLES = {"round_schedules", "flags", "flag_reviews"}
 
@@ -88,15 +89,24 @@ def test_processes_upgrading_one_old_database_at_once_all_succeed(db_url: str) -
     store.close()
 
 
-def _open_at_once(url: str, openers: int) -> list[BaseException]:
-    """Open ``url`` from ``openers`` threads released together; the errors raised."""
+def test_gateways_creating_their_tables_at_once_all_succeed(pg_url: str) -> None:
+    # The gateway tables (Presence) are created after the store's, by each gateway.
+    Store(pg_url).close()
+    assert _open_at_once(pg_url, 6, gateway=True) == []
+
+
+def _open_at_once(url: str, openers: int, *, gateway: bool = False) -> list[BaseException]:
+    """Open ``url`` (with ``gateway``: and its gateway tables) from ``openers`` threads
+    released together; the errors raised."""
     barrier = threading.Barrier(openers)
     errors: list[BaseException] = []
 
     def open_store() -> None:
         barrier.wait()
         try:
-            Store(url).close()
+            with Store(url) as store:
+                if gateway:
+                    Presence(store)
         except BaseException as exc:  # noqa: BLE001 - collected for the assertion
             errors.append(exc)
 
