@@ -25,6 +25,8 @@ class Observation:
     commitment equals ``protocol.jobs.commitment(outputs)``. ``signature_ok``: the
     receipt signature verifies under the node's key. ``disconnected``: the session
     closed before a result. ``error``: the node's own error report, if any.
+    ``closed_ns``: when the coordinator saw the session close (same clock; None = not
+    known or not closed).
     """
 
     released_ns: int | None
@@ -35,6 +37,7 @@ class Observation:
     disconnected: bool
     error: str | None
     commitment_ok: bool
+    closed_ns: int | None = None
 
 
 def profile_mismatch(node_key: str, reason: str) -> NodeOutcome:
@@ -69,13 +72,22 @@ def _malformed(a: Assignment, obs: Observation, max_new_tokens: int) -> str | No
     return None
 
 
+def _closed_after_release_s(obs: Observation) -> float | None:
+    """Seconds from the release to the session's close, None when either is unknown."""
+    if obs.released_ns is None or obs.closed_ns is None:
+        return None
+    return (obs.closed_ns - obs.released_ns) / 1e9
+
+
 def verify(
     assignment: Assignment, obs: Observation, *, max_new_tokens: int, deadline_s: float
 ) -> NodeOutcome:
     """Judge one node's result against its assignment.
 
-    Checks, first failure wins: no result (``disconnected`` if the session closed,
-    else ``missing``); ``malformed`` (wrong number of outputs, an output not
+    Checks, first failure wins: no result (``disconnected`` if the session closed by
+    the deadline, else ``missing``: a session closed after the deadline without a
+    result was already late there, and a node must not turn its strike into a
+    ``disconnected``, which never counts, by closing before its late result); ``malformed`` (wrong number of outputs, an output not
     ``max_new_tokens`` long, commitment mismatch, bad receipt signature, no usable
     release/arrival times); ``wrong-answer`` (any canary output differs from its
     reference answer; the reason lists the positions); ``late`` (arrival minus release
@@ -85,11 +97,18 @@ def verify(
     key = assignment.node_key
     k = len(assignment.canary_ids)
     if obs.outputs is None:
-        if obs.disconnected:
+        closed_s = _closed_after_release_s(obs)
+        if obs.disconnected and (closed_s is None or closed_s <= deadline_s):
             return NodeOutcome(
                 key, Verdict.DISCONNECTED, "session closed before result", None, 0, 0
             )
-        reason = f"node reported error: {obs.error}" if obs.error else "no result before timeout"
+        if obs.disconnected:
+            reason = (f"session closed {closed_s:.3f} s after release, after the deadline "
+                      f"{deadline_s:.3f} s, without a result")  # fmt: skip
+        elif obs.error:
+            reason = f"node reported error: {obs.error}"
+        else:
+            reason = "no result before timeout"
         return NodeOutcome(key, Verdict.MISSING, reason, None, 0, 0)
     elapsed: float | None = None
     if obs.released_ns is not None and obs.arrived_ns is not None:

@@ -50,7 +50,7 @@ from netcheck.coordinator.jobs import ConfirmProgress, ScreeningJobs
 from netcheck.coordinator.pool import live_pool
 from netcheck.errors import NetcheckError
 from netcheck.storage.durable import spooled_status
-from netcheck.storage.flags import FLAG_STATUSES, jsonable
+from netcheck.storage.flags import FLAG_STATUSES, MAX_FLAG_ID, jsonable
 from netcheck.storage.reader import Reader
 from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
 from netcheck.web.flagview import flag_view
@@ -337,7 +337,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         flag_id = parse_int(request.match_info["flag_id"])
         if flag_id is None:
             raise web.HTTPBadRequest(text="flag id must be an integer")
-        if not 0 <= flag_id < 2**63:
+        if not 0 <= flag_id <= MAX_FLAG_ID:  # beyond the column: no such flag
             raise web.HTTPNotFound(text=f"no flag {flag_id}")
         return flag_id
 
@@ -370,7 +370,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         flag_id = parse_int(request.match_info["flag_id"])
         if flag_id is None:
             raise web.HTTPBadRequest(text="flag id must be an integer")
-        if not 0 <= flag_id < 2**63:
+        if not 0 <= flag_id <= MAX_FLAG_ID:  # beyond the column: no such flag
             raise web.HTTPNotFound(text=f"no flag {flag_id}")
         flag = coord.screening.flags.get_flag(flag_id)
         if flag is None:

@@ -24,13 +24,15 @@ def observe(
     if fut is None or not fut.done():
         return Observation(
             arrived_ns=None, outputs=None, commitment=None, commitment_ok=False,
-            signature_ok=False, disconnected=s.closed.is_set(), error=None, **base,
+            signature_ok=False, disconnected=s.closed.is_set(), error=None,
+            closed_ns=s.closed_ns, **base,
         )  # fmt: skip
     exc = fut.exception()
     if isinstance(exc, NodeDisconnected):
         return Observation(
             arrived_ns=None, outputs=None, commitment=None, commitment_ok=False,
-            signature_ok=False, disconnected=True, error=None, **base,
+            signature_ok=False, disconnected=True, error=None, closed_ns=s.closed_ns,
+            **base,
         )  # fmt: skip
     arrival = fut.result()
     t.arrived_ns = arrival.arrived_ns

@@ -97,6 +97,9 @@ class NodeSession(BoundedWrites):
         peer: remote address, for logs.
         tcp: the connection's transport; :meth:`abort` cuts it (None in unit tests).
         abort_reason: why the coordinator aborted the connection, if it did.
+        closed_ns: ``time.monotonic_ns()`` when the session was seen closed (None while
+            open): a close after a round's deadline is not ``disconnected``
+            (:func:`~netcheck.analysis.verdicts.verify`).
     """
 
     node_key: str
@@ -116,6 +119,7 @@ class NodeSession(BoundedWrites):
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     tcp: asyncio.Transport | None = None
     abort_reason: str | None = None
+    closed_ns: int | None = None
     _writes: set[asyncio.Task[int]] = field(default_factory=set)
     stamps: ArrivalStamps = field(default_factory=ArrivalStamps)
     opener: FrameOpener = field(default_factory=lambda: FrameOpener(workers=0))
@@ -355,6 +359,8 @@ class NodeSession(BoundedWrites):
 
     def fail_waiters(self) -> None:
         """Fail every pending waiter with :class:`NodeDisconnected`."""
+        if self.closed_ns is None:
+            self.closed_ns = time.monotonic_ns()
         self.closed.set()
         for waiters in (self._acks, self._results, self._echoes, self._probes):
             for fut in waiters.values():

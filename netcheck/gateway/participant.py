@@ -413,8 +413,9 @@ def _verify(
         obs = observe(s, a, plan.round_id, t, fut)  # sets t.arrived_ns (monotonic)
         _to_cluster(t, clock)
         obs = dataclasses.replace(
-            obs, released_ns=t.release_start_ns, arrived_ns=clock.to_cluster(obs.arrived_ns)
-        )
+            obs, released_ns=t.release_start_ns, arrived_ns=clock.to_cluster(obs.arrived_ns),
+            closed_ns=clock.to_cluster(obs.closed_ns),
+        )  # fmt: skip
         outcome = verify(
             a, obs, max_new_tokens=plan.max_new_tokens, deadline_s=float(t.deadline_s or 0.0)
         )

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-from sqlalchemy import Connection, create_engine, event
+from sqlalchemy import Connection, create_engine, event, text
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -33,6 +33,10 @@ from netcheck.storage import migrate
 from netcheck.storage.tables import metadata
 
 BUSY_TIMEOUT_MS = 5000
+#: First key of the PostgreSQL advisory lock that serialises table creation and schema
+#: upgrades of one schema across processes (the second key is the schema's name hashed).
+#: The deployment locks (:mod:`netcheck.storage.cluster_tables`) hash their first key.
+SCHEMA_LOCK = 0x6E63_5344  # "ncSD"
 
 
 def _describe(exc: SQLAlchemyError) -> str:
@@ -149,12 +153,17 @@ class Database:
             # DDL in a write transaction (SQLite: BEGIN IMMEDIATE): create_all reads the
             # catalogue first, and a deferred transaction that then upgrades to a write
             # fails at once, without waiting, while another connection writes.
+            # PostgreSQL: DDL does not queue by itself (two processes creating one table
+            # at once: all but one fail on pg_type's unique index), so it runs under an
+            # advisory lock of the schema, held to the end of the transaction.
             with self._write("create tables") as conn:
+                self._lock_schema(conn)
                 metadata.create_all(conn)
             with self._read("check schema") as conn:
                 stale = migrate.needs_upgrade(conn)
             if stale:
                 with self._write("upgrade schema (add rounds.seq)") as conn:
+                    self._lock_schema(conn)
                     migrate.upgrade(conn)
         except StorageError as exc:  # not a database, unreachable: name which one
             raise type(exc)(f"cannot open database {_shown(parsed)}: {exc}") from exc
@@ -165,6 +174,17 @@ class Database:
             ) from exc
         except Exception as exc:  # anything else while opening
             raise StorageError(f"cannot open database {_shown(parsed)}: {exc}") from exc
+
+    def _lock_schema(self, conn: Connection) -> None:
+        """PostgreSQL: take the transaction-level advisory lock of the current schema's
+        DDL (:data:`SCHEMA_LOCK`, the schema's name hashed), waiting up to the lock
+        timeout for another process creating or upgrading the same tables. SQLite: nothing
+        (``BEGIN IMMEDIATE`` already queues writers)."""
+        if self.backend == "postgresql":
+            conn.execute(
+                text("SELECT pg_advisory_xact_lock(:k, hashtext(current_schema()))"),
+                {"k": SCHEMA_LOCK},
+            )
 
     @staticmethod
     def _setup_sqlite(engine: Engine, busy_timeout_ms: int) -> None:

@@ -43,6 +43,9 @@ from netcheck.storage.tables import flags, metadata, results, round_schedules, r
 
 ROUND_KINDS = tuple(k.value for k in RoundKind)
 FLAG_STATUSES = tuple(s.value for s in FlagStatus)
+#: The largest flag id the ``flags.flag_id`` column can hold (INTEGER: 32 bits on
+#: PostgreSQL, which refuses a larger value in a query instead of matching nothing).
+MAX_FLAG_ID = 2**31 - 1
 
 _RESULT_COLUMNS = (
     results.c.round_id,

@@ -43,6 +43,7 @@ class Presence:
             )
         self.store = store
         with store._write("create gateway tables") as conn:
+            store._lock_schema(conn)  # gateways started together: one creates them
             cluster_metadata.create_all(conn)
             db, schema = conn.execute(text("SELECT current_database(), current_schema()")).one()
         url = make_url(store.url).set(drivername="postgresql")

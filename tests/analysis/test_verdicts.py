@@ -66,6 +66,26 @@ def test_disconnected() -> None:
     assert out.verdict is Verdict.DISCONNECTED and out.elapsed_s is None
 
 
+@pytest.mark.parametrize(
+    ("closed_ns", "verdict"),
+    [(2_999_999_999, Verdict.DISCONNECTED), (3_000_000_000, Verdict.DISCONNECTED),
+     (3_000_000_001, Verdict.MISSING), (None, Verdict.DISCONNECTED)],
+)  # fmt: skip
+def test_disconnected_after_the_deadline_is_missing(
+    closed_ns: int | None, verdict: Verdict
+) -> None:
+    """No result and the session closed after the deadline (release at 1 s, deadline
+    2 s): the node was already late at the deadline, so missing (a capacity strike),
+    not disconnected; closed by the deadline, or at an unknown time: disconnected."""
+    obs = replace(GOOD, arrived_ns=None, outputs=None, commitment=None, disconnected=True,
+                  closed_ns=closed_ns)  # fmt: skip
+    out = judge(obs)
+    assert out.verdict is verdict, out.reason
+    if verdict is Verdict.MISSING:
+        assert out.reason == ("session closed 2.000 s after release, after the deadline "
+                              "2.000 s, without a result")  # fmt: skip
+
+
 def test_result_before_disconnect_is_judged() -> None:
     """A result that arrived before the session closed is judged on its content."""
     assert judge(replace(GOOD, disconnected=True)).verdict is Verdict.PASS

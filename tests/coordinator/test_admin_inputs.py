@@ -200,3 +200,19 @@ async def test_review_with_control_characters_is_400_on_every_backend(
         status, text = await call("POST", f"/admin/flags/{fid}/review", json=ok)
         assert status == 200, text
     _no_server_errors(caplog)
+
+
+@pytest.mark.parametrize("fid", ["2147483648", "9" * 18, str(2**63 - 1)])
+async def test_a_flag_id_past_the_column_is_404_on_every_backend(
+    tmp_path: Path, db_url: str, fid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Flag ids are INTEGER (int4 on PostgreSQL): an id of 2^31 or more reached the query
+    and PostgreSQL refused it ('integer out of range'), a 500 from GET and from a
+    review; now 404 (no such flag) before the database, as on SQLite."""
+    async with admin(tmp_path, Store(db_url)) as (_rc, call):
+        status, text = await call("GET", f"/admin/flags/{fid}")
+        assert (status, text) == (404, f"no flag {int(fid)}")
+        body = {"state": "acknowledged", "by": "ana"}
+        status, text = await call("POST", f"/admin/flags/{fid}/review", json=body)
+        assert (status, text) == (404, f"no flag {int(fid)}")
+    _no_server_errors(caplog)

@@ -124,6 +124,10 @@ async def test_round_verdicts_for_honest_and_cheating_nodes(
         report = await run_round(rc.coord, profile.name)
         killer.cancel()
         got = {keys[o.node_key]: str(o.verdict) for o in report.outcomes}
+        why = {keys[o.node_key]: o.reason for o in report.outcomes}
+        if got["vanishing"] == "missing":  # a loaded machine put the kill past its deadline
+            assert "after the deadline" in why["vanishing"], why["vanishing"]
+            got["vanishing"] = "disconnected"
         assert got == {
             "honest-1": "pass",
             "honest-2": "pass",

@@ -1,0 +1,45 @@
+"""A gateway judges its members on the cluster clock (participant._verify): the time a
+session was seen closed must be moved to that clock too, or a close after the deadline
+(monotonic ns against a release in database Unix ns) always looked like one before it
+and stayed ``disconnected`` instead of ``missing`` (tests/coordinator/test_late_disconnect.py
+is the single-coordinator case)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from netcheck.coordinator.session import NodeDisconnected
+from netcheck.gateway.clock import ClockEstimate
+from netcheck.gateway.participant import ClusterClock, _verify
+from netcheck.records import Assignment, NodeTiming, RoundPlan
+
+RELEASE_NS = 5_000_000_000  # this gateway's monotonic clock
+DEADLINE_S = 2.0
+
+
+@pytest.mark.parametrize(("closed_after_s", "verdict"), [(1.0, "disconnected"), (3.0, "missing")])
+async def test_a_close_after_the_deadline_is_missing_on_the_cluster_clock(
+    closed_after_s: float, verdict: str
+) -> None:
+    key = "ed25519:n1"
+    assignment = Assignment(
+        node_key=key, prompts=("p0",), canary_positions=(0,), canary_ids=("c0",),
+        canary_answers=((1, 2),), job_key=bytes(32), job_nonce=bytes(12),
+    )  # fmt: skip
+    plan = RoundPlan("r1", "p", 1, 2, (assignment,), ())
+    closed = asyncio.Event()
+    closed.set()
+    session = SimpleNamespace(
+        closed=closed, closed_ns=RELEASE_NS + int(closed_after_s * 1e9), session_id=bytes(16)
+    )
+    fut: asyncio.Future = asyncio.get_running_loop().create_future()
+    fut.set_exception(NodeDisconnected(key))
+    timing = NodeTiming(deadline_s=DEADLINE_S, release_start_ns=RELEASE_NS)
+    clock = ClusterClock(delta_ns=1_764_000_000 * 10**9)  # database Unix ns
+    outcomes, _ = _verify(plan, {key: session}, {key: timing}, {key: fut}, clock,  # type: ignore[dict-item]
+                          ClockEstimate(0.0, 0.0), {})  # fmt: skip
+    (outcome,) = outcomes
+    assert str(outcome.verdict) == verdict, outcome.reason
