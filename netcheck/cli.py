@@ -244,7 +244,12 @@ def gateway() -> None:
 @_config_file("configs/gateway.toml", "Gateway config (a coordinator config plus gateway_id)")
 @_verbose_option
 def gateway_serve(config_path: Path, verbose: bool) -> None:
-    """Serve nodes and take part in (or lead) rounds until interrupted (docs/gateways.md)."""
+    """Serve nodes and take part in (or lead) rounds until interrupted (docs/gateways.md).
+
+    No gateway config is shipped: copy configs/coordinator.toml, add a unique gateway_id
+    and a PostgreSQL `database` shared by every gateway (README, 'Running several
+    gateways').
+    """
     from netcheck.gateway.app import serve
 
     setup_logging(verbose, "gateway")
@@ -302,7 +307,9 @@ def node_run(
 @click.option("--no-selftest", is_flag=True, help="Skip the quick determinism selftest.")
 def doctor(config_path: Path, no_selftest: bool) -> None:
     """Check a node's setup: config, key, profile, coordinator reachable and pinned key
-    right (without joining), engine loads, quick selftest. Exits 1 if a check fails."""
+    right (without joining), engine loads, the coordinator accepts the profile and has
+    references for this fingerprint (a signed query, no session), quick selftest. Exits
+    1 if a check fails."""
     from rich.table import Table
 
     from netcheck.node.doctor import run_checks

@@ -69,7 +69,7 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
     passed = sum(1 for v in checked if v["verdict"] == "pass")
     out.print(
         f"  checked {len(checked)} of {len(report['verdicts'])} node(s), {passed} passed"
-        + ("" if len(checked) == len(report["verdicts"]) else "; see `netcheck references status`")
+        + ("" if len(checked) == len(report["verdicts"]) else "; see `netcheck reference status`")
     )
     phases = {k: v for k, v in (report.get("phases") or {}).items() if isinstance(v, int | float)}
     if phases:
@@ -112,7 +112,7 @@ def check_round_outcome(
             "are 'unchecked' (no unspent canary for the nodes' fingerprints). "
             "Build references with: "
             + "; ".join(with_config(build_command(p), config_path) for p in profiles)
-            + " (see `netcheck references status`)"
+            + " (see `netcheck reference status`)"
         )
     failing = [v for v in verdicts if v["verdict"] != "pass" and v["verdict"] not in NOT_CHECKED]
     if fail_on_failing and failing:

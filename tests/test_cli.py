@@ -329,3 +329,27 @@ def test_storage_errors_have_their_exit_codes() -> None:
 
     assert exit_code_for(StorageError("x")) == exit_code_for(StorageUnavailable("x")) == 10
     assert exit_code_for(DatabaseURLError("x")) == Exit.CONFIG
+
+
+def test_round_messages_name_commands_as_help_lists_them(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The round table's footer and the nothing-checked error name commands by the names
+    `netcheck --help` lists (`reference status`, not the alias `references`)."""
+    import re
+
+    from netcheck.admin_client import NothingChecked
+    from netcheck.report import check_round_outcome, print_round
+
+    unchecked = {
+        "node_key": "ed25519:k", "verdict": "unchecked", "elapsed_s": None,
+        "canaries_matched": 0, "canaries_checked": 0, "reason": "no unspent canary",
+    }  # fmt: skip
+    passed = {**unchecked, "node_key": "ed25519:j", "verdict": "pass", "canaries_checked": 1}
+    print_round({"round_id": "r1", "profile": "cpu-tiny", "verdicts": [unchecked, passed]})
+    with pytest.raises(NothingChecked) as err:
+        check_round_outcome([{"profile": "cpu-tiny", "verdicts": [unchecked]}])
+    texts = [" ".join(capsys.readouterr().out.split()), str(err.value)]
+    named = [m for text in texts for m in re.findall(r"`netcheck ([a-z-]+)", text)]
+    assert "reference" in named
+    assert set(named) <= set(main.commands), named

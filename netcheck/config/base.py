@@ -144,7 +144,10 @@ def read_toml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+        hint = ""
+        if "Cannot overwrite a value" in str(exc) or "twice" in str(exc):
+            hint = ": a key or table given twice (e.g. a pasted allowed_nodes); keep one"
+        raise ConfigError(f"{path}: invalid TOML: {exc}{hint}") from None
 
 
 def load_model(model: type[_M], path: Path, data: dict[str, Any]) -> _M:

@@ -168,7 +168,15 @@ def screen_run(
     for c in report.get("confirmations", []):
         members = ", ".join(_who(m, names) for m in c["group"])
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
-    console.print(flags_table(report.get("flags", []), "flags raised", names))
+    if report.get("flags"):
+        console.print(flags_table(report["flags"], "flags raised", names))
+    else:
+        console.print(
+            Text(
+                f"no flags raised by this run (`netcheck flags list --config {config_path}` "
+                "lists earlier ones)"
+            )
+        )
     check_round_outcome(rounds_run, config_path=config_path)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from netcheck.lab.demo_sizing import host_cores, load_average
 from netcheck.report import verdict_text
 
 
@@ -28,7 +29,9 @@ def report_overruns(console: Console, logs: Path, names: Iterable[str]) -> int:
             f"[yellow]EMULATION OVERRUN[/yellow] in {total} "
             f"{'batch' if total == 1 else 'batches'} ({where}): real compute "
             "on this machine outlasted the emulated GPU, so those timings show the host CPU "
-            "(too slow or too busy), not the emulated GPU"
+            "(too slow or too busy), not the emulated GPU. Where that made an honest node or "
+            f"the proxy pair fail, run the demo again on an idle host (load average now "
+            f"{load_average()} on {host_cores()} CPUs; `uptime` shows it)"
         )
     return total
 

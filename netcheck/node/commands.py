@@ -131,4 +131,9 @@ def node_setup(
         load_node_config(n.config_path)  # what was written must load
         click.echo(f"{n.name}: {n.device}, {n.config_path}, key {n.public_key}")
     click.echo("\n# for the coordinator operator (coordinator.toml):")
+    click.echo(
+        "# allowed_nodes replaces the config's own allowed_nodes line (TOML refuses a key\n"
+        "# given twice: 'Cannot overwrite a value'); the [tables] go at the end of the file;\n"
+        "# with every node listed, set open_enrollment = false"
+    )
     click.echo(coordinator_snippet(nodes, host))

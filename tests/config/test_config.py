@@ -154,6 +154,15 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
         load_profile(path)
 
 
+@pytest.mark.parametrize("text", ["a = 1\na = 2\n", "[t]\nb = 1\n[t]\nc = 2\n"])
+def test_duplicate_key_says_what_to_do(tmp_path: Path, text: str) -> None:
+    """tomllib's 'Cannot overwrite a value' / 'Cannot declare ... twice' (e.g. node
+    setup's allowed_nodes pasted under the example's) says a key is given twice."""
+    path = write(tmp_path / "dup.toml", text)
+    with pytest.raises(ConfigError, match="dup.toml: invalid TOML: .*given twice"):
+        load_profile(path)
+
+
 def test_unknown_profile_name_lists_available(tmp_path: Path) -> None:
     """A profile name that has no file lists the profiles that do exist."""
     write(tmp_path / "cpu-tiny.toml", PROFILE)

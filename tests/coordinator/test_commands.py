@@ -287,3 +287,40 @@ async def test_screen_run_prints_confirmation_progress(
     assert "screening: 2 of 2 rounds, analysis running (no ETA" in err
     assert "3 confirmation rounds so far; suspect groups: 2 under test, 0 of 2 settled" in err
     assert "9 confirmation rounds so far; suspect groups: 1 under test, 1 of 2 settled" in err
+
+
+def test_screen_run_without_flags_says_so(tmp_path: Path) -> None:
+    """A run that raised no flag prints one line naming `flags list`, not an empty table;
+    a run that raised one prints the table."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    flag = {
+        "flag_id": 3, "kind": "slow", "status": "pending", "node_keys": ["ed25519:k"],
+        "statistic": 1.0, "threshold": 0.5, "created_at": 0.0,
+    }  # fmt: skip
+    reports = [
+        {"profile": "p", "rounds": [], "flags": []},
+        {"profile": "p", "rounds": [], "flags": [flag]},
+    ]
+
+    def fake_job(config: object, body: dict[str, object], held: dict[str, object]) -> object:
+        return {"state": "done", "report": reports.pop(0)}
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(commands, "run_job", fake_job)
+    mp.setattr(commands, "check_round_outcome", lambda *a, **k: None)
+    try:
+        runner = CliRunner()
+        cfg = tmp_path / "c.toml"
+        cfg.write_text("")
+        none = runner.invoke(commands.screen, ["run", "--config", str(cfg)])
+        one = runner.invoke(commands.screen, ["run", "--config", str(cfg)])
+    finally:
+        mp.undo()
+    assert none.exit_code == 0, none.output
+    assert "no flags raised by this run" in none.output
+    assert f"netcheck flags list --config {cfg}" in " ".join(none.output.split())
+    assert "flags raised" in one.output and "ed25519:k" in one.output
+    assert "no flags raised" not in one.output

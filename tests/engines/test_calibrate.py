@@ -81,6 +81,16 @@ def test_tables_replace_the_profile_tables(tmp_path: Path) -> None:
     assert "(CPU figures)" in md and "| 1.1000 | 2.2000 | 1.00 | 1.53 |" in md
 
 
+def test_flops_line_readable_on_a_cpu() -> None:
+    """CPU-sized FLOP/s show significant digits, not "0.0 TFLOP/s", and a fraction above
+    100% (bf16 peak slower than the float32 model) says why; a GPU-like one does not."""
+    cpu = {**_result(), "achieved_flops": 6.07e9, "peak_bf16_flops": 9.2e8, "flops_fraction": 6.6}
+    md = render_markdown(cpu, "netcheck engine calibrate --profile cpu-tiny")
+    assert "0.00607 TFLOP/s of a measured bf16 matmul peak of 0.00092 TFLOP/s = 660.0%" in md
+    assert "Above 100%" in md
+    assert "Above 100%" not in render_markdown(_result(), "x")
+
+
 @pytest.mark.slow
 def test_run_calibration_on_cpu() -> None:
     """The whole calibration on the CPU: t(1), two identities as two processes with exact

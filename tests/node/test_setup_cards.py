@@ -36,6 +36,7 @@ def test_setup_writes_one_identity_per_card(tmp_path: Path) -> None:
     assert len(keys) == 3
     # the snippet pastes into a coordinator config: names and the declared shared host
     snippet = result.output.split("# for the coordinator operator (coordinator.toml):")[1]
+    assert "replaces the config's own allowed_nodes line" in snippet  # how to paste it
     coord = tmp_path / "coordinator.toml"
     coord.write_text(
         'identity_key = "c.pem"\nadmin_token = "a-long-enough-random-token-42"\n'
