@@ -229,11 +229,31 @@ SCREEN_ROUNDS = 16
 for the demo's proxy pair, whose shared GPU doubles its service time)."""
 
 
-def serve_hints(coord_path: Path, profile: Profile, nodes: int) -> list[str]:
+def invoked_as(argv0: str | None = None) -> str:
+    """How to call netcheck again the way it was called: ``argv0`` (default
+    ``sys.argv[0]``) when it is a ``netcheck`` script given with a folder (e.g.
+    ``.venv/bin/netcheck``, relative to the current folder when below it, shell-quoted),
+    else plain ``netcheck`` (on PATH, or ``python -m netcheck``)."""
+    arg = sys.argv[0] if argv0 is None else argv0
+    path = Path(arg)
+    if path.name != "netcheck" or len(path.parts) < 2:
+        return "netcheck"
+    if path.is_absolute():
+        rel = Path(os.path.relpath(path))
+        path = path if rel.parts[:1] == ("..",) else rel
+    return shlex.quote(str(path))
+
+
+def serve_hints(
+    coord_path: Path, profile: Profile, nodes: int, program: str | None = None
+) -> list[str]:
     """The operator commands to try against a ``--serve`` demo, each with the demo's own
     config: the screening run needs canaries beyond the demo's rounds (``SCREEN_ROUNDS``
     plus as many confirmation rounds, every node drawing ``canaries_max``) and, on a
-    profile whose capacity is not measured (``cpu-tiny``), ``--override-capacity``."""
+    profile whose capacity is not measured (``cpu-tiny``), ``--override-capacity``.
+    ``program``: the command to show (default :func:`invoked_as`: ``.venv/bin/netcheck``
+    when the demo was started that way, as the README does)."""
+    prog = invoked_as() if program is None else program
     shown = Path(os.path.relpath(coord_path)) if coord_path.is_absolute() else coord_path
     if shown.parts[:1] == ("..",):
         shown = coord_path
@@ -244,13 +264,13 @@ def serve_hints(coord_path: Path, profile: Profile, nodes: int) -> list[str]:
         override = ' --override-capacity "demo: emulated GPUs"'
     return [
         "operator commands for this coordinator, from another shell:",
-        f"  netcheck nodes {cfg}",
-        f"  netcheck round run {cfg}",
-        f"  netcheck reference build --profile {profile.name} --count {count} {cfg}"
+        f"  {prog} nodes {cfg}",
+        f"  {prog} round run {cfg}",
+        f"  {prog} reference build --profile {profile.name} --count {count} {cfg}"
         "   # canaries for the screening run",
-        f"  netcheck screen run {cfg} --rounds {SCREEN_ROUNDS}{override}"
+        f"  {prog} screen run {cfg} --rounds {SCREEN_ROUNDS}{override}"
         "   # should flag proxy-a + proxy-b (docs/detection.md)",
-        f"  netcheck flags list {cfg}   # then: netcheck flags show {cfg} ID",
+        f"  {prog} flags list {cfg}   # then: {prog} flags show {cfg} ID",
     ]
 
 

@@ -61,3 +61,24 @@ def test_serve_hints_name_the_demo_config_and_what_screening_needs(
     assert '--override-capacity "demo: emulated GPUs"' in text
     elsewhere = serve_hints(Path("/other/my demo/coordinator.toml"), profile, nodes=7)
     assert "  netcheck nodes --config '/other/my demo/coordinator.toml'" in elsewhere
+
+
+def test_serve_hints_call_netcheck_the_way_the_demo_was_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README runs ``.venv/bin/netcheck demo``: the hints must say
+    ``.venv/bin/netcheck ...`` too (a bare ``netcheck`` is "command not found" without
+    an activated venv); on PATH or ``python -m netcheck`` they say ``netcheck``."""
+    from netcheck.config import load_profile
+    from netcheck.lab.demo import invoked_as, serve_hints
+
+    monkeypatch.chdir(tmp_path)
+    assert invoked_as(".venv/bin/netcheck") == ".venv/bin/netcheck"
+    assert invoked_as(str(tmp_path / ".venv/bin/netcheck")) == ".venv/bin/netcheck"
+    assert invoked_as("/opt/my env/bin/netcheck") == "'/opt/my env/bin/netcheck'"
+    assert invoked_as("netcheck") == "netcheck"
+    assert invoked_as("/x/netcheck/__main__.py") == "netcheck"
+    lines = serve_hints(tmp_path / "demo-run" / "coordinator.toml", load_profile("cpu-tiny"), 7,
+                        program=".venv/bin/netcheck")  # fmt: skip
+    assert all(line.startswith("  .venv/bin/netcheck ") for line in lines[1:])
+    assert "then: .venv/bin/netcheck flags show" in lines[-1]
