@@ -13,7 +13,9 @@ round, through the same code paths; only the nodes are simulated
   arrives; the capacity test (:func:`~netcheck.analysis.lateness.capacity_test`, as
   ``checks.capacity``) after every strike (screening, full and confirmation rounds)
   over the node's last ``capacity_window`` verdicts, its look = the node's strikes so
-  far, raises a ``capacity`` flag, one per set of
+  far, its null at the window's own round shares (``q`` per screening round, 1 per
+  full or confirmation round, as ``checks.capacity`` reads them from the stored
+  rules), raises a ``capacity`` flag, one per set of
   uncovered strike rounds, as live;
 - the analysis every ``screening_analyze_every`` (16) rounds over the
   ``screening_window_rounds`` (128) most recent rounds: stored rows (the ``results``
@@ -106,6 +108,7 @@ class _State:
 
     round_ids: list[str] = field(default_factory=list)
     kinds: dict[str, str] = field(default_factory=dict)
+    round_shares: dict[str, float] = field(default_factory=dict)  # lateness.round_share
     schedules: dict[str, dict[str, bool]] = field(default_factory=dict)
     contexts: dict[str, dict[str, Any]] = field(default_factory=dict)  # coin rounds only
     results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -209,6 +212,8 @@ class LiveSimulation:
             st.alone.setdefault(row["node_key"], []).append((round_id, ratio))
         st.schedules[round_id] = {k: bool(b) for k, b in zip(self.keys, bits, strict=True)}
         st.kinds[round_id] = kind
+        # as stored: the screening rule carries q, full and confirmation rounds count 1
+        st.round_shares[round_id] = self.cfg.load_probability if kind == "screening" else 1.0
         st.results[round_id] = rows
         for key in strikes:  # checks.capacity
             self._capacity(key)
@@ -226,7 +231,10 @@ class LiveSimulation:
         hits, failed = capacity_check(recent, window, need)
         legacy = (failed, [v["round_id"] for v in recent[:window]],
                   [v["round_id"] for v in hits])  # fmt: skip
-        test = capacity_test(recent, st.strikes[key], self._capacity_cfg)
+        # the window's own round shares, as checks.capacity reads them from the stored
+        # rules (session 12); without floors_for_q the null of q = 1/2 (before session 9)
+        shares = st.round_shares if cfg.floors_for_q else None
+        test = capacity_test(recent, st.strikes[key], self._capacity_cfg, shares)
         new = (test.flagged, list(test.rounds), list(test.strike_rounds))
         for flags, (flagged, rounds, strike_rounds) in (
             (st.capacity_legacy, legacy),
