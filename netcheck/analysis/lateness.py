@@ -50,8 +50,9 @@ exactly. **The window's own share** (session 12): the test does not take the sha
 from the configured ``(q, F)`` but from the rounds in the window (:func:`window_share`):
 each round has a *round share*, the chance that a given other node was loaded too
 (:func:`round_share` of its stored kind and rule: ``q`` for a screening round whose
-stored rule carries ``q``, 1 for a full round and, conservatively, for a confirmation
-round; a round without a stored rule takes the configured mix's expected share
+stored rule carries ``q``, 1 for a full round and, conservatively, for a group
+confirmation round, 0 for an alone round, a confirmation round that loaded the node
+alone; a round without a stored rule takes the configured mix's expected share
 ``coupled_share(q, F)``, the behaviour before), and the test runs at
 ``p0 * max(1, s_window / coupled_share(1/2, 4))`` (:func:`share_null`), ``s_window``
 the mean round share of the window's rounds but the newest (the look's own strike).
@@ -199,21 +200,29 @@ def share_null(p0: float, share: float) -> float:
     return p0 if ratio <= 1.0 else min(p0 * ratio, 1.0 - 1e-9)
 
 
-def round_share(kind: str, rule: str) -> float:
-    """The round share of a stored round (kind and schedule rule): the chance that a
-    given other node (a possible honest co-host) was loaded too in it, for a node timed
-    in it. A ``screening`` round whose rule carries ``q``
-    (:func:`~netcheck.analysis.schedule.rule_probability`): ``q`` (each node's coin is
-    independent of the others'). Every other round: 1, the most it can be. That is
-    exact for a full round (``all``: every node loaded) and conservative for a
-    confirmation round (``explicit``, or ``explicit+`` with coins): such a round loads
-    a planned group, and an honest node's co-host is the likeliest member of its group
-    (the pair the analysis linked), so neither ``q`` nor the configured mix bounds it;
-    an alone round (one node loaded) would be 0, but that needs the round's stored
-    bits, which the capacity check does not read. A screening round with a rule that
-    carries no ``q`` (unknown, malformed) is taken at 1 too."""
+def round_share(kind: str, rule: str, sent: int | None = None) -> float:
+    """The round share of a stored round (kind, schedule rule and, where read, ``sent``:
+    the nodes it sent work to, i.e. its ``results`` rows): the chance that a given
+    other node (a possible honest co-host) was loaded too, for a node timed in it.
+
+    - a ``screening`` round whose rule carries ``q``
+      (:func:`~netcheck.analysis.schedule.rule_probability`): ``q`` (each node's coin is
+      independent of the others');
+    - a ``confirmation`` round that sent work to one node only (``sent == 1``: an
+      *alone round*, the node's own; every node a round loads gets a ``results`` row,
+      :meth:`~netcheck.storage.flags.FlagStore.alone_results`): 0, no other node was
+      loaded;
+    - every other round: 1, the most it can be. Exact for a full round (``all``: every
+      node loaded); conservative for a group confirmation round (``explicit``, or
+      ``explicit+`` with coins): it loads a planned group, and an honest node's co-host
+      is the likeliest member of its group (the pair the analysis linked), so neither
+      ``q`` nor the configured mix bounds it; and for a screening round whose rule
+      carries no ``q`` (unknown, malformed).
+    """
     q = rule_probability(rule) if kind == "screening" else None
-    return 1.0 if q is None else q
+    if q is not None:
+        return q
+    return 0.0 if kind == "confirmation" and sent == 1 else 1.0
 
 
 def window_share(

@@ -28,6 +28,7 @@ ids of the flags it raised or added evidence to.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -127,12 +128,18 @@ def stored_load_probabilities(flags: FlagStore, round_ids: Sequence[str]) -> dic
 def stored_round_shares(flags: FlagStore, round_ids: Sequence[str]) -> dict[str, float]:
     """``{round_id: round share}`` of the rounds among ``round_ids`` with a stored
     schedule (:func:`~netcheck.analysis.lateness.round_share` of its kind and rule:
-    ``q`` for a screening round whose rule carries it, 1 for full and confirmation
-    rounds); rounds without one (a database from before round schedules) are left out
-    (the capacity test gives them the configured mix's expected share)."""
-    return {
-        rid: round_share(kind, rule) for rid, (kind, rule) in flags.round_rules(round_ids).items()
-    }
+    ``q`` for a screening round whose rule carries it, 0 for an ``explicit``
+    confirmation round with one ``results`` row (an alone round), 1 for full and other
+    confirmation rounds); rounds without one (a database from before round schedules)
+    are left out (the capacity test gives them the configured mix's expected share).
+    The rows are read for the ``explicit`` confirmation rounds only (a group or one
+    node: a few rows each); a confirmation round with screening coins loads other
+    nodes by coin and counts 1 unread."""
+    stored = flags.round_rules(round_ids)
+    explicit = [rid for rid, (kind, rule) in stored.items()
+                if kind == str(RoundKind.CONFIRMATION) and rule == "explicit"]  # fmt: skip
+    sent = Counter(str(r["round_id"]) for r in flags.round_results(explicit)) if explicit else {}
+    return {rid: round_share(kind, rule, sent.get(rid)) for rid, (kind, rule) in stored.items()}
 
 
 def capacity(

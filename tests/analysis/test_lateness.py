@@ -215,8 +215,9 @@ def test_capacity_evidence_keeps_the_basis_of_a_scaled_null() -> None:
 
 def shares_of(marks: str, kinds: str, q: float = 2 / 3) -> dict[str, float]:
     """Round shares by round id for :func:`history` ids: ``kinds`` oldest first, "s"
-    a screening round at ``q``, "f" full, "c" confirmation, " " no stored rule."""
-    of = {"s": q, "f": 1.0, "c": 1.0}
+    a screening round at ``q``, "f" full, "c" group confirmation, "a" alone (a
+    confirmation round that loaded the node alone), " " no stored rule."""
+    of = {"s": q, "f": 1.0, "c": 1.0, "a": 0.0}
     return {f"r{i:03d}": of[k] for i, k in enumerate(kinds[: len(marks)]) if k != " "}
 
 
@@ -224,8 +225,14 @@ def test_round_shares_follow_the_stored_kind_and_rule() -> None:
     """A screening round counts at the q its rule carries (the chance a given other node
     was loaded too), a full round at 1, a confirmation round at 1 (conservative: it
     loads a planned group, an honest node's co-host the likeliest member), and so does
-    a screening round whose rule carries no q."""
+    a screening round whose rule carries no q; a confirmation round that sent work to
+    one node only (an alone round: no other node loaded) counts at 0."""
     assert round_share("screening", rule_name(2 / 3)) == 2 / 3
+    assert round_share("screening", rule_name(2 / 3), 1) == 2 / 3
+    assert round_share("confirmation", "explicit", 1) == 0.0
+    assert round_share("confirmation", COIN_RULE, 1) == 0.0
+    assert round_share("confirmation", "explicit", 2) == 1.0
+    assert round_share("full", "all", 1) == 1.0
     assert round_share("screening", rule_name(0.5)) == 0.5 == round_share("screening", HMAC_RULE)
     assert round_share("full", "all") == 1.0
     for rule in ("explicit", COIN_RULE, rule_name(0.25)):
@@ -277,12 +284,13 @@ def test_a_change_of_q_counts_each_round_at_its_own_share() -> None:
         assert (again.null_p0, again.p_value) == (test.null_p0, test.p_value)
 
 
-def test_full_and_confirmation_rounds_count_at_one_not_at_the_configured_mix() -> None:
-    """A window of full and confirmation rounds (an honest co-hosted pair under
+def test_full_and_group_confirmation_rounds_count_at_one_alone_rounds_at_zero() -> None:
+    """A window of full and group confirmation rounds (an honest co-hosted pair under
     confirmation: its neighbour is loaded in every one) is judged at share 1 (4.29% at
     p0 3%), not at the configured mix's 0.78 (3.33%): 3 strikes among 7 at the first
     look flag at 3.33% (p = 0.0152) and not at 4.29% (p = 0.0246). Rounds without a
-    stored rule still take the configured mix's share."""
+    stored rule still take the configured mix's share; alone rounds (no other node
+    loaded) count 0."""
     cfg = CapacityTestConfig(p0=0.03, load_probability=2 / 3)
     marks = ".L...LL"
     recent = history(marks)
@@ -296,6 +304,10 @@ def test_full_and_confirmation_rounds_count_at_one_not_at_the_configured_mix() -
     part = capacity_test(recent, 3, cfg, shares_of(marks, "f c  cc"))
     assert part.share == pytest.approx((3 + 3 * cfg.share) / 6)
     assert part.share_from_config == ("r004", "r003", "r001")
+    # alone rounds (the node loaded by itself) count 0: group and alone rounds in turn
+    # (contention confirmation) give 1/2, below the reference 0.7: the null is p0
+    alone = capacity_test(recent, 3, cfg, shares_of(marks, "cacacac"))
+    assert alone.share == 0.5 and alone.null_p0 == 0.03 and alone.flagged
 
 
 def test_without_stored_shares_the_test_is_todays_bit_for_bit() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from netcheck.analysis import rules
+from netcheck.analysis.coins import COIN_RULE
 from netcheck.analysis.schedule import rule_name
 from netcheck.config import CoordinatorConfig
 from netcheck.coordinator import checks
@@ -187,18 +188,28 @@ def test_rounds_of_an_earlier_full_round_cadence_count_at_their_own_share(
 def test_stored_rules_give_round_shares_and_load_probabilities(
     flags: FlagStore, tmp_path: Path
 ) -> None:
-    """``stored_round_shares``: q for a screening round, 1 for full and confirmation
-    rounds, none without a schedule; ``stored_load_probabilities`` (the slowness test's
-    and the alone nomination's): screening rounds only."""
+    """``stored_round_shares``: q for a screening round, 1 for a full round and a group
+    confirmation round (or one with coins), 0 for an alone round (an ``explicit``
+    confirmation round with the node's row only), none without a schedule;
+    ``stored_load_probabilities`` (the slowness test's and the alone nomination's):
+    screening rounds only."""
     cfg = config(tmp_path, screening_load_probability=0.5)
-    play(flags, cfg, "later", "..L..L.LL", "tttfttthc")
+    play(flags, cfg, "later", "..L..L.LL", "tttfttthc")  # later-008: alone
     ids = [f"later-{i:03d}" for i in range(9)] + ["nowhere"]
     a = Assignment("later", ("a",), (), (), (), bytes(32), bytes(12))
-    flags.store.record_plan(RoundPlan("later-x", PROFILE.name, 4, 4, (a,), ()), 99.0)
-    flags.record_schedule("later-x", PROFILE.name, "confirmation", rule_name(0.25), {})
-    assert checks.stored_load_probabilities(flags, ids + ["later-x"]) == {
+    b = Assignment("other", ("a",), (), (), (), bytes(32), bytes(12))
+    for rid, rule, group in (("later-x", rule_name(0.25), (a,)), ("later-g", "explicit", (a, b)),
+                             ("later-c", COIN_RULE, (a,))):  # fmt: skip
+        flags.store.record_plan(RoundPlan(rid, PROFILE.name, 4, 4, group, ()), 99.0)
+        flags.record_schedule(rid, PROFILE.name, "confirmation", rule, {})
+        outs = [NodeOutcome(g.node_key, Verdict.PASS, "test", 1.0, 0, 0) for g in group]
+        flags.store.record_outcome(rid, outs, {})
+    extra = ["later-x", "later-g", "later-c"]
+    assert len(flags.round_results(["later-g"])) == 2  # a row per node it loads
+    assert checks.stored_load_probabilities(flags, ids + extra) == {
         **{f"later-{i:03d}": pytest.approx(2 / 3) for i in (0, 1, 2, 4, 5, 6)},
         "later-007": 0.5}  # fmt: skip
-    assert checks.stored_round_shares(flags, ids + ["later-x"]) == {
+    assert checks.stored_round_shares(flags, ids + extra) == {
         **{f"later-{i:03d}": pytest.approx(2 / 3) for i in (0, 1, 2, 4, 5, 6)},
-        "later-003": 1.0, "later-007": 0.5, "later-008": 1.0, "later-x": 1.0}  # fmt: skip
+        "later-003": 1.0, "later-007": 0.5, "later-008": 0.0, "later-x": 1.0,
+        "later-g": 1.0, "later-c": 1.0}  # fmt: skip
