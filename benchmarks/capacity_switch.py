@@ -16,7 +16,10 @@ its timed rounds), its neighbour loaded in it if full or with probability q.
 Run: ``.venv/bin/python benchmarks/capacity_switch.py SEED NODES`` (session 11: seeds 11
 and 12 with 20,000 and 40,000 nodes, about a minute each with its 4 scenarios; session
 12: the same seeds, 12 scenarios; docs/detection.md, "Capacity test"). The q change's
-random draws come first and are those of session 11's script.
+random draws come first and are those of session 11's script. Session 12, seeds 11 +
+12 (60,000 nodes; configured / shares): q 2/3 -> 1/2 100 / 66 (session 11's largest
+null over the stored q: 54), q 2/3 throughout 79 / 74, q 1/2 throughout 76 / 66; F 4 ->
+8 121 / 73, F 8 throughout 112 / 96.
 """
 
 import sys

@@ -382,8 +382,9 @@ def capacity_evidence(
 
     To re-check: count the strikes among the window's verdicts, take
     ``P(Binomial(n - 1, p0) >= strikes - 1)`` and compare it with
-    ``alpha * 6 / (pi^2 (look - min_strikes + 1)^2)``. ``p0`` = ``p0_at_half * max(1,
-    coupled_share / reference_share)``; ``coupled_share`` is the mean round share of
+    ``alpha * 6 / (pi^2 (look - min_strikes + 1)^2)``. ``p0`` = the configured rate
+    (``p0_at_half``, kept when ``p0`` differs from it) ``* max(1, coupled_share /
+    reference_share)``; ``coupled_share`` is the mean round share of
     the window's rounds but the newest (``shares``: each round share with its rounds;
     a screening round's share is the ``q`` its stored rule carries, any other stored
     round's 1, and the rounds in ``share_from_config`` took ``configured_share``, the
