@@ -46,23 +46,31 @@ mix is at most ``p0``, and whose rounds with the neighbour loaded are at least a
 as those without, is late in at most ``null_p0`` of its rounds at ``(q, F)`` (the
 bound is reached by a node late only when coupled), so the lifetime bound ``alpha``
 holds for the same nodes at every mix. At ``q = 1/2`` with ``F = 4`` it is ``p0``
-exactly. A window can hold rounds run at several mixes (an operator changed
-``screening_load_probability`` and restarted): each round's ``q`` is the one its stored
-schedule rule carries (:func:`netcheck.analysis.schedule.rule_probability`; a round
-whose rule carries none, i.e. a full or confirmation round or one without a stored
-schedule, takes the configured ``q``), and the test runs at the *largest*
-``null_p0`` over the window's mixes (:func:`window_null`; session 11): a node at most
-``p0``-late under the reference mix is late in at most ``null_p0(q)`` of its rounds run
-at ``q`` (as for one mix), so its strike count, a sum over rounds of rates each at most
-the largest null, is stochastically below a binomial at that null (a Poisson-binomial
-is dominated by the binomial at its largest rate), and the lifetime bound holds across
-the change, whichever way ``q`` moved. Before, the window was judged at the configured
-mix alone: after a move to a smaller null the rounds of the old mix were judged
-anti-conservatively until they left the window (3.33% -> 3.00% at ``p0`` 3% from 2/3
-to 1/2). Remaining limit: ``F`` is not stored per round, so every round is taken at
-the configured ``F``; raising ``F`` (fewer full rounds, a smaller null) judges the
-rounds run at the old ``F`` at the new null until they leave the window (3.33% ->
-3.11% at 2/3 and ``p0`` 3% from every 4th to every 8th); lowering it errs the safe way.
+exactly. **The window's own share** (session 12): the test does not take the share
+from the configured ``(q, F)`` but from the rounds in the window (:func:`window_share`):
+each round has a *round share*, the chance that a given other node was loaded too
+(:func:`round_share` of its stored kind and rule: ``q`` for a screening round whose
+stored rule carries ``q``, 1 for a full round and, conservatively, for a group
+confirmation round, 0 for an alone round, a confirmation round that loaded the node
+alone; a round without a stored rule takes the configured mix's expected share
+``coupled_share(q, F)``, the behaviour before), and the test runs at
+``p0 * max(1, s_window / coupled_share(1/2, 4))`` (:func:`share_null`), ``s_window``
+the mean round share of the window's rounds but the newest (the look's own strike).
+A node late with probability ``a`` alone and ``b >= a`` coupled is late in round ``r``
+with probability ``a + c_r (b - a)``, whose mean over the rounds is ``a + s_window (b -
+a)``, at most that null; the strike count is a sum of independent Bernoullis with
+these differing rates, and the binomial tail at the mean rate bounds its upper tail
+beyond the mean (Hoeffding 1956, Theorem 4; :func:`capacity_test`). So neither the
+round mix nor the cadence ``F`` has to be the configured one: after an operator
+raises ``F`` (every 4th round full -> every 8th) or changes ``q``, the old rounds
+still count at the share they ran at until they leave the window (session 11 judged
+``q`` per round but every round at the configured ``F``: 3.33% -> 3.11% at 2/3 from
+every 4th to every 8th until the old rounds left; before session 11 the configured
+mix alone), and full and confirmation rounds count at 1 instead of the configured
+mix. With one ``q``, every 4th round full and a steady window the test differs from
+the one at the configured mix only by the window's actual share against its
+expectation (a node timed in 16 full rounds of 47 at 2/3 instead of the expected
+15.7: 0.780 against 0.778); without stored rules it is that test bit for bit.
 (Session 9 divided by ``coupled_share(1/2, F)``, the deployment's own
 cadence: ``p0`` stated at ``F``, not at the calibration's 4. That tested 15% looser at
 ``F = 8``, ``q = 2/3`` and was anti-conservative below ``F = 4``: 2.00% instead of
@@ -86,7 +94,7 @@ from scipy import stats
 
 from netcheck.analysis import rules
 from netcheck.analysis.evidence import latency, receipt
-from netcheck.analysis.schedule import round_mixes
+from netcheck.analysis.schedule import rule_probability
 from netcheck.records import Verdict
 
 STRIKES = frozenset({str(Verdict.LATE), str(Verdict.MISSING)})
@@ -131,6 +139,13 @@ class CapacityTestConfig:
         round full)."""
         return null_p0(self.p0, self.load_probability, self.full_every)
 
+    @property
+    def share(self) -> float:
+        """The expected coupled share of the configured mix: :func:`coupled_share` at
+        ``load_probability`` and ``full_every`` (what a round without a stored rule
+        is taken at)."""
+        return coupled_share(self.load_probability, self.full_every)
+
 
 #: The reference round mix ``capacity_p0`` is stated at (module docstring): screening
 #: rounds load each node with probability 1/2 ...
@@ -171,9 +186,73 @@ def null_p0(p0: float, q: float, full_every: int = 4) -> float:
     Raises:
         ValueError: as :func:`coupled_share`.
     """
-    reference = coupled_share(REFERENCE_Q, REFERENCE_FULL_EVERY)
-    ratio = coupled_share(q, full_every) / reference
+    return share_null(p0, coupled_share(q, full_every))
+
+
+def share_null(p0: float, share: float) -> float:
+    """The capacity test's null late rate for rounds whose coupled share (the mean
+    chance that a given other node is loaded too) is ``share``, for ``p0`` stated at
+    the reference mix: ``p0 * max(1, share / coupled_share(1/2, 4))``, at most
+    1 - 1e-9 (:func:`null_p0` is this at ``coupled_share(q, F)``; the same argument:
+    a node late with probability ``a`` alone and ``b >= a`` coupled, ``a + s_ref (b -
+    a) <= p0``, is late in at most that share of rounds at ``share``)."""
+    ratio = share / coupled_share(REFERENCE_Q, REFERENCE_FULL_EVERY)
     return p0 if ratio <= 1.0 else min(p0 * ratio, 1.0 - 1e-9)
+
+
+def round_share(kind: str, rule: str, sent: int | None = None) -> float:
+    """The round share of a stored round (kind, schedule rule and, where read, ``sent``:
+    the nodes it sent work to, i.e. its ``results`` rows): the chance that a given
+    other node (a possible honest co-host) was loaded too, for a node timed in it.
+
+    - a ``screening`` round whose rule carries ``q``
+      (:func:`~netcheck.analysis.schedule.rule_probability`): ``q`` (each node's coin is
+      independent of the others');
+    - a ``confirmation`` round that sent work to one node only (``sent == 1``: an
+      *alone round*, the node's own; every node a round loads gets a ``results`` row,
+      :meth:`~netcheck.storage.flags.FlagStore.alone_results`): 0, no other node was
+      loaded;
+    - every other round: 1, the most it can be. Exact for a full round (``all``: every
+      node loaded); conservative for a group confirmation round (``explicit``, or
+      ``explicit+`` with coins): it loads a planned group, and an honest node's co-host
+      is the likeliest member of its group (the pair the analysis linked), so neither
+      ``q`` nor the configured mix bounds it; and for a screening round whose rule
+      carries no ``q`` (unknown, malformed).
+    """
+    q = rule_probability(rule) if kind == "screening" else None
+    if q is not None:
+        return q
+    return 0.0 if kind == "confirmation" and sent == 1 else 1.0
+
+
+def window_share(
+    rounds: Sequence[str], shares: Mapping[str, float] | None, cfg: CapacityTestConfig
+) -> tuple[float, tuple[tuple[float, int], ...], tuple[str, ...]]:
+    """The coupled share of the rounds ``rounds``: the mean of their round shares
+    (``shares[r]``, :func:`round_share`; a round not in ``shares``, or every round when
+    it is None, takes :attr:`CapacityTestConfig.share`, the expected share of the
+    configured mix, as before session 12), with the rounds per share (ascending) and
+    the rounds without a stored share. ``cfg.share`` for no rounds; exactly the one
+    share when all are equal (so a window without stored shares gives
+    ``cfg.null_p0`` bit for bit).
+
+    Raises:
+        ValueError: a share outside [0, 1].
+    """
+    stored = shares or {}
+    values = [stored.get(r, cfg.share) for r in rounds]
+    if any(not 0.0 <= v <= 1.0 for v in values):
+        raise ValueError("round shares must be in [0, 1]")
+    counts: dict[float, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    if not values:
+        mean = cfg.share
+    elif len(counts) == 1:
+        mean = values[0]
+    else:
+        mean = math.fsum(values) / len(values)
+    return mean, tuple(sorted(counts.items())), tuple(r for r in rounds if r not in stored)
 
 
 @dataclass(frozen=True)
@@ -183,10 +262,15 @@ class CapacityTest:
     ``rounds``/``strike_rounds``: round ids of the window and of its strikes, newest
     first; ``n``/``strikes``: their counts; ``look``: the node's strikes ever (this
     one included); ``p_value``; ``level``: the look's level (0 when no test ran);
-    ``flagged``: ``p_value <= level``; ``null_p0``: the late rate tested (the largest
-    over ``mixes``, :func:`window_null`); ``mixes``: ``(q, rounds of the window run at
-    q)``, ascending ``q``; ``q_from_config``: the window's rounds without a stored ``q``
-    (given the configured one), newest first.
+    ``flagged``: ``p_value <= level``; ``null_p0``: the late rate tested
+    (:func:`share_null`); ``share``: the coupled share it was taken at, the mean of the
+    round shares of the window's rounds but the newest (:func:`window_share`);
+    ``shares``: ``(round share, rounds)`` of those rounds, ascending;
+    ``share_from_config``: those of them without a stored round share (given
+    :attr:`CapacityTestConfig.share`), newest first; ``largest_rate``: the test's
+    bound on the late rate of the window's likeliest round (:func:`share_null` at the
+    largest round share), used instead of ``null_p0`` where Hoeffding's bound does not
+    reach (:func:`capacity_test`).
     """
 
     rounds: tuple[str, ...]
@@ -198,8 +282,10 @@ class CapacityTest:
     level: float
     flagged: bool
     null_p0: float
-    mixes: tuple[tuple[float, int], ...]
-    q_from_config: tuple[str, ...]
+    share: float
+    shares: tuple[tuple[float, int], ...]
+    share_from_config: tuple[str, ...]
+    largest_rate: float
 
 
 def look_level(look: int, cfg: CapacityTestConfig) -> float:
@@ -208,23 +294,6 @@ def look_level(look: int, cfg: CapacityTestConfig) -> float:
     ``min_strikes`` strikes. Summed over all looks: ``alpha``."""
     j = look - cfg.min_strikes + 1
     return cfg.alpha * 6.0 / (math.pi**2 * j * j) if j >= 1 else 0.0
-
-
-def window_null(mixes: Sequence[float], cfg: CapacityTestConfig) -> float:
-    """The null late rate of a window whose rounds ran at load probabilities ``mixes``
-    (one per round, or per distinct mix): the largest :func:`null_p0` of ``cfg.p0`` at
-    those ``q``, every one at ``cfg.full_every`` (``F`` is not stored per round); the
-    configured :attr:`CapacityTestConfig.null_p0` for an empty window. The largest
-    null, not the null at the largest ``q``: :func:`coupled_share` is not monotone in
-    ``q`` (smallest at ``q = 1 / (1 + sqrt(F))``, 1/3 at ``F = 4``). Equal to
-    ``cfg.null_p0`` bit for bit when every ``q`` is ``cfg.load_probability``.
-
-    Raises:
-        ValueError: a ``q`` outside (0, 1).
-    """
-    if not mixes:
-        return cfg.null_p0
-    return max(null_p0(cfg.p0, q, cfg.full_every) for q in set(mixes))
 
 
 @functools.lru_cache(maxsize=4096)  # a few (n, strikes, p0) recur at every strike
@@ -241,7 +310,7 @@ def strike_p_value(n: int, strikes: int, p0: float) -> float:
 
 def capacity_test(
     recent: Sequence[Mapping[str, Any]], look: int, cfg: CapacityTestConfig | None = None,
-    round_q: Mapping[str, float] | None = None,
+    shares: Mapping[str, float] | None = None,
 ) -> CapacityTest:  # fmt: skip
     """The capacity test at one strike of one node.
 
@@ -251,18 +320,35 @@ def capacity_test(
             timed ones when the node has them).
         look: the node's late/missing verdicts ever, the newest included.
         cfg: settings (:class:`CapacityTestConfig` defaults if None).
-        round_q: the load probability each round ran at, as stored with its schedule
-            (:func:`netcheck.analysis.schedule.rule_probability`), by round id; a round
-            not in it (or None: every round) ran at ``cfg.load_probability``. The test
-            runs at the largest null over the window's mixes (:func:`window_null`).
+        shares: each round's round share (:func:`round_share` of its stored kind and
+            rule), by round id; a round not in it (or None: every round) takes
+            :attr:`CapacityTestConfig.share`, the configured mix's expected share.
+
+    The null is :func:`share_null` at the mean round share of the window's rounds but
+    the newest (the look's own strike, which is not evidence: the p-value counts the
+    other ``n - 1``), :func:`window_share`. Under ``H0`` their strikes are independent
+    with rates ``pi_r <= a + c_r (b - a)`` (``c_r`` the round share, ``a``/``b`` the
+    node's late probabilities without/with its co-host loaded), whose mean is at most
+    that null: the count is Poisson-binomial, and Hoeffding (1956, "On the distribution
+    of the number of successes in independent trials", Ann. Math. Statist. 27,
+    713-721, Theorem 4) bounds its upper tail by the binomial tail at the mean rate,
+    ``P(S >= k) <= P(Binomial(m, mean) >= k)`` for ``k >= m * mean + 1``: the p-value
+    ``P(Binomial(n - 1, null) >= x - 1)`` is valid there. Below that point (``x - 1 <
+    (n - 1) null + 1``; where ``x - 1 >= 2`` that tail exceeds 1/4 and no look rejects
+    at ``alpha <= 0.41``, but with ``min_strikes`` 2 a single other strike would be
+    anti-conservative, ``1 - prod(1 - pi_r)`` exceeding ``1 - (1 - mean)^m``) the
+    p-value is taken at the largest round's rate instead (``largest_rate``: the
+    binomial at the largest rate dominates), so the test is valid at every look. With
+    one round share throughout (no stored shares, or all equal) both are
+    ``cfg.null_p0``-like and equal: the test before session 12 bit for bit.
 
     Returns:
         the look; not flagged when the newest timed verdict is not a strike, the window
         holds fewer than ``min_strikes`` strikes or ``look < min_strikes``.
 
     Raises:
-        ValueError: ``look`` smaller than the strikes in the window; a ``q`` of the
-            window outside (0, 1).
+        ValueError: ``look`` smaller than the strikes in the window; a share of the
+            window outside [0, 1].
     """
     cfg = cfg or CapacityTestConfig()
     timed = [v for v in recent if str(v["verdict"]) in TIMED][: cfg.window]
@@ -271,17 +357,18 @@ def capacity_test(
         raise ValueError(f"look {look} < {len(hits)} strikes in the window")
     rounds = tuple(str(v["round_id"]) for v in timed)
     strike_rounds = tuple(str(v["round_id"]) for v in hits)
-    stored = round_q or {}
-    mixes = round_mixes(rounds, stored, cfg.load_probability)
-    null = window_null([q for q, _ in mixes], cfg)
-    assumed = tuple(r for r in rounds if r not in stored)
+    share, counts, assumed = window_share(rounds[1:], shares, cfg)
+    null = share_null(cfg.p0, share)
+    largest = share_null(cfg.p0, counts[-1][0]) if counts else null
     common = (rounds, strike_rounds, len(timed), len(hits), look)
+    mix = (null, share, counts, assumed, largest)
     at_strike = bool(timed) and str(timed[0]["verdict"]) in STRIKES
     if not at_strike or len(hits) < cfg.min_strikes:
-        return CapacityTest(*common, 1.0, 0.0, False, null, mixes, assumed)
-    p = strike_p_value(len(timed), len(hits), null)
+        return CapacityTest(*common, 1.0, 0.0, False, *mix)
+    reached = len(hits) - 1 >= (len(timed) - 1) * null + 1  # Hoeffding's Theorem 4
+    p = strike_p_value(len(timed), len(hits), null if reached else largest)
     level = look_level(look, cfg)
-    return CapacityTest(*common, p, level, p <= level, null, mixes, assumed)
+    return CapacityTest(*common, p, level, p <= level, *mix)
 
 
 def capacity_evidence(
@@ -289,17 +376,20 @@ def capacity_evidence(
     deadline_params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:  # fmt: skip
     """Evidence of a ``capacity`` flag: the rule in words, the test's settings and
-    numbers, the round mixes of its window, the window's verdicts (newest first) and
+    numbers, the round shares of its window, the window's verdicts (newest first) and
     the latencies and receipts of its rounds (``rows``: the node's ``results`` rows of
     those rounds).
 
     To re-check: count the strikes among the window's verdicts, take
     ``P(Binomial(n - 1, p0) >= strikes - 1)`` and compare it with
-    ``alpha * 6 / (pi^2 (look - min_strikes + 1)^2)``; ``p0`` is the largest ``p0`` of
-    ``mixes`` (each: a load probability, the window's rounds run at it, and
-    :func:`null_p0` of ``p0_at_half`` at it and ``full_every``); each round's ``q`` is
-    the one its stored schedule rule carries, the configured one for the rounds in
-    ``q_from_config``."""
+    ``alpha * 6 / (pi^2 (look - min_strikes + 1)^2)``. ``p0`` = the configured rate
+    (``p0_at_half``, kept when ``p0`` differs from it) ``* max(1, coupled_share /
+    reference_share)``; ``coupled_share`` is the mean round share of
+    the window's rounds but the newest (``shares``: each round share with its rounds;
+    a screening round's share is the ``q`` its stored rule carries, any other stored
+    round's 1, and the rounds in ``share_from_config`` took ``configured_share``, the
+    configured mix's). Where ``strikes - 1 < (n - 1) p0 + 1`` the tail is taken at
+    ``largest_rate`` instead (:func:`capacity_test`)."""
     window = set(test.rounds)
     # p0: the rate tested (test.null_p0); when it is not the configured rate, the
     # configured rate (stated at the reference mix: 1/2, every 4th round full; the
@@ -307,16 +397,19 @@ def capacity_evidence(
     basis = ({} if test.null_p0 == cfg.p0 else
              {"p0_at_half": cfg.p0, "load_probability": cfg.load_probability,
               "full_every": cfg.full_every})  # fmt: skip
-    mixes = [{"load_probability": q, "full_every": cfg.full_every, "rounds": k,
-              "p0": null_p0(cfg.p0, q, cfg.full_every)} for q, k in test.mixes]  # fmt: skip
+    reference = coupled_share(REFERENCE_Q, REFERENCE_FULL_EVERY)
     return {
         "rule": rules.capacity_test(cfg.window, test.null_p0, cfg.alpha, cfg.min_strikes),
         "window": cfg.window,
         "min_strikes": cfg.min_strikes,
         "p0": test.null_p0,
         **basis,
-        "mixes": mixes,
-        "q_from_config": list(test.q_from_config),
+        "coupled_share": test.share,
+        "reference_share": reference,
+        "configured_share": cfg.share,
+        "shares": [{"share": c, "rounds": k} for c, k in test.shares],
+        "share_from_config": list(test.share_from_config),
+        "largest_rate": test.largest_rate,
         "alpha": cfg.alpha,
         "look": test.look,
         "level": test.level,

@@ -99,14 +99,14 @@ class CoordinatorConfig(FileConfig):
     this value (netcheck.analysis.lateness.null_p0, netcheck.analysis.slowness.null_rate,
     netcheck.analysis.alone.nominate_floor; session 9); with the floors of 1/2 the
     benchmark flagged honest nodes at 2/3 (docs/detection-history.md, "Session 8").
-    After a change the capacity test judges a window that still holds rounds of the
-    old value at the larger of the two nulls, and the slowness test and the alone
-    nomination a node whose rounds ran at both at the larger null rate and floor (each
-    round's q read from its stored rule: netcheck.analysis.lateness.window_null,
-    netcheck.analysis.slowness.window_null_rate,
-    netcheck.analysis.alone.window_nominate_floor; session 11);
-    ``screening_full_every`` is not stored per round (its new value's null is used at
-    once).
+    After a change the slowness test and the alone nomination judge a node whose rounds
+    ran at both values at the larger null rate and floor (each round's q read from its
+    stored rule: netcheck.analysis.slowness.window_null_rate,
+    netcheck.analysis.alone.window_nominate_floor; session 11), and the capacity test
+    takes its null from the window's own rounds (q per screening round, 1 per full or
+    confirmation round, from their stored rules: netcheck.analysis.lateness.window_share;
+    session 12), so a change of this value or of ``screening_full_every`` does not
+    judge the old rounds at the new mix.
     Measured against 1/2: docs/detection.md, "Current figures"."""
     screening_window_rounds: int = Field(default=128, ge=4)
     """Analysis uses the most recent this many screening and full rounds."""

@@ -28,6 +28,7 @@ ids of the flags it raised or added evidence to.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ from netcheck.analysis.lateness import (
     CapacityTestConfig,
     capacity_evidence,
     capacity_test,
+    round_share,
 )
 from netcheck.analysis.schedule import rule_probability
 from netcheck.analysis.screening import (
@@ -123,6 +125,23 @@ def stored_load_probabilities(flags: FlagStore, round_ids: Sequence[str]) -> dic
     return out
 
 
+def stored_round_shares(flags: FlagStore, round_ids: Sequence[str]) -> dict[str, float]:
+    """``{round_id: round share}`` of the rounds among ``round_ids`` with a stored
+    schedule (:func:`~netcheck.analysis.lateness.round_share` of its kind and rule:
+    ``q`` for a screening round whose rule carries it, 0 for an ``explicit``
+    confirmation round with one ``results`` row (an alone round), 1 for full and other
+    confirmation rounds); rounds without one (a database from before round schedules)
+    are left out (the capacity test gives them the configured mix's expected share).
+    The rows are read for the ``explicit`` confirmation rounds only (a group or one
+    node: a few rows each); a confirmation round with screening coins loads other
+    nodes by coin and counts 1 unread."""
+    stored = flags.round_rules(round_ids)
+    explicit = [rid for rid, (kind, rule) in stored.items()
+                if kind == str(RoundKind.CONFIRMATION) and rule == "explicit"]  # fmt: skip
+    sent = Counter(str(r["round_id"]) for r in flags.round_results(explicit)) if explicit else {}
+    return {rid: round_share(kind, rule, sent.get(rid)) for rid, (kind, rule) in stored.items()}
+
+
 def capacity(
     flags: FlagStore, config: CoordinatorConfig, profile: Profile, round_id: str,
     outcomes: Sequence[NodeOutcome],
@@ -131,10 +150,9 @@ def capacity(
     node whose verdict in this round is ``late``/``missing``: a ``capacity`` flag
     (``confirmed``; statistic = p-value, threshold = the look's level) when it rejects,
     unless a capacity flag of the node already covers a strike of the window; returns
-    flag ids. Each round of the window is judged at the round mix it ran at: the load
-    probability its stored schedule rule carries (:func:`stored_load_probabilities`),
-    the test at the largest null over them (a window that still holds rounds of a
-    larger ``q`` than the configured one is not judged at the smaller null)."""
+    flag ids. The null follows the window's own rounds (session 12): each round's share
+    of coupled load from its stored kind and rule (:func:`stored_round_shares`), the
+    test at their mean, whatever ``q`` and ``screening_full_every`` they ran at."""
     cfg = capacity_config(config)
     ids = []
     for o in outcomes:
@@ -142,8 +160,8 @@ def capacity(
             continue
         recent = flags.recent_verdicts(o.node_key, cfg.window, TIMED)
         look = flags.count_verdicts(o.node_key, STRIKES)
-        round_q = stored_load_probabilities(flags, [str(v["round_id"]) for v in recent])
-        test = capacity_test(recent, look, cfg, round_q)
+        shares = stored_round_shares(flags, [str(v["round_id"]) for v in recent])
+        test = capacity_test(recent, look, cfg, shares)
         if not test.flagged or _capacity_flagged(flags, o.node_key, test.rounds):
             continue
         rows = [r for r in flags.round_results(test.rounds) if r["node_key"] == o.node_key]

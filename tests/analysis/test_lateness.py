@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from netcheck.analysis import rules
+from netcheck.analysis.coins import COIN_RULE
 from netcheck.analysis.lateness import (
     REFERENCE_FULL_EVERY,
     REFERENCE_Q,
@@ -18,9 +19,11 @@ from netcheck.analysis.lateness import (
     coupled_share,
     look_level,
     null_p0,
+    round_share,
+    share_null,
     strike_p_value,
-    window_null,
 )
+from netcheck.analysis.schedule import HMAC_RULE, rule_name
 from netcheck.analysis.screening import capacity_check
 
 #: Issue 13, session 3: the honest node flagged by the fixed-count rule in the false-flag
@@ -210,38 +213,107 @@ def test_capacity_evidence_keeps_the_basis_of_a_scaled_null() -> None:
         assert ev["rule"] == rules.capacity_test(48, cfg.null_p0, 0.03, 3)
 
 
-def test_a_window_of_an_earlier_larger_mix_is_judged_at_its_null() -> None:
-    """Session 11: the operator moved q from 2/3 to 1/2 (p0 3%) and restarted; the
-    window still holds 7 rounds run at 2/3 (stored q) and the newest at 1/2. The test
-    runs at the 2/3 null (3.33%), not the configured 3.00%: 3 strikes among 8 verdicts
-    at the first look, p = 0.0209 > 0.0182, no flag (at 3.00%: p = 0.0171, flagged)."""
+def shares_of(marks: str, kinds: str, q: float = 2 / 3) -> dict[str, float]:
+    """Round shares by round id for :func:`history` ids: ``kinds`` oldest first, "s"
+    a screening round at ``q``, "f" full, "c" group confirmation, "a" alone (a
+    confirmation round that loaded the node alone), " " no stored rule."""
+    of = {"s": q, "f": 1.0, "c": 1.0, "a": 0.0}
+    return {f"r{i:03d}": of[k] for i, k in enumerate(kinds[: len(marks)]) if k != " "}
+
+
+def test_round_shares_follow_the_stored_kind_and_rule() -> None:
+    """A screening round counts at the q its rule carries (the chance a given other node
+    was loaded too), a full round at 1, a confirmation round at 1 (conservative: it
+    loads a planned group, an honest node's co-host the likeliest member), and so does
+    a screening round whose rule carries no q; a confirmation round that sent work to
+    one node only (an alone round: no other node loaded) counts at 0."""
+    assert round_share("screening", rule_name(2 / 3)) == 2 / 3
+    assert round_share("screening", rule_name(2 / 3), 1) == 2 / 3
+    assert round_share("confirmation", "explicit", 1) == 0.0
+    assert round_share("confirmation", COIN_RULE, 1) == 0.0
+    assert round_share("confirmation", "explicit", 2) == 1.0
+    assert round_share("full", "all", 1) == 1.0
+    assert round_share("screening", rule_name(0.5)) == 0.5 == round_share("screening", HMAC_RULE)
+    assert round_share("full", "all") == 1.0
+    for rule in ("explicit", COIN_RULE, rule_name(0.25)):
+        assert round_share("confirmation", rule) == 1.0
+    assert round_share("screening", "hmac-sha256/unknown") == 1.0
+
+
+def test_raising_full_every_judges_the_old_rounds_at_their_share() -> None:
+    """Session 12: the operator raised ``screening_full_every`` from 4 to 8 at q 2/3
+    (p0 3%) and restarted. The node's 11 rounds before the newest ran at every 4th
+    round full (4 full, 7 screening: share 0.788, null 3.38%); 4 strikes among 12 at
+    the 4th look: p = 0.0052 > 0.0046, no flag. At the configured mix (every 8th:
+    share 0.73, 3.11%; the test before, and session 11's with the stored q, which kept
+    F from the configuration) p = 0.0041, flagged. The same window run at every 8th
+    (2 full) flags."""
+    cfg = CapacityTestConfig(p0=0.03, load_probability=2 / 3, full_every=8)
+    marks = "L..L...L...L"
+    recent = history(marks)
+    before = capacity_test(recent, 4, cfg)
+    assert before.null_p0 == null_p0(0.03, 2 / 3, 8) == pytest.approx(0.03109, abs=1e-5)
+    assert before.p_value == pytest.approx(0.00411, abs=1e-5) and before.flagged
+    assert before.level == pytest.approx(0.00456, abs=1e-5)
+    old = shares_of(marks, "sssfssfsfsfs")
+    test = capacity_test(recent, 4, cfg, old)
+    assert test.share == pytest.approx((4 + 7 * 2 / 3) / 11)
+    assert test.null_p0 == share_null(0.03, test.share) == pytest.approx(0.03377, abs=1e-5)
+    assert test.p_value == strike_p_value(12, 4, test.null_p0) > test.level
+    assert not test.flagged and test.shares == ((2 / 3, 7), (1.0, 4))
+    assert test.share_from_config == ()
+    new = capacity_test(recent, 4, cfg, shares_of(marks, "sssfsssssfss"))
+    assert new.share == pytest.approx((2 + 9 * 2 / 3) / 11) and new.flagged
+
+
+def test_a_change_of_q_counts_each_round_at_its_own_share() -> None:
+    """q moved from 2/3 to 1/2 (p0 3%, every 4th full): 7 rounds at 2/3 (2 of them
+    full) and the newest at 1/2; 3 strikes among 8 at the first look. At the window's
+    share ((5 * 2/3 + 2) / 7 = 0.76, 3.27%) p = 0.0201 > 0.0182, no flag; at the
+    configured 3.00% p = 0.0171, flagged. The newest round's share does not count."""
     cfg = CapacityTestConfig(p0=0.03, load_probability=0.5)
-    recent = history("..L..L.L")
-    old_mix = {v["round_id"]: 2 / 3 for v in recent[1:]} | {"r007": 0.5}
-    before = capacity_test(recent, 3, cfg)  # no stored q: every round at 1/2
-    assert before.null_p0 == 0.03 and before.flagged
-    assert before.p_value == pytest.approx(0.01709, abs=1e-5)
-    assert before.p_value <= before.level == pytest.approx(0.01824, abs=1e-5)
-    test = capacity_test(recent, 3, cfg, old_mix)
-    assert test.null_p0 == null_p0(0.03, 2 / 3) == pytest.approx(0.03 * (7 / 9) / 0.7)
-    assert test.p_value == strike_p_value(8, 3, null_p0(0.03, 2 / 3))
-    assert test.p_value == pytest.approx(0.02087, abs=1e-5)
-    assert test.p_value > test.level
-    assert not test.flagged and test.level == before.level
-    assert test.mixes == ((0.5, 1), (2 / 3, 7)) and test.q_from_config == ()
-    # one old round left in the window is enough; rounds without a stored q take 1/2
-    test = capacity_test(recent, 3, cfg, {"r001": 2 / 3})
-    assert test.null_p0 == null_p0(0.03, 2 / 3) and not test.flagged
-    assert test.mixes == ((0.5, 7), (2 / 3, 1)) and len(test.q_from_config) == 7
-    # the other way (rounds at 1/2 under a configured 2/3) errs on the safe side
-    up = capacity_test(recent, 3, CapacityTestConfig(p0=0.03, load_probability=2 / 3),
-                       {"r000": 0.5, "r001": 0.5})  # fmt: skip
-    assert up.null_p0 == null_p0(0.03, 2 / 3)
+    marks = "..L..L.L"
+    recent = history(marks)
+    assert capacity_test(recent, 3, cfg).flagged
+    shares = shares_of(marks, "sfsfsss", 2 / 3) | {"r007": 0.5}
+    test = capacity_test(recent, 3, cfg, shares)
+    assert test.share == pytest.approx((5 * 2 / 3 + 2) / 7)
+    assert test.p_value == pytest.approx(0.02007, abs=1e-5) and not test.flagged
+    for newest in (0.0, 1.0):
+        again = capacity_test(recent, 3, cfg, shares | {"r007": newest})
+        assert (again.null_p0, again.p_value) == (test.null_p0, test.p_value)
 
 
-def test_an_unchanged_mix_gives_todays_result_bit_for_bit() -> None:
-    """Every round stored at the configured q, or none stored: the same null, p-value
-    and decision as the test that knew only the configured mix (``cfg.null_p0``)."""
+def test_full_and_group_confirmation_rounds_count_at_one_alone_rounds_at_zero() -> None:
+    """A window of full and group confirmation rounds (an honest co-hosted pair under
+    confirmation: its neighbour is loaded in every one) is judged at share 1 (4.29% at
+    p0 3%), not at the configured mix's 0.78 (3.33%): 3 strikes among 7 at the first
+    look flag at 3.33% (p = 0.0152) and not at 4.29% (p = 0.0246). Rounds without a
+    stored rule still take the configured mix's share; alone rounds (no other node
+    loaded) count 0."""
+    cfg = CapacityTestConfig(p0=0.03, load_probability=2 / 3)
+    marks = ".L...LL"
+    recent = history(marks)
+    before = capacity_test(recent, 3, cfg)
+    assert before.flagged and before.null_p0 == cfg.null_p0
+    assert before.p_value == pytest.approx(0.01524, abs=1e-5)
+    test = capacity_test(recent, 3, cfg, shares_of(marks, "fccfccc"))
+    assert test.share == 1.0 and test.null_p0 == pytest.approx(0.03 / 0.7)
+    assert test.p_value == pytest.approx(0.02455, abs=1e-5) and test.p_value > test.level
+    assert not test.flagged
+    part = capacity_test(recent, 3, cfg, shares_of(marks, "f c  cc"))
+    assert part.share == pytest.approx((3 + 3 * cfg.share) / 6)
+    assert part.share_from_config == ("r004", "r003", "r001")
+    # alone rounds (the node loaded by itself) count 0: group and alone rounds in turn
+    # (contention confirmation) give 1/2, below the reference 0.7: the null is p0
+    alone = capacity_test(recent, 3, cfg, shares_of(marks, "cacacac"))
+    assert alone.share == 0.5 and alone.null_p0 == 0.03 and alone.flagged
+
+
+def test_without_stored_shares_the_test_is_todays_bit_for_bit() -> None:
+    """No stored round shares, an empty mapping, or every round at the configured mix's
+    expected share: the same null, p-value and decision as the test at the configured
+    mix (``cfg.null_p0``), at every strike of a long history."""
     marks = ".L...L.L..L....L" * 4 + "." * 30 + "L..L.L"
     for q, f in ((0.5, 4), (2 / 3, 4), (2 / 3, 8), (0.5, 2), (0.3, 4)):
         cfg = CapacityTestConfig(p0=0.03, load_probability=q, full_every=f)
@@ -251,8 +323,9 @@ def test_an_unchanged_mix_gives_todays_result_bit_for_bit() -> None:
                 continue
             strikes += 1
             recent = history(marks[: i + 1])
-            stored = {v["round_id"]: q for v in recent[::2]}
+            stored = {v["round_id"]: cfg.share for v in recent[::2]}
             plain = capacity_test(recent, strikes, cfg)
+            assert plain.null_p0 == cfg.null_p0 == plain.largest_rate
             for test in (capacity_test(recent, strikes, cfg, stored),
                          capacity_test(recent, strikes, cfg, {})):  # fmt: skip
                 assert test.null_p0 == plain.null_p0 == cfg.null_p0
@@ -262,40 +335,71 @@ def test_an_unchanged_mix_gives_todays_result_bit_for_bit() -> None:
                     assert test.p_value == strike_p_value(test.n, test.strikes, cfg.null_p0)
 
 
-def test_the_window_null_is_the_largest_null_not_the_null_at_the_largest_q() -> None:
-    """coupled_share falls to its least at q = 1/3 (every 4th round full) and rises
-    again below: a window with rounds at q 0.1 and 2/3 runs at the null of 0.1
-    (3.40% at p0 3%), the larger one; a bad stored q is refused."""
+def test_a_steady_window_differs_only_by_its_actual_share() -> None:
+    """One q (2/3), every 4th round full, a steady window: the null is taken at the
+    window's actual share of full rounds, not at its expectation (1/3 of a node's timed
+    rounds): 16 full among 47 gives 0.780 (3.343%), 15 gives 0.773 (3.31%), against
+    0.778 (3.333%) at the configured mix."""
+    cfg = CapacityTestConfig(p0=0.03, load_probability=2 / 3)
+    marks = "." * 40 + "L...L.LL"
+    recent = history(marks)
+    for full, share in ((16, 0.7801), (15, 0.7730)):
+        kinds = ("f" * full + "s" * (47 - full)) + "s"
+        test = capacity_test(recent, 4, cfg, shares_of(marks, kinds))
+        assert test.share == pytest.approx(share, abs=1e-4)
+        assert test.null_p0 == share_null(0.03, test.share)
+        assert test.p_value == strike_p_value(48, 4, test.null_p0)
+    assert cfg.share == pytest.approx(7 / 9) and cfg.null_p0 == pytest.approx(0.03333, abs=1e-5)
+
+
+def test_below_hoeffdings_reach_the_tail_is_taken_at_the_largest_round_rate() -> None:
+    """Hoeffding's bound (the binomial tail at the mean rate above a Poisson-binomial's)
+    holds for ``k >= m mean + 1`` other strikes; below it (``min_strikes`` 2: one other
+    strike) the test takes the tail at the largest round's rate, which dominates.
+    Above it, the mean rate."""
+    cfg = CapacityTestConfig(p0=0.03, load_probability=2 / 3, min_strikes=2, alpha=0.5)
+    marks = "....L...L"
+    recent = history(marks)
+    shares = shares_of(marks, "ssssssssf") | {"r000": 1.0}
+    test = capacity_test(recent, 2, cfg, shares)
+    assert test.share == pytest.approx((1 + 7 * 2 / 3) / 8) and test.strikes == 2
+    assert test.largest_rate == share_null(0.03, 1.0) > test.null_p0
+    assert test.p_value == strike_p_value(9, 2, test.largest_rate)
+    assert test.p_value > strike_p_value(9, 2, test.null_p0)
+    more = capacity_test(history("L..L...L"), 3, cfg, shares_of("L..L...L", "fsssssss"))
+    assert 7 * more.null_p0 + 1 <= 2
+    assert more.p_value == strike_p_value(8, 3, more.null_p0)
+
+
+def test_a_bad_share_is_refused() -> None:
     cfg = CapacityTestConfig(p0=0.03)
-    assert null_p0(0.03, 0.1) > null_p0(0.03, 2 / 3) > null_p0(0.03, 1 / 3) == 0.03
-    assert window_null([0.1, 2 / 3, 2 / 3], cfg) == null_p0(0.03, 0.1)
-    assert window_null([], cfg) == cfg.null_p0 == window_null([0.5], cfg)
-    with pytest.raises(ValueError):
-        capacity_test(history("LLL"), 3, cfg, {"r000": 1.0})
+    for bad in (1.5, -0.1):
+        with pytest.raises(ValueError):
+            capacity_test(history("LLL"), 3, cfg, {"r000": bad})
 
 
-def test_capacity_evidence_records_the_mixes_of_the_window() -> None:
-    """A flag at a mixed window keeps the rate tested (``p0``), the configured rate and
-    mix, each mix of the window with its rounds and null, and the rounds that took the
-    configured q: enough to re-check the null from the stored rules."""
+def test_capacity_evidence_records_the_share_of_the_window() -> None:
+    """A flag keeps the rate tested (``p0``), the configured rate and mix, the share it
+    was taken at with the reference and configured shares, each round share with its
+    rounds and the rounds that took the configured share: enough to re-check the null
+    from the stored rules."""
     cfg = CapacityTestConfig(p0=0.03, load_probability=0.5, window=8)
-    recent = history("LLL")
-    test = capacity_test(recent, 3, cfg, {"r000": 2 / 3})
+    recent = history("LLLL")
+    test = capacity_test(recent, 4, cfg, {"r000": 1.0, "r001": 2 / 3})
     assert test.flagged
     ev = capacity_evidence(test, cfg, recent, {}, [])
-    assert ev["p0"] == test.null_p0 == null_p0(0.03, 2 / 3)
+    share = (1 + 2 / 3 + cfg.share) / 3
+    assert ev["coupled_share"] == pytest.approx(share)
+    assert ev["p0"] == test.null_p0 == pytest.approx(0.03 * share / 0.7)
+    assert ev["reference_share"] == coupled_share(0.5, 4) and ev["configured_share"] == 0.7
     assert (ev["p0_at_half"], ev["load_probability"], ev["full_every"]) == (0.03, 0.5, 4)
-    assert ev["mixes"] == [
-        {"load_probability": 0.5, "full_every": 4, "rounds": 2, "p0": 0.03},
-        {"load_probability": 2 / 3, "full_every": 4, "rounds": 1, "p0": null_p0(0.03, 2 / 3)},
-    ]
-    assert ev["q_from_config"] == ["r002", "r001"]
-    assert max(m["p0"] for m in ev["mixes"]) == ev["p0"]
-    assert ev["rule"] == rules.capacity_test(8, null_p0(0.03, 2 / 3), 0.03, 3)
-    plain = capacity_evidence(capacity_test(recent, 3, cfg), cfg, recent, {}, [])
+    assert ev["shares"] == [{"share": 2 / 3, "rounds": 1}, {"share": 0.7, "rounds": 1},
+                            {"share": 1.0, "rounds": 1}]  # fmt: skip
+    assert ev["share_from_config"] == ["r002"] and ev["largest_rate"] == share_null(0.03, 1.0)
+    assert ev["rule"] == rules.capacity_test(8, test.null_p0, 0.03, 3)
+    plain = capacity_evidence(capacity_test(recent, 4, cfg), cfg, recent, {}, [])
     assert "p0_at_half" not in plain and plain["p0"] == 0.03
-    assert plain["mixes"] == [{"load_probability": 0.5, "full_every": 4, "rounds": 3,
-                               "p0": 0.03}]  # fmt: skip
+    assert plain["shares"] == [{"share": 0.7, "rounds": 3}]
 
 
 def test_the_null_is_scaled_from_the_reference_cadence() -> None:

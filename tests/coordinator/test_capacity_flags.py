@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from netcheck.analysis.lateness import null_p0
+from netcheck.analysis import rules
+from netcheck.analysis.coins import COIN_RULE
 from netcheck.analysis.schedule import rule_name
 from netcheck.config import CoordinatorConfig
 from netcheck.coordinator import checks
@@ -134,33 +135,81 @@ def test_the_capacity_settings_come_from_the_config(flags: FlagStore, tmp_path: 
     assert default.null_p0 == pytest.approx(0.03 * (7 / 9) / 0.7)
 
 
-def test_rounds_of_an_earlier_larger_mix_are_judged_at_its_null(
+def test_rounds_of_an_earlier_mix_count_at_their_own_share(
     flags: FlagStore, tmp_path: Path
 ) -> None:
-    """Session 11: the operator moved ``screening_load_probability`` from 2/3 to 1/2 (p0
-    3%) and restarted. The node's first 7 rounds ran at 2/3 (their stored rules say so;
-    one was full), the 8th at 1/2: 3 strikes among 8 are judged at the 2/3 null (3.33%,
-    p = 0.0209 > 0.0182), no flag; at the configured 3.00% (what the coordinator used
-    before, and still uses for rounds without a stored schedule) p = 0.0171, flagged.
-    A 4th strike flags, with the window's mixes in the evidence."""
+    """The operator moved ``screening_load_probability`` from 2/3 to 1/2 (p0 3%) and
+    restarted. The node's first 7 rounds ran at 2/3 (their stored rules say so; two
+    were full), the 8th at 1/2: 3 strikes among 8 are judged at the window's share
+    ((5 * 2/3 + 2) / 7 = 0.76: 3.27%, p = 0.0201 > 0.0182), no flag; at the configured
+    3.00% (what the coordinator used before session 11, and still uses for rounds
+    without a stored schedule) p = 0.0171, flagged. A 4th strike flags, with the
+    window's round shares in the evidence."""
     cfg = config(tmp_path, screening_load_probability=0.5)
-    assert play(flags, cfg, "old", "..L..L.L", "tttfttth") == {}
+    assert play(flags, cfg, "old", "..L..L.L", "tftfttth") == {}
     assert list(play(flags, cfg, "unstored", "..L..L.L")) == [7]
-    raised = play(flags, cfg, "later", "..L..L.LL", "tttfttthh")
+    raised = play(flags, cfg, "later", "..L..L.LL", "tftfttthh")
     assert list(raised) == [8]
     flag = flags.get_flag(raised[8][0])
     assert flag is not None and flag.evidence is not None
     ev = flag.evidence
-    assert ev["p0"] == pytest.approx(null_p0(0.03, 2 / 3)) and ev["p0_at_half"] == 0.03
-    assert ev["load_probability"] == 0.5
-    assert [(m["load_probability"], m["rounds"]) for m in ev["mixes"]] == [
-        (0.5, 3), (pytest.approx(2 / 3), 6)]  # fmt: skip
-    assert ev["q_from_config"] == ["later-003"]  # the full round
-    assert "at most 3.33333% of its rounds" in ev["rule"]
+    share = (5 * 2 / 3 + 2 + 0.5) / 8
+    assert ev["coupled_share"] == pytest.approx(share) and ev["p0_at_half"] == 0.03
+    assert ev["p0"] == pytest.approx(0.03 * share / 0.7) and ev["load_probability"] == 0.5
+    assert [(s["share"], s["rounds"]) for s in ev["shares"]] == [
+        (0.5, 1), (pytest.approx(2 / 3), 5), (1.0, 2)]  # fmt: skip
+    assert ev["share_from_config"] == []
+    assert ev["rule"] == rules.capacity_test(48, ev["p0"], 0.03, 3)
+    assert f"at most {100 * ev['p0']:g}% of its rounds" in ev["rule"]
+
+
+def test_rounds_of_an_earlier_full_round_cadence_count_at_their_own_share(
+    flags: FlagStore, tmp_path: Path
+) -> None:
+    """Session 12: the operator raised ``screening_full_every`` from 4 to 8 at q 2/3
+    (p0 3%) and restarted. The node's 11 rounds before the newest ran at every 4th
+    round full (4 full): 4 strikes among 12 are judged at their share (0.79: 3.38%,
+    p = 0.0052 > 0.0046 at the 4th look), no flag. At the configured mix (every 8th:
+    3.11%, what the coordinator used before: session 11 took ``q`` from the stored
+    rules but ``F`` from the configuration) p = 0.0041, flagged; so too when the
+    window's rounds ran at every 8th (2 full, both before the look at the 3rd strike,
+    which does not flag). The share is what the stored rules say."""
+    cfg = config(tmp_path, screening_full_every=8)
+    assert checks.capacity_config(cfg).null_p0 == pytest.approx(0.03109, abs=1e-5)
+    assert play(flags, cfg, "f4", "L..L...L...L", "tttfttftftft") == {}
+    assert list(play(flags, cfg, "unstored", "L..L...L...L")) == [11]
+    assert list(play(flags, cfg, "f8", "L..L...L...L", "tttfttfttttt")) == [11]
+    ids = [f"f4-{i:03d}" for i in range(12)] + ["nowhere"]
+    shares = checks.stored_round_shares(flags, ids)
+    assert shares == {i: 1.0 if i[-2:] in ("03", "06", "08", "10") else pytest.approx(2 / 3)
+                      for i in ids[:-1]}  # fmt: skip
+
+
+def test_stored_rules_give_round_shares_and_load_probabilities(
+    flags: FlagStore, tmp_path: Path
+) -> None:
+    """``stored_round_shares``: q for a screening round, 1 for a full round and a group
+    confirmation round (or one with coins), 0 for an alone round (an ``explicit``
+    confirmation round with the node's row only), none without a schedule;
+    ``stored_load_probabilities`` (the slowness test's and the alone nomination's):
+    screening rounds only."""
+    cfg = config(tmp_path, screening_load_probability=0.5)
+    play(flags, cfg, "later", "..L..L.LL", "tttfttthc")  # later-008: alone
     ids = [f"later-{i:03d}" for i in range(9)] + ["nowhere"]
     a = Assignment("later", ("a",), (), (), (), bytes(32), bytes(12))
-    flags.store.record_plan(RoundPlan("later-x", PROFILE.name, 4, 4, (a,), ()), 99.0)
-    flags.record_schedule("later-x", PROFILE.name, "confirmation", rule_name(0.25), {})
-    assert checks.stored_load_probabilities(flags, ids + ["later-x"]) == {
+    b = Assignment("other", ("a",), (), (), (), bytes(32), bytes(12))
+    for rid, rule, group in (("later-x", rule_name(0.25), (a,)), ("later-g", "explicit", (a, b)),
+                             ("later-c", COIN_RULE, (a,))):  # fmt: skip
+        flags.store.record_plan(RoundPlan(rid, PROFILE.name, 4, 4, group, ()), 99.0)
+        flags.record_schedule(rid, PROFILE.name, "confirmation", rule, {})
+        outs = [NodeOutcome(g.node_key, Verdict.PASS, "test", 1.0, 0, 0) for g in group]
+        flags.store.record_outcome(rid, outs, {})
+    extra = ["later-x", "later-g", "later-c"]
+    assert len(flags.round_results(["later-g"])) == 2  # a row per node it loads
+    assert checks.stored_load_probabilities(flags, ids + extra) == {
         **{f"later-{i:03d}": pytest.approx(2 / 3) for i in (0, 1, 2, 4, 5, 6)},
-        "later-007": 0.5, "later-008": 0.5}  # fmt: skip
+        "later-007": 0.5}  # fmt: skip
+    assert checks.stored_round_shares(flags, ids + extra) == {
+        **{f"later-{i:03d}": pytest.approx(2 / 3) for i in (0, 1, 2, 4, 5, 6)},
+        "later-003": 1.0, "later-007": 0.5, "later-008": 0.0, "later-x": 1.0,
+        "later-g": 1.0, "later-c": 1.0}  # fmt: skip

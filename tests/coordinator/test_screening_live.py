@@ -109,7 +109,7 @@ async def test_capacity_strikes_raise_one_flag(tmp_path: Path) -> None:
             "capacity_strikes": 2,
             "capacity_p0": 0.001,
             "screening_load_probability": 0.5,
-        }  # the null is p0 itself at q 1/2
+        }  # p0 is stated at q 1/2; these all-nodes rounds count at share 1
         cfg = rc.coord.config.model_copy(update=update)
         rc.coord.config = rc.coord.screening.config = cfg
         keys = await _join(rc, {"bad": Failing(), "ok": MadeUpWorker(FP, T)})
@@ -131,7 +131,10 @@ async def test_capacity_strikes_raise_one_flag(tmp_path: Path) -> None:
         flag = rc.coord.screening.flags.get_flag(capacity_flags(second)[0])
         assert flag is not None and flag.kind == "capacity"
         assert flag.node_keys == (keys["bad"],)
-        assert flag.statistic == pytest.approx(0.001)  # P(the other strike) = p0
+        # P(the other strike) = the null: p0 scaled for the share of the first round, an
+        # all-nodes round (share 1, session 12: p0 / coupled_share(1/2, 4) = p0 / 0.7)
+        assert flag.evidence is not None and flag.evidence["coupled_share"] == 1.0
+        assert flag.statistic == pytest.approx(0.001 / 0.7)
         assert flag.threshold == pytest.approx(0.03 * 6 / math.pi**2)  # 1st look
         assert flag.evidence is not None
         assert flag.evidence["strike_rounds"] == [second.round_id, first.round_id]

@@ -13,7 +13,9 @@ round, through the same code paths; only the nodes are simulated
   arrives; the capacity test (:func:`~netcheck.analysis.lateness.capacity_test`, as
   ``checks.capacity``) after every strike (screening, full and confirmation rounds)
   over the node's last ``capacity_window`` verdicts, its look = the node's strikes so
-  far, raises a ``capacity`` flag, one per set of
+  far, its null at the window's own round shares (``q`` per screening round, 0 per
+  alone round, 1 per full or other confirmation round, as ``checks.capacity`` reads
+  them from the stored rules and rows), raises a ``capacity`` flag, one per set of
   uncovered strike rounds, as live;
 - the analysis every ``screening_analyze_every`` (16) rounds over the
   ``screening_window_rounds`` (128) most recent rounds: stored rows (the ``results``
@@ -74,8 +76,8 @@ from netcheck.analysis.confirm_budget import (
 )
 from netcheck.analysis.confirm_run import ConfirmationRun, prior_attempts
 from netcheck.analysis.detectors import SuspectGroup
-from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test
-from netcheck.analysis.schedule import screening_plan
+from netcheck.analysis.lateness import STRIKES, CapacityTestConfig, capacity_test, round_share
+from netcheck.analysis.schedule import rule_name, screening_plan
 from netcheck.analysis.screening import (
     ProbePairs,
     analyse,
@@ -106,6 +108,7 @@ class _State:
 
     round_ids: list[str] = field(default_factory=list)
     kinds: dict[str, str] = field(default_factory=dict)
+    round_shares: dict[str, float] = field(default_factory=dict)  # lateness.round_share
     schedules: dict[str, dict[str, bool]] = field(default_factory=dict)
     contexts: dict[str, dict[str, Any]] = field(default_factory=dict)  # coin rounds only
     results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -165,8 +168,11 @@ class LiveSimulation:
 
     # -- rounds ----------------------------------------------------------------------
 
-    def _round(self, round_id: str, kind: str, bits: np.ndarray) -> list[dict[str, Any]]:
-        """Simulate one round: stored rows, verdicts, capacity and relay checks."""
+    def _round(
+        self, round_id: str, kind: str, bits: np.ndarray, coins: bool = False
+    ) -> list[dict[str, Any]]:
+        """Simulate one round: stored rows, verdicts, capacity and relay checks
+        (``coins``: a confirmation round with screening coins)."""
         st, pop = self.state, self.pop
         service = pop.service_times(bits, self.rng)
         transit = pop.rtt_s + self.rng.exponential(pop.spec.rtt_jitter_s, len(self.keys))
@@ -209,6 +215,11 @@ class LiveSimulation:
             st.alone.setdefault(row["node_key"], []).append((round_id, ratio))
         st.schedules[round_id] = {k: bool(b) for k, b in zip(self.keys, bits, strict=True)}
         st.kinds[round_id] = kind
+        # as checks.stored_round_shares reads them: the screening rule's q, 0 for an
+        # explicit confirmation round with one row (alone), else 1
+        st.round_shares[round_id] = round_share(
+            kind, rule_name(self.cfg.load_probability) if kind == "screening" else "",
+            None if coins else len(rows))  # fmt: skip
         st.results[round_id] = rows
         for key in strikes:  # checks.capacity
             self._capacity(key)
@@ -226,7 +237,10 @@ class LiveSimulation:
         hits, failed = capacity_check(recent, window, need)
         legacy = (failed, [v["round_id"] for v in recent[:window]],
                   [v["round_id"] for v in hits])  # fmt: skip
-        test = capacity_test(recent, st.strikes[key], self._capacity_cfg)
+        # the window's own round shares, as checks.capacity reads them from the stored
+        # rules (session 12); without floors_for_q the null of q = 1/2 (before session 9)
+        shares = st.round_shares if cfg.floors_for_q else None
+        test = capacity_test(recent, st.strikes[key], self._capacity_cfg, shares)
         new = (test.flagged, list(test.rounds), list(test.strike_rounds))
         for flags, (flagged, rounds, strike_rounds) in (
             (st.capacity_legacy, legacy),
@@ -418,7 +432,7 @@ class LiveSimulation:
                     free = np.ones(len(self.keys), dtype=bool)
                     free[[index[k] for k in held]] = False
                     bits |= free & (self.rng.random(len(self.keys)) < 0.5)
-                rows = self._round(rid, "confirmation", bits)
+                rows = self._round(rid, "confirmation", bits, batch.coins is not None)
                 planned = [r for r in rows if r["node_key"] in rnd.load]  # the runs read no other
                 block.append(confirmation_observation(rid, st.schedules[rid], planned,
                                                       self.censor_s))  # fmt: skip

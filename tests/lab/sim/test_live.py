@@ -76,6 +76,41 @@ def test_the_floors_follow_the_load_probability_unless_told_not_to(
         assert seen == [q_floor]
 
 
+def test_the_capacity_test_reads_each_rounds_share_as_the_coordinator_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Session 12: the simulator hands the capacity test each round's share as
+    ``checks.stored_round_shares`` reads it from the stored rules and rows (q per
+    screening round, 1 per full or group confirmation round, 0 per alone round); with
+    ``floors_for_q=False`` none (the null of q = 1/2, the baseline)."""
+    pop = make_population(SPEC, np.random.default_rng(3))
+    seen: list[Any] = []
+    real = live.capacity_test
+
+    def spy(*args: Any) -> Any:
+        seen.append(args[3])
+        return real(*args)
+
+    monkeypatch.setattr(live, "capacity_test", spy)
+    for flag in (True, False):
+        seen.clear()
+        cfg = LiveConfig(load_probability=2 / 3, floors_for_q=flag, analyze_every=16)
+        sim = LiveSimulation(pop, cfg, np.random.default_rng(4))
+        sim.run([32])
+        assert seen
+        if not flag:
+            assert all(shares is None for shares in seen)
+            continue
+        kinds = sim.state.round_shares.keys() & set(sim.state.kinds)
+        assert {sim.state.kinds[r] for r in kinds} >= {"screening", "full", "confirmation"}
+        by_kind: dict[str, set[float]] = {}
+        for r in kinds:
+            by_kind.setdefault(sim.state.kinds[r], set()).add(sim.state.round_shares[r])
+        # confirmation: group rounds 1, alone rounds (one node loaded) 0
+        assert by_kind == {"screening": {2 / 3}, "full": {1.0}, "confirmation": {0.0, 1.0}}
+        assert all(shares is sim.state.round_shares for shares in seen)
+
+
 def test_padded_pairs_on_the_claimed_class_are_caught_by_slowness() -> None:
     """Padded pairs (every answer held back to 1.5 t_ref, beta 0.5, a backend of the
     claimed class) pass the deadline and show no contention; the persistent-slowness
