@@ -143,7 +143,7 @@ async def release_at(
         for s, a in ready:
             if s.gone():  # the node ended its session after its ack (e.g. broke the protocol)
                 log.warning("round %s: node %s gone before release", round_id, s.label)
-                continue  # no release: its result future says disconnected
+                continue  # no release: it acked, then left: missing
             frame = s.seal(Release(round_id=round_id, job_key=a.job_key))
             plan.append((s, _raw_transport(s), frame))
         raw = [ws_frame(f) if t is not None else f for _, t, f in plan]
