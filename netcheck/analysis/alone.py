@@ -315,7 +315,7 @@ def alone_ratios(rows: Sequence[dict[str, Any]], t_ref_s: float) -> list[tuple[s
     """A node's alone rounds (round id, ``service_s / t_ref_s``; None: no result) from
     its stored ``results`` rows of the rounds that loaded it alone, oldest first
     (:meth:`netcheck.storage.flags.FlagStore.alone_results`): those in which it was
-    loaded (its release written, :func:`~netcheck.analysis.timing.stored_timing_row`).
+    loaded (its job acknowledged, :func:`~netcheck.analysis.timing.stored_timing_row`).
     The list's positions are the indices of :func:`window`.
 
     Raises:

@@ -88,7 +88,7 @@ def timing_rows(stored: StoredRounds) -> list[TimingRow]:
     """:class:`TimingRow` per stored result row, raw times unchanged.
 
     Loaded and arrival as :func:`stored_timing_row` defines them (schedule bit set *and*
-    release written; an error reply is no result); a loaded node without a result is
+    job acknowledged; an error reply is no result); a loaded node without a result is
     left for :func:`log_service_matrix` to censor.
     """
     return [

@@ -57,11 +57,18 @@ class TimingRow:
         return (self.arrived_ns - self.released_ns) / 1e9 - (self.rtt_s or 0.0)
 
 
-def effectively_loaded(scheduled: bool, released_ns: int | None) -> bool:
+def effectively_loaded(
+    scheduled: bool, released_ns: int | None, acked_ns: object | None = None
+) -> bool:
     """The one definition of *loaded* (detectors and dashboard alike): the node's
-    schedule bit was set (it was sent work) *and* its release was written. A node
-    skipped by the planner, or that never acknowledged its job, computed nothing."""
-    return bool(scheduled) and released_ns is not None
+    schedule bit was set (it was sent work) *and* it acknowledged its job (its ack
+    stamp ``acked_ns``; a release is written only after an ack, so ``released_ns``
+    counts too). A node skipped by the planner, or that never acknowledged its job,
+    computed nothing. One that acknowledged and then left before its release is
+    loaded, without a result (censored at the deadline): leaving when co-loaded must
+    look slow exactly when co-loaded, as dropping the result does (docs/detection.md,
+    "What escapes")."""
+    return bool(scheduled) and (released_ns is not None or acked_ns is not None)
 
 
 def result_arrived_ns(arrived_ns: int | None, commitment: object) -> int | None:
@@ -74,14 +81,15 @@ def stored_timing_row(
     round_id: str, node_key: str, scheduled: bool, row: Mapping[str, Any]
 ) -> TimingRow:
     """:class:`TimingRow` of one stored ``results`` row (``released_ns``, ``arrived_ns``,
-    ``rtt_s``, ``commitment``), raw times unchanged, with :func:`effectively_loaded` and
+    ``rtt_s``, ``commitment``, and ``acked_ns`` where the reader took it from the row's
+    ``extra``), raw times unchanged, with :func:`effectively_loaded` and
     :func:`result_arrived_ns` applied; ``scheduled``: the node's schedule bit (or, where no
     schedule is stored, whether it had an assignment)."""
     released = row.get("released_ns")
     return TimingRow(
         round_id,
         node_key,
-        effectively_loaded(scheduled, released),
+        effectively_loaded(scheduled, released, row.get("acked_ns")),
         released,
         result_arrived_ns(row.get("arrived_ns"), row.get("commitment")),
         row.get("rtt_s"),

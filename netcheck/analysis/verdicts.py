@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from netcheck.records import Assignment, NodeOutcome, Verdict
 
-__all__ = ["NodeOutcome", "Observation", "Verdict", "profile_mismatch", "verify"]
+__all__ = ["ABANDONED", "NodeOutcome", "Observation", "Verdict", "profile_mismatch", "verify"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,8 @@ class Observation:
     receipt signature verifies under the node's key. ``disconnected``: the session
     closed before a result. ``error``: the node's own error report, if any.
     ``closed_ns``: when the coordinator saw the session close (same clock; None = not
-    known or not closed).
+    known or not closed). ``acked_ns``: when the node's acknowledgement of its job
+    arrived (same clock; None = it did not acknowledge, or not known).
     """
 
     released_ns: int | None
@@ -38,6 +39,16 @@ class Observation:
     error: str | None
     commitment_ok: bool
     closed_ns: int | None = None
+    acked_ns: int | None = None
+
+    def acknowledged(self) -> bool:
+        """The node acknowledged its job (a release is written only after an ack)."""
+        return self.acked_ns is not None or self.released_ns is not None
+
+
+#: Reason of a node that acknowledged its job and then closed its session without a
+#: result (its verdict is ``missing``, whenever the close came).
+ABANDONED = "session closed after acknowledging its job, without a result"
 
 
 def profile_mismatch(node_key: str, reason: str) -> NodeOutcome:
@@ -72,11 +83,16 @@ def _malformed(a: Assignment, obs: Observation, max_new_tokens: int) -> str | No
     return None
 
 
-def _closed_after_release_s(obs: Observation) -> float | None:
-    """Seconds from the release to the session's close, None when either is unknown."""
-    if obs.released_ns is None or obs.closed_ns is None:
-        return None
-    return (obs.closed_ns - obs.released_ns) / 1e9
+def _abandoned(obs: Observation, deadline_s: float) -> str:
+    """Reason of an acknowledged job whose session closed without a result: when."""
+    if obs.released_ns is None:
+        return f"{ABANDONED} (closed before its release)"
+    if obs.closed_ns is None:
+        return f"{ABANDONED} (closed after its release)"
+    closed_s = (obs.closed_ns - obs.released_ns) / 1e9
+    when = "after" if closed_s > deadline_s else "before"
+    return (f"{ABANDONED} (closed {closed_s:.3f} s after release, {when} the deadline "
+            f"{deadline_s:.3f} s)")  # fmt: skip
 
 
 def verify(
@@ -84,27 +100,30 @@ def verify(
 ) -> NodeOutcome:
     """Judge one node's result against its assignment.
 
-    Checks, first failure wins: no result (``disconnected`` if the session closed by
-    the deadline, else ``missing``: a session closed after the deadline without a
-    result was already late there, and a node must not turn its strike into a
-    ``disconnected``, which never counts, by closing before its late result); ``malformed`` (wrong number of outputs, an output not
-    ``max_new_tokens`` long, commitment mismatch, bad receipt signature, no usable
-    release/arrival times); ``wrong-answer`` (any canary output differs from its
-    reference answer; the reason lists the positions); ``late`` (arrival minus release
-    exceeds ``deadline_s`` seconds, which already includes 2 x RTT and slack); else
+    Checks, first failure wins: no result (``disconnected`` if the session closed
+    before the node acknowledged its job; ``missing`` if it closed after the
+    acknowledgement, whenever: before or after the release, before or after the
+    deadline, since a node that could leave its acknowledged job without a strike
+    could leave exactly in the rounds that load it together with another identity on
+    its card, docs/detection.md "What escapes"; ``missing`` too for no result by the
+    timeout or the node's own error report); ``malformed`` (wrong number of outputs,
+    an output not ``max_new_tokens`` long, commitment mismatch, bad receipt signature,
+    no usable release/arrival times); ``wrong-answer`` (any canary output differs from
+    its reference answer; the reason lists the positions); ``late`` (arrival minus
+    release exceeds ``deadline_s`` seconds, which already includes 2 x RTT and slack);
+    else
     ``pass``. A result that arrived before the session closed is judged normally.
     """
     key = assignment.node_key
     k = len(assignment.canary_ids)
     if obs.outputs is None:
-        closed_s = _closed_after_release_s(obs)
-        if obs.disconnected and (closed_s is None or closed_s <= deadline_s):
+        if obs.disconnected and not obs.acknowledged():
             return NodeOutcome(
-                key, Verdict.DISCONNECTED, "session closed before result", None, 0, 0
-            )
+                key, Verdict.DISCONNECTED, "session closed before acknowledging its job",
+                None, 0, 0,
+            )  # fmt: skip
         if obs.disconnected:
-            reason = (f"session closed {closed_s:.3f} s after release, after the deadline "
-                      f"{deadline_s:.3f} s, without a result")  # fmt: skip
+            reason = _abandoned(obs, deadline_s)
         elif obs.error:
             reason = f"node reported error: {obs.error}"
         else:

@@ -20,7 +20,7 @@ def observe(
     """What arrived from node ``s`` for assignment ``a`` (``fut``: its result future,
     None if it was never released), for :func:`~netcheck.analysis.verdicts.verify`;
     sets the arrival stamps on ``t``."""
-    base: dict[str, Any] = {"released_ns": t.release_start_ns}
+    base: dict[str, Any] = {"released_ns": t.release_start_ns, "acked_ns": t.acked_ns}
     if fut is None or not fut.done():
         return Observation(
             arrived_ns=None, outputs=None, commitment=None, commitment_ok=False,
@@ -115,10 +115,10 @@ def judge(
             )
             records[a.node_key] = NodeRecord(t, budget=t.budget(first_release_ns))
             continue
-        if fut is None:
+        if fut is None:  # never acknowledged its job (or its ack came too late)
             gone = s.closed.is_set()
             if gone:
-                why = s.abort_reason or "session closed before release"
+                why = s.abort_reason or "session closed before acknowledging its job"
             else:
                 why = "no ack before dispatch deadline"
             outcomes.append(

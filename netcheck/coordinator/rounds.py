@@ -103,7 +103,7 @@ async def _release(
         for s, a in ready:
             if s.gone():  # the node ended its session (e.g. broke the protocol after its ack)
                 log.warning("round %s: node %s gone before release", round_id, s.label)
-                frames.append(None)  # no release: its result future says disconnected
+                frames.append(None)  # no release: it acked, then left: missing
                 continue
             try:
                 frames.append(s.seal(Release(round_id=round_id, job_key=a.job_key)))

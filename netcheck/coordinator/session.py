@@ -98,8 +98,8 @@ class NodeSession(BoundedWrites):
         tcp: the connection's transport; :meth:`abort` cuts it (None in unit tests).
         abort_reason: why the coordinator aborted the connection, if it did.
         closed_ns: ``time.monotonic_ns()`` when the session was seen closed (None while
-            open): a close after a round's deadline is not ``disconnected``
-            (:func:`~netcheck.analysis.verdicts.verify`).
+            open): in the job's reason when it came after the node's ack (then
+            ``missing``, :func:`~netcheck.analysis.verdicts.verify`).
     """
 
     node_key: str
@@ -131,8 +131,8 @@ class NodeSession(BoundedWrites):
     def gone(self) -> bool:
         """True once the session is over for rounds: closed, or failed by the node's own
         input (a frame the state table refuses...), so nothing more can be sealed for it.
-        A job or release not sent for this reason is the node's doing (``disconnected``),
-        never ``coordinator-error``."""
+        A job or release not sent for this reason is the node's doing (``disconnected``
+        before its ack, ``missing`` after it), never ``coordinator-error``."""
         return self.closed.is_set() or self.protocol.failed is not None
 
     def expect_ack(self, round_id: str) -> asyncio.Future[int]:

@@ -143,7 +143,7 @@ async def release_at(
         for s, a in ready:
             if s.gone():  # the node ended its session after its ack (e.g. broke the protocol)
                 log.warning("round %s: node %s gone before release", round_id, s.label)
-                continue  # no release: its result future says disconnected
+                continue  # no release: it acked, then left: missing
             frame = s.seal(Release(round_id=round_id, job_key=a.job_key))
             plan.append((s, _raw_transport(s), frame))
         raw = [ws_frame(f) if t is not None else f for _, t, f in plan]
@@ -400,11 +400,12 @@ def _verify(
             _to_cluster(t, clock)
             records[a.node_key] = NodeRecord(t, extra=dict(offset))
             continue
-        if fut is None:
+        if fut is None:  # never acknowledged its job (or its ack came too late)
             gone = s.closed.is_set()
             outcomes.append(NodeOutcome(
                 a.node_key, Verdict.DISCONNECTED if gone else Verdict.MISSING,
-                "session closed before release" if gone else "no ack before dispatch deadline",
+                "session closed before acknowledging its job" if gone
+                else "no ack before dispatch deadline",
                 None, len(a.canary_ids), 0,
             ))  # fmt: skip
             _to_cluster(t, clock)
@@ -414,7 +415,7 @@ def _verify(
         _to_cluster(t, clock)
         obs = dataclasses.replace(
             obs, released_ns=t.release_start_ns, arrived_ns=clock.to_cluster(obs.arrived_ns),
-            closed_ns=clock.to_cluster(obs.closed_ns),
+            closed_ns=clock.to_cluster(obs.closed_ns), acked_ns=t.acked_ns,
         )  # fmt: skip
         outcome = verify(
             a, obs, max_new_tokens=plan.max_new_tokens, deadline_s=float(t.deadline_s or 0.0)

@@ -57,6 +57,9 @@ _RESULT_COLUMNS = (
     results.c.commitment,
     results.c.signature,
     results.c.error,
+    # the ack stamp, kept in extra (text: only whether it is there matters, for
+    # analysis.timing.effectively_loaded)
+    results.c.extra["acked_ns"].as_string().label("acked_ns"),
 )
 
 

@@ -33,7 +33,7 @@ class GroupQueries(ReaderBase):
 
         *Loaded* and ``service_s`` are the detectors' definitions
         (:func:`netcheck.analysis.timing.stored_timing_row`): sent work (an assignment)
-        and released; ``(arrived - released) / 1e9 - rtt`` of a result (None without one;
+        and acknowledged (or released); ``(arrived - released) / 1e9 - rtt`` of a result (None without one;
         an error reply is no result).
 
         Args:
@@ -79,7 +79,8 @@ class GroupQueries(ReaderBase):
                 r = results.c
                 tq = (
                     select(r.round_id, r.node_key, r.released_ns, r.arrived_ns, r.rtt_s,
-                           r.commitment, verdicts.c.elapsed_s)
+                           r.commitment, verdicts.c.elapsed_s,
+                           r.extra["acked_ns"].as_string().label("acked_ns"))
                     .select_from(
                         results.outerjoin(
                             verdicts,

@@ -59,31 +59,52 @@ def test_outputs_as_lists_accepted() -> None:
     assert judge(obs).verdict is Verdict.PASS
 
 
-def test_disconnected() -> None:
-    """No result and the session closed: disconnected."""
-    obs = replace(GOOD, arrived_ns=None, outputs=None, commitment=None, disconnected=True)
+def test_disconnected_before_the_ack() -> None:
+    """No result and the session closed before the node acknowledged its job (no ack
+    stamp, no release): disconnected."""
+    obs = replace(GOOD, released_ns=None, arrived_ns=None, outputs=None, commitment=None,
+                  disconnected=True)  # fmt: skip
     out = judge(obs)
     assert out.verdict is Verdict.DISCONNECTED and out.elapsed_s is None
+    assert out.reason == "session closed before acknowledging its job"
+
+
+ABANDONED = "session closed after acknowledging its job, without a result"
 
 
 @pytest.mark.parametrize(
-    ("closed_ns", "verdict"),
-    [(2_999_999_999, Verdict.DISCONNECTED), (3_000_000_000, Verdict.DISCONNECTED),
-     (3_000_000_001, Verdict.MISSING), (None, Verdict.DISCONNECTED)],
+    ("released_ns", "closed_ns", "when"),
+    [(None, 900_000_000, "(closed before its release)"),
+     (1_000_000_000, 1_500_000_000,
+      "(closed 0.500 s after release, before the deadline 2.000 s)"),
+     (1_000_000_000, 3_000_000_000,
+      "(closed 2.000 s after release, before the deadline 2.000 s)"),
+     (1_000_000_000, 3_000_000_001,
+      "(closed 2.000 s after release, after the deadline 2.000 s)"),
+     (1_000_000_000, None, "(closed after its release)")],
 )  # fmt: skip
-def test_disconnected_after_the_deadline_is_missing(
-    closed_ns: int | None, verdict: Verdict
+def test_closed_after_the_ack_is_missing(
+    released_ns: int | None, closed_ns: int | None, when: str
 ) -> None:
-    """No result and the session closed after the deadline (release at 1 s, deadline
-    2 s): the node was already late at the deadline, so missing (a capacity strike),
-    not disconnected; closed by the deadline, or at an unknown time: disconnected."""
-    obs = replace(GOOD, arrived_ns=None, outputs=None, commitment=None, disconnected=True,
-                  closed_ns=closed_ns)  # fmt: skip
+    """No result and the session closed after the node acknowledged its job (ack at
+    0.8 s, release at 1 s, deadline 2 s): missing (a capacity strike) whenever the
+    close came, before the release, before or after the deadline. A farm that sees
+    two of its identities get jobs could otherwise make one leave for free exactly in
+    the rounds that co-load them (docs/detection.md, "What escapes")."""
+    obs = replace(GOOD, released_ns=released_ns, arrived_ns=None, outputs=None,
+                  commitment=None, disconnected=True, closed_ns=closed_ns,
+                  acked_ns=800_000_000)  # fmt: skip
     out = judge(obs)
-    assert out.verdict is verdict, out.reason
-    if verdict is Verdict.MISSING:
-        assert out.reason == ("session closed 2.000 s after release, after the deadline "
-                              "2.000 s, without a result")  # fmt: skip
+    assert out.verdict is Verdict.MISSING, out.reason
+    assert out.reason == f"{ABANDONED} {when}"
+
+
+def test_a_release_means_an_ack() -> None:
+    """A release is written only after the ack: released without an ack stamp (an
+    observation built before ack stamps were passed) counts as acknowledged."""
+    obs = replace(GOOD, arrived_ns=None, outputs=None, commitment=None, disconnected=True,
+                  closed_ns=1_500_000_000)  # fmt: skip
+    assert judge(obs).verdict is Verdict.MISSING
 
 
 def test_result_before_disconnect_is_judged() -> None:

@@ -1,6 +1,7 @@
 """A node that closes its session after its deadline has passed, without a result, was
 already late at the deadline: its verdict is ``missing`` (a capacity strike), not
-``disconnected`` (which never counts). Adversarial review, session 12: a farm node that
+``disconnected`` (which never counts); before the deadline it is ``missing`` too (the
+node had acknowledged its job). Adversarial review, session 12: a farm node that
 saw its batch run past the deadline closed the session before sending its late result
 and reconnected, turning every ``late`` into a free ``disconnected``."""
 
@@ -68,8 +69,10 @@ async def test_closing_the_session_after_the_deadline_is_missing(tmp_path: Path)
     assert "after the deadline" in reason
 
 
-async def test_closing_the_session_before_the_deadline_stays_disconnected(
-    tmp_path: Path,
-) -> None:
+async def test_closing_the_session_before_the_deadline_is_missing_too(tmp_path: Path) -> None:
+    """Since session 12 any close after the ack without a result is ``missing``
+    (tests/coordinator/test_leave_after_ack.py): a node that predicts it will miss
+    cannot get a free ``disconnected`` by closing before its deadline either."""
     verdict, reason = await _round_with_a_cut(tmp_path, after_deadline=False)
-    assert verdict == "disconnected", reason
+    assert verdict == "missing", reason
+    assert reason.startswith("session closed after acknowledging its job"), reason

@@ -74,8 +74,10 @@ def _assert_nothing_valid(store: Store, round_id: str, node_key: str) -> None:
 
 @pytest.mark.parametrize("cut", ["close_without_bye", "tcp_close", "partial_result_frame"])
 async def test_truncation_mid_round(tmp_path: Path, cut: str) -> None:
-    """A node cut off after release (no bye) is DISCONNECTED, nothing valid is stored,
-    and the coordinator finishes the round and keeps serving the other node."""
+    """A node cut off after release (no bye) is MISSING (it had acknowledged its job;
+    the same for a node that leaves after its ack, docs/protocol.md §5.8), nothing
+    valid is stored, and the coordinator finishes the round and keeps serving the other
+    node."""
     identity = Ed25519PrivateKey.generate()
     node_key = public_key_text(identity)
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
@@ -102,7 +104,7 @@ async def test_truncation_mid_round(tmp_path: Path, cut: str) -> None:
             await ws.close()
             await http.close()
         verdicts = {o.node_key: str(o.verdict) for o in report.outcomes}
-        assert verdicts[node_key] == "disconnected"
+        assert verdicts[node_key] == "missing"
         assert len(verdicts) == 2  # the other node got a verdict too: it was served
         _assert_nothing_valid(rc.coord.store, report.round_id, node_key)
         await rc.wait_connected(1, timeout_s=2.0)

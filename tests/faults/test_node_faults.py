@@ -52,8 +52,9 @@ def _assert_nothing_valid(store: Store, round_id: str, node_key: str) -> None:
 
 @pytest.mark.slow
 async def test_node_process_killed_mid_round(tmp_path: Path, db_url: str) -> None:
-    """SIGKILL of a node process after its release: verdict disconnected, the round
-    completes without waiting for the result timeout, the other nodes pass."""
+    """SIGKILL of a node process after its release: verdict missing (it had acknowledged
+    its job), the round completes without waiting for the result timeout, the other
+    nodes pass."""
     store = _store(db_url)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
         honest = _honest(rc, 3)
@@ -73,7 +74,7 @@ async def test_node_process_killed_mid_round(tmp_path: Path, db_url: str) -> Non
             proc.wait()
         assert time.monotonic() - t0 < PROFILE.result_timeout_s
         got = {o.node_key: str(o.verdict) for o in report.outcomes}
-        assert got == {victim: "disconnected", **dict.fromkeys(honest, "pass")}
+        assert got == {victim: "missing", **dict.fromkeys(honest, "pass")}
         _assert_nothing_valid(store, report.round_id, victim)
         assert store.list_rounds()[0]["status"] == "complete"
         again = await run_round(rc.coord, PROFILE.name)  # the others are still served
@@ -82,7 +83,7 @@ async def test_node_process_killed_mid_round(tmp_path: Path, db_url: str) -> Non
 
 async def test_node_reconnects_mid_round(tmp_path: Path, db_url: str) -> None:
     """A node that reconnects after its release gets a fresh session: the old one is
-    closed as superseded (verdict disconnected), its frames cannot be replayed on the
+    closed as superseded (verdict missing: it had acknowledged its job), its frames cannot be replayed on the
     new session, and the node passes the next round on a fresh session."""
     store = _store(db_url)
     identity = Ed25519PrivateKey.generate()
@@ -101,7 +102,7 @@ async def test_node_reconnects_mid_round(tmp_path: Path, db_url: str) -> None:
             assert old.ws.close_code == CloseCode.SUPERSEDED
             report = await asyncio.wait_for(task, 10.0)
             got = {o.node_key: str(o.verdict) for o in report.outcomes}
-            assert got == {old.key: "disconnected", **dict.fromkeys(honest, "pass")}
+            assert got == {old.key: "missing", **dict.fromkeys(honest, "pass")}
             _assert_nothing_valid(store, report.round_id, old.key)
             assert new.transport.session_id != old.transport.session_id
             await new.ws.send_bytes(stale)  # replay the old session's signed result
@@ -249,8 +250,9 @@ async def test_protocol_violation_before_release_blames_the_node(
     result before the release) closes its own session. Its release could then not be
     sealed, and that was counted as the coordinator's failure: verdict
     ``coordinator-error``, which never blames a node (no capacity strike), so a cheater
-    could turn any round into a free pass. Now ``disconnected``, like any node that
-    closes mid-round; the other nodes pass."""
+    could turn any round into a free pass. Now ``missing``, like any node that closes
+    its session after acknowledging its job (``disconnected`` until session 12); the
+    other nodes pass."""
     from netcheck.protocol.messages import Ack, Result
 
     store = _store(f"sqlite:///{tmp_path / 'v.db'}")
@@ -271,7 +273,7 @@ async def test_protocol_violation_before_release_blames_the_node(
         finally:
             await raw.close()
     got = {o.node_key: str(o.verdict) for o in report.outcomes}
-    assert got == {raw.key: "disconnected", **dict.fromkeys(honest, "pass")}
+    assert got == {raw.key: "missing", **dict.fromkeys(honest, "pass")}
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 

@@ -1,8 +1,11 @@
 """A gateway judges its members on the cluster clock (participant._verify): the time a
 session was seen closed must be moved to that clock too, or a close after the deadline
 (monotonic ns against a release in database Unix ns) always looked like one before it
-and stayed ``disconnected`` instead of ``missing`` (tests/coordinator/test_late_disconnect.py
-is the single-coordinator case)."""
+(tests/coordinator/test_late_disconnect.py is the single-coordinator case). Since
+session 12 both are ``missing`` (the member had acknowledged its job); the reason still
+says on which side of the deadline the close came. A member that left after its ack but
+before its release is ``missing`` too, one that never acknowledged ``disconnected``
+(tests/coordinator/test_leave_after_ack.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +20,19 @@ from netcheck.gateway.participant import ClusterClock, _verify
 from netcheck.records import Assignment, NodeTiming, RoundPlan
 
 RELEASE_NS = 5_000_000_000  # this gateway's monotonic clock
+ACK_NS = 4_000_000_000
 DEADLINE_S = 2.0
 
 
-@pytest.mark.parametrize(("closed_after_s", "verdict"), [(1.0, "disconnected"), (3.0, "missing")])
-async def test_a_close_after_the_deadline_is_missing_on_the_cluster_clock(
-    closed_after_s: float, verdict: str
+@pytest.mark.parametrize(
+    ("closed_after_s", "released", "acked", "verdict", "said"),
+    [(1.0, True, True, "missing", "before the deadline"),
+     (3.0, True, True, "missing", "after the deadline"),
+     (-0.5, False, True, "missing", "before its release"),
+     (-0.5, False, False, "disconnected", "before acknowledging its job")],
+)  # fmt: skip
+async def test_a_member_leaving_after_its_ack_is_missing_on_the_cluster_clock(
+    closed_after_s: float, released: bool, acked: bool, verdict: str, said: str
 ) -> None:
     key = "ed25519:n1"
     assignment = Assignment(
@@ -35,11 +45,17 @@ async def test_a_close_after_the_deadline_is_missing_on_the_cluster_clock(
     session = SimpleNamespace(
         closed=closed, closed_ns=RELEASE_NS + int(closed_after_s * 1e9), session_id=bytes(16)
     )
-    fut: asyncio.Future = asyncio.get_running_loop().create_future()
-    fut.set_exception(NodeDisconnected(key))
-    timing = NodeTiming(deadline_s=DEADLINE_S, release_start_ns=RELEASE_NS)
+    results: dict[str, asyncio.Future] = {}  # a result is awaited only from acked nodes
+    if acked:
+        results[key] = asyncio.get_running_loop().create_future()
+        results[key].set_exception(NodeDisconnected(key))
+    timing = NodeTiming(
+        deadline_s=DEADLINE_S, release_start_ns=RELEASE_NS if released else None,
+        acked_ns=ACK_NS if acked else None,
+    )  # fmt: skip
     clock = ClusterClock(delta_ns=1_764_000_000 * 10**9)  # database Unix ns
-    outcomes, _ = _verify(plan, {key: session}, {key: timing}, {key: fut}, clock,  # type: ignore[dict-item]
+    outcomes, _ = _verify(plan, {key: session}, {key: timing}, results, clock,  # type: ignore[dict-item]
                           ClockEstimate(0.0, 0.0), {})  # fmt: skip
     (outcome,) = outcomes
     assert str(outcome.verdict) == verdict, outcome.reason
+    assert said in outcome.reason, outcome.reason

@@ -113,7 +113,7 @@ async def test_release_frames_are_sealed_and_framed_before_the_instant() -> None
 async def test_a_session_the_node_broke_gets_no_release_and_stops_no_one() -> None:
     """A node that broke the protocol after its ack has a failed session, which cannot
     seal: sealing its release raised out of the loop and no node of the gateway was
-    released. Now it is skipped (its verdict: disconnected); the others are released."""
+    released. Now it is skipped (its verdict: missing, it had acked); the others are released."""
     sessions = [_Session(f"n{i}") for i in range(3)]
     sessions[1].failed = True
     sessions[1].transport.seal = None  # type: ignore[assignment,method-assign]  # would raise

@@ -49,3 +49,23 @@ def test_timing_matrix_uses_the_detectors_definitions(db_url: str) -> None:
     assert m["loaded"] == {"n1": [True], "n2": [False], "n3": [True]}
     assert m["service_s"] == {"n1": [1.0], "n2": [None], "n3": [None]}
     store.close()
+
+
+def test_timing_matrix_counts_a_node_that_acked_and_left_as_loaded(db_url: str) -> None:
+    """A node that acknowledged its job and left before its release (no release stamp,
+    its ack stamp in the result's ``extra``) is loaded, without a service time; one
+    that never acknowledged is not (analysis.timing.effectively_loaded, session 12)."""
+    store = Store(db_url)
+    store.add_references(refs(10))
+    store.record_plan(plan("R1", {"n1": ["r000"], "n2": ["r001"]}), 1.0)
+    store.record_outcome("R1", [
+        NodeOutcome("n1", Verdict.MISSING, "left after its ack", None, 1, 0),
+        NodeOutcome("n2", Verdict.DISCONNECTED, "left before its ack", None, 1, 0),
+    ], {
+        "n1": NodeRecord(NodeTiming(job_sent_ns=50, acked_ns=9_000_000_000_000_000_000)),
+        "n2": NodeRecord(NodeTiming(job_sent_ns=50)),
+    })  # fmt: skip
+    m = Reader(store).timing_matrix(["n1", "n2"], ["R1"])
+    assert m["loaded"] == {"n1": [True], "n2": [False]}
+    assert m["service_s"] == {"n1": [None], "n2": [None]}
+    store.close()

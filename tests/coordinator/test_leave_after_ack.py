@@ -1,0 +1,127 @@
+"""A node that acknowledged its job and then closed its session without a result is
+``missing`` (a capacity strike), whether it left before its release or after it, before
+the deadline; a node that closed before acknowledging is ``disconnected``. Adversarial
+review, session 12 (docs/detection.md "What escapes", leaving when co-loaded): a farm
+whose controller sees two of its identities get jobs made one of them leave after its
+ack, and that ``disconnected`` was no strike and (before the release) not even a loaded
+round for the contention analysis."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.config import DeadlineParams
+from netcheck.coordinator.rounds import run_round
+from netcheck.keys import public_key_text
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import (
+    RunningCoordinator,
+    canary_store,
+    running_coordinator,
+    small_profile,
+)
+from netcheck.lab.testing import raw_session as hand_session
+from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
+from netcheck.protocol.transport import Transport
+
+PROFILE = small_profile(
+    "leaveack", dispatch_timeout_s=2.0, result_timeout_s=6.0,
+    deadline=DeadlineParams(t_ref_s=0.2, slack_s=0.1),
+)  # fmt: skip
+FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
+CLAIM = ProfileClaim(profile=PROFILE.name, fingerprint=FP, software="test")
+
+
+async def _until_job(ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> Job:
+    """Answer echoes until the job arrives."""
+    while True:
+        msg = transport.open((await ws.receive(timeout=8.0)).data)
+        if isinstance(msg, Echo):
+            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
+        elif isinstance(msg, Job):
+            return msg
+
+
+async def _until_release(ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> None:
+    while not isinstance(transport.open((await ws.receive(timeout=8.0)).data), Release):
+        pass
+
+
+async def _slow_acker(rc: RunningCoordinator, joined: asyncio.Event) -> None:
+    """A raw node that acks 1 s after its job (holding the release back that long),
+    then closes at its release."""
+    http, ws, transport = await hand_session(rc, Ed25519PrivateKey.generate(), CLAIM)
+    try:
+        joined.set()
+        job = await _until_job(ws, transport)
+        await asyncio.sleep(1.0)
+        await ws.send_bytes(transport.seal(Ack(job.round_id)))
+        await _until_release(ws, transport)
+    finally:
+        await ws.close()
+        await http.close()
+
+
+async def _round_with_a_leaver(tmp_path: Path, when: str) -> tuple[str, str, int | None]:
+    """One round of a node (random answers) and a raw node that closes its session (no bye)
+    ``when``: ``"before-ack"`` (on its job), ``"before-release"`` (right after its ack;
+    a third node acks 1 s late, so the close is seen before the release) or
+    ``"after-release"`` (on its release, before the deadline). The raw node's
+    (verdict, reason, stored released_ns)."""
+    store = canary_store(tmp_path / "n.db", PROFILE, FP, 24, answer=(1, 2, 3, 4))
+    identity = Ed25519PrivateKey.generate()
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
+        nodes = 2
+        slow: asyncio.Task[None] | None = None
+        if when == "before-release":
+            joined = asyncio.Event()
+            slow = asyncio.create_task(_slow_acker(rc, joined))
+            await asyncio.wait_for(joined.wait(), 5.0)
+            nodes = 3
+        await rc.wait_connected(nodes - 1, timeout_s=5.0)
+        http, ws, transport = await hand_session(rc, identity, CLAIM)
+        try:
+            await rc.wait_connected(nodes, timeout_s=5.0)
+            round_task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
+            job = await _until_job(ws, transport)
+            if when != "before-ack":
+                await ws.send_bytes(transport.seal(Ack(job.round_id)))
+            if when == "after-release":
+                await _until_release(ws, transport)
+            await ws.close()
+            report = await asyncio.wait_for(round_task, 12.0)
+            if slow is not None:
+                await asyncio.wait_for(slow, 5.0)
+        finally:
+            await ws.close()
+            await http.close()
+        key = public_key_text(identity)
+        (mine,) = [o for o in report.outcomes if o.node_key == key]
+        (row,) = [r for r in rc.coord.store.round_verdicts(report.round_id) if r["node_key"] == key]
+    assert len(report.outcomes) == nodes, report.as_dict()  # the others were judged too
+    return str(mine.verdict), mine.reason, row["released_ns"]
+
+
+async def test_leaving_after_the_ack_before_the_release_is_missing(tmp_path: Path) -> None:
+    verdict, reason, released = await _round_with_a_leaver(tmp_path, "before-release")
+    assert verdict == "missing", reason
+    assert reason.startswith("session closed after acknowledging its job, without a result")
+    assert "before its release" in reason and released is None
+
+
+async def test_leaving_after_the_release_before_the_deadline_is_missing(tmp_path: Path) -> None:
+    verdict, reason, released = await _round_with_a_leaver(tmp_path, "after-release")
+    assert verdict == "missing", reason
+    assert reason.startswith("session closed after acknowledging its job, without a result")
+    assert released is not None
+
+
+async def test_leaving_before_the_ack_is_disconnected(tmp_path: Path) -> None:
+    verdict, reason, released = await _round_with_a_leaver(tmp_path, "before-ack")
+    assert verdict == "disconnected", reason
+    assert released is None
