@@ -51,8 +51,10 @@ def engine_tokenizer(profile: Profile, tmp_path: Path) -> Any:
             source = packaged_file(spec)
         except EngineError as exc:
             pytest.skip(str(exc))
-        # what convert_packaged_model saves into the model directory
-        return transformers.AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        # as convert_packaged_model saves it into the model directory the engines load
+        tok = transformers.AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        tok.save_pretrained(str(tmp_path))
+        return transformers.AutoTokenizer.from_pretrained(str(tmp_path))
     pytest.skip(f"no local tokenizer for model {profile.model!r}")
 
 
