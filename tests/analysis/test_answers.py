@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from netcheck.analysis.answers import NodeResult, find_result_sharing
+from netcheck.analysis.answers import NodeResult, find_result_sharing, may_share_input
 
 ROW_A = list(range(10))
 ROW_B = list(range(10, 20))
@@ -42,3 +42,40 @@ def test_same_prompt_short_rows_and_distinct_results_are_fine() -> None:
     }
     prompts = {"n1": ["same", "a"], "n2": ["same", "b"], "n3": ["c"]}
     assert find_result_sharing("r1", results, prompts) == []
+
+
+# The demo's false flag (s12): two different 89-character prompts whose last 63 characters
+# are equal, so a prompt_len-64 engine (`<s>` + last 63 tokens) sees the same input.
+TAIL = "Write a diary entry from a crowded market about the new parking rules."
+CUT_A = "Ref ppe01xhm6dt6: " + TAIL
+CUT_B = "Ref c9m2y7by8q5w: " + TAIL
+
+
+def test_prompts_cut_to_the_same_input_are_not_result_sharing() -> None:
+    """Identical rows for different prompts that the engine's left truncation makes the
+    same input are honest (neither a row nor a commitment finding)."""
+    assert len(CUT_A) == 88 and CUT_A[-63:] == CUT_B[-63:]
+    results = {"n1": NodeResult(b"1" * 32, [ROW_B, ROW_A]), "n2": NodeResult(b"2" * 32, [ROW_A])}
+    prompts = {"n1": ["x", CUT_A], "n2": [CUT_B]}
+    assert find_result_sharing("r1", results, prompts, prompt_len=64) == []
+    same = {"n1": NodeResult(b"c" * 32, [ROW_A]), "n2": NodeResult(b"c" * 32, [ROW_A])}
+    assert find_result_sharing("r1", same, {"n1": [CUT_A], "n2": [CUT_B]}, prompt_len=64) == []
+    # the common suffix is ": " + TAIL; an engine that keeps one character more tells
+    # them apart: still a finding
+    assert find_result_sharing("r1", results, prompts, prompt_len=len(TAIL) + 3) == []
+    found = find_result_sharing("r1", results, prompts, prompt_len=len(TAIL) + 4)
+    assert [(f.a, f.b, f.evidence, f.positions) for f in found] == [
+        ("n1", "n2", "outputs", ((1, 0),))
+    ]
+
+
+def test_may_share_input_bounds() -> None:
+    """A common suffix of prompt_len - 1 characters may be one input, one fewer may not;
+    short prompts are never cut; non-ASCII prompts are never told apart."""
+    assert may_share_input("aXYZ", "bXYZ", 4)
+    assert not may_share_input("aXYZ", "bXYZ", 5)
+    assert not may_share_input("XYZ", "aXYZ", 5)
+    assert may_share_input("XYZ", "aXYZ", 4)  # "aXYZ" cut to <s> + "XYZ" is "XYZ" uncut
+    assert not may_share_input("ab", "cd", None) and may_share_input("ab", "ab", None)
+    assert may_share_input("é" + TAIL[:20], "e" + TAIL[:20], 64)
+    assert not may_share_input(CUT_A, CUT_B, 200)
