@@ -87,8 +87,9 @@ def result_sharing(
         if rec.outputs is not None
     }
     prompts = {a.node_key: a.prompts for a in plan.assignments}
+    cut_at = profile.prompt_len if profile.workload == "llm" else None  # LLM engines cut left
     ids = []
-    for f in find_result_sharing(plan.round_id, results, prompts):
+    for f in find_result_sharing(plan.round_id, results, prompts, prompt_len=cut_at):
         evidence = ev.result_sharing_evidence(plan.round_id, f, prompts, records)
         stat = float(len(f.positions) or 1)
         fid, new = raise_flag(flags, RESULT_SHARING, FlagStatus.CONFIRMED, profile.name,
