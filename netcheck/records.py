@@ -154,6 +154,10 @@ class NodeTiming:
     rtt_s: float | None = None
     deadline_s: float | None = None
     job_sent_ns: int | None = None
+    #: When the write of its job frame completed (None: never written in full, the node
+    #: was gone before or during dispatch); a close after it is ``missing``, not
+    #: ``disconnected`` (netcheck.analysis.verdicts.verify).
+    job_written_ns: int | None = None
     acked_ns: int | None = None
     release_start_ns: int | None = None
     release_end_ns: int | None = None

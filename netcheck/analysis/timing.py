@@ -58,17 +58,23 @@ class TimingRow:
 
 
 def effectively_loaded(
-    scheduled: bool, released_ns: int | None, acked_ns: object | None = None
+    scheduled: bool,
+    released_ns: int | None,
+    acked_ns: object | None = None,
+    job_written_ns: object | None = None,
 ) -> bool:
     """The one definition of *loaded* (detectors and dashboard alike): the node's
-    schedule bit was set (it was sent work) *and* it acknowledged its job (its ack
-    stamp ``acked_ns``; a release is written only after an ack, so ``released_ns``
-    counts too). A node skipped by the planner, or that never acknowledged its job,
-    computed nothing. One that acknowledged and then left before its release is
-    loaded, without a result (censored at the deadline): leaving when co-loaded must
-    look slow exactly when co-loaded, as dropping the result does (docs/detection.md,
-    "What escapes")."""
-    return bool(scheduled) and (released_ns is not None or acked_ns is not None)
+    schedule bit was set (it was sent work) *and* its job was written to it in full
+    (its stamp ``job_written_ns``; an ack stamp ``acked_ns`` or a release
+    ``released_ns`` imply it, and rows stored before that stamp have only those). A
+    node skipped by the planner, or gone before its job was written, computed nothing.
+    One that held its job and left before its release, acknowledged or not, is loaded,
+    without a result (censored at the deadline): leaving when co-loaded must look slow
+    exactly when co-loaded, as dropping the result does (docs/detection.md, "What
+    escapes")."""
+    return bool(scheduled) and (
+        released_ns is not None or acked_ns is not None or job_written_ns is not None
+    )
 
 
 def result_arrived_ns(arrived_ns: int | None, commitment: object) -> int | None:
@@ -81,15 +87,15 @@ def stored_timing_row(
     round_id: str, node_key: str, scheduled: bool, row: Mapping[str, Any]
 ) -> TimingRow:
     """:class:`TimingRow` of one stored ``results`` row (``released_ns``, ``arrived_ns``,
-    ``rtt_s``, ``commitment``, and ``acked_ns`` where the reader took it from the row's
-    ``extra``), raw times unchanged, with :func:`effectively_loaded` and
+    ``rtt_s``, ``commitment``, and ``acked_ns`` and ``job_written_ns`` where the reader
+    took them from the row's ``extra``), raw times unchanged, with :func:`effectively_loaded` and
     :func:`result_arrived_ns` applied; ``scheduled``: the node's schedule bit (or, where no
     schedule is stored, whether it had an assignment)."""
     released = row.get("released_ns")
     return TimingRow(
         round_id,
         node_key,
-        effectively_loaded(scheduled, released, row.get("acked_ns")),
+        effectively_loaded(scheduled, released, row.get("acked_ns"), row.get("job_written_ns")),
         released,
         result_arrived_ns(row.get("arrived_ns"), row.get("commitment")),
         row.get("rtt_s"),

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 
 from netcheck.records import Assignment, NodeOutcome, Verdict
 
-__all__ = ["ABANDONED", "NodeOutcome", "Observation", "Verdict", "profile_mismatch", "verify"]
+__all__ = [
+    "ABANDONED",
+    "UNACKNOWLEDGED",
+    "UNDELIVERED",
+    "NodeOutcome",
+    "Observation",
+    "Verdict",
+    "profile_mismatch",
+    "verify",
+]
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,8 @@ class Observation:
     ``closed_ns``: when the coordinator saw the session close (same clock; None = not
     known or not closed). ``acked_ns``: when the node's acknowledgement of its job
     arrived (same clock; None = it did not acknowledge, or not known).
+    ``job_written_ns``: when the write of its job frame completed (same clock; None =
+    the job was never written in full: the node was gone before or during dispatch).
     """
 
     released_ns: int | None
@@ -40,15 +51,25 @@ class Observation:
     commitment_ok: bool
     closed_ns: int | None = None
     acked_ns: int | None = None
+    job_written_ns: int | None = None
 
     def acknowledged(self) -> bool:
         """The node acknowledged its job (a release is written only after an ack)."""
         return self.acked_ns is not None or self.released_ns is not None
 
+    def delivered(self) -> bool:
+        """Its job was written in full (an ack, hence a release, implies it)."""
+        return self.job_written_ns is not None or self.acknowledged()
+
 
 #: Reason of a node that acknowledged its job and then closed its session without a
 #: result (its verdict is ``missing``, whenever the close came).
 ABANDONED = "session closed after acknowledging its job, without a result"
+#: Reason of a node whose job was written in full and that closed its session before
+#: acknowledging it (``missing`` too: it held the job, like one that acknowledged it).
+UNACKNOWLEDGED = "session closed after its job was delivered, before acknowledging it"
+#: Reason of a node whose job was never written in full (``disconnected``).
+UNDELIVERED = "session closed before its job was delivered"
 
 
 def profile_mismatch(node_key: str, reason: str) -> NodeOutcome:
@@ -84,7 +105,9 @@ def _malformed(a: Assignment, obs: Observation, max_new_tokens: int) -> str | No
 
 
 def _abandoned(obs: Observation, deadline_s: float) -> str:
-    """Reason of an acknowledged job whose session closed without a result: when."""
+    """Reason of a delivered job whose session closed without a result: when."""
+    if not obs.acknowledged():
+        return UNACKNOWLEDGED
     if obs.released_ns is None:
         return f"{ABANDONED} (closed before its release)"
     if obs.closed_ns is None:
@@ -101,11 +124,11 @@ def verify(
     """Judge one node's result against its assignment.
 
     Checks, first failure wins: no result (``disconnected`` if the session closed
-    before the node acknowledged its job; ``missing`` if it closed after the
-    acknowledgement, whenever: before or after the release, before or after the
-    deadline, since a node that could leave its acknowledged job without a strike
-    could leave exactly in the rounds that load it together with another identity on
-    its card, docs/detection.md "What escapes"; ``missing`` too for no result by the
+    before the node's job was written to it in full; ``missing`` if it closed after
+    that, whenever: before or after its acknowledgement, before or after the release,
+    before or after the deadline, since a node that could leave a job it holds without
+    a strike could leave exactly in the rounds that load it together with another
+    identity on its card, docs/detection.md "What escapes"; ``missing`` too for no result by the
     timeout or the node's own error report); ``malformed`` (wrong number of outputs,
     an output not ``max_new_tokens`` long, commitment mismatch, bad receipt signature,
     no usable release/arrival times); ``wrong-answer`` (any canary output differs from
@@ -117,11 +140,8 @@ def verify(
     key = assignment.node_key
     k = len(assignment.canary_ids)
     if obs.outputs is None:
-        if obs.disconnected and not obs.acknowledged():
-            return NodeOutcome(
-                key, Verdict.DISCONNECTED, "session closed before acknowledging its job",
-                None, 0, 0,
-            )  # fmt: skip
+        if obs.disconnected and not obs.delivered():
+            return NodeOutcome(key, Verdict.DISCONNECTED, UNDELIVERED, None, 0, 0)
         if obs.disconnected:
             reason = _abandoned(obs, deadline_s)
         elif obs.error:

@@ -5,6 +5,7 @@ timing entry in the round report."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,10 @@ def observe(
     """What arrived from node ``s`` for assignment ``a`` (``fut``: its result future,
     None if it was never released), for :func:`~netcheck.analysis.verdicts.verify`;
     sets the arrival stamps on ``t``."""
-    base: dict[str, Any] = {"released_ns": t.release_start_ns, "acked_ns": t.acked_ns}
+    base: dict[str, Any] = {
+        "released_ns": t.release_start_ns, "acked_ns": t.acked_ns,
+        "job_written_ns": t.job_written_ns,
+    }  # fmt: skip
     if fut is None or not fut.done():
         return Observation(
             arrived_ns=None, outputs=None, commitment=None, commitment_ok=False,
@@ -57,6 +61,25 @@ def observe(
         disconnected=False,
         error=None,
         **base,
+    )
+
+
+def unacknowledged(s: NodeSession, a: Assignment, round_id: str, t: NodeTiming) -> NodeOutcome:
+    """The outcome of a node with no (timely) ack: ``missing`` if its session is still
+    open ("no ack before dispatch deadline"); else as :func:`verify` judges a close
+    without a result: ``missing`` if its job had been written in full, ``disconnected``
+    (with the abort reason, if it was aborted, e.g. its job write blocked) if not."""
+    if not s.closed.is_set():
+        return NodeOutcome(
+            a.node_key, Verdict.MISSING, "no ack before dispatch deadline",
+            None, len(a.canary_ids), 0,
+        )  # fmt: skip
+    outcome = verify(
+        a, observe(s, a, round_id, t, None), max_new_tokens=0, deadline_s=float(t.deadline_s or 0.0)
+    )
+    why = s.abort_reason if outcome.verdict is Verdict.DISCONNECTED and s.abort_reason else None
+    return dataclasses.replace(
+        outcome, reason=why or outcome.reason, canaries_checked=len(a.canary_ids)
     )
 
 
@@ -116,21 +139,7 @@ def judge(
             records[a.node_key] = NodeRecord(t, budget=t.budget(first_release_ns))
             continue
         if fut is None:  # never acknowledged its job (or its ack came too late)
-            gone = s.closed.is_set()
-            if gone:
-                why = s.abort_reason or "session closed before acknowledging its job"
-            else:
-                why = "no ack before dispatch deadline"
-            outcomes.append(
-                NodeOutcome(
-                    a.node_key,
-                    Verdict.DISCONNECTED if gone else Verdict.MISSING,
-                    why,
-                    None,
-                    len(a.canary_ids),
-                    0,
-                )  # fmt: skip
-            )
+            outcomes.append(unacknowledged(s, a, plan.round_id, t))
             records[a.node_key] = NodeRecord(t, budget=t.budget(first_release_ns))
             continue
         obs = observe(s, a, plan.round_id, t, fut)

@@ -48,9 +48,13 @@ async def dispatch(
             # Bounded: a node that stops reading fills its socket buffers, and the write
             # then waits for it to drain; without the bound one such node would hold up the
             # dispatch (hence the release) of every node until its heartbeat timed out.
-            # The bound aborts that node's connection (it is then `disconnected`); it
+            # The bound aborts that node's connection (its job was not written in full,
+            # so it is then `disconnected`); it
             # never cancels the write, which would poison the session (style.md rule 16).
             await s.send(job, write_timeout_s=profile.dispatch_timeout_s)
+            # Written in full: from here a close without a result is `missing` (the node
+            # holds its job), not `disconnected` (verdicts.verify).
+            t.job_written_ns = time.monotonic_ns()
         except ConnectionError:
             if s.abort_reason:
                 log.warning(

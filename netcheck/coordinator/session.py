@@ -132,7 +132,8 @@ class NodeSession(BoundedWrites):
         """True once the session is over for rounds: closed, or failed by the node's own
         input (a frame the state table refuses...), so nothing more can be sealed for it.
         A job or release not sent for this reason is the node's doing (``disconnected``
-        before its ack, ``missing`` after it), never ``coordinator-error``."""
+        if its job was never written in full, ``missing`` after that), never
+        ``coordinator-error``."""
         return self.closed.is_set() or self.protocol.failed is not None
 
     def expect_ack(self, round_id: str) -> asyncio.Future[int]:

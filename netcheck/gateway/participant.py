@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from netcheck.analysis.verdicts import verify
-from netcheck.coordinator.collect import observe, received_record
+from netcheck.coordinator.collect import observe, received_record, unacknowledged
 from netcheck.coordinator.dispatch import dispatch
 from netcheck.coordinator.rounds import _measure_rtts
 from netcheck.coordinator.session import Arrival, NodeSession
@@ -56,7 +56,10 @@ async def sleep_until(target_ns: int) -> None:
         pass
 
 
-_NS_FIELDS = ("job_sent_ns", "acked_ns", "release_start_ns", "release_end_ns", "arrived_ns")
+_NS_FIELDS = (
+    "job_sent_ns", "job_written_ns", "acked_ns", "release_start_ns", "release_end_ns",
+    "arrived_ns",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,13 +404,7 @@ def _verify(
             records[a.node_key] = NodeRecord(t, extra=dict(offset))
             continue
         if fut is None:  # never acknowledged its job (or its ack came too late)
-            gone = s.closed.is_set()
-            outcomes.append(NodeOutcome(
-                a.node_key, Verdict.DISCONNECTED if gone else Verdict.MISSING,
-                "session closed before acknowledging its job" if gone
-                else "no ack before dispatch deadline",
-                None, len(a.canary_ids), 0,
-            ))  # fmt: skip
+            outcomes.append(unacknowledged(s, a, plan.round_id, t))  # before _to_cluster
             _to_cluster(t, clock)
             records[a.node_key] = NodeRecord(t, extra=dict(offset))
             continue
@@ -416,6 +413,7 @@ def _verify(
         obs = dataclasses.replace(
             obs, released_ns=t.release_start_ns, arrived_ns=clock.to_cluster(obs.arrived_ns),
             closed_ns=clock.to_cluster(obs.closed_ns), acked_ns=t.acked_ns,
+            job_written_ns=t.job_written_ns,
         )  # fmt: skip
         outcome = verify(
             a, obs, max_new_tokens=plan.max_new_tokens, deadline_s=float(t.deadline_s or 0.0)

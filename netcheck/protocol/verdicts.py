@@ -34,8 +34,8 @@ PUBLIC_REASONS = {
     "wrong-answer": "outputs differ from the answers of trusted hardware for this profile",
     "malformed": "the result was malformed (shape, length or token ids)",
     "missing": "no result (or no acknowledgement) before the timeout, or the session "
-    "closed after acknowledging the job, without a result",
-    "disconnected": "the session closed before the job was acknowledged",
+    "closed after the job was delivered, without a result",
+    "disconnected": "the session closed before the job was delivered",
     "profile-mismatch": "the engine fingerprint differs from the profile's references",
     "unchecked": "not checked: the coordinator has no unused reference answer for this "
     "fingerprint (the operator's side, not a failure)",

@@ -57,9 +57,10 @@ _RESULT_COLUMNS = (
     results.c.commitment,
     results.c.signature,
     results.c.error,
-    # the ack stamp, kept in extra (text: only whether it is there matters, for
-    # analysis.timing.effectively_loaded)
+    # the ack and job-written stamps, kept in extra (text: only whether they are there
+    # matters, for analysis.timing.effectively_loaded)
     results.c.extra["acked_ns"].as_string().label("acked_ns"),
+    results.c.extra["job_written_ns"].as_string().label("job_written_ns"),
 )
 
 

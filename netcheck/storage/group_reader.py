@@ -33,8 +33,9 @@ class GroupQueries(ReaderBase):
 
         *Loaded* and ``service_s`` are the detectors' definitions
         (:func:`netcheck.analysis.timing.stored_timing_row`): sent work (an assignment)
-        and acknowledged (or released); ``(arrived - released) / 1e9 - rtt`` of a result (None without one;
-        an error reply is no result).
+        and its job written in full (or acknowledged, or released); ``(arrived -
+        released) / 1e9 - rtt`` of a result (None without one; an error reply is no
+        result).
 
         Args:
             node_keys: the group; None = every node loaded in one of ``round_ids``.
@@ -80,7 +81,8 @@ class GroupQueries(ReaderBase):
                 tq = (
                     select(r.round_id, r.node_key, r.released_ns, r.arrived_ns, r.rtt_s,
                            r.commitment, verdicts.c.elapsed_s,
-                           r.extra["acked_ns"].as_string().label("acked_ns"))
+                           r.extra["acked_ns"].as_string().label("acked_ns"),
+                           r.extra["job_written_ns"].as_string().label("job_written_ns"))
                     .select_from(
                         results.outerjoin(
                             verdicts,

@@ -59,14 +59,28 @@ def test_outputs_as_lists_accepted() -> None:
     assert judge(obs).verdict is Verdict.PASS
 
 
-def test_disconnected_before_the_ack() -> None:
-    """No result and the session closed before the node acknowledged its job (no ack
-    stamp, no release): disconnected."""
+def test_disconnected_before_the_job_was_delivered() -> None:
+    """No result and the session closed before the node's job was written to it in full
+    (no job-written stamp, no ack stamp, no release): disconnected."""
     obs = replace(GOOD, released_ns=None, arrived_ns=None, outputs=None, commitment=None,
                   disconnected=True)  # fmt: skip
     out = judge(obs)
     assert out.verdict is Verdict.DISCONNECTED and out.elapsed_s is None
-    assert out.reason == "session closed before acknowledging its job"
+    assert out.reason == "session closed before its job was delivered"
+
+
+def test_closed_after_delivery_before_the_ack_is_missing() -> None:
+    """No result and the session closed after its job was written in full but before
+    the node acknowledged it (job written at 0.7 s, no ack, no release): missing. The
+    job arrives before the ack, so a farm controller that sees two identities' jobs
+    could otherwise close one before acking, for free (docs/detection.md, "What
+    escapes")."""
+    obs = replace(GOOD, released_ns=None, arrived_ns=None, outputs=None, commitment=None,
+                  disconnected=True, closed_ns=900_000_000,
+                  job_written_ns=700_000_000)  # fmt: skip
+    out = judge(obs)
+    assert out.verdict is Verdict.MISSING, out.reason
+    assert out.reason == "session closed after its job was delivered, before acknowledging it"
 
 
 ABANDONED = "session closed after acknowledging its job, without a result"
@@ -93,7 +107,7 @@ def test_closed_after_the_ack_is_missing(
     the rounds that co-load them (docs/detection.md, "What escapes")."""
     obs = replace(GOOD, released_ns=released_ns, arrived_ns=None, outputs=None,
                   commitment=None, disconnected=True, closed_ns=closed_ns,
-                  acked_ns=800_000_000)  # fmt: skip
+                  job_written_ns=700_000_000, acked_ns=800_000_000)  # fmt: skip
     out = judge(obs)
     assert out.verdict is Verdict.MISSING, out.reason
     assert out.reason == f"{ABANDONED} {when}"

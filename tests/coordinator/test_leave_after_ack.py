@@ -1,15 +1,19 @@
-"""A node that acknowledged its job and then closed its session without a result is
-``missing`` (a capacity strike), whether it left before its release or after it, before
-the deadline; a node that closed before acknowledging is ``disconnected``. Adversarial
-review, session 12 (docs/detection.md "What escapes", leaving when co-loaded): a farm
-whose controller sees two of its identities get jobs made one of them leave after its
-ack, and that ``disconnected`` was no strike and (before the release) not even a loaded
-round for the contention analysis."""
+"""A node whose job was written to it in full and that then closed its session without a
+result is ``missing`` (a capacity strike), whether it left before acknowledging the
+job, after the ack and before its release, or after the release, before the deadline;
+only a node whose job write never completed (it stopped reading, so the write blocked
+and the coordinator aborted it) is ``disconnected``. Adversarial review, session 12
+(docs/detection.md "What escapes", leaving when co-loaded): a farm whose controller sees
+two of its identities get jobs made one of them leave, and that ``disconnected`` was no
+strike and not even a loaded round for the contention analysis. Closed after the ack by
+leave12, on the job's delivery by pre12."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -66,14 +70,39 @@ async def _slow_acker(rc: RunningCoordinator, joined: asyncio.Event) -> None:
         await http.close()
 
 
-async def _round_with_a_leaver(tmp_path: Path, when: str) -> tuple[str, str, int | None]:
+def _stall(rc: RunningCoordinator, key: str, ws: aiohttp.ClientWebSocketResponse) -> None:
+    """Shrink the socket buffers at both ends and make the raw node stop reading (as
+    tests/faults/test_stalled_writes.py does): the coordinator's writes to it block once
+    a few kilobytes are unread."""
+    s = rc.coord.sessions[key]
+    assert s.tcp is not None
+    s.tcp.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    s.tcp.set_write_buffer_limits(high=1024)
+    node_transport = ws._writer.transport  # type: ignore[attr-defined]
+    node_transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    node_transport.pause_reading()
+
+
+async def _fill(rc: RunningCoordinator, key: str) -> None:
+    """Write echoes to the stalled node until a write blocks (bound far beyond the test)."""
+    s = rc.coord.sessions[key]
+    for i in range(20_000):
+        done, _ = await asyncio.wait({s.start_send(Echo(i), 30.0)}, timeout=0.05)
+        if not done:
+            return
+    raise AssertionError("the coordinator's writes never blocked")
+
+
+async def _round_with_a_leaver(tmp_path: Path, when: str) -> tuple[str, str, dict[str, Any]]:
     """One round of a node (random answers) and a raw node that closes its session (no bye)
-    ``when``: ``"before-ack"`` (on its job), ``"before-release"`` (right after its ack;
-    a third node acks 1 s late, so the close is seen before the release) or
-    ``"after-release"`` (on its release, before the deadline). The raw node's
-    (verdict, reason, stored released_ns)."""
+    ``when``: ``"stalled"`` (it stopped reading before the round, so its job write
+    blocks and the coordinator aborts it), ``"before-ack"`` (on its job),
+    ``"before-release"`` (right after its ack; a third node acks 1 s late, so the close
+    is seen before the release) or ``"after-release"`` (on its release, before the
+    deadline). The raw node's (verdict, reason, stored verdict+result row)."""
     store = canary_store(tmp_path / "n.db", PROFILE, FP, 24, answer=(1, 2, 3, 4))
     identity = Ed25519PrivateKey.generate()
+    key = public_key_text(identity)
     async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
         rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
         nodes = 2
@@ -87,41 +116,61 @@ async def _round_with_a_leaver(tmp_path: Path, when: str) -> tuple[str, str, int
         http, ws, transport = await hand_session(rc, identity, CLAIM)
         try:
             await rc.wait_connected(nodes, timeout_s=5.0)
+            if when == "stalled":
+                _stall(rc, key, ws)
+                await _fill(rc, key)
             round_task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
-            job = await _until_job(ws, transport)
-            if when != "before-ack":
-                await ws.send_bytes(transport.seal(Ack(job.round_id)))
-            if when == "after-release":
-                await _until_release(ws, transport)
-            await ws.close()
+            if when != "stalled":
+                job = await _until_job(ws, transport)
+                if when not in ("before-ack", "stalled"):
+                    await ws.send_bytes(transport.seal(Ack(job.round_id)))
+                if when == "after-release":
+                    await _until_release(ws, transport)
+                await ws.close()
             report = await asyncio.wait_for(round_task, 12.0)
             if slow is not None:
                 await asyncio.wait_for(slow, 5.0)
         finally:
+            if when == "stalled":
+                ws._writer.transport.resume_reading()  # type: ignore[attr-defined]
             await ws.close()
             await http.close()
-        key = public_key_text(identity)
         (mine,) = [o for o in report.outcomes if o.node_key == key]
         (row,) = [r for r in rc.coord.store.round_verdicts(report.round_id) if r["node_key"] == key]
     assert len(report.outcomes) == nodes, report.as_dict()  # the others were judged too
-    return str(mine.verdict), mine.reason, row["released_ns"]
+    return str(mine.verdict), mine.reason, row
 
 
 async def test_leaving_after_the_ack_before_the_release_is_missing(tmp_path: Path) -> None:
-    verdict, reason, released = await _round_with_a_leaver(tmp_path, "before-release")
+    verdict, reason, row = await _round_with_a_leaver(tmp_path, "before-release")
     assert verdict == "missing", reason
     assert reason.startswith("session closed after acknowledging its job, without a result")
-    assert "before its release" in reason and released is None
+    assert "before its release" in reason and row["released_ns"] is None
 
 
 async def test_leaving_after_the_release_before_the_deadline_is_missing(tmp_path: Path) -> None:
-    verdict, reason, released = await _round_with_a_leaver(tmp_path, "after-release")
+    verdict, reason, row = await _round_with_a_leaver(tmp_path, "after-release")
     assert verdict == "missing", reason
     assert reason.startswith("session closed after acknowledging its job, without a result")
-    assert released is not None
+    assert row["released_ns"] is not None
 
 
-async def test_leaving_before_the_ack_is_disconnected(tmp_path: Path) -> None:
-    verdict, reason, released = await _round_with_a_leaver(tmp_path, "before-ack")
+async def test_leaving_on_the_job_before_the_ack_is_missing(tmp_path: Path) -> None:
+    """The job arrives before the ack: a farm controller that sees two identities' jobs
+    can close one before acking. Its job was written in full: ``missing``, and its
+    stored job-written stamp makes the round a loaded one."""
+    verdict, reason, row = await _round_with_a_leaver(tmp_path, "before-ack")
+    assert verdict == "missing", reason
+    assert reason == "session closed after its job was delivered, before acknowledging it"
+    assert row["released_ns"] is None
+    assert row["extra"]["acked_ns"] is None and row["extra"]["job_written_ns"] is not None
+
+
+async def test_a_node_whose_job_write_blocked_is_disconnected(tmp_path: Path) -> None:
+    """A node that stopped reading, so its job write never completed (aborted at the
+    dispatch bound): its job was not delivered, ``disconnected``, no job-written stamp."""
+    verdict, reason, row = await _round_with_a_leaver(tmp_path, "stalled")
     assert verdict == "disconnected", reason
-    assert released is None
+    assert reason.startswith("stopped reading"), reason
+    assert row["released_ns"] is None
+    assert row["extra"]["job_sent_ns"] is not None and row["extra"]["job_written_ns"] is None

@@ -192,33 +192,37 @@ def test_a_node_that_acked_and_left_before_its_release_is_loaded_and_censored(
     flags: FlagStore,
 ) -> None:
     """Session 12 (docs/detection.md "What escapes", leaving when co-loaded): a node
-    that acknowledged its screening job and closed its session before the release has
-    no release stamp, but its stored ack stamp makes it loaded, without a result, so
-    the contention analysis censors it at the deadline; a node that never acknowledged
-    stays unloaded (both backends: the stamp is read from the JSON ``extra``)."""
+    that held its screening job (written to it in full; acknowledged or not) and closed
+    its session before the release has no release stamp, but its stored job-written
+    (or ack) stamp makes it loaded, without a result, so the contention analysis
+    censors it at the deadline; a node whose job was never written in full stays
+    unloaded (both backends: the stamps are read from the JSON ``extra``)."""
     from netcheck.analysis.screening import timing_rows
     from netcheck.analysis.timing import log_service_matrix
 
-    keys = ("ok", "left", "never")
+    keys = ("ok", "left", "never", "unacked")
     assignments = tuple(Assignment(k, ("a", "b"), (), (), (), bytes(32), bytes(12)) for k in keys)
     flags.store.record_plan(RoundPlan("r1", "p", 2, 2, assignments, ()), 1.0)
     flags.record_schedule("r1", "p", "screening", "explicit", dict.fromkeys(keys, True))
     flags.store.record_outcome("r1", [
         NodeOutcome("ok", Verdict.PASS, "ok", 0.5, 0, 0),
         NodeOutcome("left", Verdict.MISSING, "left after its ack", None, 0, 0),
-        NodeOutcome("never", Verdict.DISCONNECTED, "left before its ack", None, 0, 0),
+        NodeOutcome("never", Verdict.DISCONNECTED, "job write blocked", None, 0, 0),
+        NodeOutcome("unacked", Verdict.MISSING, "left on its job, before acking", None, 0, 0),
     ], {
         "ok": NodeRecord(NodeTiming(acked_ns=2**62, release_start_ns=2**62 + 100,
                                     arrived_ns=2**62 + 500_000_100, rtt_s=0.0),
                          commitment=b"\x01" * 32),
         "left": NodeRecord(NodeTiming(job_sent_ns=10, acked_ns=2**62, rtt_s=0.0)),
         "never": NodeRecord(NodeTiming(job_sent_ns=10, rtt_s=0.0)),
+        "unacked": NodeRecord(NodeTiming(job_sent_ns=10, job_written_ns=2**62, rtt_s=0.0)),
     })  # fmt: skip
     flags.store.finish_round("r1", "complete", {})
     stored = flags.recent_rounds("p", ("screening",), limit=5)
     loaded = {r.node_key: r.loaded for r in timing_rows(stored)}
-    assert loaded == {"ok": True, "left": True, "never": False}
+    assert loaded == {"ok": True, "left": True, "never": False, "unacked": True}
     m = log_service_matrix(timing_rows(stored), keys, ("r1",), deadline_s=2.0)
-    assert m.loaded[:, 0].tolist() == [True, True, False]
-    assert m.censored[:, 0].tolist() == [False, True, False]
+    assert m.loaded[:, 0].tolist() == [True, True, False, True]
+    assert m.censored[:, 0].tolist() == [False, True, False, True]
     assert math.isclose(m.y[1, 0], math.log(2.0))
+    assert math.isclose(m.y[3, 0], math.log(2.0))

@@ -52,20 +52,23 @@ def test_timing_matrix_uses_the_detectors_definitions(db_url: str) -> None:
 
 
 def test_timing_matrix_counts_a_node_that_acked_and_left_as_loaded(db_url: str) -> None:
-    """A node that acknowledged its job and left before its release (no release stamp,
-    its ack stamp in the result's ``extra``) is loaded, without a service time; one
-    that never acknowledged is not (analysis.timing.effectively_loaded, session 12)."""
+    """A node that held its job (written in full: its job-written stamp, or its ack
+    stamp, in the result's ``extra``) and left before its release is loaded, without a
+    service time, acknowledged or not; one whose job write never completed is not
+    (analysis.timing.effectively_loaded, session 12)."""
     store = Store(db_url)
     store.add_references(refs(10))
-    store.record_plan(plan("R1", {"n1": ["r000"], "n2": ["r001"]}), 1.0)
+    store.record_plan(plan("R1", {"n1": ["r000"], "n2": ["r001"], "n3": ["r002"]}), 1.0)
     store.record_outcome("R1", [
         NodeOutcome("n1", Verdict.MISSING, "left after its ack", None, 1, 0),
-        NodeOutcome("n2", Verdict.DISCONNECTED, "left before its ack", None, 1, 0),
+        NodeOutcome("n2", Verdict.DISCONNECTED, "job write blocked", None, 1, 0),
+        NodeOutcome("n3", Verdict.MISSING, "left on its job, before acking", None, 1, 0),
     ], {
         "n1": NodeRecord(NodeTiming(job_sent_ns=50, acked_ns=9_000_000_000_000_000_000)),
         "n2": NodeRecord(NodeTiming(job_sent_ns=50)),
+        "n3": NodeRecord(NodeTiming(job_sent_ns=50, job_written_ns=9_000_000_000_000_000_000)),
     })  # fmt: skip
-    m = Reader(store).timing_matrix(["n1", "n2"], ["R1"])
-    assert m["loaded"] == {"n1": [True], "n2": [False]}
-    assert m["service_s"] == {"n1": [None], "n2": [None]}
+    m = Reader(store).timing_matrix(["n1", "n2", "n3"], ["R1"])
+    assert m["loaded"] == {"n1": [True], "n2": [False], "n3": [True]}
+    assert m["service_s"] == {"n1": [None], "n2": [None], "n3": [None]}
     store.close()
