@@ -30,7 +30,7 @@ from netcheck.keys import public_key_text
 from netcheck.node.client import NodeClient
 from netcheck.node.workers import Worker
 from netcheck.protocol.handshake import NodeHandshake
-from netcheck.protocol.messages import Ack, Job, ProfileClaim, Release
+from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
 from netcheck.protocol.transport import Transport
 from netcheck.storage import ReferenceRow, Store
 
@@ -132,6 +132,32 @@ async def raw_session(
     welcome = await ws.receive(timeout=5.0)
     await ws.send_bytes(hs.receive_welcome(welcome.data))
     return http, ws, hs.transport()
+
+
+async def serve_until_job(ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> Job:
+    """On a :func:`raw_session`: answer echoes like an honest node until a job arrives;
+    return it, not acknowledged."""
+    while True:
+        msg = transport.open((await ws.receive(timeout=8.0)).data)
+        if isinstance(msg, Echo):
+            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
+        elif isinstance(msg, Job):
+            return msg
+
+
+async def serve_until_release(
+    ws: aiohttp.ClientWebSocketResponse, transport: Transport
+) -> tuple[Job, Release]:
+    """On a :func:`raw_session`: answer echoes and acknowledge the job like an honest
+    node; return the job and the release when the release arrives."""
+    job = await serve_until_job(ws, transport)
+    await ws.send_bytes(transport.seal(Ack(job.round_id)))
+    while True:
+        msg = transport.open((await ws.receive(timeout=8.0)).data)
+        if isinstance(msg, Echo):
+            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
+        elif isinstance(msg, Release):
+            return job, msg
 
 
 async def walk_raw_to_running(

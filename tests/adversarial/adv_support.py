@@ -10,9 +10,13 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import Profile
-from netcheck.lab.testing import RunningCoordinator, canary_store, small_profile
+from netcheck.lab.testing import (
+    RunningCoordinator,
+    canary_store,
+    small_profile,
+)
 from netcheck.lab.testing import raw_session as hand_session
-from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
+from netcheck.protocol.messages import ProfileClaim
 from netcheck.protocol.transport import Transport
 from netcheck.storage import Store
 
@@ -43,30 +47,6 @@ async def raw_session(
     """Open a websocket and complete the handshake by hand."""
     claim = ProfileClaim(profile=prof_name, fingerprint=FP, software="adv")
     return await hand_session(rc, identity, claim, connector=connector)
-
-
-async def serve_until_job(ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> Job:
-    """Answer echoes like an honest node until a job arrives (not acknowledged)."""
-    while True:
-        msg = transport.open((await ws.receive(timeout=8.0)).data)
-        if isinstance(msg, Echo):
-            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
-        elif isinstance(msg, Job):
-            return msg
-
-
-async def serve_until_release(
-    ws: aiohttp.ClientWebSocketResponse, transport: Transport
-) -> tuple[Job, Release]:
-    """Answer echoes and ack the job like an honest node; return at the release."""
-    job = await serve_until_job(ws, transport)
-    await ws.send_bytes(transport.seal(Ack(job.round_id)))
-    while True:
-        msg = transport.open((await ws.receive(timeout=8.0)).data)
-        if isinstance(msg, Echo):
-            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
-        elif isinstance(msg, Release):
-            return job, msg
 
 
 async def wait_for(cond, timeout_s: float = 5.0) -> bool:  # type: ignore[no-untyped-def]

@@ -17,7 +17,6 @@ from adv_support import (
     FP,
     profile,
     raw_session,
-    serve_until_job,
     store_with_canaries,
     wait_for,
 )
@@ -29,7 +28,7 @@ from netcheck.coordinator.rounds import run_round
 from netcheck.errors import CloseCode
 from netcheck.keys import public_key_text
 from netcheck.lab.adversary import MadeUpWorker
-from netcheck.lab.testing import running_coordinator
+from netcheck.lab.testing import running_coordinator, serve_until_job
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import Ack, ProfileClaim, Result
 

@@ -16,9 +16,14 @@ from netcheck.config import DeadlineParams
 from netcheck.coordinator.rounds import run_round
 from netcheck.keys import public_key_text
 from netcheck.lab.adversary import MadeUpWorker
-from netcheck.lab.testing import canary_store, running_coordinator, small_profile
+from netcheck.lab.testing import (
+    canary_store,
+    running_coordinator,
+    serve_until_release,
+    small_profile,
+)
 from netcheck.lab.testing import raw_session as hand_session
-from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
+from netcheck.protocol.messages import ProfileClaim
 
 PROFILE = small_profile(
     "latedrop", dispatch_timeout_s=1.0, result_timeout_s=6.0,
@@ -41,17 +46,7 @@ async def _round_with_a_cut(tmp_path: Path, after_deadline: bool) -> tuple[str, 
         try:
             await rc.wait_connected(2, timeout_s=5.0)
             round_task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
-            job = None
-            while True:
-                msg = transport.open((await ws.receive(timeout=8.0)).data)
-                if isinstance(msg, Echo):
-                    await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
-                elif isinstance(msg, Job):
-                    job = msg
-                    await ws.send_bytes(transport.seal(Ack(msg.round_id)))
-                elif isinstance(msg, Release):
-                    break
-            assert job is not None
+            job, _release = await serve_until_release(ws, transport)
             if after_deadline:
                 await asyncio.sleep(job.deadline_s + 0.5)
             await ws.close()

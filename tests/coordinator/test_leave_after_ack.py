@@ -26,10 +26,11 @@ from netcheck.lab.testing import (
     RunningCoordinator,
     canary_store,
     running_coordinator,
+    serve_until_job,
     small_profile,
 )
 from netcheck.lab.testing import raw_session as hand_session
-from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release
+from netcheck.protocol.messages import Ack, Echo, ProfileClaim, Release
 from netcheck.protocol.transport import Transport
 
 PROFILE = small_profile(
@@ -38,16 +39,6 @@ PROFILE = small_profile(
 )  # fmt: skip
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "00" * 32}
 CLAIM = ProfileClaim(profile=PROFILE.name, fingerprint=FP, software="test")
-
-
-async def _until_job(ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> Job:
-    """Answer echoes until the job arrives."""
-    while True:
-        msg = transport.open((await ws.receive(timeout=8.0)).data)
-        if isinstance(msg, Echo):
-            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
-        elif isinstance(msg, Job):
-            return msg
 
 
 async def _until_release(ws: aiohttp.ClientWebSocketResponse, transport: Transport) -> None:
@@ -61,7 +52,7 @@ async def _slow_acker(rc: RunningCoordinator, joined: asyncio.Event) -> None:
     http, ws, transport = await hand_session(rc, Ed25519PrivateKey.generate(), CLAIM)
     try:
         joined.set()
-        job = await _until_job(ws, transport)
+        job = await serve_until_job(ws, transport)
         await asyncio.sleep(1.0)
         await ws.send_bytes(transport.seal(Ack(job.round_id)))
         await _until_release(ws, transport)
@@ -121,7 +112,7 @@ async def _round_with_a_leaver(tmp_path: Path, when: str) -> tuple[str, str, dic
                 await _fill(rc, key)
             round_task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
             if when != "stalled":
-                job = await _until_job(ws, transport)
+                job = await serve_until_job(ws, transport)
                 if when not in ("before-ack", "stalled"):
                     await ws.send_bytes(transport.seal(Ack(job.round_id)))
                 if when == "after-release":

@@ -23,13 +23,13 @@ from netcheck.lab.testing import (
     RunningCoordinator,
     canary_store,
     running_coordinator,
+    serve_until_release,
     small_profile,
 )
 from netcheck.lab.testing import raw_session as hand_session
 from netcheck.protocol.jobs import commitment, sign_receipt
-from netcheck.protocol.messages import Ack, Echo, EchoReply, Job, ProfileClaim, Release, Result
+from netcheck.protocol.messages import EchoReply, ProfileClaim, Result
 from netcheck.protocol.session import EXCESS_REPLY_BURST
-from netcheck.protocol.transport import Transport
 from netcheck.storage import Store
 
 PROFILE = small_profile(dispatch_timeout_s=1.0, result_timeout_s=3.0)
@@ -45,23 +45,6 @@ async def _raw_session(rc: RunningCoordinator, identity: Ed25519PrivateKey):  # 
     """Open a websocket and complete the handshake by hand; returns (http, ws, transport)."""
     claim = ProfileClaim(profile=PROFILE.name, fingerprint=FP, software="test")
     return await hand_session(rc, identity, claim)
-
-
-async def _serve_until_release(
-    ws: aiohttp.ClientWebSocketResponse, transport: Transport
-) -> tuple[Job, Release]:
-    """Answer echoes and ack the job like an honest node; return at the release."""
-    job = None
-    while True:
-        msg = transport.open((await ws.receive(timeout=8.0)).data)
-        if isinstance(msg, Echo):
-            await ws.send_bytes(transport.seal(EchoReply(msg.nonce)))
-        elif isinstance(msg, Job):
-            job = msg
-            await ws.send_bytes(transport.seal(Ack(msg.round_id)))
-        elif isinstance(msg, Release):
-            assert job is not None
-            return job, msg
 
 
 def _assert_nothing_valid(store: Store, round_id: str, node_key: str) -> None:
@@ -87,7 +70,7 @@ async def test_truncation_mid_round(tmp_path: Path, cut: str) -> None:
         try:
             await rc.wait_connected(2, timeout_s=5.0)
             round_task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
-            job, _release = await _serve_until_release(ws, transport)
+            job, _release = await serve_until_release(ws, transport)
             if cut == "close_without_bye":
                 await ws.close()
             elif cut == "tcp_close":
