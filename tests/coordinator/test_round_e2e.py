@@ -32,12 +32,16 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def profile() -> Profile:
+    # Five batches share one torch engine in this process (honest-1, honest-2, late,
+    # malformed, mismatch), one after the other: at about 0.7 s each on an idle core the
+    # last honest one finishes near 3.5 s, so the deadline (t_ref 8 s + 0.5 s slack)
+    # leaves room for a loaded machine; "late" emulates 16 s, well past it.
     base = load_profile("cpu-tiny")
     return base.model_copy(
         update={
-            "deadline": DeadlineParams(t_ref_s=4.0, a=1.0, b=1.0, p99_s=0.0, slack_s=0.5),
+            "deadline": DeadlineParams(t_ref_s=8.0, a=1.0, b=1.0, p99_s=0.0, slack_s=0.5),
             "dispatch_timeout_s": 2.0,
-            "result_timeout_s": 15.0,
+            "result_timeout_s": 25.0,
         }
     )
 
@@ -101,7 +105,7 @@ async def test_round_verdicts_for_honest_and_cheating_nodes(
         "honest-2": honest,
         "made-up": MadeUpWorker(fp, profile.max_new_tokens),
         "wrong-dtype": ClaimingWorker(bf16, dict(bf16.fingerprint, dtype=profile.dtype)),
-        "late": EmulatedWorker(honest, EmulatedGPU(8.0)),
+        "late": EmulatedWorker(honest, EmulatedGPU(16.0)),
         "malformed": ShortOutputs(honest),
         "mismatch": ClaimingWorker(engine, dict(fp, model_id="synth:other")),
         "vanishing": vanishing,
