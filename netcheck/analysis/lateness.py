@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -243,9 +244,7 @@ def window_share(
     values = [stored.get(r, cfg.share) for r in rounds]
     if any(not 0.0 <= v <= 1.0 for v in values):
         raise ValueError("round shares must be in [0, 1]")
-    counts: dict[float, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
+    counts = Counter(values)
     if not values:
         mean = cfg.share
     elif len(counts) == 1:
@@ -386,9 +385,9 @@ def capacity_evidence(
     (``p0_at_half``, kept when ``p0`` differs from it) ``* max(1, coupled_share /
     reference_share)``; ``coupled_share`` is the mean round share of
     the window's rounds but the newest (``shares``: each round share with its rounds;
-    a screening round's share is the ``q`` its stored rule carries, any other stored
-    round's 1, and the rounds in ``share_from_config`` took ``configured_share``, the
-    configured mix's). Where ``strikes - 1 < (n - 1) p0 + 1`` the tail is taken at
+    a screening round's share is the ``q`` its stored rule carries, an alone
+    confirmation round's 0, any other stored round's 1 (:func:`round_share`), and the
+    rounds in ``share_from_config`` took ``configured_share``, the configured mix's). Where ``strikes - 1 < (n - 1) p0 + 1`` the tail is taken at
     ``largest_rate`` instead (:func:`capacity_test`)."""
     window = set(test.rounds)
     # p0: the rate tested (test.null_p0); when it is not the configured rate, the
