@@ -15,6 +15,8 @@ Checks, in order (each later check needs the earlier ones):
    fingerprint: a signed HTTP query (``POST /v1/doctor``, docs/protocol.md §5.12) that
    opens no session, so a running node is never replaced; a fingerprint without
    references names the fields that differ from the profile's reference sets;
+(after 3, ``host load``: a warning when the host runs more processes than it has cores:
+:func:`host_load_check`;)
 6. a quick selftest passes (repeat determinism and batch-composition invariance at the
    profile's batch shape; :mod:`netcheck.engines.selftest`).
 """
@@ -22,6 +24,7 @@ Checks, in order (each later check needs the earlier ones):
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +103,34 @@ def capacity_check(profile: Profile) -> Check:
     detail starts with ``WARNING`` when the margin is below 1.2 or unmeasured."""
     status = capacity_status(profile)
     return Check("capacity", True, status.message, warning=not status.safe)
+
+
+def host_load_check(load1: float | None = None, cpus: int | None = None) -> Check:
+    """The host's 1-minute load average against its cores (``os.getloadavg``,
+    ``os.cpu_count`` unless given). Informational, like :func:`capacity_check`: a
+    warning when the load is above the core count. Why: a busy host is the benign
+    coupling the coordinator's deadline allows for only up to a point; on an H200 host
+    (16 cores) 14 spinning processes slowed the ``h200-torch-bf16`` batch by 3.7%, 22
+    processes of CPU and memory-bandwidth work by 11% (tails to 1.31x) and made 71% of
+    the batches late at the profile's deadline (``benchmarks/host_coupling.py``,
+    docs/calibration/s13/). A late answer is a capacity strike whatever made it late."""
+    if load1 is None:
+        try:
+            load1 = os.getloadavg()[0]
+        except OSError:  # not available on this platform
+            return Check("host load", True, "load average not available here")
+    cpus = cpus or os.cpu_count() or 1
+    detail = f"load average {load1:.1f} on {cpus} cores"
+    if load1 <= cpus:
+        return Check("host load", True, detail)
+    return Check(
+        "host load",
+        True,
+        f"WARNING: {detail}: more runnable processes than cores slow this node's batches "
+        "(22 processes on a 16-core H200 host made 71% of batches late); run fewer "
+        "processes beside the node, or it will collect capacity strikes",
+        warning=True,
+    )
 
 
 def run_checks(
@@ -215,6 +246,7 @@ def run_checks(
             return checks
         if name == "profile":
             checks.append(capacity_check(holder["profile"]))  # type: ignore[arg-type]
+            checks.append(host_load_check())
     if selftest:
         step("quick selftest", quick_selftest)
     return checks

@@ -52,9 +52,9 @@ async def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
         add_refs(rc.coord.store, await asyncio.to_thread(engine_fingerprint))
         cfg = write_node_config(tmp_path, rc.url, public_key_text(rc.identity))
         got = await doctor(cfg, selftest=True)
-        assert all(ok for ok, _ in got.values()), got
+        assert all(ok for ok, _ in got.values()), got  # "host load" may warn: it passes
         assert list(got) == [
-            "config", "identity key", "profile", "capacity", "coordinator", "engine",
+            "config", "identity key", "profile", "capacity", "host load", "coordinator", "engine",
             "coordinator accepts", "quick selftest",
         ]  # fmt: skip
         assert "4 unspent references" in got["coordinator accepts"][1]
@@ -127,3 +127,16 @@ async def test_refused_profile_and_foreign_fingerprint_fail(tmp_path: Path) -> N
         assert not ok and "no references for fingerprint" in detail
         assert "cpu_threads: node" in detail and "references 7" in detail
         assert rc.coord.sessions == {}
+
+
+def test_host_load_check_warns_only_above_the_core_count() -> None:
+    """More runnable processes than cores is a warning naming the load (it does not fail:
+    the node can still join); at or below the core count the row only states it."""
+    from netcheck.node.doctor import host_load_check
+
+    busy = host_load_check(22.4, 16)
+    assert busy.ok and busy.warning and "load average 22.4 on 16 cores" in busy.detail
+    assert busy.detail.startswith("WARNING") and "capacity strikes" in busy.detail
+    calm = host_load_check(15.9, 16)
+    assert calm.ok and not calm.warning and calm.detail == "load average 15.9 on 16 cores"
+    assert host_load_check().name == "host load"  # this machine's own figures
