@@ -79,6 +79,24 @@ def test_derive_deadline_from_spread() -> None:
             derive_deadline(bad, rtt_jitter_s=0.0, max_rtt_s=0.0)
     with pytest.raises(ValueError):
         derive_deadline([1.0], rtt_jitter_s=-1.0, max_rtt_s=0.0)
+    assert d.coupling == 0.0
+
+
+def test_derive_deadline_records_the_coupling_and_the_margin_uses_it() -> None:
+    """coupling is recorded as given (a, b unchanged); the margin is t(2) over the D it
+    gives, max(a t_ref, b p99) (1 + coupling) + 2 max_rtt + slack; outside [0, 1) refused."""
+    times = [1.0] * 9 + [1.2]
+    plain = derive_deadline(times, rtt_jitter_s=0.01, max_rtt_s=0.05)
+    d = derive_deadline(times, rtt_jitter_s=0.01, max_rtt_s=0.05, coupling=0.2)
+    assert d.coupling == 0.2 and d.model_dump(exclude={"coupling"}) == plain.model_dump(
+        exclude={"coupling"}
+    )
+    prof = small_profile(deadline=d, capacity=_cap([1.0, 2.2]))
+    assert prof.deadline_s(0.05) == pytest.approx(1.2 * 1.2 * 1.2 + 0.1 + 0.02)  # b p99 > a t_ref
+    assert capacity_status(prof).margin == pytest.approx(2.2 / 1.848)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="coupling"):
+            derive_deadline(times, rtt_jitter_s=0.01, max_rtt_s=0.05, coupling=bad)
 
 
 def test_percentile_nearest_rank() -> None:
