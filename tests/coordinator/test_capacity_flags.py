@@ -142,6 +142,8 @@ def test_a_node_short_of_capacity_gets_one_flag_with_the_test_evidence(
     assert "short-003" not in ev["rounds"] and len(ev["rounds"]) == 8  # the wrong answer
     assert [v["verdict"] for v in ev["verdicts"]][:2] == ["late", "pass"]
     assert len(ev["receipts"]) == 8 and set(ev["latencies"]) == set(ev["rounds"])
+    assert ev["deadline_params"] == PROFILE.deadline.model_dump()  # the coupling too
+    assert ev["deadline_params"]["coupling"] == 0.0
     assert "at most 2% of its rounds" in ev["rule"] and "sums to 0.03" in ev["rule"]
     assert flags.recent_verdicts("short", 3, {"wrong-answer"})[0]["round_id"] == "short-003"
 
