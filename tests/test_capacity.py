@@ -16,7 +16,13 @@ from netcheck.capacity import (
     percentile,
     unsafe_profiles,
 )
-from netcheck.config import DEFAULT_PROFILES_DIR, CapacityRecord, DeadlineParams, load_profile
+from netcheck.config import (
+    DEFAULT_PROFILES_DIR,
+    CapacityRecord,
+    DeadlineParams,
+    Profile,
+    load_profile,
+)
 from netcheck.errors import ConfigError
 from netcheck.lab.testing import small_profile
 from netcheck.workloads import get_workload
@@ -79,6 +85,24 @@ def test_derive_deadline_from_spread() -> None:
             derive_deadline(bad, rtt_jitter_s=0.0, max_rtt_s=0.0)
     with pytest.raises(ValueError):
         derive_deadline([1.0], rtt_jitter_s=-1.0, max_rtt_s=0.0)
+    assert d.coupling == 0.0
+
+
+def test_derive_deadline_records_the_coupling_and_the_margin_uses_it() -> None:
+    """coupling is recorded as given (a, b unchanged); the margin is t(2) over the D it
+    gives, max(a t_ref, b p99) (1 + coupling) + 2 max_rtt + slack; outside [0, 1) refused."""
+    times = [1.0] * 9 + [1.2]
+    plain = derive_deadline(times, rtt_jitter_s=0.01, max_rtt_s=0.05)
+    d = derive_deadline(times, rtt_jitter_s=0.01, max_rtt_s=0.05, coupling=0.2)
+    assert d.coupling == 0.2 and d.model_dump(exclude={"coupling"}) == plain.model_dump(
+        exclude={"coupling"}
+    )
+    prof = small_profile(deadline=d, capacity=_cap([1.0, 2.2]))
+    assert prof.deadline_s(0.05) == pytest.approx(1.2 * 1.2 * 1.2 + 0.1 + 0.02)  # b p99 > a t_ref
+    assert capacity_status(prof).margin == pytest.approx(2.2 / 1.848)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="coupling"):
+            derive_deadline(times, rtt_jitter_s=0.01, max_rtt_s=0.05, coupling=bad)
 
 
 def test_percentile_nearest_rank() -> None:
@@ -106,13 +130,16 @@ def test_capacity_record_validation(tmp_path: Path) -> None:
 
 
 def test_shipped_h200_profiles_meet_the_capacity_target() -> None:
-    """Every shipped H200 profile is measured with margin >= 1.5 (issue 10); bf16 ones
-    record their FLOP/s fraction."""
+    """Every shipped H200 profile is measured and safe (margin >= 1.2) with the 20%
+    co-hosting allowance in its deadline (it was >= 1.5 without it, issue 10), and
+    records that margin; bf16 ones record their FLOP/s fraction."""
     for path in sorted(DEFAULT_PROFILES_DIR.glob("h200-*.toml")):
         prof = load_profile(path)
         status = capacity_status(prof)
-        assert status.safe and status.margin is not None and status.margin >= 1.5, path
+        assert prof.deadline.coupling == 0.2, path
+        assert status.safe and status.margin is not None and status.margin >= MIN_MARGIN, path
         assert prof.capacity is not None
+        assert prof.capacity.margin == pytest.approx(status.margin, abs=5e-4), path
         if prof.dtype == "bfloat16":
             assert prof.capacity.flops_fraction is not None, path
             assert prof.prompt_chars == prof.prompt_len - 1, path
@@ -124,3 +151,37 @@ def test_prompt_chars_fixes_the_prompt_length() -> None:
     prompts = get_workload(prof).generator(7).prompts(50)
     assert {len(p) for p in prompts} == {255}
     assert max(len(p) for p in get_workload(small_profile()).generator(7).prompts(50)) <= 120
+
+
+def _without_coupling(prof: Profile) -> Profile:
+    """``prof`` with the deadline it had before the co-hosting allowance (coupling 0)."""
+    return prof.model_copy(update={"deadline": prof.deadline.model_copy(update={"coupling": 0.0})})
+
+
+def test_an_honest_node_slowed_by_a_loaded_neighbour_is_in_time_at_the_shipped_deadline() -> None:
+    """EMULATED times (not measured): an honest node at 1.02 t_ref alone and 1.2 x that
+    when its co-hosted neighbour is loaded too (benign coupling up to 20%, the bound the
+    detectors allow, goal G4) passes every round at each shipped GPU profile's deadline;
+    without the allowance it was late in every coupled round (bf16: 2.71 s + rtt
+    against 2.46 s + 2 rtt)."""
+    for path in sorted(DEFAULT_PROFILES_DIR.glob("h200-*.toml")):
+        prof = load_profile(path)
+        before = _without_coupling(prof)
+        alone = 1.02 * prof.deadline.t_ref_s
+        coupled = 1.2 * alone
+        for rtt in (0.0, 0.02, prof.deadline.max_rtt_s):
+            assert alone + rtt <= before.deadline_s(rtt), path
+            assert coupled + rtt > before.deadline_s(rtt), path
+            assert coupled + rtt <= prof.deadline_s(rtt), path
+
+
+def test_a_beta_09_farm_pair_is_still_late_in_every_co_loaded_round() -> None:
+    """EMULATED times: two identities on one card with co-load slowdown beta 0.9 (the
+    shipped shapes measure 0.90-0.91) take 1.9 t_ref when both are loaded: late at every
+    shipped GPU profile's deadline with the co-hosting allowance, whatever RTT they
+    claim (the credit is capped at max_rtt_s)."""
+    for path in sorted(DEFAULT_PROFILES_DIR.glob("h200-*.toml")):
+        prof = load_profile(path)
+        farm = 1.9 * prof.deadline.t_ref_s
+        for rtt in (0.0, 0.02, prof.deadline.max_rtt_s, 0.5):
+            assert farm + rtt > prof.deadline_s(rtt), path

@@ -19,7 +19,8 @@ DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
 
 
 class DeadlineParams(Model):
-    """Deadline model: ``D = max(a * t_ref_s, b * p99_s) + 2 * min(rtt_s, max_rtt_s) + slack_s`` (seconds)."""
+    """Deadline model (seconds):
+    ``D = max(a * t_ref_s, b * p99_s) * (1 + coupling) + 2 * min(rtt_s, max_rtt_s) + slack_s``."""
 
     t_ref_s: float = Field(gt=0)
     """Reference time of one batch on the profile's hardware, seconds."""
@@ -31,6 +32,12 @@ class DeadlineParams(Model):
     max_rtt_s: float = Field(default=0.1, ge=0)
     """Cap on the echo RTT credited to a node, seconds. The node controls its echo
     replies, so an uncapped RTT would let it buy deadline (adversarial review #1)."""
+    coupling: float = Field(default=0.0, ge=0, lt=1)
+    """Benign co-hosting slowdown the deadline allows for, a fraction (0 <= coupling < 1):
+    two honest nodes on one host slow each other by up to this much when both are
+    loaded, and a and b are calibrated on a card alone. 0 = none (profiles before it);
+    the shipped GPU profiles use 0.2, the bound the detectors allow (docs/capacity.md,
+    "Co-hosting allowance")."""
 
 
 class CapacityRecord(Model):
@@ -157,14 +164,15 @@ class Profile(Model):
     def deadline_s(self, rtt_s: float) -> float:
         """Result deadline after release, seconds, for a node with round-trip time ``rtt_s``.
 
-        ``max(a * t_ref_s, b * p99_s) + 2 * min(rtt_s, max_rtt_s) + slack_s``
-        (docs/design.md; detection.md §1).
+        ``max(a * t_ref_s, b * p99_s) * (1 + coupling) + 2 * min(rtt_s, max_rtt_s) + slack_s``
+        (docs/design.md; detection.md §1; ``coupling`` 0 gives the same float as before it).
         Raises ValueError if ``rtt_s`` is negative.
         """
         if rtt_s < 0:
             raise ValueError(f"rtt_s must be >= 0, got {rtt_s}")
         d = self.deadline
-        return max(d.a * d.t_ref_s, d.b * d.p99_s) + 2 * min(rtt_s, d.max_rtt_s) + d.slack_s
+        compute = max(d.a * d.t_ref_s, d.b * d.p99_s) * (1 + d.coupling)
+        return compute + 2 * min(rtt_s, d.max_rtt_s) + d.slack_s
 
 
 def profile_search_dirs(config_dir: Path | None, profiles_dir: Path | None) -> list[Path]:

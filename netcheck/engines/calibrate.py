@@ -117,6 +117,7 @@ def run_calibration(
     selftest: bool = True,
     rtt_jitter_s: float = 0.01,
     max_rtt_s: float = 0.05,
+    coupling: float = 0.0,
     seed: int = 2718,
     progress: Progress = lambda _s, _f: None,
 ) -> dict[str, Any]:
@@ -127,6 +128,8 @@ def run_calibration(
         trials: co-location trials per k and packing (>= 1).
         max_k: largest number of identities sharing the card (>= 2).
         rtt_jitter_s, max_rtt_s: network figures for :func:`derive_deadline`.
+        coupling: the benign co-hosting slowdown the deadline allows for
+            (:func:`derive_deadline`; the margin is taken at that deadline).
 
     Raises:
         ValueError: bad counts. EngineError: the engine failed to load or to answer a
@@ -134,6 +137,8 @@ def run_calibration(
     """
     if batches < 1 or trials < 1 or max_k < 2:
         raise ValueError("need batches >= 1, trials >= 1 and max_k >= 2")
+    if not 0 <= coupling < 1:
+        raise ValueError(f"coupling must be in [0, 1), got {coupling}")
     started = time.perf_counter()
     result: dict[str, Any] = {"profile": profile.model_dump(mode="json"), "host": platform.node()}
     ks = list(range(2, max_k + 1))
@@ -210,7 +215,9 @@ def run_calibration(
         step(f"processes k={k} (last: {last.packing} k={last.k} t={last.t_s} {last.error})")
         with ProcessPool(profile, k, trial_batches) as pool:
             runs.append(pool.run(k, trials))
-    deadline = derive_deadline(times, rtt_jitter_s=rtt_jitter_s, max_rtt_s=max_rtt_s)
+    deadline = derive_deadline(
+        times, rtt_jitter_s=rtt_jitter_s, max_rtt_s=max_rtt_s, coupling=coupling
+    )
     calibrated = profile.model_copy(update={"deadline": deadline})
     t_ref = deadline.t_ref_s
     t_k: list[float] = [t_ref]

@@ -34,7 +34,8 @@ def toml_tables(result: dict[str, Any]) -> str:
         "deadline",
         result["deadline"],
         f"{label} by `netcheck engine calibrate` on {result['card']}, {result['date']}: "
-        f"D = max(a t_ref, b p99) + 2 min(rtt, max_rtt) + slack, a and b from the honest spread",
+        "D = max(a t_ref, b p99) (1 + coupling) + 2 min(rtt, max_rtt) + slack, a and b from "
+        "the honest spread, coupling the benign co-hosting slowdown allowed (docs/capacity.md)",
     )
     if "capacity" in result:
         out += "\n" + _table(
@@ -90,8 +91,8 @@ def render_markdown(result: dict[str, Any], command: str) -> str:
         f"| {result['t_ref_s']:.4f} s | {result['p99_s']:.4f} s | {min(times):.4f} s | "
         f"{max(times):.4f} s | {len(times)} |",
         "",
-        f"Deadline from the measured spread: a = {d['a']}, b = {d['b']}, slack "
-        f"{d['slack_s']} s, max_rtt {d['max_rtt_s']} s -> D = "
+        f"Deadline from the measured spread: a = {d['a']}, b = {d['b']}, coupling "
+        f"{d.get('coupling', 0.0)}, slack {d['slack_s']} s, max_rtt {d['max_rtt_s']} s -> D = "
         f"{result['deadline_s_rtt0']:.3f} s at rtt 0, {result['deadline_s_max_rtt']:.3f} s "
         "at max_rtt.",
         "",

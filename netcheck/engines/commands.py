@@ -107,6 +107,15 @@ def selftest(profile_name: str, json_path: Path | None, quick: bool, seed: int) 
     "--max-rtt-s", default=0.05, show_default=True, help="Largest RTT credited to a node, seconds."
 )
 @click.option(
+    "--coupling",
+    default=0.2,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    help="Benign co-hosting slowdown the deadline allows for (0 <= C < 1): two honest nodes "
+    "on one host slow each other by up to 20% when both are loaded, the bound the "
+    "detectors allow (docs/detection.md); times measured on a card alone miss it.",
+)
+@click.option(
     "--update-profile",
     is_flag=True,
     help="Rewrite the profile file's [deadline] and [capacity] tables with the results.",
@@ -120,11 +129,13 @@ def calibrate(
     no_selftest: bool,
     rtt_jitter_s: float,
     max_rtt_s: float,
+    coupling: float,
     update_profile: bool,
 ) -> None:
     """Measure speed and capacity of a profile on this card.
 
-    t_ref and p99 of single-identity batches, the deadline derived from their spread,
+    t_ref and p99 of single-identity batches, the deadline derived from their spread
+    (with the --coupling allowance for co-hosted honest nodes),
     then k = 2..max-k identities sharing the card (separate processes started together,
     and k CUDA streams in one process), t(k), beta(k), achieved FLOP/s against the
     measured bf16 matmul peak, and the capacity margin t(2)/deadline. Writes JSON,
@@ -155,6 +166,7 @@ def calibrate(
                 selftest=not no_selftest,
                 rtt_jitter_s=rtt_jitter_s,
                 max_rtt_s=max_rtt_s,
+                coupling=coupling,
                 progress=lambda text, frac: _progress(bar, task, console, text, frac),
             )
     except (NetcheckError, ValueError) as exc:

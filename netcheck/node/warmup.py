@@ -12,7 +12,8 @@ learns at start that a card is too slow, instead of from ``late`` verdicts.
 Measured first-batch costs (``benchmarks/first_batch.py``): cpu-tiny on the 2-core
 development machine 0.39, 0.37, 0.37, 0.32 s for the first four batches; on an H200,
 h200-torch-bf16 2.746 s for the first batch, then 2.197-2.232 s (the first is 1.24x the
-warm median and over the profile's 2.458 s deadline: docs/calibration/README.md). So the
+warm median and over the 2.458 s deadline the profile had before its co-hosting
+allowance, 2.945 s with it: docs/calibration/README.md). So the
 node's default is two warm-up batches, and a single warm-up batch, which is the cold
 one, is never taken as proof that the card is too slow.
 

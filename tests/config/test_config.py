@@ -73,6 +73,28 @@ def test_deadline_formula() -> None:
         p.deadline_s(-1.0)
 
 
+def test_deadline_coupling_scales_the_compute_term() -> None:
+    """coupling c: max(a*t_ref, b*p99) * (1 + c) + 2*min(rtt, max_rtt) + slack; 0 (the
+    default) gives the same float as the formula without it."""
+    p = load_profile("cpu-tiny")
+    assert p.deadline.coupling == 0.0
+    d = p.deadline
+    assert p.deadline_s(0.07) == max(d.a * d.t_ref_s, d.b * d.p99_s) + 2 * 0.07 + d.slack_s
+    c = p.model_copy(update={"deadline": d.model_copy(update={"coupling": 0.2})})
+    assert c.deadline_s(0.0) == pytest.approx(1.5 * 2.0 * 1.2 + 0.5)
+    assert c.deadline_s(1.0) == pytest.approx(3.6 + 2 * d.max_rtt_s + 0.5)  # rtt capped
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.0", "1.5"])
+def test_deadline_coupling_out_of_range_is_refused(tmp_path: Path, value: str) -> None:
+    """coupling must be in [0, 1); the error names the file and deadline.coupling."""
+    path = write(
+        tmp_path / "x.toml", PROFILE.replace("t_ref_s = 2.0", f"t_ref_s = 2.0\ncoupling = {value}")
+    )
+    with pytest.raises(ConfigError, match=r"x\.toml: deadline\.coupling: Input should be"):
+        load_profile(path)
+
+
 def test_profile_by_path_and_name(tmp_path: Path) -> None:
     """A profile loads by path (name = file stem) or by name from a given directory."""
     path = write(tmp_path / "x.toml", PROFILE)

@@ -8,12 +8,13 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from netcheck.analysis import rules
 from netcheck.analysis.coins import COIN_RULE
 from netcheck.analysis.schedule import rule_name
-from netcheck.config import CoordinatorConfig
+from netcheck.config import CoordinatorConfig, Profile, load_profile
 from netcheck.coordinator import checks
 from netcheck.lab.testing import small_profile
 from netcheck.records import Assignment, NodeOutcome, NodeRecord, NodeTiming, RoundPlan, Verdict
@@ -73,6 +74,41 @@ def play(
     return raised
 
 
+def coupled_marks(profile: Profile, rounds: int, seed: int) -> tuple[str, str]:
+    """EMULATED (not measured): the verdict marks and stored schedules (for :func:`play`)
+    of an honest node at 1.02 t_ref alone and 1.2 x that when its co-hosted neighbour is
+    loaded too, RTT 20 ms, judged against ``profile``'s deadline, over ``rounds`` rounds
+    of the default mix (each node loaded with probability 2/3, every 4th round full);
+    only the rounds that load the node."""
+    rng = np.random.default_rng(seed)
+    alone, rtt = 1.02 * profile.deadline.t_ref_s, 0.02
+    marks, kinds = "", ""
+    for r in range(rounds):
+        full = r % 4 == 3
+        node, neighbour = (True, True) if full else rng.random(2) < 2 / 3
+        if node:
+            elapsed = alone * (1.2 if neighbour else 1.0) + rtt
+            marks += "L" if elapsed > profile.deadline_s(rtt) else "."
+            kinds += "f" if full else "t"
+    return marks, kinds
+
+
+def test_an_honest_node_slowed_by_its_neighbour_gets_no_capacity_flag(
+    flags: FlagStore, tmp_path: Path
+) -> None:
+    """Goal G4 at the shipped h200-torch-bf16 deadline: an honest node slowed 20% by its
+    loaded co-hosted neighbour (emulated times) was late in every coupled round without
+    the co-hosting allowance and flagged by the capacity test; with it (coupling 0.2),
+    no round is late and no flag is raised. Default settings."""
+    prof = load_profile("h200-torch-bf16")
+    old = prof.model_copy(update={"deadline": prof.deadline.model_copy(update={"coupling": 0.0})})
+    marks, kinds = coupled_marks(old, 64, 13)
+    assert marks.count("L") > 0.6 * len(marks)  # the coupled rounds: 70-78% of them
+    assert play(flags, config(tmp_path), "before", marks, kinds)
+    marks, kinds = coupled_marks(prof, 64, 13)
+    assert "L" not in marks and play(flags, config(tmp_path), "after", marks, kinds) == {}
+
+
 def test_an_honest_noisy_node_gets_no_capacity_flag(flags: FlagStore, tmp_path: Path) -> None:
     """Regression (issue 13): the verdicts of the honest node the fixed-count rule flagged
     at its 4th late round (3 among its last 8) raise no flag."""
@@ -106,6 +142,8 @@ def test_a_node_short_of_capacity_gets_one_flag_with_the_test_evidence(
     assert "short-003" not in ev["rounds"] and len(ev["rounds"]) == 8  # the wrong answer
     assert [v["verdict"] for v in ev["verdicts"]][:2] == ["late", "pass"]
     assert len(ev["receipts"]) == 8 and set(ev["latencies"]) == set(ev["rounds"])
+    assert ev["deadline_params"] == PROFILE.deadline.model_dump()  # the coupling too
+    assert ev["deadline_params"]["coupling"] == 0.0
     assert "at most 2% of its rounds" in ev["rule"] and "sums to 0.03" in ev["rule"]
     assert flags.recent_verdicts("short", 3, {"wrong-answer"})[0]["round_id"] == "short-003"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from netcheck.capacity import capacity_status
-from netcheck.config import DEFAULT_PROFILES_DIR, load_profile
+from netcheck.config import DEFAULT_PROFILES_DIR, DeadlineParams, load_profile
 from netcheck.engines.calibrate import batch_flops, model_shape, run_calibration
 from netcheck.engines.calibrate_report import render_markdown, replace_tables, toml_tables
 from netcheck.engines.colocate import KRun, outputs_digest
@@ -81,6 +81,50 @@ def test_tables_replace_the_profile_tables(tmp_path: Path) -> None:
     assert "(CPU figures)" in md and "| 1.1000 | 2.2000 | 1.00 | 1.53 |" in md
 
 
+def test_tables_carry_the_coupling(tmp_path: Path) -> None:
+    """A deadline derived with a coupling writes it into [deadline]: the loaded profile's
+    D and margin include it, and the markdown states it."""
+    result = _result()
+    result["deadline"] = {**result["deadline"], "coupling": 0.2}  # type: ignore[dict-item]
+    tables = toml_tables(result)
+    assert "coupling = 0.2" in tables and "(1 + coupling)" in tables
+    path = tmp_path / "cpu-tiny.toml"
+    path.write_text(replace_tables((DEFAULT_PROFILES_DIR / "cpu-tiny.toml").read_text(), tables))
+    prof = load_profile(path)
+    assert prof.deadline.coupling == 0.2
+    assert prof.deadline_s(0.05) == pytest.approx(1.32 * 1.2 + 0.1 + 0.02)
+    assert "coupling 0.2," in render_markdown(result, "x")
+    assert "coupling 0.0," in render_markdown(_result(), "x")  # a result from before it
+
+
+def test_calibrate_command_passes_the_coupling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``engine calibrate`` derives the deadline with --coupling, 0.2 by default; a value
+    outside [0, 1) is refused before anything runs."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+    from netcheck.engines import calibrate
+
+    seen: list[float] = []
+
+    def fake(profile: object, **kw: object) -> dict[str, object]:
+        seen.append(kw["coupling"])  # type: ignore[arg-type]
+        return _result()
+
+    monkeypatch.setattr(calibrate, "run_calibration", fake)
+    args = ["engine", "calibrate", "--profile", "cpu-tiny", "--out", str(tmp_path)]
+    for extra, want in (([], 0.2), (["--coupling", "0.1"], 0.1)):
+        result = CliRunner().invoke(main, args + extra)
+        assert result.exit_code == 0, result.output
+        assert seen[-1] == want
+    result = CliRunner().invoke(main, args + ["--coupling", "1.0"])
+    assert result.exit_code == 2 and "--coupling" in result.output and len(seen) == 2
+    help_text = CliRunner().invoke(main, ["engine", "calibrate", "--help"]).output
+    assert "co-hosting" in help_text and "docs/detection.md" in " ".join(help_text.split())
+
+
 def test_flops_line_readable_on_a_cpu() -> None:
     """CPU-sized FLOP/s show significant digits, not "0.0 TFLOP/s", and a fraction above
     100% (bf16 peak slower than the float32 model) says why; a GPU-like one does not."""
@@ -100,7 +144,7 @@ def test_run_calibration_on_cpu() -> None:
     )
     steps: list[str] = []
     result = run_calibration(
-        prof, batches=2, trials=1, max_k=2, selftest=False,
+        prof, batches=2, trials=1, max_k=2, selftest=False, coupling=0.2,
         progress=lambda text, _f: steps.append(text),
     )  # fmt: skip
     assert result["cpu"] is True and result["card"].startswith("cpu")
@@ -110,4 +154,7 @@ def test_run_calibration_on_cpu() -> None:
     assert "not applicable on a CPU" in streams[0]["error"]
     assert len(result["t_k_s"]) == 2 and result["capacity"]["packing"] == "processes"
     assert result["deadline"]["a"] >= 1.1 and result["flops_fraction"] > 0
+    assert result["deadline"]["coupling"] == 0.2  # the margin is taken at that deadline
+    d = prof.model_copy(update={"deadline": DeadlineParams(**result["deadline"])})
+    assert result["margin"] == pytest.approx(result["t_k_s"][1] / d.deadline_s(0.05))
     assert steps[0] == "loading the engine" and steps[-1] == "done"

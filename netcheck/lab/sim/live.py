@@ -142,7 +142,8 @@ class LiveSimulation:
         cfg: settings (:class:`LiveConfig`).
         rng: randomness of the service times.
         secret: the schedule secret (32 random bytes from ``rng`` if None).
-        profile: the profile (deadline); :func:`sim_profile` if None.
+        profile: the profile (deadline); if None, :func:`sim_profile` by
+            ``cfg.deadline_rule``.
     """
 
     def __init__(
@@ -153,7 +154,7 @@ class LiveSimulation:
         self.cfg = cfg
         self.rng = rng
         self.secret = secret if secret is not None else rng.bytes(32)
-        self.profile = profile or sim_profile(population, rng)
+        self.profile = profile or sim_profile(population, rng, deadline_rule=cfg.deadline_rule)
         self.keys = population.node_keys
         self.deadline = np.array([self.profile.deadline_s(float(r)) for r in population.rtt_s])
         self.censor_s = self.profile.deadline_s(0.0)

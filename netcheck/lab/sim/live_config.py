@@ -6,6 +6,7 @@ coordinator's detection loop): :class:`LiveConfig` (defaults: the coordinator's)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from netcheck.analysis.alone import AloneConfig
 from netcheck.analysis.confirm import ConfirmConfig
 from netcheck.analysis.detectors import DetectorConfig
 from netcheck.analysis.slowness import SlownessConfig
+from netcheck.capacity import derive_deadline
 from netcheck.config import CoordinatorConfig, DeadlineParams, Profile
 from netcheck.lab.sim.population import Population
 
@@ -22,6 +24,15 @@ _DEFAULTS = CoordinatorConfig.model_fields
 #: The capacity rule before the capacity test: 3 late/missing among the last 8 verdicts
 #: (``capacity_check``); tracked beside the test as the same-run baseline.
 LEGACY_CAPACITY = (8, 3)
+
+DeadlineRule = Literal["legacy", "derived"]
+"""How :func:`sim_profile` sets the deadline: ``legacy``, the :class:`DeadlineParams`
+defaults (a 1.5, b 1.2, slack 0.5 s) over the honest p99; ``derived``, the product's
+calibration rule (:func:`~netcheck.capacity.derive_deadline` with the co-hosting
+allowance :data:`SIM_COUPLING`)."""
+SIM_COUPLING = 0.2
+"""The co-hosting allowance of the ``derived`` deadline (as ``netcheck engine calibrate``'s
+``--coupling`` default: the benign coupling the detectors allow)."""
 
 
 def _fdefault(name: str) -> float:
@@ -39,6 +50,12 @@ def _bdefault(name: str) -> bool:
 def _default(name: str) -> int:
     value = _DEFAULTS[name].default
     assert isinstance(value, int)
+    return value
+
+
+def _max_rtt_default() -> float:
+    value = DeadlineParams.model_fields["max_rtt_s"].default
+    assert isinstance(value, float)
     return value
 
 
@@ -75,7 +92,10 @@ class LiveConfig:
     (:func:`~netcheck.analysis.lateness.null_p0`,
     :func:`~netcheck.analysis.slowness.null_rate`, :func:`~netcheck.analysis.alone.trimmed`;
     session 9); False: calibrated for 1/2 whatever ``q`` (the behaviour before, the
-    baseline; the same at ``q = 1/2``).
+    baseline; the same at ``q = 1/2``). ``deadline_rule``: how the simulated profile's
+    deadline is set (:data:`DeadlineRule`, :func:`sim_profile`; ``legacy`` the behaviour
+    before session 13); used when :class:`~netcheck.lab.sim.live.LiveSimulation` is given
+    no profile.
     """
 
     full_every: int = field(default_factory=lambda: _default("screening_full_every"))
@@ -101,6 +121,7 @@ class LiveConfig:
     probe_ref_s: float = 0.005
     slowness: SlownessConfig | None = field(default_factory=SlownessConfig)
     alone: AloneConfig | None = field(default_factory=AloneConfig)
+    deadline_rule: DeadlineRule = "legacy"
 
 
 def legacy_config() -> LiveConfig:
@@ -126,16 +147,42 @@ def legacy_config() -> LiveConfig:
     )
 
 
-def sim_profile(population: Population, rng: np.random.Generator, **deadline: float) -> Profile:
+def sim_profile(
+    population: Population, rng: np.random.Generator, *, deadline_rule: DeadlineRule = "legacy",
+    **deadline: float,
+) -> Profile:  # fmt: skip
     """EMULATION: a profile whose deadline is calibrated on the population's honest
-    nodes, as ``benchmarks/calibrate_profile.py`` does on hardware: ``t_ref_s`` = the
-    spec's reference time, ``p99_s`` = the 99th percentile of honest alone service
-    times over 32 simulated rounds; ``a``, ``b``, ``slack_s``, ``max_rtt_s``: the
-    :class:`DeadlineParams` defaults unless given in ``deadline``."""
+    nodes. Both rules draw the same 32 simulated rounds of every honest node loaded
+    (the same draws from ``rng``), then:
+
+    - ``legacy`` (as ``benchmarks/calibrate_profile.py`` did on hardware): ``t_ref_s`` =
+      the spec's reference time, ``p99_s`` = the 99th percentile of those service times;
+      ``a``, ``b``, ``slack_s``, ``max_rtt_s``: the :class:`DeadlineParams` defaults;
+    - ``derived`` (as ``netcheck engine calibrate`` does): :func:`derive_deadline` of the
+      honest nodes' *alone* service times pooled over nodes and rounds (a co-hosted
+      node's time divided by ``1 + benign_coupling``: its partner was loaded too),
+      ``rtt_jitter_s`` = the spec's, ``max_rtt_s`` = the :class:`DeadlineParams`
+      default, ``coupling`` = :data:`SIM_COUPLING`.
+
+    Fields given in ``deadline`` replace the rule's. Raises ValueError for another rule.
+    """
+    if deadline_rule not in ("legacy", "derived"):
+        raise ValueError(f"deadline_rule must be 'legacy' or 'derived', got {deadline_rule!r}")
     honest = population.farm_of < 0
     samples = [population.service_times(honest, rng)[honest] for _ in range(32)]
-    p99 = float(np.nanpercentile(np.concatenate(samples), 99)) if honest.any() else 0.0
-    params = DeadlineParams(t_ref_s=population.spec.t_ref_s, p99_s=p99, **deadline)
+    if deadline_rule == "legacy":
+        p99 = float(np.nanpercentile(np.concatenate(samples), 99)) if honest.any() else 0.0
+        params = DeadlineParams(t_ref_s=population.spec.t_ref_s, p99_s=p99, **deadline)
+    else:
+        if not honest.any():
+            raise ValueError("the derived deadline needs honest nodes")
+        coupled = 1.0 + population.spec.benign_coupling * (population.cohost_of[honest] >= 0)
+        alone = np.concatenate([s / coupled for s in samples])
+        derived = derive_deadline(
+            alone[~np.isnan(alone)].tolist(), rtt_jitter_s=population.spec.rtt_jitter_s,
+            max_rtt_s=_max_rtt_default(), coupling=SIM_COUPLING,
+        )  # fmt: skip
+        params = DeadlineParams(**{**derived.model_dump(), **deadline})
     return Profile(name="sim", engine="torch", model="synth:tiny", dtype="float32", batch_size=4,
                    prompt_len=16, max_new_tokens=4, deadline=params)  # fmt: skip
 

@@ -51,6 +51,38 @@ def test_capacity_strikes_at_the_real_deadline() -> None:
     assert legacy.capacity == legacy.capacity_legacy == snap.capacity_legacy
 
 
+def test_the_derived_deadline_rule_calibrates_as_the_product_does() -> None:
+    """``deadline_rule="derived"``: derive_deadline of the honest nodes' alone service
+    times (a co-hosted node's divided by 1 + benign_coupling), slack 2 x the RTT jitter,
+    the default max_rtt, coupling 0.2; the same draws as ``legacy`` (the runs stay
+    comparable), which stays the default; LiveConfig selects it."""
+    spec = PopulationSpec(n_nodes=40, farm_sizes=(2,), cohosted_pairs=19,
+                          benign_coupling=0.5, sigma_w=0.02, speed_sd=0.0)  # fmt: skip
+    pop = make_population(spec, np.random.default_rng(5))
+    rng_l, rng_d = np.random.default_rng(6), np.random.default_rng(6)
+    legacy = live.sim_profile(pop, rng_l)
+    derived = live.sim_profile(pop, rng_d, deadline_rule="derived")
+    assert rng_l.random() == rng_d.random()
+    assert (legacy.deadline.a, legacy.deadline.slack_s, legacy.deadline.coupling) == (1.5, 0.5, 0)
+    d = derived.deadline
+    assert (d.coupling, d.max_rtt_s, d.slack_s) == (0.2, 0.1, round(2 * spec.rtt_jitter_s, 4))
+    # every honest node is co-hosted and coupled by 50% in the draws: alone times are
+    # near t_ref, so is the median; the pooled p99 is of the alone times
+    assert d.t_ref_s == pytest.approx(spec.t_ref_s, rel=0.05)
+    assert d.p99_s < 1.2 * spec.t_ref_s < legacy.deadline.p99_s
+    assert derived.deadline_s(0.0) == pytest.approx(
+        max(d.a * d.t_ref_s, d.b * d.p99_s) * 1.2 + d.slack_s
+    )
+    given = live.sim_profile(pop, np.random.default_rng(6), deadline_rule="derived", a=3.0)
+    assert given.deadline.a == 3.0 and given.deadline.b == d.b
+    with pytest.raises(ValueError, match="deadline_rule"):
+        live.sim_profile(pop, np.random.default_rng(6), deadline_rule="x")  # type: ignore[arg-type]
+    assert LiveConfig().deadline_rule == "legacy"
+    cfg = LiveConfig(deadline_rule="derived")
+    sim = LiveSimulation(pop, cfg, np.random.default_rng(6), secret=bytes(32))
+    assert sim.profile.deadline == d
+
+
 def test_the_floors_follow_the_load_probability_unless_told_not_to(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
