@@ -370,6 +370,9 @@ CONFIGS: dict[str, Any] = {
     # session 12: only the mutual test's nomination floor at log 1.2; its BH family and
     # the other detectors keep log 1.25 (DetectorConfig.mutual_nominate_floor)
     "mf20": lambda: LiveConfig(detector=DetectorConfig(mutual_nominate_floor=math.log(1.2))),
+    # session 13: the deadline calibrated as the product does (derive_deadline of the
+    # honest alone times, coupling allowance 0.2) instead of the legacy constants
+    "derived": lambda: LiveConfig(deadline_rule="derived"),
 }
 
 
