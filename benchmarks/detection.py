@@ -373,6 +373,8 @@ CONFIGS: dict[str, Any] = {
     # session 13: the deadline calibrated as the product does (derive_deadline of the
     # honest alone times, coupling allowance 0.2) instead of the legacy constants
     "derived": lambda: LiveConfig(deadline_rule="derived"),
+    # ... and calibrated on one trusted card of the class (speed 1, median noise)
+    "card": lambda: LiveConfig(deadline_rule="card"),
 }
 
 

@@ -25,7 +25,7 @@ _DEFAULTS = CoordinatorConfig.model_fields
 #: (``capacity_check``); tracked beside the test as the same-run baseline.
 LEGACY_CAPACITY = (8, 3)
 
-DeadlineRule = Literal["legacy", "derived"]
+DeadlineRule = Literal["legacy", "derived", "card"]
 """How :func:`sim_profile` sets the deadline: ``legacy``, the :class:`DeadlineParams`
 defaults (a 1.5, b 1.2, slack 0.5 s) over the honest p99; ``derived``, the product's
 calibration rule (:func:`~netcheck.capacity.derive_deadline` with the co-hosting
@@ -162,17 +162,35 @@ def sim_profile(
       honest nodes' *alone* service times pooled over nodes and rounds (a co-hosted
       node's time divided by ``1 + benign_coupling``: its partner was loaded too),
       ``rtt_jitter_s`` = the spec's, ``max_rtt_s`` = the :class:`DeadlineParams`
-      default, ``coupling`` = :data:`SIM_COUPLING`.
+      default, ``coupling`` = :data:`SIM_COUPLING`;
+    - ``card`` (as ``netcheck engine calibrate`` does on *one* trusted card of the class):
+      :func:`derive_deadline` of 256 batch times of a card at the class's reference
+      speed and the population's median noise (``t_ref_s exp(g + e)``, ``g`` the round
+      effect, ``e ~ N(0, sigma_w)``; drawn from ``rng`` after the samples above), same
+      RTT jitter, ``max_rtt_s`` and coupling as ``derived``. Cards slower or noisier
+      than the calibration card are not in it, as on hardware.
 
     Fields given in ``deadline`` replace the rule's. Raises ValueError for another rule.
     """
-    if deadline_rule not in ("legacy", "derived"):
-        raise ValueError(f"deadline_rule must be 'legacy' or 'derived', got {deadline_rule!r}")
+    if deadline_rule not in ("legacy", "derived", "card"):
+        raise ValueError(
+            f"deadline_rule must be 'legacy', 'derived' or 'card', got {deadline_rule!r}"
+        )
     honest = population.farm_of < 0
     samples = [population.service_times(honest, rng)[honest] for _ in range(32)]
     if deadline_rule == "legacy":
         p99 = float(np.nanpercentile(np.concatenate(samples), 99)) if honest.any() else 0.0
         params = DeadlineParams(t_ref_s=population.spec.t_ref_s, p99_s=p99, **deadline)
+    elif deadline_rule == "card":
+        spec = population.spec
+        card = spec.t_ref_s * np.exp(
+            spec.round_sd * rng.standard_normal(256) + spec.sigma_w * rng.standard_normal(256)
+        )
+        derived = derive_deadline(
+            card.tolist(), rtt_jitter_s=spec.rtt_jitter_s, max_rtt_s=_max_rtt_default(),
+            coupling=SIM_COUPLING,
+        )  # fmt: skip
+        params = DeadlineParams(**{**derived.model_dump(), **deadline})
     else:
         if not honest.any():
             raise ValueError("the derived deadline needs honest nodes")

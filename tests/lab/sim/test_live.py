@@ -83,6 +83,24 @@ def test_the_derived_deadline_rule_calibrates_as_the_product_does() -> None:
     assert sim.profile.deadline == d
 
 
+def test_the_card_deadline_rule_calibrates_on_one_card_of_the_class() -> None:
+    """``deadline_rule="card"``: derive_deadline of one reference card's batches (speed 1,
+    the spec's sigma_w and round effect), not of the population: slow, noisy or coupled
+    honest cards do not widen it, so at sigma_w 0.05 it is tighter than ``derived``."""
+    spec = PopulationSpec(n_nodes=60, farm_sizes=(2,), cohosted_pairs=10, benign_coupling=0.2,
+                          sigma_w=0.05, speed_sd=0.2)  # fmt: skip
+    pop = make_population(spec, np.random.default_rng(5))
+    card = live.sim_profile(pop, np.random.default_rng(6), deadline_rule="card")
+    derived = live.sim_profile(pop, np.random.default_rng(6), deadline_rule="derived")
+    d = card.deadline
+    assert d.coupling == 0.2 and d.t_ref_s == pytest.approx(spec.t_ref_s, rel=0.02)
+    # one card at log-sd sqrt(0.05^2 + 0.02^2): p99 about exp(2.33 * 0.054) = 1.13 t_ref
+    assert d.p99_s == pytest.approx(1.13 * spec.t_ref_s, rel=0.04)
+    assert card.deadline_s(0.0) < 0.85 * derived.deadline_s(0.0)  # speed spread 20% not in it
+    assert LiveSimulation(pop, LiveConfig(deadline_rule="card"), np.random.default_rng(6),
+                          secret=bytes(32)).profile.deadline == d  # fmt: skip
+
+
 def test_the_floors_follow_the_load_probability_unless_told_not_to(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
