@@ -162,7 +162,7 @@ class Database:
             with self._read("check schema") as conn:
                 stale = migrate.needs_upgrade(conn)
             if stale:
-                with self._write("upgrade schema (add rounds.seq)") as conn:
+                with self._write("upgrade schema") as conn:
                     self._lock_schema(conn)
                     migrate.upgrade(conn)
         except StorageError as exc:  # not a database, unreachable: name which one
