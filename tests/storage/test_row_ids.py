@@ -142,3 +142,17 @@ def test_sqlite_ids_stay_integer_primary_keys(tmp_path: object) -> None:
     flags = FlagStore(store)
     assert flags.add_flag("slow", "confirmed", "p", ["n"], 1.0, 2.0, {}) == PAST_INT4 + 1
     store.close()
+
+
+def test_processes_widening_one_int4_database_at_once_all_succeed(pg_url: str) -> None:
+    """Six processes open one int4 database together: the widening runs once, under the
+    schema's advisory lock; the others find it done (no 'column ... is of type bigint'
+    race, no error)."""
+    from test_database_open import _open_at_once
+
+    store = Store(pg_url)
+    _record_round(store, "old", "n1")
+    store.close()
+    _narrow_to_int4(pg_url)
+    assert _open_at_once(pg_url, 6) == []
+    assert _column_types(pg_url)[("verdicts", "id")] == "bigint"
