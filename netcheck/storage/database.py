@@ -12,6 +12,7 @@ PostgreSQL is a URL change. A failure that may pass (a lock, a lost connection) 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -159,6 +160,11 @@ class Database:
                 path = Path(database).expanduser()
                 if not path.is_file():
                     raise StorageError(f"cannot open database {_shown(parsed)}: no file at {path}")
+                if not os.access(path, os.R_OK):
+                    raise StorageError(
+                        f"cannot open database {_shown(parsed)}: {path} is not readable by "
+                        "this user"
+                    )
                 target = _sqlite_read_only(parsed, path, "mode=ro")
             elif create:
                 folder = Path(database).expanduser().parent
@@ -228,6 +234,8 @@ class Database:
         path = Path(parsed.database or "").expanduser()
         self._engine = create_engine(_sqlite_read_only(parsed, path, "immutable=1"), **kwargs)
         self._setup_sqlite(self._engine, busy_timeout_ms, True)
+        with self._engine.connect() as conn:  # fails here, at open, if this cannot read it
+            conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
         self.immutable = True
         log.warning(
             "%s: SQLite cannot open its WAL index (read-only folder): reading it as an "

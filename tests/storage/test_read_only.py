@@ -90,3 +90,20 @@ def test_read_only_refuses_writes_on_every_backend(db_url: str) -> None:
             with pytest.raises(Exception, match="read-only transaction"):
                 conn.execute(text("CREATE TABLE x (a int)"))
     store.close()
+
+
+def _open_read_only(url: str) -> str:
+    try:
+        Store(url, read_only=True).close()
+    except StorageError as exc:
+        return str(exc)
+    return "opened"
+
+
+def test_a_file_this_user_cannot_read_says_so() -> None:
+    """A file without read permission: the open says so (not a misleading fallback)."""
+
+    with read_only_folder(_fill) as folder:
+        (folder / "n.db").chmod(0)  # read_only_folder made it 0444
+        message = as_reader(_open_read_only, f"sqlite:///{folder / 'n.db'}")
+    assert message.endswith("n.db is not readable by this user"), message
