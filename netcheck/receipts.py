@@ -133,7 +133,7 @@ def _row_from_db(url: str, round_id: str, node_key: str) -> dict[str, Any]:
     if missing_file is not None:
         raise click.BadParameter(f"no database file at {missing_file}", param_hint="--from-db")
     canonical = public_key_text(parse_public_key(node_key))
-    store = Store(url)
+    store = Store(url, read_only=True)  # an auditor's copy may sit on a read-only mount
     try:
         row = store.result_row(round_id, canonical)
     finally:

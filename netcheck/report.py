@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,37 @@ def key_column(table: Table, header: str = "node key") -> None:
     table.add_column(header, no_wrap=True, min_width=KEY_WIDTH, overflow="ignore")
 
 
+#: Characters a table shows of a node key at least when it cuts keys (``ed25519:`` and
+#: 12 of the 43 key characters: 72 bits).
+KEY_PREFIX_CHARS = 20
+
+
+def key_prefixes(keys: Iterable[str], min_chars: int = KEY_PREFIX_CHARS) -> dict[str, str]:
+    """Each key's shortest prefix of at least ``min_chars`` characters that no other key
+    in ``keys`` starts with, ``…`` appended when cut (a key no longer than that is shown
+    whole), so a table's rows stay apart however alike their keys are (a node can choose
+    a key sharing a long prefix with another's).
+
+    Neighbours in sorted order share the longest prefixes, so this is O(n log n).
+    """
+    ordered = sorted(set(keys))
+
+    def common(a: str, b: str) -> int:
+        n = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            n += 1
+        return n
+
+    shown: dict[str, str] = {}
+    for i, key in enumerate(ordered):
+        near = [ordered[j] for j in (i - 1, i + 1) if 0 <= j < len(ordered)]
+        need = max([min_chars, *(common(key, other) + 1 for other in near)])
+        shown[key] = key if need >= len(key) else key[:need] + "…"
+    return shown
+
+
 VERDICT_STYLE = {
     "pass": "green", "late": "yellow", "profile-mismatch": "magenta",
     "unchecked": "black on bright_yellow",  # not a failure, not a pass: stands out
@@ -45,19 +76,22 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
 
     Args:
         report: the admin API's round report (``RoundReport.as_dict()``).
-        names: optional node key → display name.
+        names: optional node key → display name. A node without one is shown by its
+            key cut to the shortest prefix that tells the table's keys apart
+            (:func:`key_prefixes`).
     """
     names = dict(names or {})
     for v in report["verdicts"]:
         if v.get("name"):
             names.setdefault(v["node_key"], v["name"])
+    short = key_prefixes(v["node_key"] for v in report["verdicts"])
     table = Table(title=f"round {report['round_id']} ({report['profile']})")
     for col in ("node", "verdict", "elapsed s", "canaries", "reason"):
         table.add_column(col)
     for v in sorted(report["verdicts"], key=lambda v: names.get(v["node_key"], v["node_key"])):
         elapsed = v.get("elapsed_s")
         table.add_row(
-            names.get(v["node_key"], v["node_key"][:20]),
+            Text(names.get(v["node_key"], short[v["node_key"]])),  # node text: no markup
             verdict_text(v["verdict"]),
             "-" if elapsed is None else f"{elapsed:.3f}",
             f"{v['canaries_matched']}/{v['canaries_checked']}",

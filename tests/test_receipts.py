@@ -234,3 +234,26 @@ def test_cli_config_reads_the_coordinators_database(signed, tmp_path: Path, monk
     assert "outputs match" in ok.output
     both = CliRunner().invoke(main, [*args, "--config", str(cfg), "--from-db", "sqlite:///x.db"])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def _verify_from_db(url: str, node_key: str) -> tuple[int, str]:
+    base = ["verify", "--round-id", ROUND, "--node-key", node_key, "--from-db", url]
+    result = CliRunner().invoke(receipt, base)
+    return result.exit_code, result.output
+
+
+def test_cli_from_db_reads_a_read_only_copy(signed) -> None:
+    """An auditor's copy of the database on a read-only mount (file and folder not
+    writable) is read: the command opens it read-only (it failed with 'unable to open
+    database file'; the workaround was a ?immutable=1&uri=true URL)."""
+    from readonly_support import as_reader, read_only_folder
+
+    def fill(folder: Path) -> None:
+        _store_result(f"sqlite:///{folder / 'n.db'}", signed, outputs=OUTPUTS)
+
+    with read_only_folder(fill) as folder:
+        code, output = as_reader(
+            _verify_from_db, f"sqlite:///{folder / 'n.db'}", signed["node_key"]
+        )
+    assert code == 0, output
+    assert "outputs match" in output

@@ -28,6 +28,7 @@ from rich.text import Text
 
 from netcheck.admin_client import (
     AdminConflict,
+    AdminError,
     admin_call,
     coordinator_config_option,
     coordinator_label,
@@ -326,8 +327,16 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
     console.print(Text(f"full evidence: netcheck flags show {config} --json {flag_id}"))
 
 
+#: review state -> the ``netcheck flags`` command that moves a flag to it.
+REVIEW_COMMANDS: dict[str, str] = {}
+
+
 def _review_command(name: str, state: str, summary: str) -> None:
-    @flags.command(name, help=f"{summary} Exits 6 if the flag's state does not allow it.")
+    REVIEW_COMMANDS[state] = name
+
+    @flags.command(
+        name, help=f"{summary} Exits 6, naming what to run, if the flag's state does not allow it."
+    )
     @coordinator_config_option
     @click.argument("flag_id", type=int)
     @click.option("--by", default=None, help="Who reviews (default: $USER).")
@@ -336,11 +345,42 @@ def _review_command(name: str, state: str, summary: str) -> None:
         who = by or os.environ.get("USER") or os.environ.get("USERNAME") or ""
         if not who:
             raise click.UsageError("give --by NAME (no $USER to default to)")
-        row = admin_call(
-            config_path, "POST", f"/admin/flags/{flag_id}/review",
-            {"state": state, "by": who, "note": note}, timeout_s=30,
-        )  # fmt: skip
+        try:
+            row = admin_call(
+                config_path, "POST", f"/admin/flags/{flag_id}/review",
+                {"state": state, "by": who, "note": note}, timeout_s=30,
+            )  # fmt: skip
+        except AdminConflict as exc:
+            hint = _review_hint(config_path, flag_id, state)
+            raise AdminConflict(f"{exc}{hint}") from exc
         click.echo(f"flag {flag_id}: {row['state']} by {row['by']} at {_when(row['at'])}")
+
+
+def _review_hint(config_path: Path, flag_id: int, wanted: str) -> str:
+    """What to run instead, for a review refused because of the flag's current state
+    (``""`` when the state allows ``wanted``: another 409, or the flag unreadable):
+    ``; run `netcheck flags reopen ...` first, then `netcheck flags ack ...```."""
+    from netcheck.storage.reviews import TRANSITIONS
+
+    try:
+        flag = admin_call(config_path, "GET", f"/admin/flags/{flag_id}", timeout_s=30)
+    except AdminError:
+        return ""
+    current = str((flag.get("review") or {}).get("state", "open"))
+    allowed = [s for s in TRANSITIONS.get(current, ()) if s in REVIEW_COMMANDS]
+    if current == wanted:
+        return f" (it is {current} already)"
+    if wanted in allowed or not allowed:
+        return ""
+    config = f"--config {shlex.quote(str(config_path))}"
+
+    def line(state: str) -> str:
+        return f"`netcheck flags {REVIEW_COMMANDS[state]} {config} {flag_id}`"
+
+    then = [s for s in allowed if wanted in TRANSITIONS.get(s, ())]
+    if then:  # e.g. false-positive -> open -> acknowledged
+        return f"; run {line(then[0])} first, then {line(wanted)}"
+    return "; run " + " or ".join(line(s) for s in allowed)
 
 
 _review_command("ack", "acknowledged", "Acknowledge a flag: someone is looking into it.")

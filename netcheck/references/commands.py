@@ -36,13 +36,18 @@ def pool_table(entries: Sequence[Mapping[str, Any]], title: str) -> Table:
 
 
 def _offline(config_path: Path) -> list[dict[str, Any]]:
+    """The pool read from the config's database, opened read-only (a copy on a read-only
+    mount reads too); no database file yet: no references."""
     from netcheck.config import load_coordinator_config
     from netcheck.references.pool import pool_status
     from netcheck.storage import Store
+    from netcheck.storage.urls import missing_sqlite_file
 
     cfg = load_coordinator_config(config_path)
     profiles = {p.name: p for p in map(cfg.load_profile, cfg.profiles)}
-    with Store(cfg.database) as store:
+    if missing_sqlite_file(cfg.database) is not None:
+        return []
+    with Store(cfg.database, read_only=True) as store:
         return [e.as_dict() for e in pool_status(store.reference_pool(), profiles)]
 
 

@@ -11,10 +11,13 @@ PostgreSQL is a URL change. A failure that may pass (a lock, a lost connection) 
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import quote
 
 from sqlalchemy import Connection, create_engine, event, text
 from sqlalchemy.engine import URL, Engine, make_url
@@ -31,6 +34,8 @@ from sqlalchemy.pool import StaticPool
 from netcheck.errors import DatabaseURLError, StorageError, StorageUnavailable
 from netcheck.storage import migrate
 from netcheck.storage.tables import metadata
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 5000
 #: First key of the PostgreSQL advisory lock that serialises table creation and schema
@@ -78,6 +83,15 @@ def json_ready(value: object) -> object:
     return value
 
 
+def _sqlite_read_only(parsed: URL, path: Path, flag: str) -> URL:
+    """A SQLite URI URL of ``path`` (absolute, percent-encoded) with ``flag``
+    (``mode=ro`` or ``immutable=1``) and ``parsed``'s other query options."""
+    name, _, value = flag.partition("=")
+    uri = f"file:{quote(str(path.resolve()))}"
+    query = {**parsed.query, name: value, "uri": "true"}
+    return parsed.set(database=uri, query=query)
+
+
 def _shown(url: URL) -> str:
     """``url`` quoted for an error message, its password hidden."""
     return repr(url.render_as_string(hide_password=True))
@@ -94,6 +108,13 @@ class Database:
         create: False opens the database as it is: no folder or table created, no schema
             upgrade (:mod:`netcheck.storage.probe`, which connects once itself).
         connect_timeout_s: PostgreSQL only: give up connecting after this long.
+        read_only: open for reading only (commands that only read, e.g. ``receipt verify
+            --from-db``), as ``create=False``; every write raises :class:`StorageError`
+            saying so. A SQLite file opens with ``mode=ro``, so a copy on a read-only
+            mount or a file this user may not write can be read; where SQLite cannot
+            open even that (a WAL database whose ``-shm`` index cannot be created next
+            to it), as ``immutable=1`` (:attr:`immutable`). PostgreSQL sessions are
+            ``default_transaction_read_only``.
 
     Raises:
         DatabaseURLError: ``url`` cannot be used (not a URL, unsupported backend, driver
@@ -109,8 +130,15 @@ class Database:
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         create: bool = True,
         connect_timeout_s: float | None = None,
+        read_only: bool = False,
     ) -> None:
         self.url = url
+        self.read_only = read_only
+        """Opened with ``read_only``: writes raise :class:`StorageError`."""
+        self.immutable = False
+        """A read-only SQLite file read as unchanging (``immutable=1``): SQLite could not
+        open its WAL index; a change made meanwhile by another process would not be seen."""
+        create = create and not read_only
         try:
             parsed = make_url(url)
         except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
@@ -122,11 +150,22 @@ class Database:
         """``sqlite`` or ``postgresql`` (the SQLAlchemy backend name)."""
         self._sqlite = self.backend == "sqlite"
         kwargs: dict[str, Any] = {}
+        target: str | URL = url
         if self._sqlite:
             database = parsed.database or ""
             kwargs["connect_args"] = {"check_same_thread": False}
             if database in ("", ":memory:"):
                 kwargs["poolclass"] = StaticPool
+            elif read_only and "uri" not in parsed.query:  # a file:...?uri=true URL: as given
+                path = Path(database).expanduser()
+                if not path.is_file():
+                    raise StorageError(f"cannot open database {_shown(parsed)}: no file at {path}")
+                if not os.access(path, os.R_OK):
+                    raise StorageError(
+                        f"cannot open database {_shown(parsed)}: {path} is not readable by "
+                        "this user"
+                    )
+                target = _sqlite_read_only(parsed, path, "mode=ro")
             elif create:
                 folder = Path(database).expanduser().parent
                 try:
@@ -140,14 +179,18 @@ class Database:
             # The PostgreSQL analogue of busy_timeout: a write waits this long for a row or
             # table lock held by another transaction, then fails as "database is locked".
             opts = f"-c lock_timeout={max(1, int(busy_timeout_ms))}"  # 0 would mean forever
+            if read_only:
+                opts += " -c default_transaction_read_only=on"
             extra = parsed.query.get("options")
             kwargs["connect_args"] = {"options": f"{extra} {opts}" if extra else opts}
             if connect_timeout_s is not None:
                 kwargs["connect_args"]["connect_timeout"] = max(1, round(connect_timeout_s))
         try:
-            self._engine: Engine = create_engine(url, **kwargs)
+            self._engine: Engine = create_engine(target, **kwargs)
             if self._sqlite:
-                self._setup_sqlite(self._engine, busy_timeout_ms)
+                self._setup_sqlite(self._engine, busy_timeout_ms, read_only)
+            if isinstance(target, URL):  # a SQLite file opened read-only
+                self._open_sqlite_read_only(parsed, busy_timeout_ms, **kwargs)
             if not create:
                 return
             # DDL in a write transaction (SQLite: BEGIN IMMEDIATE): create_all reads the
@@ -162,7 +205,7 @@ class Database:
             with self._read("check schema") as conn:
                 stale = migrate.needs_upgrade(conn)
             if stale:
-                with self._write("upgrade schema (add rounds.seq)") as conn:
+                with self._write("upgrade schema") as conn:
                     self._lock_schema(conn)
                     migrate.upgrade(conn)
         except StorageError as exc:  # not a database, unreachable: name which one
@@ -174,6 +217,31 @@ class Database:
             ) from exc
         except Exception as exc:  # anything else while opening
             raise StorageError(f"cannot open database {_shown(parsed)}: {exc}") from exc
+
+    def _open_sqlite_read_only(self, parsed: URL, busy_timeout_ms: int, **kwargs: Any) -> None:
+        """Read the catalogue once through ``mode=ro``; when SQLite cannot open the file
+        that way (a WAL database on a read-only mount, no ``-shm`` next to it), reopen it
+        as ``immutable=1``."""
+        try:
+            with self._engine.connect() as conn:
+                conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+            return
+        except OperationalError as exc:  # read-only mount: "unable to open database file";
+            # a folder this user may not write: "attempt to write a readonly database"
+            if "unable to open" not in str(exc) and "readonly database" not in str(exc):
+                raise
+        self._engine.dispose()
+        path = Path(parsed.database or "").expanduser()
+        self._engine = create_engine(_sqlite_read_only(parsed, path, "immutable=1"), **kwargs)
+        self._setup_sqlite(self._engine, busy_timeout_ms, True)
+        with self._engine.connect() as conn:  # fails here, at open, if this cannot read it
+            conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+        self.immutable = True
+        log.warning(
+            "%s: SQLite cannot open its WAL index (read-only folder): reading it as an "
+            "unchanging file (immutable=1); a copy is fine, a live database may read wrong",
+            path,
+        )
 
     def _lock_schema(self, conn: Connection) -> None:
         """PostgreSQL: take the transaction-level advisory lock of the current schema's
@@ -187,12 +255,13 @@ class Database:
             )
 
     @staticmethod
-    def _setup_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+    def _setup_sqlite(engine: Engine, busy_timeout_ms: int, read_only: bool = False) -> None:
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            if not read_only:  # the journal mode is kept in the file: a write
+                cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             cur.close()
@@ -212,7 +281,16 @@ class Database:
 
     @contextmanager
     def _write(self, action: str) -> Iterator[Connection]:
-        """One write transaction; commits on success, rolls back on any exception."""
+        """One write transaction; commits on success, rolls back on any exception.
+
+        Raises:
+            StorageError: opened ``read_only`` (nothing is tried), or the write failed.
+        """
+        if self.read_only:
+            raise StorageError(
+                f"{action}: needs to write, but the database was opened read-only (a "
+                "command that only reads); use a command that writes, on a writable database"
+            )
         with self._errors(action), self._engine.connect() as conn:
             conn = conn.execution_options(netcheck_write=True)
             with conn.begin():

@@ -39,13 +39,22 @@ from sqlalchemy import (
 
 from netcheck.records import Flag, FlagStatus, RoundKind, StoredRounds
 from netcheck.storage.store import Store
-from netcheck.storage.tables import flags, metadata, results, round_schedules, rounds, verdicts
+from netcheck.storage.tables import (
+    MAX_ROW_ID,
+    flags,
+    metadata,
+    results,
+    round_schedules,
+    rounds,
+    verdicts,
+)
 
 ROUND_KINDS = tuple(k.value for k in RoundKind)
 FLAG_STATUSES = tuple(s.value for s in FlagStatus)
-#: The largest flag id the ``flags.flag_id`` column can hold (INTEGER: 32 bits on
-#: PostgreSQL, which refuses a larger value in a query instead of matching nothing).
-MAX_FLAG_ID = 2**31 - 1
+#: The largest flag id the ``flags.flag_id`` column can hold (a 64-bit row id since
+#: session 13, 32 bits before; PostgreSQL refuses a larger value in a query instead of
+#: matching nothing).
+MAX_FLAG_ID = MAX_ROW_ID
 
 _RESULT_COLUMNS = (
     results.c.round_id,

@@ -31,6 +31,17 @@ from sqlalchemy import (
 
 metadata = MetaData()
 
+RowId = BigInteger().with_variant(Integer(), "sqlite")
+"""Type of the surrogate ids (``id``, ``flag_id``) and the foreign keys to them: 64-bit
+(BIGSERIAL on PostgreSQL: tables that grow with rounds x nodes pass 2^31 rows in about
+149 days at 10,000 nodes and a round a minute); SQLite's ``INTEGER PRIMARY KEY`` is
+already 64-bit and is the only spelling that autoincrements there. Databases created
+with 32-bit ids are upgraded in place (:mod:`netcheck.storage.migrate`)."""
+
+MAX_ROW_ID = 2**63 - 1
+"""The largest value a :data:`RowId` column holds (a larger one is no row: PostgreSQL
+refuses it in a query instead of matching nothing)."""
+
 
 @dataclass(frozen=True)
 class ReferenceRow:
@@ -107,7 +118,7 @@ rounds = Table(
 assignments = Table(
     "assignments",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", RowId, primary_key=True, autoincrement=True),
     Column("round_id", String(200), ForeignKey("rounds.round_id"), nullable=False),
     Column("node_key", String(64), nullable=False),
     Column("prompts", JSON, nullable=False),  # list[str], the whole mixed batch in order
@@ -121,7 +132,7 @@ assignments = Table(
 results = Table(
     "results",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", RowId, primary_key=True, autoincrement=True),
     Column("round_id", String(200), ForeignKey("rounds.round_id"), nullable=False),
     Column("node_key", String(64), nullable=False),
     Column("session_id", String(64), nullable=True),  # hex
@@ -140,7 +151,7 @@ results = Table(
 verdicts = Table(
     "verdicts",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", RowId, primary_key=True, autoincrement=True),
     Column("round_id", String(200), ForeignKey("rounds.round_id"), nullable=False),
     Column("node_key", String(64), nullable=False),
     Column("verdict", String(50), nullable=False),
@@ -173,7 +184,7 @@ round_schedules = Table(
 flags = Table(
     "flags",
     metadata,
-    Column("flag_id", Integer, primary_key=True, autoincrement=True),
+    Column("flag_id", RowId, primary_key=True, autoincrement=True),
     Column("kind", String(50), nullable=False),
     Column("status", String(50), nullable=False),  # FLAG_STATUSES
     Column("profile", String(200), nullable=False),
@@ -191,8 +202,8 @@ MAX_BY_CHARS = 200
 flag_reviews = Table(
     "flag_reviews",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("flag_id", Integer, ForeignKey(flags.c.flag_id), nullable=False, index=True),
+    Column("id", RowId, primary_key=True, autoincrement=True),
+    Column("flag_id", RowId, ForeignKey(flags.c.flag_id), nullable=False, index=True),
     Column("state", String(50), nullable=False),
     Column("by", String(MAX_BY_CHARS), nullable=False),
     Column("note", Text, nullable=False),

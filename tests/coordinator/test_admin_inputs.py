@@ -202,17 +202,41 @@ async def test_review_with_control_characters_is_400_on_every_backend(
     _no_server_errors(caplog)
 
 
-@pytest.mark.parametrize("fid", ["2147483648", "9" * 18, str(2**63 - 1)])
-async def test_a_flag_id_past_the_column_is_404_on_every_backend(
+@pytest.mark.parametrize("fid", ["2147483648", "9" * 18, str(2**63 - 1), str(2**63), "9" * 30])
+async def test_a_flag_id_of_no_flag_is_404_on_every_backend(
     tmp_path: Path, db_url: str, fid: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Flag ids are INTEGER (int4 on PostgreSQL): an id of 2^31 or more reached the query
-    and PostgreSQL refused it ('integer out of range'), a 500 from GET and from a
-    review; now 404 (no such flag) before the database, as on SQLite."""
+    """An id with no flag is 404 (no such flag) from GET and from a review, never a 500:
+    past the column's 64 bits before the database (PostgreSQL would refuse it: 'bigint
+    out of range'), below that from the query. Session 12 bounded ids at 2^31 (int4)."""
     async with admin(tmp_path, Store(db_url)) as (_rc, call):
         status, text = await call("GET", f"/admin/flags/{fid}")
         assert (status, text) == (404, f"no flag {int(fid)}")
         body = {"state": "acknowledged", "by": "ana"}
         status, text = await call("POST", f"/admin/flags/{fid}/review", json=body)
         assert (status, text) == (404, f"no flag {int(fid)}")
+    _no_server_errors(caplog)
+
+
+async def test_a_flag_id_past_2_31_is_found_on_every_backend(
+    tmp_path: Path, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Flag ids are 64-bit (session 13): a flag numbered past 2^31 is shown and reviewed
+    (the session 12 guard answered 404 for every id from 2^31 up)."""
+    from sqlalchemy import insert
+
+    from netcheck.storage.tables import flags
+
+    store = Store(db_url)
+    fid = 2**31 + 7
+    row = {"flag_id": fid, "kind": "slow", "status": "confirmed", "profile": PROFILE.name,
+           "node_keys": ["ed25519:x"], "created_at": 1.0, "evidence": {}}  # fmt: skip
+    with store._write("add a flag past 2^31") as conn:
+        conn.execute(insert(flags).values(**row))
+    async with admin(tmp_path, store) as (_rc, call):
+        status, text = await call("GET", f"/admin/flags/{fid}")
+        assert status == 200 and f'"flag_id": {fid}' in text, text
+        body = {"state": "acknowledged", "by": "ana"}
+        status, text = await call("POST", f"/admin/flags/{fid}/review", json=body)
+        assert status == 200, text
     _no_server_errors(caplog)

@@ -58,6 +58,39 @@ def check_dashboard(driver: Any, base: str, token: str, fid: int) -> None:
     assert driver.find_element("id", "no-pair-plots")  # one node: no 1x1 matrix
 
 
+async def test_a_refused_review_names_the_command_to_run(tmp_path: Path) -> None:
+    """`flags ack` on a false-positive flag exits 6 and says to run `flags reopen` first
+    (with the same --config), then `flags ack`; `flags false-positive` on it again says
+    it already is; a 409 the state does not explain gets no hint."""
+    import shlex
+
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+        cfg = str(write_config(tmp_path, rc))
+        fid = rc.coord.screening.flags.add_flag(
+            "capacity", "confirmed", PROFILE.name, ["ed25519:x"], 3.0, 3.0, {}
+        )
+
+        def flags_cli(*args: str) -> Any:
+            argv = ["flags", *args, str(fid), "--config", cfg, "--by", "ann"]
+            return CliRunner().invoke(main, argv)
+
+        assert (await asyncio.to_thread(flags_cli, "false-positive")).exit_code == 0
+        refused = await asyncio.to_thread(flags_cli, "ack")
+        assert refused.exit_code == Exit.CONFLICT, refused.output
+        out = " ".join(refused.output.split())
+        config = f"--config {shlex.quote(cfg)}"
+        assert f"flag {fid} is false-positive: it can go to open" in out, out
+        assert (
+            f"run `netcheck flags reopen {config} {fid}` first, "
+            f"then `netcheck flags ack {config} {fid}`"
+        ) in out, out
+        again = await asyncio.to_thread(flags_cli, "false-positive")
+        assert again.exit_code == Exit.CONFLICT and "(it is false-positive already)" in again.output
+        long_note = await asyncio.to_thread(flags_cli, "reopen", "--note", "x" * 2001)
+        assert long_note.exit_code == Exit.CONFLICT, long_note.output
+        assert "longer than" in long_note.output and "run `" not in long_note.output
+
+
 async def test_review_through_cli_api_and_dashboard(tmp_path: Path) -> None:
     """`flags ack` records who and why; an illegal move exits 6; the pages show it."""
     async with running_coordinator(tmp_path, [PROFILE]) as rc:

@@ -61,3 +61,49 @@ def test_build_command_names_the_callers_config() -> None:
     assert with_config(build_command("p"), Path("my dir/c.toml")).endswith(
         "--config 'my dir/c.toml'"
     )
+
+
+def _status_offline(config: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+
+    result = CliRunner().invoke(
+        main, ["reference", "status", "--config", config], terminal_width=200
+    )
+    return result.exit_code, result.output
+
+
+def test_reference_status_reads_a_read_only_database_without_a_coordinator() -> None:
+    """No coordinator answering: `reference status` reads the config's database, opened
+    read-only, so a copy on a read-only mount works (opening it to write failed); a
+    missing database file is no references, and is not created."""
+    import socket
+
+    from readonly_support import as_reader, read_only_folder
+
+    from netcheck.storage import ReferenceRow, Store
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def fill(folder: Path) -> None:
+        with Store(f"sqlite:///{folder / 'n.db'}") as store:
+            store.add_references(
+                [ReferenceRow(f"r{i}", "cpu-tiny", "f" * 64, "p", (1, 2), 0.0) for i in range(3)]
+            )
+        for name, db in (("coordinator.toml", "n.db"), ("none.toml", "none.db")):
+            (folder / name).write_text(
+                f'port = {port}\nidentity_key = "k.pem"\nopen_enrollment = true\n'
+                'admin_token = "a-test-token-of-some-length"\nprofiles = ["cpu-tiny"]\n'
+                f'database = "sqlite:///{folder / db}"\n'
+            )
+
+    with read_only_folder(fill) as folder:
+        code, output = as_reader(_status_offline, str(folder / "coordinator.toml"))
+        assert code == 0, output
+        assert "canary pool (database only)" in output and "ffffffffffff" in output, output
+        code, output = as_reader(_status_offline, str(folder / "none.toml"))
+        assert code == 0 and "no references stored" in output, output
+        assert not (folder / "none.db").exists()
