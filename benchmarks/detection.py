@@ -371,8 +371,10 @@ CONFIGS: dict[str, Any] = {
     # the other detectors keep log 1.25 (DetectorConfig.mutual_nominate_floor)
     "mf20": lambda: LiveConfig(detector=DetectorConfig(mutual_nominate_floor=math.log(1.2))),
     # session 13: the deadline calibrated as the product does (derive_deadline of the
-    # honest alone times, coupling allowance 0.2) instead of the legacy constants
+    # honest alone times, coupling allowance 0.2): the default since session 13; "s12" =
+    # the legacy constants before (a 1.5, b 1.2, slack 0.5 s), the end of session 12
     "derived": lambda: LiveConfig(deadline_rule="derived"),
+    "s12": lambda: LiveConfig(deadline_rule="legacy"),
     # ... and calibrated on one trusted card of the class (speed 1, median noise)
     "card": lambda: LiveConfig(deadline_rule="card"),
 }

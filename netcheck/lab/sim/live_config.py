@@ -93,8 +93,9 @@ class LiveConfig:
     :func:`~netcheck.analysis.slowness.null_rate`, :func:`~netcheck.analysis.alone.trimmed`;
     session 9); False: calibrated for 1/2 whatever ``q`` (the behaviour before, the
     baseline; the same at ``q = 1/2``). ``deadline_rule``: how the simulated profile's
-    deadline is set (:data:`DeadlineRule`, :func:`sim_profile`; ``legacy`` the behaviour
-    before session 13); used when :class:`~netcheck.lab.sim.live.LiveSimulation` is given
+    deadline is set (:data:`DeadlineRule`, :func:`sim_profile`; ``derived`` since session
+    13, the product's calibration rule on the class's honest spread; ``legacy`` the
+    constants before); used when :class:`~netcheck.lab.sim.live.LiveSimulation` is given
     no profile.
     """
 
@@ -121,7 +122,7 @@ class LiveConfig:
     probe_ref_s: float = 0.005
     slowness: SlownessConfig | None = field(default_factory=SlownessConfig)
     alone: AloneConfig | None = field(default_factory=AloneConfig)
-    deadline_rule: DeadlineRule = "legacy"
+    deadline_rule: DeadlineRule = "derived"
 
 
 def legacy_config() -> LiveConfig:
@@ -144,6 +145,7 @@ def legacy_config() -> LiveConfig:
         confirm_batching=False,
         confirm_coins=False,
         load_probability=0.5,
+        deadline_rule="legacy",
     )
 
 

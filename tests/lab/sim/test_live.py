@@ -55,7 +55,7 @@ def test_the_derived_deadline_rule_calibrates_as_the_product_does() -> None:
     """``deadline_rule="derived"``: derive_deadline of the honest nodes' alone service
     times (a co-hosted node's divided by 1 + benign_coupling), slack 2 x the RTT jitter,
     the default max_rtt, coupling 0.2; the same draws as ``legacy`` (the runs stay
-    comparable), which stays the default; LiveConfig selects it."""
+    comparable); LiveConfig's default since session 13 (legacy_config keeps legacy)."""
     spec = PopulationSpec(n_nodes=40, farm_sizes=(2,), cohosted_pairs=19,
                           benign_coupling=0.5, sigma_w=0.02, speed_sd=0.0)  # fmt: skip
     pop = make_population(spec, np.random.default_rng(5))
@@ -77,7 +77,7 @@ def test_the_derived_deadline_rule_calibrates_as_the_product_does() -> None:
     assert given.deadline.a == 3.0 and given.deadline.b == d.b
     with pytest.raises(ValueError, match="deadline_rule"):
         live.sim_profile(pop, np.random.default_rng(6), deadline_rule="x")  # type: ignore[arg-type]
-    assert LiveConfig().deadline_rule == "legacy"
+    assert LiveConfig().deadline_rule == "derived" and legacy_config().deadline_rule == "legacy"
     cfg = LiveConfig(deadline_rule="derived")
     sim = LiveSimulation(pop, cfg, np.random.default_rng(6), secret=bytes(32))
     assert sim.profile.deadline == d
@@ -266,7 +266,9 @@ def test_an_honest_slow_card_slowed_by_its_neighbours_is_cleared_alone() -> None
     slow_card = pop.node_keys[host[0]]
     got, judged = {}, {}
     for direct in (False, True):
-        cfg = LiveConfig(slowness=SlownessConfig(direct_flags=direct))
+        # the legacy deadline: t_ref stays the class's 2 s (the derived rule would take the
+        # median of these honest times, 4 of 10 coupled by a host the calibration cannot see)
+        cfg = LiveConfig(slowness=SlownessConfig(direct_flags=direct), deadline_rule="legacy")
         sim = LiveSimulation(shared, cfg, np.random.default_rng(8), secret=bytes(32))
         got[direct] = sim.run([128])[0].slow
         judged[direct] = sim.state.alone_attempts.get(slow_card, 0)
