@@ -110,7 +110,29 @@ def admin_call(
         AdminError: as :func:`admin_request`.
     """
     cfg = load_admin_config(config_path)
-    return asyncio.run(admin_request(cfg, method, path, body, timeout_s=timeout_s))
+    try:
+        return asyncio.run(admin_request(cfg, method, path, body, timeout_s=timeout_s))
+    except AdminUnreachable as exc:
+        raise with_start_hint(exc, config_path, cfg) from exc.__cause__
+
+
+def with_start_hint(
+    exc: AdminUnreachable, config_path: Path, cfg: CoordinatorConfig
+) -> AdminUnreachable:
+    """``exc`` with the command that starts the coordinator when nothing listens at its
+    address (connection refused: it is not running, e.g. after ``netcheck demo``), so
+    the message says what to do; ``exc`` itself for other failures (a timeout, a DNS
+    error)."""
+    cause = exc.__cause__
+    if not isinstance(cause, aiohttp.ClientConnectorError) or not isinstance(
+        cause.os_error, ConnectionRefusedError
+    ):
+        return exc
+    serve = "gateway serve" if getattr(cfg, "gateway_id", None) else "coordinator serve"
+    return AdminUnreachable(
+        f"{exc}; nothing listens there: start it with `netcheck {serve} --config "
+        f"{config_path}` (stored rounds and flags are read through it)"
+    )
 
 
 def load_admin_config(config_path: Path) -> CoordinatorConfig:

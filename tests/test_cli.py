@@ -76,6 +76,11 @@ def test_round_run_without_coordinator_is_a_clear_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["round", "run", "--config", str(cfg)])
     assert result.exit_code == Exit.UNREACHABLE
     assert "cannot reach the coordinator" in result.output
+    # nothing listens (e.g. after `netcheck demo`): the error names the command to start it
+    for args in (["round", "run"], ["flags", "list"], ["screen", "run"]):
+        result = CliRunner().invoke(main, [*args, "--config", str(cfg)])
+        assert result.exit_code == Exit.UNREACHABLE, result.output
+        assert f"start it with `netcheck coordinator serve --config {cfg}`" in result.output
 
 
 def test_non_utf8_config_is_a_config_error(tmp_path: Path) -> None:
