@@ -50,7 +50,8 @@ from netcheck.lab.demo_sizing import (
     describe,
     emulated_batch_time,
     host_cores,
-    load_average,
+    host_line,
+    load_average_value,
     renice_tree,
     write_demo_profile,
 )
@@ -335,7 +336,7 @@ async def _run(
     cfg = load_coordinator_config(coord_path)
     count = rounds * len(nodes) * profile.canaries_max
     cores = host_cores()
-    console.print(f"host: {cores} CPUs, load average {load_average()} (1 min)")
+    console.print(host_line(cores, load_average_value()))
     with console.status("loading the reference engine (converts or synthesizes the model once)"):
         refs = await asyncio.to_thread(DemoReferences, cfg, profile)
     try:
