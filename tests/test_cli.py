@@ -192,6 +192,8 @@ def test_reference_build_interrupted_says_what_was_stored(
     )
     assert result.exit_code == 130, result.output
     assert "interrupted: 32 of 64 references stored" in result.output
+    # the engine load (minutes on a model's first use) is announced before it starts
+    assert "loading engine torch synth:tiny (float32 on cpu)" in result.output
 
 
 def test_engine_calibrate_help_names_the_capacity_steps() -> None:
