@@ -40,7 +40,7 @@ from typing import Any
 
 from rich.text import Text
 
-from netcheck.admin_client import AdminError, admin_request
+from netcheck.admin_client import AdminError, admin_request, invoked_as
 from netcheck.capacity import capacity_status
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
@@ -228,21 +228,6 @@ async def wait_connected(
 SCREEN_ROUNDS = 16
 """Screening rounds that :func:`serve_hints` suggests (12 screening + 4 full-load: enough
 for the demo's proxy pair, whose shared GPU doubles its service time)."""
-
-
-def invoked_as(argv0: str | None = None) -> str:
-    """How to call netcheck again the way it was called: ``argv0`` (default
-    ``sys.argv[0]``) when it is a ``netcheck`` script given with a folder (e.g.
-    ``.venv/bin/netcheck``, relative to the current folder when below it, shell-quoted),
-    else plain ``netcheck`` (on PATH, or ``python -m netcheck``)."""
-    arg = sys.argv[0] if argv0 is None else argv0
-    path = Path(arg)
-    if path.name != "netcheck" or len(path.parts) < 2:
-        return "netcheck"
-    if path.is_absolute():
-        rel = Path(os.path.relpath(path))
-        path = path if rel.parts[:1] == ("..",) else rel
-    return shlex.quote(str(path))
 
 
 def serve_hints(

@@ -120,6 +120,7 @@ def node_setup(
     """
     import socket
 
+    from netcheck.admin_client import invoked_as
     from netcheck.config import load_node_config
     from netcheck.node.setup import coordinator_snippet, setup_cards
 
@@ -139,10 +140,11 @@ def node_setup(
             "set device cuda:N, one card each. A CPU node needs no setup per card: one "
             "config like configs/node.toml, without a device line."
         )
+    prog = invoked_as()
     click.echo(
         f"next: send the lines below to the coordinator's operator; once they are in its "
-        f"config, check each card's node with `netcheck doctor --config {first}` and start "
-        f"it with `netcheck node run --config {first}` (likewise for the other configs)"
+        f"config, check each card's node with `{prog} doctor --config {first}` and start "
+        f"it with `{prog} node run --config {first}` (likewise for the other configs)"
     )
     click.echo("\n# for the coordinator operator (coordinator.toml):")
     click.echo(
