@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +113,46 @@ def admin_call(
         AdminError: as :func:`admin_request`.
     """
     cfg = load_admin_config(config_path)
-    return asyncio.run(admin_request(cfg, method, path, body, timeout_s=timeout_s))
+    try:
+        return asyncio.run(admin_request(cfg, method, path, body, timeout_s=timeout_s))
+    except AdminUnreachable as exc:
+        raise with_start_hint(exc, config_path, cfg) from exc.__cause__
+
+
+def invoked_as(argv0: str | None = None) -> str:
+    """How to call netcheck again the way it was called, for the commands a message
+    suggests: ``argv0`` (default ``sys.argv[0]``) when it is a ``netcheck`` script given
+    with a folder (e.g. ``.venv/bin/netcheck``, as the README calls it: a bare
+    ``netcheck`` is "command not found" without an activated venv), relative to the
+    current folder when below it, shell-quoted; else plain ``netcheck`` (on PATH, or
+    ``python -m netcheck``)."""
+    arg = sys.argv[0] if argv0 is None else argv0
+    path = Path(arg)
+    if path.name != "netcheck" or len(path.parts) < 2:
+        return "netcheck"
+    if path.is_absolute():
+        rel = Path(os.path.relpath(path))
+        path = path if rel.parts[:1] == ("..",) else rel
+    return shlex.quote(str(path))
+
+
+def with_start_hint(
+    exc: AdminUnreachable, config_path: Path, cfg: CoordinatorConfig
+) -> AdminUnreachable:
+    """``exc`` with the command that starts the coordinator when nothing listens at its
+    address (connection refused: it is not running, e.g. after ``netcheck demo``), so
+    the message says what to do; ``exc`` itself for other failures (a timeout, a DNS
+    error)."""
+    cause = exc.__cause__
+    if not isinstance(cause, aiohttp.ClientConnectorError) or not isinstance(
+        cause.os_error, ConnectionRefusedError
+    ):
+        return exc
+    serve = "gateway serve" if getattr(cfg, "gateway_id", None) else "coordinator serve"
+    return AdminUnreachable(
+        f"{exc}; nothing listens there: start it with `{invoked_as()} {serve} --config "
+        f"{config_path}` (stored rounds and flags are read through it)"
+    )
 
 
 def load_admin_config(config_path: Path) -> CoordinatorConfig:

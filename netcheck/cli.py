@@ -186,6 +186,12 @@ def reference_build(
     else:
         profile = load_profile(profile_name)
     assert database is not None
+    click.echo(
+        f"loading engine {profile.engine} {profile.model} ({profile.dtype} on "
+        f"{profile.device}); this can take a while (a model's first use writes it into "
+        "the model cache)",
+        err=True,
+    )
     engine = load_engine(profile)
     store = Store(database)
     stored = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,9 @@ def test_bad_config_names_the_field(tmp_path: Path) -> None:
     assert "port" in result.output
 
 
-def test_round_run_without_coordinator_is_a_clear_error(tmp_path: Path) -> None:
+def test_round_run_without_coordinator_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Asking for a round when no coordinator listens gives a one-line error."""
     cfg = tmp_path / "coordinator.toml"
     cfg.write_text(
@@ -76,6 +79,15 @@ def test_round_run_without_coordinator_is_a_clear_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["round", "run", "--config", str(cfg)])
     assert result.exit_code == Exit.UNREACHABLE
     assert "cannot reach the coordinator" in result.output
+    # nothing listens (e.g. after `netcheck demo`): the error names the command to start it
+    for args in (["round", "run"], ["flags", "list"], ["screen", "run"]):
+        result = CliRunner().invoke(main, [*args, "--config", str(cfg)])
+        assert result.exit_code == Exit.UNREACHABLE, result.output
+        assert f"start it with `netcheck coordinator serve --config {cfg}`" in result.output
+    # called as the README calls it, the hint calls netcheck the same way
+    monkeypatch.setattr(sys, "argv", [".venv/bin/netcheck", "flags", "list"])
+    result = CliRunner().invoke(main, ["flags", "list", "--config", str(cfg)])
+    assert f"start it with `.venv/bin/netcheck coordinator serve --config {cfg}`" in result.output
 
 
 def test_non_utf8_config_is_a_config_error(tmp_path: Path) -> None:
@@ -187,6 +199,8 @@ def test_reference_build_interrupted_says_what_was_stored(
     )
     assert result.exit_code == 130, result.output
     assert "interrupted: 32 of 64 references stored" in result.output
+    # the engine load (minutes on a model's first use) is announced before it starts
+    assert "loading engine torch synth:tiny (float32 on cpu)" in result.output
 
 
 def test_engine_calibrate_help_names_the_capacity_steps() -> None:

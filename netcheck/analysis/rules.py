@@ -81,7 +81,11 @@ def capacity(window: Any, strikes: Any) -> str:
     return (
         f"The node's answers came after the round's deadline, or not at all, in at least "
         f"{_count(strikes)} of its last {w} rounds: it cannot serve its batch in time. "
-        + tail(f"late or missing rounds among the last {w}", "rounds allowed", "at least")
+        + tail(
+            f"late or missing rounds among the last {w}",
+            "the late or missing rounds that raise a flag",
+            "at least",
+        )
     )
 
 
@@ -135,7 +139,11 @@ def answer_failure(window: Any, strikes: Any) -> str:
         f"The node's answers failed the canary check (wrong tokens, or a malformed answer) "
         f"in at least {_count(strikes)} of its last {w} checked rounds: it does not run "
         "the model it claims, or runs it wrongly. "
-        + tail(f"failed rounds among the last {w} checked", "failed rounds allowed", "at least")
+        + tail(
+            f"failed rounds among the last {w} checked",
+            "the failed rounds that raise a flag",
+            "at least",
+        )
     )
 
 

@@ -234,5 +234,9 @@ def coordinator_check(config_path: Path) -> None:
     if failed:
         click.echo(f"{len(failed)} of {len(checks)} checks failed")
         sys.exit(1)
-    serve = f"netcheck coordinator serve --config {shlex.quote(str(config_path))}"
-    click.echo(f"all {len(checks)} checks passed; start it with: {serve}")
+    from netcheck.admin_client import invoked_as
+
+    serve = f"{invoked_as()} coordinator serve --config {shlex.quote(str(config_path))}"
+    warned = sum(1 for c in checks if c.warning)
+    note = f", {warned} of them with a warning (warn above)" if warned else ""
+    click.echo(f"all {len(checks)} checks passed{note}; start it with: {serve}")

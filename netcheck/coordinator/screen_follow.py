@@ -20,9 +20,14 @@ from netcheck.config import CoordinatorConfig
 def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
     """Start a screening job on the coordinator named by ``config_path`` and follow it
     to its end (``held`` receives ``job_id`` and ``names`` as soon as known)."""
+    from netcheck.admin_client import AdminUnreachable, with_start_hint
     from netcheck.config import load_coordinator_config
 
-    return asyncio.run(_follow(load_coordinator_config(config_path), body, held))
+    cfg = load_coordinator_config(config_path)
+    try:
+        return asyncio.run(_follow(cfg, body, held))
+    except AdminUnreachable as exc:
+        raise with_start_hint(exc, config_path, cfg) from exc.__cause__
 
 
 def cancel_job(config_path: Path, held: dict[str, Any]) -> Any:

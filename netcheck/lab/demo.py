@@ -40,7 +40,7 @@ from typing import Any
 
 from rich.text import Text
 
-from netcheck.admin_client import AdminError, admin_request
+from netcheck.admin_client import AdminError, admin_request, invoked_as
 from netcheck.capacity import capacity_status
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
@@ -50,7 +50,8 @@ from netcheck.lab.demo_sizing import (
     describe,
     emulated_batch_time,
     host_cores,
-    load_average,
+    host_line,
+    load_average_value,
     renice_tree,
     write_demo_profile,
 )
@@ -229,21 +230,6 @@ SCREEN_ROUNDS = 16
 for the demo's proxy pair, whose shared GPU doubles its service time)."""
 
 
-def invoked_as(argv0: str | None = None) -> str:
-    """How to call netcheck again the way it was called: ``argv0`` (default
-    ``sys.argv[0]``) when it is a ``netcheck`` script given with a folder (e.g.
-    ``.venv/bin/netcheck``, relative to the current folder when below it, shell-quoted),
-    else plain ``netcheck`` (on PATH, or ``python -m netcheck``)."""
-    arg = sys.argv[0] if argv0 is None else argv0
-    path = Path(arg)
-    if path.name != "netcheck" or len(path.parts) < 2:
-        return "netcheck"
-    if path.is_absolute():
-        rel = Path(os.path.relpath(path))
-        path = path if rel.parts[:1] == ("..",) else rel
-    return shlex.quote(str(path))
-
-
 def serve_hints(
     coord_path: Path, profile: Profile, nodes: int, program: str | None = None
 ) -> list[str]:
@@ -335,7 +321,7 @@ async def _run(
     cfg = load_coordinator_config(coord_path)
     count = rounds * len(nodes) * profile.canaries_max
     cores = host_cores()
-    console.print(f"host: {cores} CPUs, load average {load_average()} (1 min)")
+    console.print(host_line(cores, load_average_value()))
     with console.status("loading the reference engine (converts or synthesizes the model once)"):
         refs = await asyncio.to_thread(DemoReferences, cfg, profile)
     try:

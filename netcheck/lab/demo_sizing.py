@@ -49,10 +49,30 @@ def host_cores() -> int:
 
 def load_average() -> str:
     """The 1-minute load average as text ("n/a" where the OS has none)."""
+    load = load_average_value()
+    return "n/a" if load is None else f"{load:.2f}"
+
+
+def host_line(cores: int, load: float | None) -> str:
+    """The demo's first line: this host's CPUs and 1-minute load average, and, when the
+    load is already at or above the CPU count, a warning that other work competes with
+    the demo's node processes (honest nodes may then run late: a ``FALSE ALARM``)."""
+    text = f"host: {cores} CPUs, load average {'n/a' if load is None else f'{load:.2f}'} (1 min)"
+    if load is not None and load >= cores:
+        text += (
+            ": busy: other work already uses every CPU, so honest nodes may run late and "
+            "the demo end with FALSE ALARM rows; for a clean run start it when `uptime` "
+            f"shows a load average below {cores}"
+        )
+    return text
+
+
+def load_average_value() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
     try:
-        return f"{os.getloadavg()[0]:.2f}"
+        return os.getloadavg()[0]
     except OSError:
-        return "n/a"
+        return None
 
 
 def honest_share(honest: int, cores: int) -> float:

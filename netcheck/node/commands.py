@@ -114,10 +114,13 @@ def node_setup(
 
     Prints the lines the coordinator's operator adds to coordinator.toml
     (allowed_nodes, node_names, and node_hosts declaring that these identities share
-    this host). Start each with `netcheck node run --config FILE`.
+    this host). Start each with `netcheck node run --config FILE`. Each written config
+    is loaded back (coordinator URL and key, profile found): on an error nothing is left
+    written.
     """
     import socket
 
+    from netcheck.admin_client import invoked_as
     from netcheck.config import load_node_config
     from netcheck.node.setup import coordinator_snippet, setup_cards
 
@@ -128,8 +131,21 @@ def node_setup(
         profile=profile_name, first_card=first_card,
     )  # fmt: skip
     for n in nodes:
-        load_node_config(n.config_path)  # what was written must load
         click.echo(f"{n.name}: {n.device}, {n.config_path}, key {n.public_key}")
+    first = nodes[0].config_path
+    cfg = load_node_config(first)
+    if cfg.load_profile(cfg.profile).device == "cpu":
+        click.echo(
+            f"note: profile {profile_name} runs on the CPU (its device is cpu); these configs "
+            "set device cuda:N, one card each. A CPU node needs no setup per card: one "
+            "config like configs/node.toml, without a device line."
+        )
+    prog = invoked_as()
+    click.echo(
+        f"next: send the lines below to the coordinator's operator; once they are in its "
+        f"config, check each card's node with `{prog} doctor --config {first}` and start "
+        f"it with `{prog} node run --config {first}` (likewise for the other configs)"
+    )
     click.echo("\n# for the coordinator operator (coordinator.toml):")
     click.echo(
         "# allowed_nodes replaces the config's own allowed_nodes line (TOML refuses a key\n"

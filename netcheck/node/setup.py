@@ -5,7 +5,8 @@ fresh Ed25519 key, mode 0600) and ``<host>-gpu<i>.toml`` (the node config with
 ``device = "cuda:<i>"`` and ``name = "<host>-gpu<i>"``), and returns what the
 coordinator's operator needs: each public key with its name, for ``allowed_nodes`` and
 ``node_names``, and the declaration that they share one host (``node_hosts``).
-Existing files are never overwritten.
+Existing files are never overwritten, and each written config is loaded back (its
+coordinator URL and key, and its profile, found): if one fails, nothing is left written.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from netcheck.config import load_node_config
 from netcheck.errors import ConfigError
 from netcheck.keys import generate_key, public_key_text
 
@@ -44,8 +46,9 @@ def setup_cards(
     """Write a key and a node config per card (see the module docstring).
 
     Raises:
-        ConfigError: a bad host name or card count, or a file that already exists
-            (nothing is written then).
+        ConfigError: a bad host name or card count, a file that already exists, or a
+            written config that does not load (a bad coordinator URL or key, an unknown
+            profile): nothing is left written then.
         KeyFileError: a key could not be written.
     """
     if not HOST_RE.fullmatch(host):
@@ -59,20 +62,29 @@ def setup_cards(
     existing = [str(p) for _, _, k, c in plan for p in (k, c) if p.exists()]
     if existing:
         raise ConfigError(f"not overwriting existing files: {', '.join(existing)}")
-    out = []
-    for name, device, key_path, config_path in plan:
-        key = generate_key(key_path)
-        config_path.parent.mkdir(parents=True, exist_ok=True)
-        config_path.write_text(
-            f"# Node {name}: one identity per card (written by `netcheck node setup`).\n"
-            f'coordinator_url = "{coordinator_url}"\n'
-            f'coordinator_key = "{coordinator_key}"\n'
-            f'identity_key = "keys/{name}.pem"\n'
-            f'profile = "{profile}"\n'
-            f'device = "{device}"\n'
-            f'name = "{name}"\n'
-        )
-        out.append(CardNode(name, device, public_key_text(key), key_path, config_path))
+    out: list[CardNode] = []
+    try:
+        for name, device, key_path, config_path in plan:
+            key = generate_key(key_path)
+            out.append(CardNode(name, device, public_key_text(key), key_path, config_path))
+            config_path.parent.mkdir(parents=True, exist_ok=True)
+            config_path.write_text(
+                f"# Node {name}: one identity per card (written by `netcheck node setup`).\n"
+                f'coordinator_url = "{coordinator_url}"\n'
+                f'coordinator_key = "{coordinator_key}"\n'
+                f'identity_key = "keys/{name}.pem"\n'
+                f'profile = "{profile}"\n'
+                f'device = "{device}"\n'
+                f'name = "{name}"\n'
+            )
+            # what was written must load, profile included (a mistyped key, URL or
+            # profile name is found now, not at `node run` on every card)
+            load_node_config(config_path).node_profile()
+    except ConfigError as exc:
+        for n in out:  # every file written here is new (existing ones were refused)
+            n.key_path.unlink(missing_ok=True)
+            n.config_path.unlink(missing_ok=True)
+        raise ConfigError(f"{exc} (nothing written: fix the option and run it again)") from None
     return out
 
 

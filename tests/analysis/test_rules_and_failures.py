@@ -45,6 +45,14 @@ def test_rule_numbers_come_from_the_evidence() -> None:
     assert rules.rule_text("something-else", {}, None) is None
 
 
+def test_count_thresholds_are_the_counts_that_flag() -> None:
+    """A count rule flags when the statistic is at least the threshold, so the threshold
+    is the count that raises a flag, not a count "allowed" (3 of 3 allowed would not flag)."""
+    for text in (rules.answer_failure(8, 3), rules.capacity(8, 3)):
+        assert "allowed" not in text, text
+        assert "rounds that raise a flag; flagged when the statistic is at least" in text
+
+
 def test_answer_failure_counts_only_checked_rounds() -> None:
     """Unchecked and late rounds neither count nor fill the window."""
     verdicts = ["wrong-answer", "unchecked", "late", "malformed", "pass", "unchecked",

@@ -113,3 +113,15 @@ def test_renice_tree_lowers_threads_and_children() -> None:
             subprocess.run(["kill", c], check=False)
         proc.kill()
         proc.wait()
+
+
+def test_host_line_warns_when_the_host_is_already_busy() -> None:
+    """At a load average at or above the CPU count the first line says honest nodes may
+    run late (FALSE ALARM) and when to run it instead; below it, only the figures."""
+    from netcheck.lab.demo_sizing import host_line
+
+    assert host_line(2, 0.5) == "host: 2 CPUs, load average 0.50 (1 min)"
+    assert host_line(2, None) == "host: 2 CPUs, load average n/a (1 min)"
+    busy = host_line(2, 3.87)
+    assert busy.startswith("host: 2 CPUs, load average 3.87 (1 min): busy")
+    assert "FALSE ALARM" in busy and "load average below 2" in busy

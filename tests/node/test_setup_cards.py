@@ -60,3 +60,27 @@ def test_device_is_checked(tmp_path: Path) -> None:
     )
     result = CliRunner().invoke(main, ["doctor", "--config", str(cfg), "--no-selftest"])
     assert "device" in result.output
+
+
+def test_setup_checks_what_it_writes_and_leaves_nothing_on_error(tmp_path: Path) -> None:
+    """A mistyped coordinator key or profile name is an error at setup (exit 3, the field
+    named), with no key or config left behind, so the corrected command runs at once."""
+    base = [
+        "node", "setup", "--cards", "2", "--host", "rack7", "--out", str(tmp_path),
+        "--coordinator-url", "ws://10.0.0.1:8470/v1/ws",
+    ]  # fmt: skip
+    for bad, field in (
+        (["--coordinator-key", "bogus", "--profile", "cpu-tiny"], "coordinator_key"),
+        (["--coordinator-key", COORD_KEY, "--profile", "cpu-tinyy"], "cpu-tinyy"),
+    ):
+        result = CliRunner().invoke(main, base + bad)
+        assert result.exit_code == Exit.CONFIG, result.output
+        assert field in result.output and "nothing written" in result.output
+        assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+    good = CliRunner().invoke(
+        main, [*base, "--coordinator-key", COORD_KEY, "--profile", "cpu-tiny"]
+    )
+    assert good.exit_code == 0, good.output
+    # what to do next, and that a CPU profile on cards is probably not meant
+    assert f"netcheck node run --config {tmp_path / 'rack7-gpu0.toml'}" in good.output
+    assert "runs on the CPU" in good.output
