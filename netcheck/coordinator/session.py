@@ -132,7 +132,7 @@ class NodeSession(BoundedWrites):
         """True once the session is over for rounds: closed, or failed by the node's own
         input (a frame the state table refuses...), so nothing more can be sealed for it.
         A job or release not sent for this reason is the node's doing (``disconnected``
-        if its job was never written in full, ``missing`` after that), never
+        if its job never reached the connection, ``missing`` after that), never
         ``coordinator-error``."""
         return self.closed.is_set() or self.protocol.failed is not None
 
