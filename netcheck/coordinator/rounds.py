@@ -105,6 +105,13 @@ async def _release(
                 log.warning("round %s: node %s gone before release", round_id, s.label)
                 frames.append(None)  # no release: it acked, then left: missing
                 continue
+            if not s.holds_job(round_id):
+                # It reported an error for the job after its ack (allowed, §6.2), read while
+                # this loop waited for a lock: its report is its answer (`missing`), and a
+                # release would now be our own protocol error (`coordinator-error`).
+                log.warning("round %s: node %s gave up its job before release", round_id, s.label)
+                frames.append(None)
+                continue
             try:
                 frames.append(s.seal(Release(round_id=round_id, job_key=a.job_key)))
             except LocalProtocolError as exc:  # our failure (counter exhausted), not the node's
