@@ -65,7 +65,10 @@ def _watch_for_job_head(
     proto.data_received = data_received
 
 
-async def _round(tmp_path: Path, leave: bool) -> tuple[str, str, dict[str, Any]]:
+async def _round(tmp_path: Path, how: str) -> tuple[str, str, dict[str, Any]]:
+    """One round in which the raw node, on its job's head, stops reading (``"stall"``),
+    cuts its connection (``"close"``) or connects again under the same key, which
+    supersedes the stalled session (``"reconnect"``)."""
     store = canary_store(tmp_path / "n.db", PROFILE, FP, 8, answer=(1, 2, 3, 4))
     identity = Ed25519PrivateKey.generate()
     key = public_key_text(identity)
@@ -73,13 +76,14 @@ async def _round(tmp_path: Path, leave: bool) -> tuple[str, str, dict[str, Any]]
         rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
         await rc.wait_connected(1, timeout_s=5.0)
         http, ws, transport = await raw_session(rc, identity, CLAIM)
+        second: tuple[Any, Any, Any] | None = None
         try:
             await rc.wait_connected(2, timeout_s=5.0)
             s = rc.coord.sessions[key]
             assert s.tcp is not None  # a WAN path's send buffer (loopback autotunes to MBs)
             s.tcp.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32768)
             head = asyncio.Event()
-            _watch_for_job_head(ws, head, leave)
+            _watch_for_job_head(ws, head, leave=how == "close")
 
             async def answer_echoes() -> None:
                 async for msg in ws:
@@ -87,24 +91,30 @@ async def _round(tmp_path: Path, leave: bool) -> tuple[str, str, dict[str, Any]]
                     await ws.send_bytes(transport.seal(EchoReply(echo.nonce)))  # type: ignore[attr-defined]
 
             echoes = asyncio.create_task(answer_echoes())
-            report = await asyncio.wait_for(run_round(rc.coord, PROFILE.name), 20.0)
-            assert head.is_set()  # the node saw its job's head
+            round_task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
+            await asyncio.wait_for(head.wait(), 20.0)  # the node saw its job's head
+            if how == "reconnect":
+                second = await raw_session(rc, identity, CLAIM)
+            report = await asyncio.wait_for(round_task, 20.0)
             echoes.cancel()
         finally:
             ws._writer.transport.abort()  # type: ignore[attr-defined]
             await http.close()
+            if second is not None:
+                await second[1].close()
+                await second[0].close()
         (mine,) = [o for o in report.outcomes if o.node_key == key]
         (row,) = [r for r in rc.coord.store.round_verdicts(report.round_id) if r["node_key"] == key]
     return str(mine.verdict), mine.reason, row
 
 
-@pytest.mark.parametrize("leave", [False, True], ids=["stops-reading", "closes"])
+@pytest.mark.parametrize("how", ["stall", "close", "reconnect"])
 async def test_a_node_that_saw_its_job_head_and_stalled_or_left_is_missing(
-    tmp_path: Path, leave: bool
+    tmp_path: Path, how: str
 ) -> None:
-    verdict, reason, row = await _round(tmp_path, leave)
+    verdict, reason, row = await _round(tmp_path, how)
     assert verdict == "missing", reason
     assert reason.startswith("session closed after its job was delivered, before acknowledging")
-    if not leave:  # the coordinator aborted it at the dispatch bound, and says so
+    if how == "stall":  # the coordinator aborted it at the dispatch bound, and says so
         assert "stopped reading: job write blocked" in reason, reason
     assert row["extra"]["job_written_ns"] is not None  # loaded: censored at the deadline
