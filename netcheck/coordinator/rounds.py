@@ -66,13 +66,17 @@ def new_round_id() -> str:
 
 
 async def _measure_rtts(
-    rtt: RttProber, sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]
+    rtt: RttProber,
+    sessions: Sequence[NodeSession],
+    timing: dict[str, NodeTiming],
+    others: Sequence[NodeSession] = (),
 ) -> int:
     """Each node's echo and probe RTTs for the round: the sample set the background
     prober took since the node's previous round, or one taken now (all such nodes at
-    once, under one deadline; :mod:`netcheck.coordinator.rtt`). Returns how many sets
-    were taken now."""
-    return await rtt.for_round(sessions, timing)
+    once, under one deadline; :mod:`netcheck.coordinator.rtt`); ``others`` (connected,
+    not loaded) are sampled now on the same rule, so these echoes do not reveal the
+    load bit. Returns how many sets were taken now."""
+    return await rtt.for_round(sessions, timing, others)
 
 
 async def _release(
@@ -210,7 +214,8 @@ async def _run_locked(
     store = coord.store
     t0 = time.monotonic()
 
-    inline_sets = await _measure_rtts(coord.rtt, sessions, timing)
+    idle = [s for s in connected if not schedule[s.node_key]]
+    inline_sets = await _measure_rtts(coord.rtt, sessions, timing, idle)
     t_sampled = time.monotonic()
     for s in sessions:
         timing[s.node_key].rtt_s = s.rtt_s
