@@ -14,7 +14,7 @@ from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config
 from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.coordinator.server import WS_PATH, Coordinator
-from netcheck.coordinator.session_types import result_bytes_bound
+from netcheck.coordinator.session_types import message_cap_problem
 from netcheck.errors import ConfigError, DatabaseURLError
 from netcheck.keys import load_private_key, public_key_text
 from netcheck.storage import Store
@@ -49,13 +49,8 @@ def coordinator_parts(
     identity = load_private_key(cfg.identity_key)
     profiles = {p.name: p for p in (cfg.load_profile(name) for name in cfg.profiles)}
     for p in profiles.values():  # else an honest result over the cap is refused: `missing`
-        if cfg.max_message_bytes < (need := result_bytes_bound(p)):
-            raise ConfigError(
-                f"{config_path}: max_message_bytes: {cfg.max_message_bytes} is below the "
-                f"largest result a node of profile {p.name} may send ({need} bytes: "
-                f"{p.batch_size} x {p.max_new_tokens} token ids); a larger honest result "
-                f"would be refused and its node judged missing. Set it to at least {need}"
-            )
+        if problem := message_cap_problem(cfg.max_message_bytes, p):
+            raise ConfigError(f"{config_path}: {problem}")
     try:
         store = Store(cfg.database)
     except DatabaseURLError as exc:

@@ -44,6 +44,19 @@ def result_bytes_bound(profile: Profile) -> int:
     return 5 * b * n + 5 * b + 4096
 
 
+def message_cap_problem(max_message_bytes: int, profile: Profile) -> str | None:
+    """Why the coordinator's ``max_message_bytes`` cannot serve ``profile`` (below
+    :func:`result_bytes_bound`: a larger honest result would be refused and its node
+    judged ``missing``), or None."""
+    need = result_bytes_bound(profile)
+    if max_message_bytes >= need:
+        return None
+    return (f"max_message_bytes: {max_message_bytes} is below the largest result a node of "
+            f"profile {profile.name} may send ({need} bytes: {profile.batch_size} x "
+            f"{profile.max_new_tokens} token ids); a larger honest result would be refused "
+            f"and its node judged missing. Set it to at least {need}")  # fmt: skip
+
+
 def is_too_big(exc: BaseException | None) -> bool:
     """True if aiohttp rejected a websocket message for exceeding ``max_msg_size``."""
     return isinstance(exc, WebSocketError) and exc.code == WSCloseCode.MESSAGE_TOO_BIG
