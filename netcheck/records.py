@@ -154,9 +154,11 @@ class NodeTiming:
     rtt_s: float | None = None
     deadline_s: float | None = None
     job_sent_ns: int | None = None
-    #: When the write of its job frame completed (None: never written in full, the node
-    #: was gone before or during dispatch); a close after it is ``missing``, not
-    #: ``disconnected`` (netcheck.analysis.verdicts.verify).
+    #: When its job frame was handed to the connection (its head, which gives the
+    #: frame's length, could reach the node from then, even if the rest of the write
+    #: then blocked; None: it never reached the socket, the node was gone before
+    #: dispatch or stalled behind an earlier write); a close after it is ``missing``,
+    #: not ``disconnected`` (netcheck.analysis.verdicts.verify).
     job_written_ns: int | None = None
     acked_ns: int | None = None
     release_start_ns: int | None = None

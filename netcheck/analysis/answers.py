@@ -136,8 +136,8 @@ def may_share_input(a: str, b: str, prompt_len: int | None) -> bool:
         return False
     if not (a.isascii() and b.isascii()):
         return True
-    need = max(prompt_len - 1, 1)
-    return len(a) >= need and len(b) >= need and a[-need:] == b[-need:]
+    need = prompt_len - 1  # at prompt_len 1 an engine that adds <s> keeps only <s>
+    return need <= 0 or (len(a) >= need and len(b) >= need and a[-need:] == b[-need:])
 
 
 def _same_inputs(a: Sequence[str], b: Sequence[str], prompt_len: int | None) -> bool:

@@ -37,8 +37,10 @@ class Observation:
     ``closed_ns``: when the coordinator saw the session close (same clock; None = not
     known or not closed). ``acked_ns``: when the node's acknowledgement of its job
     arrived (same clock; None = it did not acknowledge, or not known).
-    ``job_written_ns``: when the write of its job frame completed (same clock; None =
-    the job was never written in full: the node was gone before or during dispatch).
+    ``job_written_ns``: when its job frame was handed to the connection (same clock;
+    from then its head, which gives the frame's length, could reach the node, even if
+    the rest of the write blocked; None = the job never reached the socket: the node
+    was gone before dispatch or stalled behind an earlier write).
     """
 
     released_ns: int | None
@@ -58,17 +60,18 @@ class Observation:
         return self.acked_ns is not None or self.released_ns is not None
 
     def delivered(self) -> bool:
-        """Its job was written in full (an ack, hence a release, implies it)."""
+        """Its job reached the connection (an ack, hence a release, implies it)."""
         return self.job_written_ns is not None or self.acknowledged()
 
 
 #: Reason of a node that acknowledged its job and then closed its session without a
 #: result (its verdict is ``missing``, whenever the close came).
 ABANDONED = "session closed after acknowledging its job, without a result"
-#: Reason of a node whose job was written in full and that closed its session before
-#: acknowledging it (``missing`` too: it held the job, like one that acknowledged it).
+#: Reason of a node whose job reached its connection and that closed its session (or was
+#: aborted for not reading the rest) before acknowledging it (``missing`` too: it could
+#: see its job arrive, like one that acknowledged it).
 UNACKNOWLEDGED = "session closed after its job was delivered, before acknowledging it"
-#: Reason of a node whose job was never written in full (``disconnected``).
+#: Reason of a node whose job never reached its connection (``disconnected``).
 UNDELIVERED = "session closed before its job was delivered"
 
 
@@ -124,7 +127,7 @@ def verify(
     """Judge one node's result against its assignment.
 
     Checks, first failure wins: no result (``disconnected`` if the session closed
-    before the node's job was written to it in full; ``missing`` if it closed after
+    before the node's job reached its connection; ``missing`` if it closed after
     that, whenever: before or after its acknowledgement, before or after the release,
     before or after the deadline, since a node that could leave a job it holds without
     a strike could leave exactly in the rounds that load it together with another

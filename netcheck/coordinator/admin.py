@@ -84,6 +84,9 @@ NOTE_WHITESPACE = str.maketrans("", "", "\r\n\t")
 #: arm, one testable direction enough; 99.9% at 1/2)
 DEFAULT_SCREENING_ROUNDS = 32
 MAX_SCREENING_ROUNDS = 1024
+#: What a screening body may hold (``netcheck screen run`` sends all four; the capacity
+#: gate reads the last two, :func:`~netcheck.coordinator.capacity_gate.capacity_context`).
+SCREENING_FIELDS = ("profile", "rounds", "check_capacity", "capacity_override")
 
 
 def flag_links(flag: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,7 +191,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         return next(iter(coord.profiles), coord.config.profiles[0])
 
     async def start_round(request: web.Request) -> web.Response:
-        body = await json_object(request)
+        body = await json_object(request, ("profile",))
         profile = optional_name(body, "profile") or default_profile()
         try:
             report = await coord.start_round(profile)
@@ -236,7 +239,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         return web.json_response(jsonable(body))
 
     async def screening_args(request: web.Request) -> tuple[str, int, Any]:
-        body = await json_object(request)
+        body = await json_object(request, SCREENING_FIELDS)
         profile = optional_name(body, "profile") or default_profile()
         n = body.get("rounds", DEFAULT_SCREENING_ROUNDS)
         if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_SCREENING_ROUNDS:
@@ -343,7 +346,7 @@ def admin_app(coord: Coordinator) -> web.Application:
 
     async def review_flag(request: web.Request) -> web.Response:
         flag_id = flag_id_of(request)
-        body = await json_object(request)
+        body = await json_object(request, ("state", "by", "note"))
         fields = {}
         for name in ("state", "by", "note"):
             value = body.get(name, "" if name == "note" else None)

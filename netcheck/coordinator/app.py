@@ -14,6 +14,7 @@ from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config
 from netcheck.coordinator.assembly import make_runner
 from netcheck.coordinator.rxstamps import KernelStampSite
 from netcheck.coordinator.server import WS_PATH, Coordinator
+from netcheck.coordinator.session_types import message_cap_problem
 from netcheck.errors import ConfigError, DatabaseURLError
 from netcheck.keys import load_private_key, public_key_text
 from netcheck.storage import Store
@@ -47,6 +48,9 @@ def coordinator_parts(
     """
     identity = load_private_key(cfg.identity_key)
     profiles = {p.name: p for p in (cfg.load_profile(name) for name in cfg.profiles)}
+    for p in profiles.values():  # else an honest result over the cap is refused: `missing`
+        if problem := message_cap_problem(cfg.max_message_bytes, p):
+            raise ConfigError(f"{config_path}: {problem}")
     try:
         store = Store(cfg.database)
     except DatabaseURLError as exc:

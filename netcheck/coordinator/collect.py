@@ -67,8 +67,9 @@ def observe(
 def unacknowledged(s: NodeSession, a: Assignment, round_id: str, t: NodeTiming) -> NodeOutcome:
     """The outcome of a node with no (timely) ack: ``missing`` if its session is still
     open ("no ack before dispatch deadline"); else as :func:`verify` judges a close
-    without a result: ``missing`` if its job had been written in full, ``disconnected``
-    (with the abort reason, if it was aborted, e.g. its job write blocked) if not."""
+    without a result: ``missing`` if its job had reached the connection, ``disconnected``
+    if not; with the abort reason, if the coordinator aborted it (e.g. its job write
+    blocked)."""
     if not s.closed.is_set():
         return NodeOutcome(
             a.node_key, Verdict.MISSING, "no ack before dispatch deadline",
@@ -77,10 +78,12 @@ def unacknowledged(s: NodeSession, a: Assignment, round_id: str, t: NodeTiming) 
     outcome = verify(
         a, observe(s, a, round_id, t, None), max_new_tokens=0, deadline_s=float(t.deadline_s or 0.0)
     )
-    why = s.abort_reason if outcome.verdict is Verdict.DISCONNECTED and s.abort_reason else None
-    return dataclasses.replace(
-        outcome, reason=why or outcome.reason, canaries_checked=len(a.canary_ids)
-    )
+    why = outcome.reason
+    if s.abort_reason and outcome.verdict is Verdict.DISCONNECTED:
+        why = s.abort_reason  # aborted by the coordinator (e.g. its job write blocked)
+    elif s.abort_reason:
+        why = f"{outcome.reason} ({s.abort_reason})"
+    return dataclasses.replace(outcome, reason=why, canaries_checked=len(a.canary_ids))
 
 
 def received_record(

@@ -44,17 +44,23 @@ async def dispatch(
             log.warning("round %s: node %s gone before dispatch", plan.round_id, s.label)
             return
         t.job_sent_ns = time.monotonic_ns()
+
+        def handed(ns: int) -> None:
+            # From here the node can see its job's head (the websocket header gives the
+            # frame's length, and only a job is that long): a close without a result, or
+            # a stall that blocks the rest of the write (a job frame of a large profile
+            # is more than the buffers hold), is `missing` (it could know it was
+            # loaded), not `disconnected` (verdicts.verify). Review, session 13.
+            t.job_written_ns = ns
+
         try:
             # Bounded: a node that stops reading fills its socket buffers, and the write
             # then waits for it to drain; without the bound one such node would hold up the
             # dispatch (hence the release) of every node until its heartbeat timed out.
-            # The bound aborts that node's connection (its job was not written in full,
-            # so it is then `disconnected`); it
-            # never cancels the write, which would poison the session (style.md rule 16).
-            await s.send(job, write_timeout_s=profile.dispatch_timeout_s)
-            # Written in full: from here a close without a result is `missing` (the node
-            # holds its job), not `disconnected` (verdicts.verify).
-            t.job_written_ns = time.monotonic_ns()
+            # The bound aborts that node's connection (`disconnected` if its job never
+            # reached the socket: it stalled behind an earlier write); it never cancels
+            # the write, which would poison the session (style.md rule 16).
+            await s.send(job, write_timeout_s=profile.dispatch_timeout_s, on_sent=handed)
         except ConnectionError:
             if s.abort_reason:
                 log.warning(

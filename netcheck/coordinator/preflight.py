@@ -40,6 +40,7 @@ from netcheck.admin_client import admin_url, load_admin_config
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
 from netcheck.capacity import capacity_status
 from netcheck.config import CoordinatorConfig, Profile
+from netcheck.coordinator.session_types import message_cap_problem
 from netcheck.errors import NetcheckError
 from netcheck.keys import check_secret, load_private_key, public_key_text, unwritable_folder
 from netcheck.node.doctor import Check
@@ -151,6 +152,9 @@ def profile_checks(cfg: CoordinatorConfig) -> tuple[list[Check], dict[str, Profi
             checks.append(_failing(f"profile {name}", exc))
             continue
         profiles[profile.name] = profile
+        if problem := message_cap_problem(cfg.max_message_bytes, profile):
+            checks.append(Check(f"profile {name}", False, problem))
+            continue
         detail = f"engine {profile.engine}, model {profile.model}, B = {profile.batch_size}"
         status = capacity_status(profile)
         if not status.safe:

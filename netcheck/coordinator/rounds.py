@@ -66,13 +66,17 @@ def new_round_id() -> str:
 
 
 async def _measure_rtts(
-    rtt: RttProber, sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]
+    rtt: RttProber,
+    sessions: Sequence[NodeSession],
+    timing: dict[str, NodeTiming],
+    others: Sequence[NodeSession] = (),
 ) -> int:
     """Each node's echo and probe RTTs for the round: the sample set the background
     prober took since the node's previous round, or one taken now (all such nodes at
-    once, under one deadline; :mod:`netcheck.coordinator.rtt`). Returns how many sets
-    were taken now."""
-    return await rtt.for_round(sessions, timing)
+    once, under one deadline; :mod:`netcheck.coordinator.rtt`); ``others`` (connected,
+    not loaded) are sampled now on the same rule, so these echoes do not reveal the
+    load bit. Returns how many sets were taken now."""
+    return await rtt.for_round(sessions, timing, others)
 
 
 async def _release(
@@ -104,6 +108,13 @@ async def _release(
             if s.gone():  # the node ended its session (e.g. broke the protocol after its ack)
                 log.warning("round %s: node %s gone before release", round_id, s.label)
                 frames.append(None)  # no release: it acked, then left: missing
+                continue
+            if not s.holds_job(round_id):
+                # It reported an error for the job after its ack (allowed, §6.2), read while
+                # this loop waited for a lock: its report is its answer (`missing`), and a
+                # release would now be our own protocol error (`coordinator-error`).
+                log.warning("round %s: node %s gave up its job before release", round_id, s.label)
+                frames.append(None)
                 continue
             try:
                 frames.append(s.seal(Release(round_id=round_id, job_key=a.job_key)))
@@ -203,7 +214,8 @@ async def _run_locked(
     store = coord.store
     t0 = time.monotonic()
 
-    inline_sets = await _measure_rtts(coord.rtt, sessions, timing)
+    idle = [s for s in connected if not schedule[s.node_key]]
+    inline_sets = await _measure_rtts(coord.rtt, sessions, timing, idle)
     t_sampled = time.monotonic()
     for s in sessions:
         timing[s.node_key].rtt_s = s.rtt_s

@@ -214,14 +214,23 @@ class RttProber:
             self._holds -= 1
 
     async def for_round(
-        self, sessions: Sequence[NodeSession], timing: dict[str, NodeTiming]
+        self,
+        sessions: Sequence[NodeSession],
+        timing: dict[str, NodeTiming],
+        others: Sequence[NodeSession] = (),
     ) -> int:
         """Fill each session's :class:`NodeTiming` (and ``rtt_s``) from its unused set,
         and use the set up. Sessions without a usable set wait for a set in flight or are
         sampled now, all concurrently, starting no message after :data:`INLINE_DEADLINE_S`.
         A node that answered no echo gets no RTT (``rtt_s`` stays as it was).
 
-        Returns the number of sets taken inline by this call.
+        ``others``: the connected sessions the round does not load. Those without a usable
+        set or one in flight are sampled now too, on the same rule (not waited for), and
+        their sets are kept for a later round: the echoes at a round's start must not tell a node it is
+        loaded (one that leaves the prober's echoes unanswered would otherwise get them
+        in exactly its loaded rounds, seconds before its job, and could leave then).
+
+        Returns the number of sets taken inline by this call for ``sessions``.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + INLINE_DEADLINE_S
@@ -238,8 +247,12 @@ class RttProber:
                 waits.append(pending)
             else:
                 need.append(s)
-        if need:
-            waits += self._start(need, deadline, inline=True)
+        idle = [s for s in others  # not loaded: the same echoes a loaded node would get
+                if not self._usable(self._latest.get(s.session_id), now)
+                and s.session_id not in self._pending]  # fmt: skip
+        if need or idle:
+            started = self._start([*need, *idle], deadline, inline=True)
+            waits += started[: len(need)]  # the round waits for its loaded nodes' sets only
         if waits:  # sets in flight (background or now) end by their own timeouts
             await asyncio.wait(waits, timeout=INLINE_DEADLINE_S + ECHO_TIMEOUT_S + 1.0)
         now = time.monotonic_ns()

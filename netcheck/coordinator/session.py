@@ -59,7 +59,7 @@ from netcheck.protocol.messages import (
     Welcome,
 )
 from netcheck.protocol.session import Session
-from netcheck.protocol.states import Role
+from netcheck.protocol.states import Role, State
 from netcheck.protocol.transport import Transport
 from netcheck.text import untrusted
 
@@ -132,9 +132,17 @@ class NodeSession(BoundedWrites):
         """True once the session is over for rounds: closed, or failed by the node's own
         input (a frame the state table refuses...), so nothing more can be sealed for it.
         A job or release not sent for this reason is the node's doing (``disconnected``
-        if its job was never written in full, ``missing`` after that), never
+        if its job never reached the connection, ``missing`` after that), never
         ``coordinator-error``."""
         return self.closed.is_set() or self.protocol.failed is not None
+
+    def holds_job(self, round_id: str) -> bool:
+        """The node acknowledged its job of ``round_id`` and still holds it: a release may
+        be sealed. False once it reported an ``error`` for the job instead (the state
+        table allows that after the ack, docs/protocol.md §6.2; its report is its answer,
+        ``missing``), when sealing the release would be the coordinator's own protocol
+        error."""
+        return self.protocol.job_state(round_id) == State.JOB_PENDING
 
     def expect_ack(self, round_id: str) -> asyncio.Future[int]:
         """Future resolved with the arrival time (ns) of the node's ``ack`` for a round."""

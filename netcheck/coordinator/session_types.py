@@ -26,7 +26,7 @@ def receive_limits(profile: Profile, cap: Limits = DEFAULT_LIMITS) -> Limits:
     """
     b, n = profile.batch_size, profile.max_new_tokens
     return Limits(
-        max_message_bytes=min(cap.max_message_bytes, 5 * b * n + 5 * b + 4096),
+        max_message_bytes=min(cap.max_message_bytes, result_bytes_bound(profile)),
         max_array_len=min(cap.max_array_len, max(b, n, 16)),
         max_map_len=min(cap.max_map_len, 16),
         max_str_len=min(cap.max_str_len, 4096),
@@ -34,6 +34,27 @@ def receive_limits(profile: Profile, cap: Limits = DEFAULT_LIMITS) -> Limits:
         max_depth=min(cap.max_depth, 4),
         max_objects=min(cap.max_objects, b * n + 2 * b + 256),
     )
+
+
+def result_bytes_bound(profile: Profile) -> int:
+    """Bytes of the largest result a node of ``profile`` may send (:func:`receive_limits`):
+    B rows of ``max_new_tokens`` msgpack uint32 (5 bytes each, 5 per row header), plus
+    4 KiB for the commitment, signature, round id and keys."""
+    b, n = profile.batch_size, profile.max_new_tokens
+    return 5 * b * n + 5 * b + 4096
+
+
+def message_cap_problem(max_message_bytes: int, profile: Profile) -> str | None:
+    """Why the coordinator's ``max_message_bytes`` cannot serve ``profile`` (below
+    :func:`result_bytes_bound`: a larger honest result would be refused and its node
+    judged ``missing``), or None."""
+    need = result_bytes_bound(profile)
+    if max_message_bytes >= need:
+        return None
+    return (f"max_message_bytes: {max_message_bytes} is below the largest result a node of "
+            f"profile {profile.name} may send ({need} bytes: {profile.batch_size} x "
+            f"{profile.max_new_tokens} token ids); a larger honest result would be refused "
+            f"and its node judged missing. Set it to at least {need}")  # fmt: skip
 
 
 def is_too_big(exc: BaseException | None) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -58,7 +59,12 @@ class BoundedWrites:
         prefix (:func:`netcheck.logs.node_label`)."""
         return node_label(self.node_key)
 
-    async def send(self, msg: Message, write_timeout_s: float = WRITE_TIMEOUT_S) -> None:
+    async def send(
+        self,
+        msg: Message,
+        write_timeout_s: float = WRITE_TIMEOUT_S,
+        on_sent: Callable[[int], None] | None = None,
+    ) -> None:
         """Seal and write one message; the lock keeps counters in write order.
 
         Safe to cancel or to bound with a timeout: the write itself runs in its own task
@@ -67,19 +73,27 @@ class BoundedWrites:
         poisons the session. A write still blocked after ``write_timeout_s`` aborts the
         connection instead (:meth:`abort`).
 
+        ``on_sent`` is called with ``time.monotonic_ns()`` as the frame is handed to the
+        connection (its first bytes, the websocket header that gives its length, can
+        reach the node from then), even if the rest of the write then blocks or fails.
+
         Raises:
             ConnectionError: the connection is gone or was aborted.
         """
-        await asyncio.shield(self.start_send(msg, write_timeout_s))
+        await asyncio.shield(self.start_send(msg, write_timeout_s, on_sent))
 
     def start_send(
-        self, msg: Message, write_timeout_s: float = WRITE_TIMEOUT_S
+        self,
+        msg: Message,
+        write_timeout_s: float = WRITE_TIMEOUT_S,
+        on_sent: Callable[[int], None] | None = None,
     ) -> asyncio.Task[int]:
         """Start writing ``msg`` in a session-owned task; its result is
-        ``time.monotonic_ns()`` just before the bytes went to the socket.
+        ``time.monotonic_ns()`` just before the bytes went to the socket (``on_sent``,
+        if given, is called with it then, as :meth:`send`).
 
         The task raises ConnectionError if the connection is gone or was aborted."""
-        task = asyncio.get_running_loop().create_task(self._write(msg, write_timeout_s))
+        task = asyncio.get_running_loop().create_task(self._write(msg, write_timeout_s, on_sent))
         self._writes.add(task)
         task.add_done_callback(self._write_done)
         return task
@@ -89,17 +103,24 @@ class BoundedWrites:
         if not task.cancelled():
             task.exception()  # retrieved: a failed write is logged by the abort, not here
 
-    async def _write(self, msg: Message, write_timeout_s: float) -> int:
+    async def _write(
+        self, msg: Message, write_timeout_s: float, on_sent: Callable[[int], None] | None
+    ) -> int:
         # The bound covers the wait for the lock too: a message that has not reached the
         # socket after write_timeout_s, whoever holds the lock, means the node is not
         # reading.
         watchdog = self._watchdog(write_timeout_s, msg.TYPE)
         try:
             async with self.send_lock:
-                if self.abort_reason is not None or self.ws.closed:
+                closing = self.tcp is not None and self.tcp.is_closing()
+                if self.abort_reason is not None or self.ws.closed or closing:
                     raise ConnectionError(f"session of {self.label} is closed")
                 frame = self.protocol.send(msg)
                 sent_ns = time.monotonic_ns()
+                if on_sent is not None:
+                    # No await from the checks above to the socket write (no compression):
+                    # the frame's header goes out now.
+                    on_sent(sent_ns)
                 await self._send_frame(frame, msg.TYPE)
                 return sent_ns
         finally:

@@ -147,6 +147,9 @@ async def release_at(
             if s.gone():  # the node ended its session after its ack (e.g. broke the protocol)
                 log.warning("round %s: node %s gone before release", round_id, s.label)
                 continue  # no release: it acked, then left: missing
+            if not s.holds_job(round_id):  # it reported an error after its ack: missing
+                log.warning("round %s: node %s gave up its job before release", round_id, s.label)
+                continue  # sealing would raise and leave every member of this gateway out
             frame = s.seal(Release(round_id=round_id, job_key=a.job_key))
             plan.append((s, _raw_transport(s), frame))
         raw = [ws_frame(f) if t is not None else f for _, t, f in plan]

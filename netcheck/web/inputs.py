@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -62,12 +62,16 @@ def query_int(
     raise web.HTTPBadRequest(text=f"{name} must be in {lo}..{hi}")
 
 
-async def json_object(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object; an empty body is ``{}``.
+async def json_object(
+    request: web.Request, fields: Collection[str] | None = None
+) -> dict[str, Any]:
+    """The request body as a JSON object; an empty body is ``{}``. With ``fields``, a
+    key not among them is refused, named (a misspelt ``"profle"`` or ``"round"`` would
+    otherwise run the default profile or number of rounds without a word).
 
     Raises:
         web.HTTPBadRequest: the body is not JSON (bad syntax or encoding, nesting too
-            deep for the parser) or not an object.
+            deep for the parser), not an object, or holds a key not in ``fields``.
     """
     body: Any = {}
     if request.body_exists:  # not can_read_body: the body middleware has read it already
@@ -79,6 +83,12 @@ async def json_object(request: web.Request) -> dict[str, Any]:
             ) from None
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(text="body must be a JSON object")
+    unknown = sorted(k for k in body if k not in fields) if fields is not None else []
+    if unknown:
+        shown = ", ".join(repr(k[:40]) for k in unknown[:5])
+        raise web.HTTPBadRequest(
+            text=f"unknown field(s) {shown}; expected: {', '.join(sorted(fields or ()))}"
+        )
     return body
 
 

@@ -79,3 +79,16 @@ def test_may_share_input_bounds() -> None:
     assert not may_share_input("ab", "cd", None) and may_share_input("ab", "ab", None)
     assert may_share_input("é" + TAIL[:20], "e" + TAIL[:20], 64)
     assert not may_share_input(CUT_A, CUT_B, 200)
+
+
+def test_a_prompt_length_of_one_token_makes_every_prompt_one_input() -> None:
+    """``prompt_len = 1`` (an operator's typo; the profile accepts it): an engine that adds
+    ``<s>`` keeps only ``<s>`` of every prompt, so every prompt is the same input and every
+    honest node returns the same rows. Those rows are no proof of sharing (review,
+    session 13: the suffix bound was floored at one character, so two honest nodes were
+    flagged ``result-sharing``)."""
+    assert may_share_input("ab", "cd", 1)
+    rows = [[7] * 8, [7] * 8]
+    results = {n: NodeResult(bytes([i]) * 32, rows) for i, n in enumerate(("n1", "n2"))}
+    prompts = {"n1": ["Ref : a", "Ref : b"], "n2": ["Ref : c", "Ref : d"]}
+    assert find_result_sharing("r1", results, prompts, prompt_len=1) == []

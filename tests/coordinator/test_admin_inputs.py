@@ -240,3 +240,24 @@ async def test_a_flag_id_past_2_31_is_found_on_every_backend(
         status, text = await call("POST", f"/admin/flags/{fid}/review", json=body)
         assert status == 200, text
     _no_server_errors(caplog)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "named"),
+    [("/admin/rounds", {"profle": "adm"}, "'profle'"),
+     ("/admin/rounds", {"rounds": 5}, "'rounds'"),
+     ("/admin/screening", {"round": 0}, "'round'"),
+     ("/admin/screening/jobs", {"rounds": 0, "profle": "adm"}, "'profle'"),
+     ("/admin/flags/1/review", {"state": "ack", "by": "me", "notes": "x"}, "'notes'")],
+)  # fmt: skip
+async def test_a_misspelt_field_is_400_and_named(
+    tmp_path: Path, path: str, body: dict[str, Any], named: str
+) -> None:
+    """A key the endpoint does not read is refused, named, before anything runs: a
+    misspelt ``profle`` or ``round`` used to run the default profile or the default 32
+    rounds without a word (review, session 13)."""
+    async with admin(tmp_path) as (rc, call):
+        status, text = await call("POST", path, json=body)
+        assert status == 400, text
+        assert text.startswith(f"unknown field(s) {named}; expected: "), text
+        assert rc.coord.store.list_rounds() == []

@@ -73,3 +73,26 @@ async def test_serve_states_unsafe_profiles_at_start(
     assert "profile cpu-factoring: capacity not measured" in text
     assert "cannot tell two identities on one card apart" in text
     assert "h200-torch-8b-bf16" not in text  # measured, margin 1.29
+
+
+def test_a_message_cap_below_a_profiles_results_is_refused_at_start(tmp_path: Path) -> None:
+    """``max_message_bytes`` below the largest result a node of a configured profile may
+    send: an honest result over it is refused (MESSAGE_TOO_LARGE, session closed after its
+    job) and judged ``missing``, a capacity strike. Refused at start, naming the field and
+    the profile (review, session 13: it was accepted)."""
+    from netcheck.config import load_coordinator_config
+    from netcheck.coordinator.app import coordinator_parts
+
+    generate_key(tmp_path / "c.pem")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'host = "127.0.0.1"\nport = 0\nidentity_key = "c.pem"\nopen_enrollment = true\n'
+        f'database = "sqlite:///{tmp_path / "c.db"}"\nadmin_token = "{"t" * 24}"\n'
+        'profiles = ["cpu-tiny"]\nmax_message_bytes = 8192\n'
+    )
+    with pytest.raises(ConfigError, match=r"max_message_bytes: 8192 is below .* cpu-tiny may send"):
+        coordinator_parts(load_coordinator_config(cfg), cfg)
+    cfg.write_text(cfg.read_text().replace("8192", "9296"))  # 16 x 64 ids: 5 B each + 4 KiB
+    _, profiles, store = coordinator_parts(load_coordinator_config(cfg), cfg)
+    store.close()
+    assert list(profiles) == ["cpu-tiny"]

@@ -156,3 +156,13 @@ def test_a_port_in_use_or_a_foreign_host_fails_the_listen_check() -> None:
     assert bind_problem("127.0.0.1", free_port()) is None
     foreign = bind_problem("192.0.2.1", free_port())  # TEST-NET-1, never local
     assert foreign is not None and "not an address of this machine" in foreign
+
+
+def test_a_message_cap_below_a_profiles_results_fails_the_profile_check(tmp_path: Path) -> None:
+    """``max_message_bytes`` below the largest result a cpu-tiny node may send (9,296
+    bytes): the profile's check fails with the bound, as a start would refuse it."""
+    code, out = check(write_config(tmp_path, "max_message_bytes = 8192\n"))
+    assert code == 1, out
+    line = lines(out)["profile cpu-tiny"]
+    assert line.startswith("FAIL") and "max_message_bytes: 8192 is below" in line, out
+    assert "Set it to at least 9296" in line

@@ -29,6 +29,7 @@ def _ready(n: int, log: list[str]) -> list[tuple[Any, Any]]:
             send_lock=asyncio.Lock(),
             seal=lambda msg: b"frame",
             gone=lambda: False,
+            holds_job=lambda round_id: True,
             ws=ws,
             write_bounded=lambda frame, timeout_s, what, ws=ws: ws.send_bytes(frame),
         )

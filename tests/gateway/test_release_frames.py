@@ -13,6 +13,7 @@ import pytest
 from aiohttp import WSMsgType
 from aiohttp._websocket.writer import WebSocketWriter
 
+from netcheck.errors import LocalProtocolError
 from netcheck.gateway.participant import release_at, sleep_until, ws_frame
 from netcheck.protocol.messages import Release
 from netcheck.records import NodeTiming
@@ -70,6 +71,10 @@ class _Session:
     send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     sink: _TimedSink = field(default_factory=_TimedSink)
     failed: bool = False  # the node broke its session (NodeSession.gone)
+    gave_up: bool = False  # it reported an error for the job after its ack
+
+    def holds_job(self, round_id: str) -> bool:
+        return not self.gave_up
 
     @property
     def label(self) -> str:
@@ -79,6 +84,8 @@ class _Session:
         return self.failed
 
     def seal(self, msg: Release) -> bytes:
+        if self.gave_up:  # the state table: no release for a job the node ended (§6.2)
+            raise LocalProtocolError("coordinator: message 'release' not allowed in state OPEN")
         return self.transport.seal(msg)  # NodeSession.seal: through the session's table
 
     @property
@@ -117,6 +124,22 @@ async def test_a_session_the_node_broke_gets_no_release_and_stops_no_one() -> No
     sessions = [_Session(f"n{i}") for i in range(3)]
     sessions[1].failed = True
     sessions[1].transport.seal = None  # type: ignore[assignment,method-assign]  # would raise
+    ready = [(s, SimpleNamespace(job_key=bytes([i]) * 32)) for i, s in enumerate(sessions)]
+    timing = {s.node_key: NodeTiming() for s in sessions}
+    await release_at("r1", cast(Any, ready), timing, time.monotonic_ns() + 5_000_000)
+    assert sessions[1].sink.data == b"" and timing["n1"].release_start_ns is None
+    for i in (0, 2):
+        assert sessions[i].sink.data == ws_frame(b"sealed:" + bytes([i]) * 32)
+
+
+async def test_a_node_that_gave_up_its_job_after_its_ack_stops_no_one() -> None:
+    """A node that acknowledged its job and then reported an ``error`` for it (allowed by
+    the state table, docs/protocol.md §6.2) while the gateway waited for the leader's
+    release instant: sealing its release raised out of the loop, no member of the
+    gateway was released and the leader recorded them all ``disconnected`` (review,
+    session 13). Now it is skipped (its verdict: missing, its own error report)."""
+    sessions = [_Session(f"n{i}") for i in range(3)]
+    sessions[1].gave_up = True
     ready = [(s, SimpleNamespace(job_key=bytes([i]) * 32)) for i, s in enumerate(sessions)]
     timing = {s.node_key: NodeTiming() for s in sessions}
     await release_at("r1", cast(Any, ready), timing, time.monotonic_ns() + 5_000_000)
