@@ -154,6 +154,20 @@ class Profile(Model):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_result_timeout(self) -> Profile:
+        # The coordinator stops collecting result_timeout_s after the release
+        # (netcheck.coordinator.rounds): a shorter wait than the deadline turns an
+        # honest answer in time into ``missing``.
+        deadline_s = self.deadline_s(self.deadline.max_rtt_s)
+        if self.result_timeout_s < deadline_s:
+            raise ValueError(
+                f"result_timeout_s ({self.result_timeout_s:g} s) is below the deadline at "
+                f"the RTT cap ({deadline_s:.4g} s): a node answering in time after it "
+                "would be missing"
+            )
+        return self
+
     @property
     def reference_t_s(self) -> float:
         """One card of the profile's class, one batch, seconds: the calibrated t(1) of

@@ -160,6 +160,20 @@ def test_prompt_chars_too_short_for_the_reference(tmp_path: Path) -> None:
         load_profile(path)
 
 
+def test_result_timeout_below_the_deadline_is_refused(tmp_path: Path) -> None:
+    """result_timeout_s below the deadline at the RTT cap (here 1.5 x 2 + 2 x 0.1 + 0.5
+    = 3.7 s) is refused, naming the field and both values; equal to it is accepted."""
+    path = write(tmp_path / "x.toml", "result_timeout_s = 2.0\n" + PROFILE)
+    with pytest.raises(ConfigError) as err:
+        load_profile(path)
+    assert (
+        "result_timeout_s (2 s) is below the deadline at the RTT cap (3.7 s): "
+        "a node answering in time after it would be missing"
+    ) in str(err.value)
+    path = write(tmp_path / "x.toml", "result_timeout_s = 3.7\n" + PROFILE)
+    assert load_profile(path).result_timeout_s == 3.7
+
+
 def test_profile_name_mismatch(tmp_path: Path) -> None:
     """A profile loaded by name must carry that name."""
     write(tmp_path / "x.toml", 'name = "y"\n' + PROFILE)
