@@ -98,8 +98,9 @@ class Profile(Model):
     """``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``."""
     batch_size: int = Field(gt=1)
     """B: prompts per mixed batch."""
-    prompt_len: int = Field(gt=0)
-    """Padded prompt length, tokens."""
+    prompt_len: int = Field(ge=2)
+    """Padded prompt length, tokens; at least 2 (at 1 an engine that adds ``<s>`` keeps
+    only it, so every prompt is the same input)."""
     max_new_tokens: int = Field(gt=0)
     """Fixed output length, tokens (generation ignores EOS)."""
     canaries_min: int = Field(default=1, ge=1)

@@ -174,6 +174,16 @@ def test_result_timeout_below_the_deadline_is_refused(tmp_path: Path) -> None:
     assert load_profile(path).result_timeout_s == 3.7
 
 
+def test_prompt_len_of_one_is_refused(tmp_path: Path) -> None:
+    """prompt_len 1 (every prompt would be the same engine input, just ``<s>``) is
+    refused, naming the field; 2 loads."""
+    path = write(tmp_path / "x.toml", PROFILE.replace("prompt_len = 64", "prompt_len = 1"))
+    with pytest.raises(ConfigError, match="prompt_len: Input should be greater than or equal to 2"):
+        load_profile(path)
+    path = write(tmp_path / "x.toml", PROFILE.replace("prompt_len = 64", "prompt_len = 2"))
+    assert load_profile(path).prompt_len == 2
+
+
 def test_profile_name_mismatch(tmp_path: Path) -> None:
     """A profile loaded by name must carry that name."""
     write(tmp_path / "x.toml", 'name = "y"\n' + PROFILE)
