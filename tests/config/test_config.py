@@ -483,6 +483,13 @@ def test_node_url_accepts_good_urls(tmp_path: Path, url: str) -> None:
 
 
 @pytest.mark.parametrize("path", sorted(DEFAULT_PROFILES_DIR.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_file_a_shipped_profile_cites_exists(path: Path) -> None:
+    """The docs/... and netcheck/... files a profile's comments point to exist."""
+    cited = re.findall(r"\b((?:docs|netcheck)/[\w./-]*\w)", path.read_text())
+    assert [c for c in cited if not (REPO / c).exists()] == []
+
+
+@pytest.mark.parametrize("path", sorted(DEFAULT_PROFILES_DIR.glob("*.toml")), ids=lambda p: p.stem)
 def test_every_shipped_profile_loads_and_its_stated_deadline_is_true(path: Path) -> None:
     """Each file in configs/profiles loads by name; where its comment states the
     recommended deadline at rtt 0 (calibrated profiles), that is what the fields give."""
