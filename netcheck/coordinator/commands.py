@@ -32,6 +32,7 @@ from netcheck.admin_client import (
     admin_call,
     coordinator_config_option,
     coordinator_label,
+    invoked_as,
 )
 from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
@@ -174,7 +175,8 @@ def screen_run(
     else:
         console.print(
             Text(
-                f"no flags raised by this run (`netcheck flags list --config {config_path}` "
+                f"no flags raised by this run (`{invoked_as()} flags list --config "
+                f"{shlex.quote(str(config_path))}` "
                 "lists earlier ones)"
             )
         )
@@ -270,7 +272,7 @@ def flags_list(
         matching = " matching " + ", ".join(f"{k}={v}" for k, v in params.items()) if params else ""
         click.echo(
             f"no flags{matching} on {coordinator_label(config_path)}; every round's checks and "
-            f"`netcheck screen run --config {shlex.quote(str(config_path))}` raise them"
+            f"`{invoked_as()} screen run --config {shlex.quote(str(config_path))}` raise them"
         )
 
 
@@ -287,6 +289,7 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
     console = report_console()
     console.print(flags_table([flag], f"flag {flag_id}"))
     config = f"--config {shlex.quote(str(config_path))}"  # the commands below run as shown
+    prog = invoked_as()
     pairs = zip(flag.get("node_keys", []), flag.get("node_names") or [], strict=False)
     names = {k: n for k, n in pairs if n}  # the operator's display names, as in the table
     for r in flag.get("reviews", []):
@@ -306,7 +309,7 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
                                f", {len(o.get('rounds') or [])} rounds"))  # fmt: skip
     rounds = flag.get("evidence_rounds", [])
     console.print(
-        Text(f"evidence rounds: {len(rounds)} (see each with: netcheck round show {config} ID)")
+        Text(f"evidence rounds: {len(rounds)} (see each with: {prog} round show {config} ID)")
     )
     for r in rounds:
         console.print(Text(f"  {r['round_id']}  {r['dashboard']}"))
@@ -324,7 +327,7 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
             )  # fmt: skip
         console.print(table)
     console.print(f"receipts: {len(ev.get('receipts', []))} (session id, commitment, signature)")
-    console.print(Text(f"full evidence: netcheck flags show {config} --json {flag_id}"))
+    console.print(Text(f"full evidence: {prog} flags show {config} --json {flag_id}"))
 
 
 #: review state -> the ``netcheck flags`` command that moves a flag to it.
@@ -375,7 +378,7 @@ def _review_hint(config_path: Path, flag_id: int, wanted: str) -> str:
     config = f"--config {shlex.quote(str(config_path))}"
 
     def line(state: str) -> str:
-        return f"`netcheck flags {REVIEW_COMMANDS[state]} {config} {flag_id}`"
+        return f"`{invoked_as()} flags {REVIEW_COMMANDS[state]} {config} {flag_id}`"
 
     then = [s for s in allowed if wanted in TRANSITIONS.get(s, ())]
     if then:  # e.g. false-positive -> open -> acknowledged
