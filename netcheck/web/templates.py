@@ -52,8 +52,8 @@ a{color:#0b5cad}
 <button type="submit" id="logout">Log out</button></form>{% endblock %}</header>
 {% if pool %}<div id="pool-banner" class="pool{% if pool[0].state != 'ok' %} pool-warn{% endif %}">
 <strong>Canary pool</strong>{% for p in pool %}<span class="pool-entry pool-{{ p.state }}" data-fingerprint="{{ p.fingerprint_id }}">
-{{ p.profile }} / <code>{{ p.fingerprint_id[:12] }}</code>: <b class="rounds-left">{{ p.rounds_left }}</b> round{{ "" if p.rounds_left == 1 else "s" }} left
-({{ p.unspent }} unspent, {{ p.nodes }} node{{ "" if p.nodes == 1 else "s" }})</span>{% endfor %}
+{{ p.profile }} / <code>{{ p.fingerprint_id[:12] }}</code>: <b class="rounds-left">{{ p.rounds_left }}</b> round{{ "" if p.rounds_left == 1 else "s" }} left{% if not p.nodes %} for one node{% endif %}
+({{ p.unspent }} unspent, {% if p.nodes %}{{ p.nodes }} node{{ "" if p.nodes == 1 else "s" }}{% else %}no node connected{% endif %})</span>{% endfor %}
 {% if pool[0].state != 'ok' %}<span class="pool-fix">nodes of an empty pool are <b>unchecked</b>; build more:
 <code>{{ pool[0].build_command }}</code></span>{% endif %}</div>{% endif %}
 <main>{% for w in capacity_warnings|default([]) %}<p class="capacity-warning" style="color:#a40000">{{ w }}</p>{% endfor %}{% block body %}{% endblock %}</main></body></html>
