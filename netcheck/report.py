@@ -65,6 +65,13 @@ VERDICT_STYLE = {
 NOT_CHECKED = frozenset({"unchecked"})
 
 
+def _prog() -> str:
+    """How to call netcheck in a printed command (:func:`netcheck.admin_client.invoked_as`)."""
+    from netcheck.admin_client import invoked_as
+
+    return invoked_as()
+
+
 def verdict_text(verdict: str) -> str:
     """A verdict coloured for the terminal (green pass, red failures)."""
     style = VERDICT_STYLE.get(verdict, "red")
@@ -103,7 +110,7 @@ def print_round(report: Mapping[str, Any], names: Mapping[str, str] | None = Non
     passed = sum(1 for v in checked if v["verdict"] == "pass")
     out.print(
         f"  checked {len(checked)} of {len(report['verdicts'])} node(s), {passed} passed"
-        + ("" if len(checked) == len(report["verdicts"]) else "; see `netcheck reference status`")
+        + ("" if len(checked) == len(report["verdicts"]) else f"; see `{_prog()} reference status`")
     )
     phases = {k: v for k, v in (report.get("phases") or {}).items() if isinstance(v, int | float)}
     if phases:
@@ -145,8 +152,8 @@ def check_round_outcome(
             f"nothing was checked: all {len(verdicts)} verdicts in {len(reports)} round(s) "
             "are 'unchecked' (no unspent canary for the nodes' fingerprints). "
             "Build references with: "
-            + "; ".join(with_config(build_command(p), config_path) for p in profiles)
-            + " (see `netcheck reference status`)"
+            + "; ".join(with_config(build_command(p), config_path, _prog()) for p in profiles)
+            + f" (see `{_prog()} reference status`)"
         )
     failing = [v for v in verdicts if v["verdict"] != "pass" and v["verdict"] not in NOT_CHECKED]
     if fail_on_failing and failing:

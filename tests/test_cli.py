@@ -367,3 +367,58 @@ def test_round_messages_name_commands_as_help_lists_them(
     named = [m for text in texts for m in re.findall(r"`netcheck ([a-z-]+)", text)]
     assert "reference" in named
     assert set(named) <= set(main.commands), named
+
+
+def test_hints_call_netcheck_as_it_was_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Called as the README calls it (``.venv/bin/netcheck``), every command a hint of
+    flags, rounds, references and node status tells the user to run is called that way
+    (a bare ``netcheck`` is "command not found" without an activated venv)."""
+    from netcheck.admin_client import AdminConflict, NothingChecked
+    from netcheck.coordinator import commands, round_commands
+    from netcheck.references import commands as ref_commands
+    from netcheck.report import check_round_outcome, print_round
+
+    monkeypatch.setattr(sys, "argv", [".venv/bin/netcheck"])
+    cfg = _coordinator_toml(tmp_path)
+    flag = {
+        "flag_id": 5, "kind": "capacity", "status": "confirmed", "profile": "p",
+        "node_keys": ["ed25519:x"], "statistic": 3.0, "threshold": 3.0, "created_at": 0.0,
+        "evidence_rounds": [], "evidence": {}, "review": {"state": "false-positive"},
+    }  # fmt: skip
+
+    def fake_call(config: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            raise AdminConflict("flag 5 is false-positive: it can go to open")
+        return {"/admin/flags/5": flag, "/admin/flags": {"flags": []},
+                "/admin/references": {"references": []}}.get(path, {"rounds": [], "total": 0})  # fmt: skip
+
+    for module in (commands, round_commands, ref_commands):
+        monkeypatch.setattr(module, "admin_call", fake_call)
+    node_cfg = tmp_path / "node.toml"
+    node_cfg.write_text(
+        'coordinator_url = "ws://127.0.0.1:1/v1/ws"\ncoordinator_key = '
+        '"ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"\n'
+        'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
+    )
+    c = ["--config", str(cfg)]
+    outputs = {}
+    for args in (
+        ["flags", "show", "5", *c], ["flags", "list", *c], ["flags", "ack", "5", *c, "--by", "a"],
+        ["round", "list", *c], ["round", "show", *c], ["reference", "status", *c],
+        ["node", "status", "--config", str(node_cfg)],
+    ):  # fmt: skip
+        result = CliRunner().invoke(main, args, terminal_width=400)
+        outputs[" ".join(args[:2])] = " ".join(result.output.split())
+    unchecked = {
+        "node_key": "ed25519:k", "verdict": "unchecked", "elapsed_s": None,
+        "canaries_matched": 0, "canaries_checked": 0, "reason": "no unspent canary",
+    }  # fmt: skip
+    print_round({"round_id": "r1", "profile": "cpu-tiny", "verdicts": [unchecked]})
+    with pytest.raises(NothingChecked) as err:
+        check_round_outcome([{"profile": "cpu-tiny", "verdicts": [unchecked]}], config_path=cfg)
+    outputs["round report"] = " ".join(capsys.readouterr().out.split()) + str(err.value)
+    for what, out in outputs.items():
+        assert ".venv/bin/netcheck " in out, (what, out)
+        assert "`netcheck " not in out and ": netcheck " not in out, (what, out)

@@ -98,8 +98,9 @@ class Profile(Model):
     """``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``."""
     batch_size: int = Field(gt=1)
     """B: prompts per mixed batch."""
-    prompt_len: int = Field(gt=0)
-    """Padded prompt length, tokens."""
+    prompt_len: int = Field(ge=2)
+    """Padded prompt length, tokens; at least 2 (at 1 an engine that adds ``<s>`` keeps
+    only it, so every prompt is the same input)."""
     max_new_tokens: int = Field(gt=0)
     """Fixed output length, tokens (generation ignores EOS)."""
     canaries_min: int = Field(default=1, ge=1)
@@ -151,6 +152,20 @@ class Profile(Model):
         if self.canaries_max >= self.batch_size:
             raise ValueError(
                 f"canaries_max ({self.canaries_max}) must be < batch_size ({self.batch_size})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_result_timeout(self) -> Profile:
+        # The coordinator stops collecting result_timeout_s after the release
+        # (netcheck.coordinator.rounds): a shorter wait than the deadline turns an
+        # honest answer in time into ``missing``.
+        deadline_s = self.deadline_s(self.deadline.max_rtt_s)
+        if self.result_timeout_s < deadline_s:
+            raise ValueError(
+                f"result_timeout_s ({self.result_timeout_s:g} s) is below the deadline at "
+                f"the RTT cap ({deadline_s:.4g} s): a node answering in time after it "
+                "would be missing"
             )
         return self
 

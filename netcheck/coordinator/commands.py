@@ -17,7 +17,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from netcheck.admin_client import (
     admin_call,
     coordinator_config_option,
     coordinator_label,
+    invoked_as,
 )
 from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
@@ -174,7 +175,8 @@ def screen_run(
     else:
         console.print(
             Text(
-                f"no flags raised by this run (`netcheck flags list --config {config_path}` "
+                f"no flags raised by this run (`{invoked_as()} flags list --config "
+                f"{shlex.quote(str(config_path))}` "
                 "lists earlier ones)"
             )
         )
@@ -270,7 +272,7 @@ def flags_list(
         matching = " matching " + ", ".join(f"{k}={v}" for k, v in params.items()) if params else ""
         click.echo(
             f"no flags{matching} on {coordinator_label(config_path)}; every round's checks and "
-            f"`netcheck screen run --config {shlex.quote(str(config_path))}` raise them"
+            f"`{invoked_as()} screen run --config {shlex.quote(str(config_path))}` raise them"
         )
 
 
@@ -279,7 +281,11 @@ def flags_list(
 @click.argument("flag_id", type=int)
 @_json_option
 def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
-    """Show one flag with its evidence (rounds, schedule bits, latencies, receipts)."""
+    """Show one flag with its evidence (rounds, schedule bits, latencies, receipts).
+
+    What decides comes first (the flag, its reviews and rule, the per-member
+    confirmation table), then at most 10 evidence rounds (--json and the dashboard page
+    have all)."""
     flag = admin_call(config_path, "GET", f"/admin/flags/{flag_id}")
     if as_json:
         click.echo(json.dumps(flag, indent=2))
@@ -287,6 +293,7 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
     console = report_console()
     console.print(flags_table([flag], f"flag {flag_id}"))
     config = f"--config {shlex.quote(str(config_path))}"  # the commands below run as shown
+    prog = invoked_as()
     pairs = zip(flag.get("node_keys", []), flag.get("node_names") or [], strict=False)
     names = {k: n for k, n in pairs if n}  # the operator's display names, as in the table
     for r in flag.get("reviews", []):
@@ -299,19 +306,6 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
         part = ev.get(section)
         if isinstance(part, dict):
             console.print(f"{section}: {len(part.get('rounds', []))} rounds")
-    if occurrences := ev.get("occurrences"):
-        console.print(f"seen {len(occurrences)} times (one open flag collects repeats):")
-        for o in occurrences:
-            console.print(Text(f"  {_when(o.get('at'))}: statistic {_num(o.get('statistic'))}"
-                               f", {len(o.get('rounds') or [])} rounds"))  # fmt: skip
-    rounds = flag.get("evidence_rounds", [])
-    console.print(
-        Text(f"evidence rounds: {len(rounds)} (see each with: netcheck round show {config} ID)")
-    )
-    for r in rounds:
-        console.print(Text(f"  {r['round_id']}  {r['dashboard']}"))
-    if links := flag.get("links"):
-        console.print(Text(f"dashboard: {links['dashboard']}"))
     if section_members := ev.get("confirmation", {}).get("members"):
         table = Table(title="confirmation per member")
         for col in ("node", "co-loaded", "alone", "slowdown", "t", "p", "confirmed"):
@@ -323,8 +317,44 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
                 "yes" if m["confirmed"] else "no",
             )  # fmt: skip
         console.print(table)
+    if occurrences := ev.get("occurrences"):
+        console.print(f"seen {len(occurrences)} times (one open flag collects repeats):")
+        for o in occurrences:
+            console.print(Text(f"  {_when(o.get('at'))}: statistic {_num(o.get('statistic'))}"
+                               f", {len(o.get('rounds') or [])} rounds"))  # fmt: skip
+    url = _url_maker(config_path)
+    page = url(links["dashboard"]) if (links := flag.get("links")) else None
+    rounds = flag.get("evidence_rounds", [])
+    console.print(
+        Text(f"evidence rounds: {len(rounds)} (see each with: {prog} round show {config} ID)")
+    )
+    for r in rounds[:SHOWN_ROUNDS]:
+        console.print(Text(f"  {r['round_id']}  {url(r['dashboard'])}"))
+    if len(rounds) > SHOWN_ROUNDS:
+        where = f"--json, or the dashboard page {page}" if page else "--json"
+        console.print(Text(f"  ... {len(rounds) - SHOWN_ROUNDS} more ({where})"))
+    if page:
+        console.print(Text(f"dashboard: {page}"))
     console.print(f"receipts: {len(ev.get('receipts', []))} (session id, commitment, signature)")
-    console.print(Text(f"full evidence: netcheck flags show {config} --json {flag_id}"))
+    console.print(Text(f"full evidence: {prog} flags show {config} --json {flag_id}"))
+
+
+#: Evidence rounds ``flags show`` lists; the rest are in --json and on the dashboard.
+SHOWN_ROUNDS = 10
+
+
+def _url_maker(config_path: Path) -> Callable[[str], str]:
+    """A function giving an admin-server path (``/dashboard/...``) as a full URL at the
+    coordinator that ``config_path`` names; the path itself when that config does not
+    load."""
+    from netcheck.admin_client import admin_url, load_admin_config
+    from netcheck.errors import NetcheckError
+
+    try:
+        cfg = load_admin_config(config_path)
+    except NetcheckError:
+        return lambda path: path
+    return lambda path: admin_url(cfg, path)
 
 
 #: review state -> the ``netcheck flags`` command that moves a flag to it.
@@ -375,7 +405,7 @@ def _review_hint(config_path: Path, flag_id: int, wanted: str) -> str:
     config = f"--config {shlex.quote(str(config_path))}"
 
     def line(state: str) -> str:
-        return f"`netcheck flags {REVIEW_COMMANDS[state]} {config} {flag_id}`"
+        return f"`{invoked_as()} flags {REVIEW_COMMANDS[state]} {config} {flag_id}`"
 
     then = [s for s in allowed if wanted in TRANSITIONS.get(s, ())]
     if then:  # e.g. false-positive -> open -> acknowledged

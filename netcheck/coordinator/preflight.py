@@ -110,7 +110,10 @@ def identity_check(cfg: CoordinatorConfig) -> Check:
     try:
         key = load_private_key(path)
     except NetcheckError as exc:
-        fix = f"; create it with: netcheck keygen {path}" if not path.exists() else ""
+        from netcheck.admin_client import invoked_as
+
+        keygen = f"{invoked_as()} keygen {shlex.quote(str(path))}"
+        fix = f"; create it with: {keygen}" if not path.exists() else ""
         return Check("identity key", False, f"{exc}{fix}")
     return Check("identity key", True, f"{path} ({public_key_text(key)}, for node configs)")
 
@@ -168,11 +171,13 @@ def pool_checks(
     config_path: Path, profiles: dict[str, Profile], rows: list[dict[str, object]]
 ) -> list[Check]:
     """One check per profile: its unspent canaries per fingerprint, or the build command."""
+    from netcheck.admin_client import invoked_as
+
     entries = pool_status(rows, profiles)  # type: ignore[arg-type]
     checks = []
     for name in profiles:
         mine = [e for e in entries if e.profile == name]
-        build = with_config(build_command(name), config_path)
+        build = with_config(build_command(name), config_path, invoked_as())
         if not mine:
             checks.append(Check(f"references {name}", False, f"no references stored for "
                                 f"{name}: nodes would be unchecked; build them with: {build}"))  # fmt: skip

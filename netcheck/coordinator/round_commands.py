@@ -21,6 +21,7 @@ from netcheck.admin_client import (
     admin_call,
     coordinator_config_option,
     coordinator_label,
+    invoked_as,
 )
 
 
@@ -50,7 +51,7 @@ def round_list(config_path: Path, limit: int, offset: int, as_json: bool) -> Non
     if not shown:
         where = coordinator_label(config_path)
         click.echo(
-            f"no rounds stored on {where}; run one with `netcheck round run --config "
+            f"no rounds stored on {where}; run one with `{invoked_as()} round run --config "
             f"{shlex.quote(str(config_path))}`"
             if not data["total"]
             else f"no rounds after the newest {offset}: {where} stores {data['total']}"
@@ -79,7 +80,8 @@ def round_show(config_path: Path, round_id: str | None, as_json: bool) -> None:
     """
     from netcheck.report import print_round
 
-    hint = f"list the stored rounds with: netcheck round list --config {config_path}"
+    config = shlex.quote(str(config_path))
+    hint = f"list the stored rounds with: {invoked_as()} round list --config {config}"
     if not round_id:
         raise click.UsageError(f"give a ROUND_ID; {hint}")
     try:

@@ -9,6 +9,7 @@ coordinator key.
 from __future__ import annotations
 
 import json
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from rich.text import Text
 @click.option("--json", "as_json", is_flag=True, help="Print raw JSON.")
 def node_status(config_path: Path, limit: int, as_json: bool) -> None:
     """Show this node's recent verdicts (as the coordinator signed them)."""
+    from netcheck.admin_client import invoked_as
     from netcheck.config import load_node_config
     from netcheck.errors import ConfigError
     from netcheck.keys import parse_public_key
@@ -56,8 +58,8 @@ def node_status(config_path: Path, limit: int, as_json: bool) -> None:
         return
     out = console()
     if not entries:
-        out.print(Text(f"no verdicts yet in {path}: run `netcheck node run --config "
-                       f"{config_path}` and wait for a round"))  # fmt: skip
+        out.print(Text(f"no verdicts yet in {path}: run `{invoked_as()} node run --config "
+                       f"{shlex.quote(str(config_path))}` and wait for a round"))  # fmt: skip
         return
     passed = sum(1 for e in entries if e.get("verdict") == "pass")
     checked = sum(1 for e in entries if e.get("verdict") != "unchecked")

@@ -16,7 +16,12 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from netcheck.admin_client import AdminUnreachable, admin_call, coordinator_config_option
+from netcheck.admin_client import (
+    AdminUnreachable,
+    admin_call,
+    coordinator_config_option,
+    invoked_as,
+)
 
 STATE_STYLE = {"ok": "green", "low": "yellow", "empty": "red"}
 
@@ -75,7 +80,7 @@ def references_status(config_path: Path, as_json: bool) -> None:
         return
     out = console()
     if not entries:
-        command = with_config(build_command("NAME"), config_path)
+        command = with_config(build_command("NAME"), config_path, invoked_as())
         out.print(Text(f"no references stored: build them with `{command}`"))
         return
     out.print(pool_table(entries, "canary pool" + ("" if live else " (database only)")))
@@ -84,5 +89,5 @@ def references_status(config_path: Path, as_json: bool) -> None:
             what = "empty" if e["state"] == "empty" else f"low ({e['rounds_left']} rounds left)"
             out.print(
                 Text(f"{e['profile']} / {str(e['fingerprint_id'])[:12]}: {what}; "
-                     f"build more: {with_config(e['build_command'], config_path)}")
+                     f"build more: {with_config(e['build_command'], config_path, invoked_as())}")
             )  # fmt: skip

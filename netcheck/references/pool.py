@@ -37,9 +37,13 @@ def build_command(profile: str) -> str:
     return f"netcheck reference build --profile {profile} --config {CONFIG_PLACEHOLDER}"
 
 
-def with_config(text: str, config_path: Path | None) -> str:
-    """``text`` with :data:`CONFIG_PLACEHOLDER` replaced by ``config_path`` (shell-quoted),
-    so that a printed command runs as shown; unchanged without a path."""
+def with_config(text: str, config_path: Path | None, program: str = "netcheck") -> str:
+    """``text`` with :data:`CONFIG_PLACEHOLDER` replaced by ``config_path`` (shell-quoted;
+    kept without a path) and a leading ``netcheck`` by ``program`` (the CLI passes
+    :func:`netcheck.admin_client.invoked_as`, e.g. ``.venv/bin/netcheck``), so that a
+    printed command runs as shown."""
+    if program != "netcheck" and text.startswith("netcheck "):
+        text = program + text.removeprefix("netcheck")
     if config_path is None:
         return text
     return text.replace(CONFIG_PLACEHOLDER, shlex.quote(str(config_path)))

@@ -12,6 +12,8 @@ from typing import Any
 
 from jinja2 import DictLoader, Environment, StrictUndefined
 
+from netcheck.references.pool import CONFIG_PLACEHOLDER
+
 _BASE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -50,8 +52,8 @@ a{color:#0b5cad}
 <button type="submit" id="logout">Log out</button></form>{% endblock %}</header>
 {% if pool %}<div id="pool-banner" class="pool{% if pool[0].state != 'ok' %} pool-warn{% endif %}">
 <strong>Canary pool</strong>{% for p in pool %}<span class="pool-entry pool-{{ p.state }}" data-fingerprint="{{ p.fingerprint_id }}">
-{{ p.profile }} / <code>{{ p.fingerprint_id[:12] }}</code>: <b class="rounds-left">{{ p.rounds_left }}</b> round{{ "" if p.rounds_left == 1 else "s" }} left
-({{ p.unspent }} unspent, {{ p.nodes }} node{{ "" if p.nodes == 1 else "s" }})</span>{% endfor %}
+{{ p.profile }} / <code>{{ p.fingerprint_id[:12] }}</code>: <b class="rounds-left">{{ p.rounds_left }}</b> round{{ "" if p.rounds_left == 1 else "s" }} left{% if not p.nodes %} for one node{% endif %}
+({{ p.unspent }} unspent, {% if p.nodes %}{{ p.nodes }} node{{ "" if p.nodes == 1 else "s" }}{% else %}no node connected{% endif %})</span>{% endfor %}
 {% if pool[0].state != 'ok' %}<span class="pool-fix">nodes of an empty pool are <b>unchecked</b>; build more:
 <code>{{ pool[0].build_command }}</code></span>{% endif %}</div>{% endif %}
 <main>{% for w in capacity_warnings|default([]) %}<p class="capacity-warning" style="color:#a40000">{{ w }}</p>{% endfor %}{% block body %}{% endblock %}</main></body></html>
@@ -173,7 +175,8 @@ _FLAG = """{% extends "base.html" %}{% block title %}Flag {{ f.flag_id }}{% endb
 <table class="facts"><tbody>
 <tr><td>status</td><td id="flag-status">{{ f.status }}</td></tr>
 <tr><td>review</td><td id="flag-review">{{ review.state }}{% for r in reviews %}<br><span class="muted">{{ r.at|when }}</span> {{ r.state }} by {{ r.by }}{% if r.note %}: {{ r.note }}{% endif %}{% endfor %}
-<br><span class="muted">change with <code>netcheck flags ack|resolve|false-positive|reopen {{ f.flag_id }} --note …</code></span></td></tr>
+<br><span class="muted">change with <code id="review-command">netcheck flags ack|resolve|false-positive|reopen --config {{ coordinator_config }} {{ f.flag_id }} --by NAME --note …</code>
+(--by: who reviews; a shell without $USER must give it)</span></td></tr>
 {% if f.rule %}<tr><td>rule</td><td>{{ f.rule }}</td></tr>{% endif %}
 <tr><td>nodes</td><td id="flag-members">{% for m in f.members %}<a href="{{ m|node_url }}">{{ m|label(names.get(m)) }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td></tr>
 {% if hosts %}<tr><td>declared hosts</td><td id="flag-hosts">{% for m in f.members %}{{ m|label(names.get(m)) }}: {{ hosts.get(m, "not declared") }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>{% endif %}
@@ -288,4 +291,7 @@ def make_env() -> Environment:
         round_url=lambda r: "/dashboard/rounds/" + quote(str(r), safe=""),
         flag_url=lambda f: "/dashboard/flags/" + quote(str(f), safe=""),
     )
+    # The page does not know the coordinator's config path: the placeholder the pool's
+    # build command uses too (netcheck.references.pool).
+    env.globals["coordinator_config"] = CONFIG_PLACEHOLDER
     return env

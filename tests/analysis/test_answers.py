@@ -82,7 +82,7 @@ def test_may_share_input_bounds() -> None:
 
 
 def test_a_prompt_length_of_one_token_makes_every_prompt_one_input() -> None:
-    """``prompt_len = 1`` (an operator's typo; the profile accepts it): an engine that adds
+    """``prompt_len = 1`` (an operator's typo, which the profile now refuses): an engine that adds
     ``<s>`` keeps only ``<s>`` of every prompt, so every prompt is the same input and every
     honest node returns the same rows. Those rows are no proof of sharing (review,
     session 13: the suffix bound was floored at one character, so two honest nodes were

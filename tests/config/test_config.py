@@ -160,6 +160,30 @@ def test_prompt_chars_too_short_for_the_reference(tmp_path: Path) -> None:
         load_profile(path)
 
 
+def test_result_timeout_below_the_deadline_is_refused(tmp_path: Path) -> None:
+    """result_timeout_s below the deadline at the RTT cap (here 1.5 x 2 + 2 x 0.1 + 0.5
+    = 3.7 s) is refused, naming the field and both values; equal to it is accepted."""
+    path = write(tmp_path / "x.toml", "result_timeout_s = 2.0\n" + PROFILE)
+    with pytest.raises(ConfigError) as err:
+        load_profile(path)
+    assert (
+        "result_timeout_s (2 s) is below the deadline at the RTT cap (3.7 s): "
+        "a node answering in time after it would be missing"
+    ) in str(err.value)
+    path = write(tmp_path / "x.toml", "result_timeout_s = 3.7\n" + PROFILE)
+    assert load_profile(path).result_timeout_s == 3.7
+
+
+def test_prompt_len_of_one_is_refused(tmp_path: Path) -> None:
+    """prompt_len 1 (every prompt would be the same engine input, just ``<s>``) is
+    refused, naming the field; 2 loads."""
+    path = write(tmp_path / "x.toml", PROFILE.replace("prompt_len = 64", "prompt_len = 1"))
+    with pytest.raises(ConfigError, match="prompt_len: Input should be greater than or equal to 2"):
+        load_profile(path)
+    path = write(tmp_path / "x.toml", PROFILE.replace("prompt_len = 64", "prompt_len = 2"))
+    assert load_profile(path).prompt_len == 2
+
+
 def test_profile_name_mismatch(tmp_path: Path) -> None:
     """A profile loaded by name must carry that name."""
     write(tmp_path / "x.toml", 'name = "y"\n' + PROFILE)
@@ -456,6 +480,13 @@ def test_node_url_accepts_good_urls(tmp_path: Path, url: str) -> None:
         'identity_key = "/abs/n.pem"\nprofile = "cpu-tiny"\n'
     )
     assert load_node_config(write(tmp_path / "n.toml", text)).coordinator_url == url
+
+
+@pytest.mark.parametrize("path", sorted(DEFAULT_PROFILES_DIR.glob("*.toml")), ids=lambda p: p.stem)
+def test_every_file_a_shipped_profile_cites_exists(path: Path) -> None:
+    """The docs/... and netcheck/... files a profile's comments point to exist."""
+    cited = re.findall(r"\b((?:docs|netcheck)/[\w./-]*\w)", path.read_text())
+    assert [c for c in cited if not (REPO / c).exists()] == []
 
 
 @pytest.mark.parametrize("path", sorted(DEFAULT_PROFILES_DIR.glob("*.toml")), ids=lambda p: p.stem)

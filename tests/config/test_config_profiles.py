@@ -42,10 +42,10 @@ def write(path: Path, text: str) -> Path:
 @pytest.mark.parametrize("body", [COORD, NODE])
 def test_profile_next_to_the_config_wins(tmp_path: Path, body: str) -> None:
     """A calibrated profile in <config folder>/profiles is the one loaded."""
-    calibrated(tmp_path / "etc" / "profiles", 123.0)
+    calibrated(tmp_path / "etc" / "profiles", 23.0)
     path = write(tmp_path / "etc" / "x.toml", body)
     cfg = load_coordinator_config(path) if body is COORD else load_node_config(path)
-    assert cfg.load_profile("cpu-tiny").deadline.t_ref_s == 123.0
+    assert cfg.load_profile("cpu-tiny").deadline.t_ref_s == 23.0
     assert cfg.profile_dirs[0] == (tmp_path / "etc" / "profiles").resolve()
 
 
@@ -53,7 +53,7 @@ def test_shipped_profiles_are_the_fallback(tmp_path: Path) -> None:
     """Without a local profiles/ folder the installed profile loads."""
     cfg = load_node_config(write(tmp_path / "n.toml", NODE))
     shipped = cfg.load_profile("cpu-tiny")
-    assert shipped.deadline.t_ref_s != 123.0
+    assert shipped.deadline.t_ref_s != 23.0
     assert cfg.profile_dirs[-1] == DEFAULT_PROFILES_DIR
 
 

@@ -107,6 +107,48 @@ def test_flags_show_prints_commands_that_run_as_shown(tmp_path: Path) -> None:
     assert f"proxy-a ({key})" in out.split("confirmation per member")[1]
 
 
+def test_flags_show_puts_the_deciding_table_first_and_caps_the_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A confirmed shared-backend flag with 60 evidence rounds: the per-member table
+    comes before the rounds, 10 rounds are listed and the rest summed up with where to
+    find them; dashboard links are full URLs at the config's admin address."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    key = "ed25519:" + "B" * 43
+    rounds = [f"r20261202T0700{i:02d}-abcdef" for i in range(60)]
+    flag = {
+        "flag_id": 5, "kind": "shared-backend", "status": "confirmed", "profile": "p",
+        "node_keys": [key], "statistic": 1e-9, "threshold": 1e-5, "created_at": 0.0,
+        "evidence_rounds": [{"round_id": r, "dashboard": f"/dashboard/rounds/{r}"}
+                            for r in rounds],
+        "links": {"dashboard": "/dashboard/flags/5"},
+        "evidence": {"confirmation": {"rounds": rounds, "members": [
+            {"node_key": key, "n_coloaded": 8, "n_alone": 8, "slowdown": 2.0, "t": 9.0,
+             "p": 1e-9, "confirmed": True}]}},
+    }  # fmt: skip
+    cfg = tmp_path / "coordinator.toml"
+    cfg.write_text(
+        'host = "0.0.0.0"\nport = 8471\nidentity_key = "k.pem"\nopen_enrollment = true\n'
+        'admin_token = "a-test-token-of-some-length"\nprofiles = ["cpu-tiny"]\n'
+    )
+    monkeypatch.setattr(commands, "admin_call", lambda *a, **k: flag)
+    result = CliRunner().invoke(
+        commands.flags, ["show", "5", "--config", str(cfg)], terminal_width=400
+    )
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert out.index("confirmation per member") < out.index("evidence rounds: 60")
+    base = "http://127.0.0.1:8471"
+    assert f"  {rounds[9]}  {base}/dashboard/rounds/{rounds[9]}" in out
+    assert rounds[10] not in out
+    assert f"... 50 more (--json, or the dashboard page {base}/dashboard/flags/5)" in out
+    assert f"dashboard: {base}/dashboard/flags/5" in out
+    assert len(out.splitlines()) < 40, out
+
+
 def test_flags_list_filters_by_review_state() -> None:
     """``flags list --review open`` asks the API for the flags nobody has reviewed yet
     (``GET /admin/flags?review=open``), alongside the other filters."""

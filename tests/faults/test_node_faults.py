@@ -17,6 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fault_support import RawNode, key_of, light_profile, node_process, wait_for
 
+from netcheck.config import DeadlineParams
 from netcheck.coordinator import rounds, rtt
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import CloseCode
@@ -123,7 +124,8 @@ async def test_node_reconnects_mid_round(tmp_path: Path, db_url: str) -> None:
 async def test_network_stall_after_release(tmp_path: Path, db_url: str) -> None:
     """A node whose network stalls after its ack (it stops reading, sends nothing): the
     result timeout fires, the round completes, the node fails, the others pass."""
-    profile = light_profile(result_timeout_s=1.5)
+    # Deadline 1.5 x 0.5 + 2 x 0.1 + 0.5 = 1.45 s, within the 1.5 s result timeout.
+    profile = light_profile(result_timeout_s=1.5, deadline=DeadlineParams(t_ref_s=0.5, slack_s=0.5))
     store = Store(db_url)
     add_hash_references(store, profile, 40)
     async with running_coordinator(tmp_path, [profile], store=store) as rc:
@@ -157,7 +159,10 @@ async def test_slow_reader_does_not_stall_release(
     # B = 6,000 prompts: a ~0.5 MB job frame, more than the (shrunken) socket buffers and
     # the transport's 64 KiB high-water mark hold, so the job write to a non-reader must
     # wait (2,000 prompts were not enough: the warning asserted below did not appear).
-    profile = light_profile(batch_size=6000, dispatch_timeout_s=1.0, result_timeout_s=2.0)
+    profile = light_profile(
+        batch_size=6000, dispatch_timeout_s=1.0, result_timeout_s=2.0,
+        deadline=DeadlineParams(t_ref_s=0.8, slack_s=0.5),  # 1.9 s, within the 2 s timeout
+    )  # fmt: skip
     store = Store(f"sqlite:///{tmp_path / 'slow.db'}")
     add_hash_references(store, profile, 60)
     async with running_coordinator(tmp_path, [profile], store=store) as rc:

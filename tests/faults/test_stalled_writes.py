@@ -13,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fault_support import RawNode, light_profile
 
+from netcheck.config import DeadlineParams
 from netcheck.coordinator.rounds import run_round
 from netcheck.coordinator.session import NodeSession
 from netcheck.errors import LocalProtocolError
@@ -21,7 +22,9 @@ from netcheck.lab.testing import RunningCoordinator, running_coordinator
 from netcheck.protocol.messages import Echo, Job
 from netcheck.storage import Store
 
-PROFILE = light_profile(dispatch_timeout_s=1.0, result_timeout_s=3.0)
+PROFILE = light_profile(  # deadline 1.5 + 0.2 + 1.0 = 2.7 s, within the result timeout
+    dispatch_timeout_s=1.0, result_timeout_s=3.0, deadline=DeadlineParams(t_ref_s=1.0, slack_s=1.0)
+)
 LONG_S = 30.0  # write bound of the filler frames: far beyond every wait of these tests
 
 

@@ -58,6 +58,10 @@ def test_build_command_names_the_callers_config() -> None:
     assert with_config(build_command("p"), Path("etc/c.toml")) == (
         "netcheck reference build --profile p --config etc/c.toml"
     )
+    # and netcheck called as the CLI was (invoked_as(), e.g. .venv/bin/netcheck)
+    assert with_config(build_command("p"), Path("c.toml"), ".venv/bin/netcheck") == (
+        ".venv/bin/netcheck reference build --profile p --config c.toml"
+    )
     assert with_config(build_command("p"), Path("my dir/c.toml")).endswith(
         "--config 'my dir/c.toml'"
     )

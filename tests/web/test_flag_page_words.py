@@ -3,6 +3,7 @@ under plain column names, no config names or detector letters."""
 
 from __future__ import annotations
 
+import html
 import math
 import re
 from pathlib import Path
@@ -40,3 +41,22 @@ async def test_shared_backend_flag_page_has_no_jargon(tmp_path: Path) -> None:
     assert "more than 25% above its time alone" in visible
     assert "flagged when the statistic is below the threshold" in visible
     assert "p-value must be below" in visible and "slower when the partner is loaded" in visible
+
+
+async def test_flag_page_review_command_names_config_and_reviewer(tmp_path: Path) -> None:
+    """The review command the flag page gives carries --config and --by (a service
+    shell has no $USER to default --by to)."""
+    profile = load_profile("cpu-tiny")
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        fid = FlagStore(rc.coord.store).add_flag(
+            "capacity", "confirmed", profile.name, [EDGE["a"]], 3.0, 3.0, {}
+        )
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        url = f"http://127.0.0.1:{rc.port}/dashboard/flags/{fid}"
+        async with aiohttp.ClientSession(headers=headers) as http, http.get(url) as resp:
+            assert resp.status == 200
+            page = html.unescape(re.sub(r"<[^>]+>", " ", await resp.text()))
+    assert (
+        "netcheck flags ack|resolve|false-positive|reopen --config <coordinator.toml> "
+        f"{fid} --by NAME --note"
+    ) in " ".join(page.split())
