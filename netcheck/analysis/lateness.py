@@ -35,8 +35,9 @@ Test (per node, run when one of its rounds ends ``late`` or ``missing``):
 reference round mix, screening rounds loading each node with probability ``q = 1/2``
 and every 4th round full (:data:`REFERENCE_Q`, :data:`REFERENCE_FULL_EVERY`: the mix
 the premise about honest cards was calibrated at; :func:`null_p0`). An honest node is late more often in the rounds in which its
-co-hosted neighbour is loaded too (benign coupling; the deadline is calibrated on cards
-alone), and the share of its timed rounds in which that neighbour is loaded grows with
+co-hosted neighbour is loaded too (benign coupling: the deadline is calibrated on cards
+alone, with room for ``DeadlineParams.coupling`` since session 13, which a noisy card
+still crosses more often when coupled), and the share of its timed rounds in which that neighbour is loaded grows with
 the share of full rounds and with ``q`` above ``1 / (1 + sqrt(F))`` (1/3 at ``F = 4``;
 below, full rounds dominate the node's timed rounds and it grows again as ``q`` falls) (:func:`coupled_share`: 0.70 at 1/2, 0.78 at
 2/3, every 4th round full; 0.61 / 0.73 every 8th, 0.83 at 1/2 every 2nd). The test runs
