@@ -311,7 +311,9 @@ class _SlowWorker(MadeUpWorker):
 
 async def test_shutdown_mid_round_blames_honest_nodes(tmp_path: Path) -> None:
     """SIGTERM during a round: the round is aborted, not 'complete' with failed nodes."""
-    prof = profile(deadline=profile().deadline.model_copy(update={"t_ref_s": 4.0}))
+    # t_ref 4 s: the deadline at the RTT cap is 6.7 s, so the result timeout must reach it
+    deadline = profile().deadline.model_copy(update={"t_ref_s": 4.0})
+    prof = profile(deadline=deadline, result_timeout_s=7.0)
     async with running_coordinator(
         tmp_path, [prof], store=store_with_canaries(tmp_path, prof)
     ) as rc:
