@@ -133,7 +133,7 @@ def verdict_histories(
     confirmation rounds."""
     pop = make_population(spec, np.random.default_rng([seed, 11]))
     rng = np.random.default_rng([seed, 12])
-    prof = sim_profile(pop, rng)
+    prof = sim_profile(pop, rng, deadline_rule="legacy")  # as measured in session 9
     n = len(pop.node_keys)
     deadline = np.array([prof.deadline_s(float(r)) for r in pop.rtt_s])
     out: list[list[str]] = [[] for _ in range(n)]

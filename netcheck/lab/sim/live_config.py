@@ -150,7 +150,7 @@ def legacy_config() -> LiveConfig:
 
 
 def sim_profile(
-    population: Population, rng: np.random.Generator, *, deadline_rule: DeadlineRule = "legacy",
+    population: Population, rng: np.random.Generator, *, deadline_rule: DeadlineRule,
     **deadline: float,
 ) -> Profile:  # fmt: skip
     """EMULATION: a profile whose deadline is calibrated on the population's honest
@@ -172,6 +172,8 @@ def sim_profile(
       RTT jitter, ``max_rtt_s`` and coupling as ``derived``. Cards slower or noisier
       than the calibration card are not in it, as on hardware.
 
+    ``deadline_rule`` has no default: ``LiveConfig.deadline_rule`` (``"derived"`` since
+    session 13) is the simulator's choice, and a caller names the rule it measures.
     Fields given in ``deadline`` replace the rule's. Raises ValueError for another rule.
     """
     if deadline_rule not in ("legacy", "derived", "card"):

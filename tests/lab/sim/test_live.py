@@ -60,7 +60,7 @@ def test_the_derived_deadline_rule_calibrates_as_the_product_does() -> None:
                           benign_coupling=0.5, sigma_w=0.02, speed_sd=0.0)  # fmt: skip
     pop = make_population(spec, np.random.default_rng(5))
     rng_l, rng_d = np.random.default_rng(6), np.random.default_rng(6)
-    legacy = live.sim_profile(pop, rng_l)
+    legacy = live.sim_profile(pop, rng_l, deadline_rule="legacy")
     derived = live.sim_profile(pop, rng_d, deadline_rule="derived")
     assert rng_l.random() == rng_d.random()
     assert (legacy.deadline.a, legacy.deadline.slack_s, legacy.deadline.coupling) == (1.5, 0.5, 0)
