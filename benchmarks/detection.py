@@ -180,6 +180,16 @@ def false_flag_scenario(sigma_w: float) -> Scenario:
     return Scenario(name, spec, "none", True)
 
 
+def at_speed(sc: Scenario, speed_sd: float | None) -> Scenario:
+    """``sc`` with honest and farm cards' speed spread ``speed_sd`` (log-sd; None: as
+    is), renamed ``"<name> sp=<speed_sd>"`` so that rows of both spreads can be merged.
+    The population's 5% is an assumption; real H200s of one model measure about 1%
+    (docs/capacity.md, "Pooling several cards")."""
+    if speed_sd is None:
+        return sc
+    return replace(sc, name=f"{sc.name} sp={speed_sd:g}", spec=replace(sc.spec, speed_sd=speed_sd))
+
+
 def score(pop: Population, snap: Snapshot) -> dict[str, Any]:
     """Metrics of one snapshot against the ground truth (module docstring)."""
     farms = [set(f) for f in pop.farms]
@@ -689,6 +699,10 @@ def main() -> int:
                         help="first seed of every scenario (to split seeds over processes)")  # fmt: skip
     parser.add_argument("--max-rounds", type=int, default=None, metavar="R",
                         help="stop every run at the last checkpoint <= R (16, 32, 64 or 128)")  # fmt: skip
+    parser.add_argument("--speed-sd", type=float, default=None, metavar="SD",
+                        help="cards' speed spread (log-sd) in every scenario instead of the "
+                             "population's 0.05; scenario names get ' sp=SD' (give it with "
+                             "--from-json too)")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--markdown", action="store_true",
@@ -703,7 +717,8 @@ def main() -> int:
     scs = scenarios()
     if args.from_json:
         ffs = [false_flag_scenario(x) for x in (0.05, 0.15)]
-        return report_json(args.from_json, [*scs, *ffs], args.check, args.plot, args.markdown)
+        scs = [at_speed(s, args.speed_sd) for s in [*scs, *ffs]]
+        return report_json(args.from_json, scs, args.check, args.plot, args.markdown)
     seeds, ff_seeds = args.seeds, args.ff_seeds
     if args.quick:
         scs, seeds, ff_seeds = [s for s in scs if s.name in QUICK], 1, 2
@@ -718,6 +733,7 @@ def main() -> int:
     if args.part:
         i, n = (int(x) for x in args.part.split("/"))
         scs = scs[i - 1 :: n]
+    scs = [at_speed(s, args.speed_sd) for s in scs]  # after the filters: they take the base names
     configs = ("new", "old") if args.old else (("old",) if args.old_only else ("new",))
     if args.tukey:
         configs = (*configs, "tky")
@@ -732,7 +748,8 @@ def main() -> int:
                   file=sys.stderr, flush=True)  # fmt: skip
             print(json.dumps(got), file=sys.stderr, flush=True)  # partial results as they come
     if ff_seeds:
-        for ff in [false_flag_scenario(float(x)) for x in args.ff_sigma.split(",")]:
+        for ff in [at_speed(false_flag_scenario(float(x)), args.speed_sd)
+                   for x in args.ff_sigma.split(",")]:  # fmt: skip
             for config in configs:
                 rows += run_scenario(ff, config, ff_seeds, args.first_seed)
             scs = [*scs, ff]

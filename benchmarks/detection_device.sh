@@ -14,6 +14,8 @@ JOBS=${JOBS:-$(nproc)}; SEEDS=${SEEDS:-2}; FF_SEEDS=${FF_SEEDS:-125}; FF_CHUNK=$
 CONFIGS=${CONFIGS:-"new coins"}; LIMIT=${LIMIT:-540}
 # SKIP / ONLY: extended regexps on scenario names (e.g. SKIP='n=1000' ONLY='n=1000' to
 # split one run over two device calls); FF_SEEDS=0 leaves the false-flag runs out
+# EXTRA: options added to every job and the merge (e.g. EXTRA="--speed-sd 0.01")
+EXTRA=${EXTRA:-}
 SKIP=${SKIP:-'^$'}; ONLY=${ONLY:-.}
 echo "cores $(nproc), jobs $JOBS, seeds $SEEDS, false-flag runs $FF_SEEDS, configs $CONFIGS"
 list=$OUT/jobs.txt; : > "$list"
@@ -42,14 +44,14 @@ done < "$OUT/names.txt"
 echo "$n jobs"
 run_one() {  # job number; its arguments are in $list.tmp.N
   local i=$1; mapfile -d '' -t args < "$OUT/jobs.txt.tmp.$i"
-  timeout -k 5 "$LIMIT" "$PY" benchmarks/detection.py "${args[@]:1}" --json "$OUT/parts/$i.json" \
+  timeout -k 5 "$LIMIT" "$PY" benchmarks/detection.py "${args[@]:1}" ${EXTRA:-} --json "$OUT/parts/$i.json" \
     > "$OUT/logs/$i.txt" 2>&1 || { echo "job $i failed or timed out: ${args[*]:1}"; touch "$OUT/failed.$i"; }
 }
-export -f run_one; export OUT PY LIMIT
+export -f run_one; export OUT PY LIMIT EXTRA
 start=$(date +%s)
 xargs -a "$list" -P "$JOBS" -I{} bash -c 'run_one {}'
 echo "all jobs in $(( $(date +%s) - start )) s"
-"$PY" benchmarks/detection.py --from-json "$OUT"/parts/*.json --plot "$OUT/detection.png" \
+"$PY" benchmarks/detection.py --from-json "$OUT"/parts/*.json --plot "$OUT/detection.png" ${EXTRA:-} \
   | tee "$OUT/detection.txt"
 rm -f "$OUT"/jobs.txt.tmp.*
 # one archive instead of hundreds of small files (what comes back from a device is limited)

@@ -20,3 +20,16 @@ def test_max_rounds_stops_at_the_last_checkpoint() -> None:
     # the same seed: the shared checkpoint reads the same
     assert short[0]["found2"] == full[0]["found2"]
     assert short[0]["conf"] == full[0]["conf"]
+
+
+def test_speed_sd_changes_the_population_and_the_name() -> None:
+    sc = next(s for s in detection.scenarios() if s.name == "pad b=0.3")
+    assert detection.at_speed(sc, None) is sc
+    tight = detection.at_speed(sc, 0.01)
+    assert tight.name == "pad b=0.3 sp=0.01"
+    assert tight.spec.speed_sd == 0.01 and sc.spec.speed_sd == 0.05
+    assert tight.spec.beta == sc.spec.beta and tight.spec.adversary == "pad"
+    pops = [detection.make_population(s.spec, detection.np.random.default_rng([0, 1]))
+            for s in (sc, tight)]  # fmt: skip
+    spread = [float(detection.np.std(detection.np.log(p.speed))) for p in pops]
+    assert spread[1] < spread[0] / 2
