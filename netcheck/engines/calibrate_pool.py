@@ -92,8 +92,12 @@ def pool_calibrations(
     - **Capacity.** A farm puts its identities on the fastest card it has, and the pooled
       deadline is set by the slowest honest card, so the worst case for the gate is the
       card with the smallest ``t(2) / D_pooled(max_rtt)``: its figures become the
-      ``[capacity]`` table (its own t(k) and beta; the margin at the pooled deadline).
-      Records without co-location figures (``t_k_s`` shorter than 2) contribute times only.
+      ``[capacity]`` table (its t(2), t(3), beta, margin at the pooled deadline), except
+      t(1): the pooled median, since ``Profile.reference_t_s`` (t(1) of ``[capacity]``)
+      is the one-batch time of the *class* the slowness tests compare every node with;
+      the fastest card's would make the slower honest cards look slow. beta stays the
+      card's own (measured against its own t(1), ``capacity_card_t1_s``). Records without
+      co-location figures (``t_k_s`` shorter than 2) contribute times only.
 
     Args:
         records: calibration result dicts as ``netcheck engine calibrate`` writes them
@@ -107,8 +111,9 @@ def pool_calibrations(
     Returns:
         A dict shaped like a calibrate result (``profile`` of the first record,
         ``times_s`` pooled, ``t_ref_s``, ``p99_s``, ``deadline``, ``deadline_s_rtt0``,
-        ``deadline_s_max_rtt``, ``t_k_s``, ``beta``, and ``margin`` / ``capacity`` when a
-        card measured t(2)), plus ``pooled_from``: per card ``file``, ``card``, ``host``,
+        ``deadline_s_max_rtt``, ``t_k_s``, ``beta``, and ``margin`` / ``capacity`` /
+        ``capacity_card`` / ``capacity_card_t1_s`` when a card measured t(2)), plus
+        ``pooled_from``: per card ``file``, ``card``, ``host``,
         ``date``, ``n_batches``, ``t_ref_s``, ``p99_s``, ``gap`` (relative to the median
         of the card medians), ``t2_s``, ``margin_at_pooled_deadline`` and, for
         comparison, ``deadline_s_max_rtt_alone`` / ``margin_alone`` (the same rule and
@@ -232,7 +237,8 @@ def pool_calibrations(
     if worst is not None:
         margin, i = worst
         r = records[i]
-        t_k = [float(x) for x in r["t_k_s"]]
+        own = [float(x) for x in r["t_k_s"]]
+        t_k = [deadline.t_ref_s, *own[1:]]
         beta = [float(x) for x in r.get("beta") or []][: len(t_k) - 1]
         cap = dict(r.get("capacity") or {})
         record = CapacityRecord(
@@ -248,7 +254,7 @@ def pool_calibrations(
         )
         result.update(
             t_k_s=t_k, beta=beta, margin=margin, capacity=record.model_dump(mode="json"),
-            capacity_card=cards[i], packing=record.packing,
+            capacity_card=cards[i], capacity_card_t1_s=own[0], packing=record.packing,
         )  # fmt: skip
         result["profile"]["capacity"] = result["capacity"]
     return result

@@ -41,7 +41,9 @@ def toml_tables(result: dict[str, Any]) -> str:
         "the honest spread, coupling the benign co-hosting slowdown allowed (docs/capacity.md)",
     )
     if "capacity" in result:
-        pooled = " (the pooled card with the smallest margin)" if "pooled_from" in result else ""
+        pooled = ""
+        if "pooled_from" in result:
+            pooled = "; t(1) pooled, t(2).. and beta of the card with the smallest margin"
         out += "\n" + _table(
             "capacity",
             result["capacity"],
@@ -149,9 +151,14 @@ def _colocation_lines(result: dict[str, Any]) -> list[str]:
 def _capacity_lines(result: dict[str, Any]) -> list[str]:
     t_k = result["t_k_s"]
     card = result.get("capacity_card")
-    lines = (
-        [f"Capacity from {card}: the smallest margin at the pooled deadline.", ""] if card else []
-    )
+    lines = []
+    if card:
+        lines += [
+            f"Capacity from {card}, the card with the smallest margin at the pooled deadline: "
+            f"its t(k) and beta (its own t(1) {result['capacity_card_t1_s']:.4f} s); t(1) is "
+            "the pooled median, the class's reference for the slowness tests.",
+            "",
+        ]
     lines += [
         "| "
         + " | ".join(f"t({k + 1})" for k in range(len(t_k)))

@@ -58,7 +58,7 @@ def test_pooled_deadline_is_the_rule_on_all_times_and_the_slower_card_widens_it(
     assert [c["n_batches"] for c in result["pooled_from"]] == [11, 9]
     md = render_markdown(result, "netcheck engine pool a.json b.json")
     assert "# Pooled calibration: h200-torch-bf16" in md and "| a.json | H200 GPU-a |" in md
-    assert "pooled by `netcheck engine pool`" in toml_tables(result)
+    assert "its own t(1) 1.0050 s" in md and "netcheck engine pool" in toml_tables(result)
 
 
 def test_margin_is_taken_from_the_card_with_the_smallest_margin() -> None:
@@ -73,7 +73,9 @@ def test_margin_is_taken_from_the_card_with_the_smallest_margin() -> None:
         )
         assert result["capacity_card"] == "GPU-a" and result["capacity"]["card"] == "GPU-a"
         assert result["margin"] == pytest.approx(capacity_margin(1.9, profile))
-        assert result["capacity"]["t_s"] == [1.005, 1.9, 2.9]
+        t_ref = result["deadline"]["t_ref_s"]  # the class reference, not the card's 1.005
+        assert result["capacity"]["t_s"] == [t_ref, 1.9, 2.9] and t_ref > 1.005
+        assert result["capacity"]["beta"] == [round(x, 3) for x in fast["beta"]]
         margins = {c["card"]: c["margin_at_pooled_deadline"] for c in result["pooled_from"]}
         assert margins["GPU-c"] is None and margins["GPU-a"] < margins["GPU-b"]
     assert "capacity" not in pool_calibrations([times_only, _record("GPU-d", [1.02] * 5)])
@@ -164,6 +166,7 @@ def test_pool_command_writes_the_files_and_updates_a_profile_copy(tmp_path: Path
         mode="json"
     )
     assert prof.capacity is not None and prof.capacity.card == "GPU-a"
+    assert prof.reference_t_s == prof.deadline.t_ref_s  # the slowness tests' reference
     assert written["capacity_card"] == "GPU-a" and "capacity margin" in result.output
     assert f"updated {copy}" in " ".join(result.output.split())
     bad = _write(tmp_path, "bad.json", _record("GPU-c", SLOW, batch_size=128))
