@@ -131,9 +131,12 @@ def pool_calibrations(
         names = [f"record {i + 1}" for i in range(len(records))]
     if not max_card_gap > 0:
         raise ValueError(f"max_card_gap must be > 0, got {max_card_gap}")
+    profiles = [_get(r, "profile", s) for r, s in zip(records, names, strict=True)]
+    for prof, s in zip(profiles, names, strict=True):
+        if not isinstance(prof, dict):
+            raise ValueError(f"{s}: field profile must be a JSON object (a profile dump)")
     for field in BATCH_FIELDS:
-        values = [_get(r, "profile", s).get(field) for r, s in zip(records, names, strict=True)]
-        _agreed(values, f"profile.{field}", names)
+        _agreed([prof.get(field) for prof in profiles], f"profile.{field}", names)
     cpus = [bool(r.get("cpu", str(_get(r, "card", s)).startswith("cpu")))
             for r, s in zip(records, names, strict=True)]  # fmt: skip
     cpu = _agreed(cpus, "cpu (CPU and GPU figures mixed)", names)

@@ -138,6 +138,8 @@ def test_network_figures_must_agree_or_be_given() -> None:
     del b["times_s"]
     with pytest.raises(ValueError, match="record 2: field times_s missing"):
         pool_calibrations([a, b], coupling=0.1)
+    with pytest.raises(ValueError, match="record 1: field profile must be a JSON object"):
+        pool_calibrations([{**a, "profile": "h200"}, a])
     with pytest.raises(ValueError, match="at least two"):
         pool_calibrations([a])
 
