@@ -30,18 +30,24 @@ def _table(name: str, values: dict[str, Any], comment: str) -> str:
 def toml_tables(result: dict[str, Any]) -> str:
     """The ``[deadline]`` (and, when t(2) was measured, ``[capacity]``) tables."""
     label = "CPU figures" if result.get("cpu") else "measured"
+    where = f"by `netcheck engine calibrate` on {result['card']}"
+    if "pooled_from" in result:
+        where = f"on {result['card']} and pooled by `netcheck engine pool`"
     out = _table(
         "deadline",
         result["deadline"],
-        f"{label} by `netcheck engine calibrate` on {result['card']}, {result['date']}: "
+        f"{label} {where}, {result['date']}: "
         "D = max(a t_ref, b p99) (1 + coupling) + 2 min(rtt, max_rtt) + slack, a and b from "
         "the honest spread, coupling the benign co-hosting slowdown allowed (docs/capacity.md)",
     )
     if "capacity" in result:
+        pooled = ""
+        if "pooled_from" in result:
+            pooled = "; t(1) pooled, t(2).. and beta of the card with the smallest margin"
         out += "\n" + _table(
             "capacity",
             result["capacity"],
-            f"{label}: t(k) = seconds until k identities sharing the card are all done",
+            f"{label}: t(k) = seconds until k identities sharing the card are all done{pooled}",
         )
     return out
 
@@ -65,14 +71,16 @@ def render_markdown(result: dict[str, Any], command: str) -> str:
     """A markdown page of the result (tables; CPU figures labelled)."""
     cpu = result.get("cpu")
     p = result["profile"]
-    title = f"# Calibration: {p['name']}" + (" (CPU figures)" if cpu else "")
+    pooled = result.get("pooled_from")
+    kind = "Pooled calibration" if pooled else "Calibration"
+    title = f"# {kind}: {p['name']}" + (" (CPU figures)" if cpu else "")
     lines = [
         title,
         "",
         f"Command: `{command}`",
         "",
         f"Card: {result['card']}; software {result['software']}; date {result['date']}; "
-        f"host {result['host']}; wall {result.get('wall_s', 0):.0f} s.",
+        f"host {result['host']}" + ("." if pooled else f"; wall {result.get('wall_s', 0):.0f} s."),
         "",
         f"Shape: {p['model']} {p['dtype']}, B = {p['batch_size']}, prompt_len "
         f"{p['prompt_len']} (prompt_chars {p.get('prompt_chars')}), "
@@ -81,10 +89,12 @@ def render_markdown(result: dict[str, Any], command: str) -> str:
     ]
     if "selftest_passed" in result:
         lines += [f"Quick selftest: {'PASS' if result['selftest_passed'] else 'FAIL'}", ""]
+    if pooled:
+        lines += _pooled_lines(result)
     times = result["times_s"]
     d = result["deadline"]
     lines += [
-        "## Single identity",
+        "## Single identity" + (" (all cards' batches pooled)" if pooled else ""),
         "",
         "| t_ref (median) | p99 | min | max | batches |",
         "|---|---|---|---|---|",
@@ -96,6 +106,18 @@ def render_markdown(result: dict[str, Any], command: str) -> str:
         f"{result['deadline_s_rtt0']:.3f} s at rtt 0, {result['deadline_s_max_rtt']:.3f} s "
         "at max_rtt.",
         "",
+    ]
+    if "achieved_flops" in result:
+        lines += _flops_lines(result)
+    if "colocation" in result:
+        lines += _colocation_lines(result)
+    lines += _capacity_lines(result)
+    lines += ["", "## Profile tables", "", "```toml", toml_tables(result).rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def _flops_lines(result: dict[str, Any]) -> list[str]:
+    return [
         f"Achieved: {result['achieved_flops'] / 1e12:.3g} TFLOP/s of a measured bf16 matmul "
         f"peak of {result['peak_bf16_flops'] / 1e12:.3g} TFLOP/s = "
         f"{100 * result['flops_fraction']:.1f}% ({result['batch_flops'] / 1e12:.3g} TFLOP "
@@ -107,6 +129,11 @@ def render_markdown(result: dict[str, Any], command: str) -> str:
             else ""
         ),
         "",
+    ]
+
+
+def _colocation_lines(result: dict[str, Any]) -> list[str]:
+    lines = [
         "## Co-location: k identities sharing the card",
         "",
         "| k | packing | t(k) median makespan | trials | exact outputs | note |",
@@ -118,9 +145,21 @@ def render_markdown(result: dict[str, Any], command: str) -> str:
             f"| {r['k']} | {r['packing']} | {t} | {len(r['makespans_s'])} | "
             f"{'yes' if r.get('exact_outputs') else 'no'} | {r['error'] or ''} |"
         )
+    return lines + [""]
+
+
+def _capacity_lines(result: dict[str, Any]) -> list[str]:
     t_k = result["t_k_s"]
+    card = result.get("capacity_card")
+    lines = []
+    if card:
+        lines += [
+            f"Capacity from {card}, the card with the smallest margin at the pooled deadline: "
+            f"its t(k) and beta (its own t(1) {result['capacity_card_t1_s']:.4f} s); t(1) is "
+            "the pooled median, the class's reference for the slowness tests.",
+            "",
+        ]
     lines += [
-        "",
         "| "
         + " | ".join(f"t({k + 1})" for k in range(len(t_k)))
         + " | "
@@ -138,5 +177,40 @@ def render_markdown(result: dict[str, Any], command: str) -> str:
         lines += ["", f"**Unsafe for capacity: {UNSAFE_TEXT}.**"]
     elif margin < TARGET_MARGIN:
         lines += ["", f"Margin below the {TARGET_MARGIN} target for shipped GPU profiles."]
-    lines += ["", "## Profile tables", "", "```toml", toml_tables(result).rstrip(), "```", ""]
-    return "\n".join(lines)
+    return lines
+
+
+def _pooled_lines(result: dict[str, Any]) -> list[str]:
+    """The per-card table of a pooled result (:mod:`netcheck.engines.calibrate_pool`)."""
+
+    def num(value: Any, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    d = result["deadline"]
+    lines = [
+        "## Cards pooled",
+        "",
+        f"Profile names in the records: {', '.join(result.get('profile_names', []))} "
+        f"(the batch fields agree); largest card gap allowed "
+        f"{100 * result.get('max_card_gap', 0):g}% from the median of the card medians."
+        + (" The same card was allowed more than once." if result.get("same_card_allowed")
+           else ""),
+        "",
+        "| file | card | date | batches | t_ref | p99 | gap | t(2) | D(max_rtt) alone | "
+        "margin alone | margin at the pooled D |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for c in result["pooled_from"]:
+        lines.append(
+            f"| {c['file']} | {c['card']} | {c['date']} | {c['n_batches']} | "
+            f"{c['t_ref_s']:.4f} s | {c['p99_s']:.4f} s | {100 * c['gap']:+.1f}% | "
+            f"{num(c['t2_s'], '.4f')} | {c['deadline_s_max_rtt_alone']:.3f} s | "
+            f"{num(c['margin_alone'], '.3f')} | {num(c['margin_at_pooled_deadline'], '.3f')} |"
+        )
+    lines += [
+        "",
+        f"Each card alone: the same rule (coupling {d.get('coupling', 0.0)}, slack "
+        f"{d['slack_s']} s, max_rtt {d['max_rtt_s']} s) on that card's batches only.",
+        "",
+    ]
+    return lines

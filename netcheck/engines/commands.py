@@ -1,6 +1,9 @@
 """``netcheck engine ...`` commands (click). Registered in ``netcheck.cli`` with
 ``main.add_command(engine)``.
 
+``netcheck engine pool RECORD.json ...`` pools the calibrations of several cards
+(:mod:`netcheck.engines.calibrate_pool`).
+
 ``netcheck engine selftest --profile NAME [--json PATH] [--quick]`` runs
 :func:`netcheck.engines.selftest.run_selftest` on this machine, prints its tables and
 exits 1 when repeat determinism or batch-composition invariance failed (2 for a
@@ -146,7 +149,7 @@ def calibrate(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from netcheck.capacity import capacity_status
-    from netcheck.config import DEFAULT_PROFILES_DIR, load_profile
+    from netcheck.config import load_profile
     from netcheck.engines.calibrate import run_calibration
     from netcheck.engines.calibrate_report import render_markdown, replace_tables, toml_tables
 
@@ -182,13 +185,141 @@ def calibrate(
     Path(f"{base}.tables.toml").write_text(tables, encoding="utf-8")
     console.print(markdown, markup=False, highlight=False, soft_wrap=True)
     if update_profile:
-        text = str(profile_name)
-        by_name = not (text.endswith(".toml") or "/" in text)
-        path = DEFAULT_PROFILES_DIR / f"{text}.toml" if by_name else Path(text)
+        path = _profile_path(str(profile_name))
         path.write_text(replace_tables(path.read_text(encoding="utf-8"), tables), "utf-8")
         console.print(f"updated {path}")
         console.print(capacity_status(load_profile(path)).message, markup=False)
     sys.exit(1 if result.get("selftest_passed") is False else 0)
+
+
+def _profile_path(name_or_path: str) -> Path:
+    """The profile file ``--update-profile`` rewrites: a name is looked up in the shipped
+    profiles folder, a ``.toml`` or a path is taken as it is."""
+    from netcheck.config import DEFAULT_PROFILES_DIR
+
+    by_name = not (name_or_path.endswith(".toml") or "/" in name_or_path)
+    return DEFAULT_PROFILES_DIR / f"{name_or_path}.toml" if by_name else Path(name_or_path)
+
+
+@engine.command("pool")
+@click.argument("records", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("calibration"),
+    show_default=True,
+    help="Directory for <profile>.json, <profile>.md and <profile>.tables.toml.",
+)
+@click.option(
+    "--coupling",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    help="Benign co-hosting slowdown the deadline allows for; default: the records' own "
+    "(they must agree).",
+)
+@click.option(
+    "--rtt-jitter-s", type=float, help="RTT jitter, seconds; default: the records' slack / 2."
+)
+@click.option("--max-rtt-s", type=float, help="Largest RTT credited; default: the records'.")
+@click.option(
+    "--max-card-gap",
+    default=0.10,
+    show_default=True,
+    type=click.FloatRange(0.0, min_open=True),
+    help="Largest distance of one card's median batch time from the median of the card "
+    "medians, as a fraction; a card further off is refused.",
+)
+@click.option(
+    "--allow-same-card", is_flag=True, help="Accept two records of the same card (GPU UUID)."
+)
+@click.option(
+    "--update-profile",
+    "update_profile",
+    metavar="PROFILE",
+    help="Rewrite this profile's [deadline] and [capacity] tables (a name in "
+    "configs/profiles, or a TOML path); its batch fields must match the records'.",
+)
+def pool(
+    records: tuple[Path, ...],
+    out_dir: Path,
+    coupling: float | None,
+    rtt_jitter_s: float | None,
+    max_rtt_s: float | None,
+    max_card_gap: float,
+    allow_same_card: bool,
+    update_profile: str | None,
+) -> None:
+    """Pool the calibrations of several cards of one class into one deadline.
+
+    `netcheck engine calibrate` measures one trusted card, so cards of the class that
+    are slower or noisier than it are not in the deadline. Calibrate each card of the
+    class with `netcheck engine calibrate` (each writes RECORD = <profile>.json), then
+    pool the records: the deadline is derived from all cards' batch times together,
+    and the [capacity] table is taken from the card with the smallest margin t(2)/D at
+    that deadline (the fastest card, where a farm would run). Refused (exit 2): records
+    of different batch shapes or of CPU and GPU mixed, the same card twice, a card
+    whose median is more than --max-card-gap from the others'. Writes JSON, markdown
+    and the tables like calibrate, named after the first record's profile (or
+    --update-profile's). Rules: netcheck/engines/calibrate_pool.py, docs/capacity.md.
+    """
+    from rich.console import Console
+
+    from netcheck.capacity import capacity_status
+    from netcheck.config import Profile, load_profile
+    from netcheck.engines.calibrate_pool import BATCH_FIELDS, pool_calibrations
+    from netcheck.engines.calibrate_report import render_markdown, replace_tables, toml_tables
+
+    console = Console(stderr=False)
+    command = "netcheck engine pool " + " ".join(sys.argv[3:])
+    try:
+        loaded: list[dict[str, Any]] = []
+        for path in records:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"{path}: not a readable JSON calibration record: {exc}") from exc
+            if not isinstance(data, dict):
+                raise ValueError(f"{path}: not a calibration record (a JSON object)")
+            loaded.append(data)
+        result = pool_calibrations(
+            loaded,
+            sources=[str(p) for p in records],
+            coupling=coupling,
+            rtt_jitter_s=rtt_jitter_s,
+            max_rtt_s=max_rtt_s,
+            max_card_gap=max_card_gap,
+            allow_same_card=allow_same_card,
+        )
+        target = _profile_path(update_profile) if update_profile else None
+        if target is not None:
+            profile = load_profile(target)
+            for field in BATCH_FIELDS:
+                mine, theirs = getattr(profile, field), result["profile"].get(field)
+                if mine != theirs:
+                    raise ValueError(
+                        f"--update-profile {target}: profile.{field} is {mine!r}, the records "
+                        f"have {theirs!r}"
+                    )
+            result["profile"] = {**result["profile"], "name": profile.name}
+    except (NetcheckError, ValueError) as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    result["command"] = command
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base = out_dir / result["profile"]["name"]
+    markdown = render_markdown(result, command)
+    Path(f"{base}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    Path(f"{base}.md").write_text(markdown, encoding="utf-8")
+    tables = toml_tables(result)
+    Path(f"{base}.tables.toml").write_text(tables, encoding="utf-8")
+    console.print(markdown, markup=False, highlight=False, soft_wrap=True)
+    if target is not None:
+        target.write_text(replace_tables(target.read_text(encoding="utf-8"), tables), "utf-8")
+        console.print(f"updated {target}")
+        status = capacity_status(load_profile(target))
+    else:
+        status = capacity_status(Profile.model_validate(result["profile"]))
+    console.print(status.message, markup=False)
 
 
 def _progress(bar: Any, task: Any, console: Any, text: str, frac: float) -> None:

@@ -1,0 +1,267 @@
+"""``netcheck engine pool``: one profile deadline from the calibrations of several cards.
+
+``netcheck engine calibrate`` measures one trusted card, so cards of the class that are
+slower or noisier than it are not in the deadline it derives (docs/detection.md,
+"Calibrating on one card"). Calibrate each card of the class, then pool the records
+with :func:`pool_calibrations`. Pure: no engine, no torch, no I/O (the CLI reads the
+files).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from netcheck.capacity import capacity_margin, derive_deadline
+from netcheck.config import CapacityRecord, Profile
+
+BATCH_FIELDS = (
+    "engine",
+    "model",
+    "dtype",
+    "batch_size",
+    "prompt_len",
+    "prompt_chars",
+    "max_new_tokens",
+    "workload",
+)
+"""Profile fields that determine what one batch computes, so its time: pooled records
+must agree on each of them (the profile *name* and the deadline may differ)."""
+MAX_CARD_GAP = 0.10
+"""Default largest relative distance of one card's median batch time from the median of
+the card medians (10%: real H200s of one model differ by about 1%)."""
+
+
+def _median(times: Sequence[float]) -> float:
+    return sorted(times)[len(times) // 2]  # the rule derive_deadline uses for t_ref
+
+
+def _agreed(values: Sequence[Any], field: str, sources: Sequence[str], hint: str = "") -> Any:
+    """The common value of ``field`` across records; ValueError naming the field, the first
+    two differing values and their files otherwise."""
+    for value, source in zip(values[1:], sources[1:], strict=True):
+        if value != values[0]:
+            raise ValueError(
+                f"{field} differs: {values[0]!r} in {sources[0]}, {value!r} in {source}{hint}"
+            )
+    return values[0]
+
+
+def _get(record: dict[str, Any], field: str, source: str) -> Any:
+    value: Any = record
+    for part in field.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ValueError(f"{source}: field {field} missing (not a calibration record?)")
+        value = value[part]
+    return value
+
+
+def pool_calibrations(
+    records: Sequence[dict[str, Any]],
+    *,
+    sources: Sequence[str] | None = None,
+    coupling: float | None = None,
+    rtt_jitter_s: float | None = None,
+    max_rtt_s: float | None = None,
+    max_card_gap: float = MAX_CARD_GAP,
+    allow_same_card: bool = False,
+) -> dict[str, Any]:
+    """Pool calibration records of several cards of one class into one deadline.
+
+    Rules, and why:
+
+    - **Same batch.** Every record describes the same work: the :data:`BATCH_FIELDS` of
+      its ``profile`` agree (the profile *name* may differ: a renamed copy of a profile
+      computes the same batch; the names are listed in the result), and none mixes CPU
+      with GPU figures (``cpu``). Otherwise the times measure different things.
+    - **Distinct cards.** The ``card`` string carries the GPU UUID; the same card twice
+      would count one card's spread as the class's, so it is refused unless
+      ``allow_same_card`` (the result then says ``same_card_allowed``).
+    - **One class.** A card whose median batch time is more than ``max_card_gap`` from
+      the median of the card medians is refused: a different class or a faulty card
+      would widen the deadline for everyone (a farm could hide in the room it buys).
+    - **Deadline.** :func:`~netcheck.capacity.derive_deadline` over all the cards' batch
+      times concatenated: each card weighted by its own batches. Not resampled to equal
+      weight: that adds randomness or drops measurements, and the tail does not need it
+      (with up to 100 batches in all, the nearest-rank p99 is the slowest batch of any
+      card, so the slowest card's tail is in; calibrate each card with a similar
+      ``--batches`` so the median is not one card's). ``coupling``, ``rtt_jitter_s`` and
+      ``max_rtt_s`` default to the records' own (``deadline.coupling``, ``slack_s / 2``,
+      ``deadline.max_rtt_s``); when the records disagree the value must be given.
+    - **Capacity.** A farm puts its identities on the fastest card it has, and the pooled
+      deadline is set by the slowest honest card, so the worst case for the gate is the
+      card with the smallest ``t(2) / D_pooled(max_rtt)``: its figures become the
+      ``[capacity]`` table (its t(2), t(3), beta, margin at the pooled deadline), except
+      t(1): the pooled median, since ``Profile.reference_t_s`` (t(1) of ``[capacity]``)
+      is the one-batch time of the *class* the slowness tests compare every node with;
+      the fastest card's would make the slower honest cards look slow. beta stays the
+      card's own (measured against its own t(1), ``capacity_card_t1_s``). Records without
+      co-location figures (``t_k_s`` shorter than 2) contribute times only.
+
+    Args:
+        records: calibration result dicts as ``netcheck engine calibrate`` writes them
+            (``<profile>.json``); at least two.
+        sources: a name per record for error messages and ``pooled_from`` (file names);
+            default ``record 1``, ``record 2``, ...
+        coupling, rtt_jitter_s, max_rtt_s: override the records' figures (seconds).
+        max_card_gap: largest relative gap of a card median from the median of medians.
+        allow_same_card: accept the same ``card`` more than once.
+
+    Returns:
+        A dict shaped like a calibrate result (``profile`` of the first record,
+        ``times_s`` pooled, ``t_ref_s``, ``p99_s``, ``deadline``, ``deadline_s_rtt0``,
+        ``deadline_s_max_rtt``, ``t_k_s``, ``beta``, and ``margin`` / ``capacity`` /
+        ``capacity_card`` / ``capacity_card_t1_s`` when a card measured t(2)), plus
+        ``pooled_from``: per card ``file``, ``card``, ``host``,
+        ``date``, ``n_batches``, ``t_ref_s``, ``p99_s``, ``gap`` (relative to the median
+        of the card medians), ``t2_s``, ``margin_at_pooled_deadline`` and, for
+        comparison, ``deadline_s_max_rtt_alone`` / ``margin_alone`` (the same rule and
+        network figures on that card's times only).
+
+    Raises:
+        ValueError: fewer than two records, a missing field, a batch field or ``cpu``
+            that differs, the same card twice, a card past ``max_card_gap``, network
+            figures or coupling that differ without an override, or bad values.
+    """
+    if len(records) < 2:
+        raise ValueError(f"need at least two calibration records to pool, got {len(records)}")
+    names = list(sources) if sources is not None else []
+    if len(names) != len(records):
+        names = [f"record {i + 1}" for i in range(len(records))]
+    if not max_card_gap > 0:
+        raise ValueError(f"max_card_gap must be > 0, got {max_card_gap}")
+    profiles = [_get(r, "profile", s) for r, s in zip(records, names, strict=True)]
+    for prof, s in zip(profiles, names, strict=True):
+        if not isinstance(prof, dict):
+            raise ValueError(f"{s}: field profile must be a JSON object (a profile dump)")
+    for field in BATCH_FIELDS:
+        _agreed([prof.get(field) for prof in profiles], f"profile.{field}", names)
+    cpus = [bool(r.get("cpu", str(_get(r, "card", s)).startswith("cpu")))
+            for r, s in zip(records, names, strict=True)]  # fmt: skip
+    cpu = _agreed(cpus, "cpu (CPU and GPU figures mixed)", names)
+    cards = [str(_get(r, "card", s)) for r, s in zip(records, names, strict=True)]
+    for i, card in enumerate(cards):
+        if card in cards[:i] and not allow_same_card:
+            first = names[cards.index(card)]
+            raise ValueError(
+                f"card {card} appears twice ({first} and {names[i]}): pool distinct cards, "
+                "or pass --allow-same-card"
+            )
+    times: list[list[float]] = []
+    for r, s in zip(records, names, strict=True):
+        t = _get(r, "times_s", s)
+        if (
+            not isinstance(t, list)
+            or not t
+            or any(not isinstance(x, int | float) or x <= 0 for x in t)
+        ):
+            raise ValueError(f"{s}: field times_s must be a non-empty list of positive seconds")
+        times.append([float(x) for x in t])
+    medians = [_median(t) for t in times]
+    mid = statistics.median(medians)
+    gaps = [(m - mid) / mid for m in medians]
+    for card, gap, s in zip(cards, gaps, names, strict=True):
+        if abs(gap) > max_card_gap:
+            raise ValueError(
+                f"card {card} ({s}): median batch time {100 * gap:+.1f}% from the median of "
+                f"the card medians ({mid:.4f} s), past max_card_gap {100 * max_card_gap:g}%: "
+                "a different class or a faulty card; drop it or raise --max-card-gap"
+            )
+    hint = ": pass the value to use (--{})"
+    if coupling is None:
+        values = [float(_get(r, "deadline", s).get("coupling", 0.0))
+                  for r, s in zip(records, names, strict=True)]  # fmt: skip
+        coupling = _agreed(values, "deadline.coupling", names, hint.format("coupling"))
+    if rtt_jitter_s is None:
+        values = [
+            float(_get(r, "deadline.slack_s", s)) / 2 for r, s in zip(records, names, strict=True)
+        ]
+        rtt_jitter_s = _agreed(
+            values, "deadline.slack_s (2 x RTT jitter)", names, hint.format("rtt-jitter-s")
+        )
+    if max_rtt_s is None:
+        values = [
+            float(_get(r, "deadline.max_rtt_s", s)) for r, s in zip(records, names, strict=True)
+        ]
+        max_rtt_s = _agreed(values, "deadline.max_rtt_s", names, hint.format("max-rtt-s"))
+    assert coupling is not None and rtt_jitter_s is not None and max_rtt_s is not None
+    net = {"rtt_jitter_s": rtt_jitter_s, "max_rtt_s": max_rtt_s, "coupling": coupling}
+    pooled_times = [x for t in times for x in t]
+    deadline = derive_deadline(pooled_times, **net)
+    base = dict(records[0]["profile"])
+    try:
+        profile = Profile.model_validate({**base, "deadline": deadline, "capacity": None})
+    except ValueError as exc:
+        raise ValueError(f"{names[0]}: field profile is not a valid profile: {exc}") from exc
+    pooled_from: list[dict[str, Any]] = []
+    worst: tuple[float, int] | None = None
+    for i, (r, t, s) in enumerate(zip(records, times, names, strict=True)):
+        alone = profile.model_copy(update={"deadline": derive_deadline(t, **net)})
+        t_k = [float(x) for x in r.get("t_k_s") or []]
+        entry: dict[str, Any] = {
+            "file": s, "card": cards[i], "host": r.get("host"), "date": r.get("date"),
+            "software": r.get("software"), "profile_name": _profile_name(r),
+            "n_batches": len(t), "t_ref_s": round(medians[i], 4),
+            "p99_s": alone.deadline.p99_s, "gap": round(gaps[i], 4),
+            "deadline_s_max_rtt_alone": round(alone.deadline_s(max_rtt_s), 4),
+            "t2_s": None, "margin_at_pooled_deadline": None, "margin_alone": None,
+        }  # fmt: skip
+        if len(t_k) >= 2:
+            margin = capacity_margin(t_k[1], profile)
+            entry.update(
+                t2_s=round(t_k[1], 4),
+                margin_at_pooled_deadline=round(margin, 3),
+                margin_alone=round(capacity_margin(t_k[1], alone), 3),
+            )
+            if worst is None or margin < worst[0]:
+                worst = (margin, i)
+        pooled_from.append(entry)
+    result: dict[str, Any] = {
+        "profile": {**base, "deadline": deadline.model_dump(mode="json"), "capacity": None},
+        "cpu": cpu,
+        "card": f"{len(records)} cards (" + ", ".join(cards) + ")",
+        "software": ", ".join(sorted({str(r.get("software", "")) for r in records})),
+        "date": max(str(r.get("date", "")) for r in records),
+        "host": ", ".join(sorted({str(r.get("host", "")) for r in records})),
+        "times_s": pooled_times,
+        "t_ref_s": deadline.t_ref_s,
+        "p99_s": deadline.p99_s,
+        "deadline": deadline.model_dump(mode="json"),
+        "deadline_s_rtt0": profile.deadline_s(0.0),
+        "deadline_s_max_rtt": profile.deadline_s(max_rtt_s),
+        "t_k_s": [deadline.t_ref_s],
+        "beta": [],
+        "max_card_gap": max_card_gap,
+        "same_card_allowed": allow_same_card and len(set(cards)) < len(cards),
+        "profile_names": sorted({_profile_name(r) for r in records}),
+        "pooled_from": pooled_from,
+    }
+    if worst is not None:
+        margin, i = worst
+        r = records[i]
+        own = [float(x) for x in r["t_k_s"]]
+        t_k = [deadline.t_ref_s, *own[1:]]
+        beta = [float(x) for x in r.get("beta") or []][: len(t_k) - 1]
+        cap = dict(r.get("capacity") or {})
+        record = CapacityRecord(
+            t_s=[round(x, 4) for x in t_k],
+            beta=[round(x, 3) for x in beta],
+            margin=round(margin, 3),
+            flops_fraction=cap.get("flops_fraction"),
+            peak_tflops=cap.get("peak_tflops"),
+            packing=str(cap.get("packing") or r.get("packing") or "processes"),
+            card=cards[i],
+            date=str(r.get("date") or cap.get("date") or "unknown"),
+            software=str(r.get("software", "")),
+        )
+        result.update(
+            t_k_s=t_k, beta=beta, margin=margin, capacity=record.model_dump(mode="json"),
+            capacity_card=cards[i], capacity_card_t1_s=own[0], packing=record.packing,
+        )  # fmt: skip
+        result["profile"]["capacity"] = result["capacity"]
+    return result
+
+
+def _profile_name(record: dict[str, Any]) -> str:
+    return str(record.get("profile", {}).get("name", ""))
