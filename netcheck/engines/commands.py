@@ -86,9 +86,7 @@ def selftest(profile_name: str, json_path: Path | None, quick: bool, seed: int) 
     sys.exit(0 if report.passed else 1)
 
 
-@engine.command("calibrate")
-@click.option("--profile", "profile_name", required=True, help="Profile name or TOML path.")
-@click.option(
+_OUT_DIR = click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -96,6 +94,12 @@ def selftest(profile_name: str, json_path: Path | None, quick: bool, seed: int) 
     show_default=True,
     help="Directory for <profile>.json, <profile>.md and <profile>.tables.toml.",
 )
+"""``--out`` of ``calibrate`` and ``pool``."""
+
+
+@engine.command("calibrate")
+@click.option("--profile", "profile_name", required=True, help="Profile name or TOML path.")
+@_OUT_DIR
 @click.option("--batches", default=10, show_default=True, help="Timed single-identity batches.")
 @click.option("--trials", default=3, show_default=True, help="Co-location trials per k.")
 @click.option("--max-k", default=3, show_default=True, help="Most identities sharing the card.")
@@ -203,14 +207,7 @@ def _profile_path(name_or_path: str) -> Path:
 
 @engine.command("pool")
 @click.argument("records", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("calibration"),
-    show_default=True,
-    help="Directory for <profile>.json, <profile>.md and <profile>.tables.toml.",
-)
+@_OUT_DIR
 @click.option(
     "--coupling",
     type=click.FloatRange(0.0, 1.0, max_open=True),
