@@ -149,6 +149,7 @@ class Database:
         self.backend: str = parsed.get_backend_name()
         """``sqlite`` or ``postgresql`` (the SQLAlchemy backend name)."""
         self._sqlite = self.backend == "sqlite"
+        self._lock_timeout_ms = max(1, int(busy_timeout_ms))
         kwargs: dict[str, Any] = {}
         target: str | URL = url
         if self._sqlite:
@@ -178,7 +179,7 @@ class Database:
         elif parsed.get_backend_name() == "postgresql":
             # The PostgreSQL analogue of busy_timeout: a write waits this long for a row or
             # table lock held by another transaction, then fails as "database is locked".
-            opts = f"-c lock_timeout={max(1, int(busy_timeout_ms))}"  # 0 would mean forever
+            opts = f"-c lock_timeout={self._lock_timeout_ms}"  # 0 would mean forever
             if read_only:
                 opts += " -c default_transaction_read_only=on"
             extra = parsed.query.get("options")
@@ -245,14 +246,17 @@ class Database:
 
     def _lock_schema(self, conn: Connection) -> None:
         """PostgreSQL: take the transaction-level advisory lock of the current schema's
-        DDL (:data:`SCHEMA_LOCK`, the schema's name hashed), waiting up to the lock
-        timeout for another process creating or upgrading the same tables. SQLite: nothing
-        (``BEGIN IMMEDIATE`` already queues writers)."""
+        DDL (:data:`SCHEMA_LOCK`, the schema's name hashed), waiting up to
+        :data:`~netcheck.storage.migrate.SCHEMA_LOCK_WAIT_MS` for another process creating or upgrading the same
+        tables; the rest of the transaction keeps the ordinary lock timeout. SQLite:
+        nothing (``BEGIN IMMEDIATE`` already queues writers)."""
         if self.backend == "postgresql":
+            conn.execute(text(f"SET LOCAL lock_timeout = {int(migrate.SCHEMA_LOCK_WAIT_MS)}"))
             conn.execute(
                 text("SELECT pg_advisory_xact_lock(:k, hashtext(current_schema()))"),
                 {"k": SCHEMA_LOCK},
             )
+            conn.execute(text(f"SET LOCAL lock_timeout = {self._lock_timeout_ms}"))
 
     @staticmethod
     def _setup_sqlite(engine: Engine, busy_timeout_ms: int, read_only: bool = False) -> None:

@@ -29,6 +29,14 @@ from netcheck.storage.tables import rounds
 
 log = logging.getLogger(__name__)
 
+#: How long a PostgreSQL opener waits for the schema's DDL lock
+#: (``netcheck.storage.database.SCHEMA_LOCK``) while another process creates or upgrades
+#: the same schema, milliseconds. Longer than the lock timeout of ordinary writes:
+#: widening the ids rewrites the tables (about 27 s per GB, :func:`_widen_ids`), and an
+#: opener that arrives meanwhile should wait for it, not fail. The statements under the
+#: lock keep the ordinary lock timeout.
+SCHEMA_LOCK_WAIT_MS = 120_000
+
 #: (table, column, has its own sequence) of every row id and foreign key to one
 #: (:data:`netcheck.storage.tables.RowId`). The referenced ``flags.flag_id`` comes before
 #: ``flag_reviews.flag_id``.
@@ -96,9 +104,10 @@ def _widen_ids(conn: Connection, columns: list[tuple[str, str, bool]]) -> None:
     ).scalar_one()
     log.warning(  # measured: ~27 s per GB (1 million rows in each of the three big tables)
         "database upgrade: widening ids to 64 bits rewrites %s (%s); another process "
-        "opening this schema meanwhile gives up after its lock timeout (start it after)",
+        "opening this schema meanwhile waits for it (up to %d s)",
         ", ".join(tables),
         size,
+        SCHEMA_LOCK_WAIT_MS // 1000,
     )
     for table, column, owns_sequence in columns:
         conn.execute(text(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" TYPE BIGINT'))

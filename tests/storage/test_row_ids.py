@@ -156,3 +156,35 @@ def test_processes_widening_one_int4_database_at_once_all_succeed(pg_url: str) -
     _narrow_to_int4(pg_url)
     assert _open_at_once(pg_url, 6) == []
     assert _column_types(pg_url)[("verdicts", "id")] == "bigint"
+
+
+def test_an_opener_waits_for_the_schema_lock_longer_than_its_lock_timeout(pg_url: str) -> None:
+    """Another process upgrading the schema holds its DDL lock for longer than an ordinary
+    write's lock timeout (widening rewrites tables): an opener waits for it
+    (``SCHEMA_LOCK_WAIT_MS``) instead of failing with "database is locked" (seen in the
+    suite on a loaded machine: one of six openers gave up at 5 s)."""
+    import threading
+    import time
+
+    from netcheck.storage.database import SCHEMA_LOCK
+
+    Store(pg_url).close()
+    holder = create_engine(pg_url).connect()
+    holder.execute(
+        text("SELECT pg_advisory_lock(:k, hashtext(current_schema()))"), {"k": SCHEMA_LOCK}
+    )
+    unlock = threading.Timer(
+        1.5,
+        lambda: holder.execute(
+            text("SELECT pg_advisory_unlock(:k, hashtext(current_schema()))"), {"k": SCHEMA_LOCK}
+        ),
+    )
+    unlock.start()
+    try:
+        t0 = time.monotonic()
+        Store(pg_url, busy_timeout_ms=200).close()  # would fail after 0.2 s before
+        waited = time.monotonic() - t0
+    finally:
+        unlock.join()
+        holder.close()
+    assert waited >= 1.0
