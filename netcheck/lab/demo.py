@@ -44,11 +44,13 @@ from netcheck.admin_client import AdminError, admin_request, invoked_as
 from netcheck.capacity import capacity_status
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
+from netcheck.lab.demo_probe import Probes, concurrent_batch_time
 from netcheck.lab.demo_refs import DemoReferences
 from netcheck.lab.demo_report import report_overruns, summarize
 from netcheck.lab.demo_sizing import (
     describe,
     emulated_batch_time,
+    honest_share,
     host_cores,
     host_line,
     load_average_value,
@@ -310,6 +312,25 @@ async def _start_nodes(
         procs.start(n.name, *args)
 
 
+def size_emulation(
+    profile: Profile, honest: int, cores: int, alone_s: float, concurrent_s: float | None
+) -> tuple[float, str]:
+    """The demo's emulated batch time in seconds, and what it was sized from in words.
+
+    ``concurrent_s``: one batch while ``honest`` probe processes computed at once on this
+    host (:class:`netcheck.lab.demo_probe.Probes`), the figure used when given; else (vLLM)
+    ``alone_s``, the first reference batch timed alone, scaled by
+    :func:`netcheck.lab.demo_sizing.honest_share` over ``cores``.
+    """
+    alone = f"one batch alone {alone_s:.2f} s"
+    if concurrent_s is not None:
+        measured = f"{honest} batches computed at once took {concurrent_s:.2f} s, {alone}"
+    else:
+        concurrent_s = honest_share(honest, cores) * alone_s
+        measured = f"{alone} on {cores} CPUs, so {honest} at once ~{concurrent_s:.2f} s"
+    return emulated_batch_time(profile.deadline.t_ref_s, concurrent_s), measured
+
+
 async def _run(
     workdir: Path, rounds: int, profile_name: str, procs: Processes, serve: bool = False
 ) -> bool:
@@ -322,19 +343,33 @@ async def _run(
     count = rounds * len(nodes) * profile.canaries_max
     cores = host_cores()
     console.print(host_line(cores, load_average_value()))
-    with console.status("loading the reference engine (converts or synthesizes the model once)"):
-        refs = await asyncio.to_thread(DemoReferences, cfg, profile)
+    honest = sum(1 for n in nodes if n.adversary is None)
+    probes = None if profile.engine == "vllm" else Probes(profile_name, honest, procs.logs)
     try:
-        with console.status("answering the first reference batch (timed: sizes the emulation)"):
+        with console.status(
+            "loading the reference engine (converts or synthesizes the model once)"
+        ):
+            refs = await asyncio.to_thread(DemoReferences, cfg, profile)
+        concurrent_s = None
+        if probes is not None:
+            with console.status(
+                f"timing {honest} batches computed at once by {honest} processes, as the "
+                "honest nodes will (sizes the emulation)"
+            ):
+                concurrent_s = concurrent_batch_time(await asyncio.to_thread(probes.run))
+    finally:
+        if probes is not None:
+            probes.stop()
+    try:
+        with console.status("answering the first reference batch (timed)"):
             batch_wall = await asyncio.to_thread(refs.first_batch)
-        honest = sum(1 for n in nodes if n.adversary is None)
-        batch_time = emulated_batch_time(profile.deadline.t_ref_s, batch_wall, honest, cores)
+        batch_time, measured = size_emulation(profile, honest, cores, batch_wall, concurrent_s)
         profile_arg = profile_name
         if batch_time != profile.deadline.t_ref_s:
-            why = f"sized to this host (one real batch {batch_wall:.2f} s, {cores} CPUs)"
+            why = f"sized to this host ({measured})"
             profile_arg = str(write_demo_profile(profile_name, workdir, batch_time, why))
         console.print(
-            f"[bold]EMULATION[/bold]: {describe(profile, batch_time, batch_wall, cores)}; "
+            f"[bold]EMULATION[/bold]: {describe(profile, batch_time, measured)}; "
             f"the proxy pair shares one emulated GPU; once joined, the cheaters that "
             f"compute run at nice {CHEATER_NICE}."
         )
