@@ -59,13 +59,14 @@ def host_line(cores: int, load: float | None) -> str:
     """The demo's first line: this host's CPUs and 1-minute load average, and, when the
     load is already at or above the CPU count, that other work competes with the demo's
     node processes: the demo sizes its emulated GPU to that load (slower rounds), and
-    honest nodes may still run late (a ``FALSE ALARM``) if the load rises further."""
+    honest nodes may still run late if the load rises further (``HOST TOO BUSY``)."""
     text = f"host: {cores} CPUs, load average {'n/a' if load is None else f'{load:.2f}'} (1 min)"
     if load is not None and load >= cores:
         text += (
             ": busy: other work already uses every CPU; the demo times its honest nodes' "
             "batches under this load and emulates a GPU slow enough for it, but if the load "
-            "rises further honest nodes may run late and the demo end with FALSE ALARM rows; "
+            "rises further honest nodes may run late (such rounds are re-run, then reported as "
+            "HOST TOO BUSY); "
             f"for a quick, clean run start it when `uptime` shows a load average below {cores}"
         )
     return text

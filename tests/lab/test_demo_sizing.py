@@ -125,5 +125,5 @@ def test_host_line_warns_when_the_host_is_already_busy() -> None:
     assert host_line(2, None) == "host: 2 CPUs, load average n/a (1 min)"
     busy = host_line(2, 3.87)
     assert busy.startswith("host: 2 CPUs, load average 3.87 (1 min): busy")
-    assert "FALSE ALARM" in busy and "load average below 2" in busy
+    assert "HOST TOO BUSY" in busy and "load average below 2" in busy
     assert "times its honest nodes' batches under this load" in busy
