@@ -459,8 +459,10 @@ def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
 
     Three honest nodes, one running float32's model in bfloat16 while claiming float32,
     one returning made-up tokens, and two identities proxying to one shared backend.
-    GPU service time is EMULATED (all nodes share this machine's CPU). Exits 0 when
-    every honest node passes every round and every cheater fails every round.
+    GPU service time is EMULATED (all nodes share this machine's CPU), sized to this
+    host's load at the start. Exits 0 when every honest node passes every round and every
+    cheater fails every round; 1 otherwise, reported as INCONCLUSIVE (HOST TOO BUSY) when
+    honest nodes failed only because the host's load rose after the sizing.
     """
     from netcheck.lab.demo import run_demo
 

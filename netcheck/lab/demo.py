@@ -44,13 +44,22 @@ from netcheck.admin_client import AdminError, admin_request, invoked_as
 from netcheck.capacity import capacity_status
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config, load_profile
 from netcheck.keys import generate_key, public_key_text
+from netcheck.lab.demo_probe import Probes, concurrent_batch_time
 from netcheck.lab.demo_refs import DemoReferences
-from netcheck.lab.demo_report import report_overruns, summarize
+from netcheck.lab.demo_report import (
+    HOST_BUSY,
+    overrun_counts,
+    report_overruns,
+    starved_nodes,
+    summarize,
+)
 from netcheck.lab.demo_sizing import (
     describe,
     emulated_batch_time,
+    honest_share,
     host_cores,
     host_line,
+    load_average,
     load_average_value,
     renice_tree,
     write_demo_profile,
@@ -276,6 +285,11 @@ async def _serve_until_interrupted(
     await stop.wait()
 
 
+STARVED_RERUNS = 2
+"""Rounds the demo re-runs, in all, because an honest node failed on time after its real
+compute outlasted the emulated GPU (:func:`netcheck.lab.demo_report.starved_nodes`): the
+host's load rose after the demo sized its emulation. References are built for them."""
+
 CHEATER_NICE = 10
 """CPU priority, once every node has joined, of the demo's cheaters that compute (the
 wrong-dtype node, the proxy pair's farm backend): on one shared CPU their real compute
@@ -310,31 +324,64 @@ async def _start_nodes(
         procs.start(n.name, *args)
 
 
+def size_emulation(
+    profile: Profile, honest: int, cores: int, alone_s: float, concurrent_s: float | None
+) -> tuple[float, str]:
+    """The demo's emulated batch time in seconds, and what it was sized from in words.
+
+    ``concurrent_s``: one batch while ``honest`` probe processes computed at once on this
+    host (:class:`netcheck.lab.demo_probe.Probes`), the figure used when given; else (vLLM)
+    ``alone_s``, the first reference batch timed alone, scaled by
+    :func:`netcheck.lab.demo_sizing.honest_share` over ``cores``.
+    """
+    alone = f"one batch alone {alone_s:.2f} s"
+    if concurrent_s is not None:
+        measured = f"{honest} batches computed at once took {concurrent_s:.2f} s, {alone}"
+    else:
+        concurrent_s = honest_share(honest, cores) * alone_s
+        measured = f"{alone} on {cores} CPUs, so {honest} at once ~{concurrent_s:.2f} s"
+    return emulated_batch_time(profile.deadline.t_ref_s, concurrent_s), measured
+
+
 async def _run(
     workdir: Path, rounds: int, profile_name: str, procs: Processes, serve: bool = False
-) -> bool:
+) -> str:
     from netcheck.progress import progress_bar
 
     profile = load_profile(profile_name)
     nodes = demo_nodes(profile_name)
     coord_path, names = write_configs(workdir, profile_name, [n.name for n in nodes])
     cfg = load_coordinator_config(coord_path)
-    count = rounds * len(nodes) * profile.canaries_max
+    count = (rounds + STARVED_RERUNS) * len(nodes) * profile.canaries_max
     cores = host_cores()
     console.print(host_line(cores, load_average_value()))
-    with console.status("loading the reference engine (converts or synthesizes the model once)"):
-        refs = await asyncio.to_thread(DemoReferences, cfg, profile)
+    honest = sum(1 for n in nodes if n.adversary is None)
+    probes = None if profile.engine == "vllm" else Probes(profile_name, honest, procs.logs)
     try:
-        with console.status("answering the first reference batch (timed: sizes the emulation)"):
+        with console.status(
+            "loading the reference engine (converts or synthesizes the model once)"
+        ):
+            refs = await asyncio.to_thread(DemoReferences, cfg, profile)
+        concurrent_s = None
+        if probes is not None:
+            with console.status(
+                f"timing {honest} batches computed at once by {honest} processes, as the "
+                "honest nodes will (sizes the emulation)"
+            ):
+                concurrent_s = concurrent_batch_time(await asyncio.to_thread(probes.run))
+    finally:
+        if probes is not None:
+            probes.stop()
+    try:
+        with console.status("answering the first reference batch (timed)"):
             batch_wall = await asyncio.to_thread(refs.first_batch)
-        honest = sum(1 for n in nodes if n.adversary is None)
-        batch_time = emulated_batch_time(profile.deadline.t_ref_s, batch_wall, honest, cores)
+        batch_time, measured = size_emulation(profile, honest, cores, batch_wall, concurrent_s)
         profile_arg = profile_name
         if batch_time != profile.deadline.t_ref_s:
-            why = f"sized to this host (one real batch {batch_wall:.2f} s, {cores} CPUs)"
+            why = f"sized to this host ({measured})"
             profile_arg = str(write_demo_profile(profile_name, workdir, batch_time, why))
         console.print(
-            f"[bold]EMULATION[/bold]: {describe(profile, batch_time, batch_wall, cores)}; "
+            f"[bold]EMULATION[/bold]: {describe(profile, batch_time, measured)}; "
             f"the proxy pair shares one emulated GPU; once joined, the cheaters that "
             f"compute run at nice {CHEATER_NICE}."
         )
@@ -355,17 +402,43 @@ async def _run(
     procs.renice([p for p in CHEATERS_THAT_COMPUTE if p in procs.procs], CHEATER_NICE)
     console.print(f"all {len(nodes)} nodes joined over signed sessions")
 
-    reports = []
-    for i in range(rounds):
+    reports: list[dict[str, Any]] = []
+    honest_names = [n.name for n in nodes if n.adversary is None]
+    reruns = 0
+    starved_rounds: list[set[str]] = []
+    while len(reports) < rounds:
+        i = len(reports)
+        before = overrun_counts(procs.logs, honest_names)
         with console.status(f"round {i + 1}/{rounds}: dispatch, release, compute, verify"):
             report = await admin_request(cfg, "POST", "/admin/rounds", {"profile": profile_name})
         print_round(report, names)
+        starved = starved_nodes(
+            report, names, honest_names, before, overrun_counts(procs.logs, honest_names)
+        )
+        if starved and reruns < STARVED_RERUNS:
+            reruns += 1
+            console.print(
+                f"[yellow]round {i + 1} void (EMULATION)[/yellow]: {', '.join(starved)} failed on "
+                "time after an EMULATION OVERRUN: real compute on this host's CPU outlasted "
+                "the emulated GPU (the host got busier since the demo timed it), so the round "
+                f"timed the host, not the method; running it again ({reruns}/{STARVED_RERUNS})"
+            )
+            continue
         reports.append(report)
-    ok = summarize(console, NODES, reports, names)
+        starved_rounds.append(set(starved))
+    outcome = summarize(console, NODES, reports, names, starved_rounds)
     report_overruns(console, procs.logs, procs.procs)
+    if outcome == HOST_BUSY:
+        console.print(
+            "[yellow]HOST TOO BUSY[/yellow]: every cheater was caught, but honest nodes "
+            "failed on time in rounds where their real compute on this host's CPU outlasted "
+            "the emulated GPU: the host's load rose after the demo timed it (load average "
+            f"now {load_average()} on {cores} CPUs). That is the host, not the method: run "
+            f"the demo again when `uptime` shows a load average below {cores}."
+        )
     if serve:
         await _serve_until_interrupted(cfg, coord_path, profile, len(nodes))
-    return ok
+    return outcome
 
 
 DEMO_MARKER = ".netcheck-demo"
@@ -402,13 +475,17 @@ def run_demo(workdir: Path, rounds: int, profile_name: str, serve: bool = False)
         return 2
     procs = Processes(workdir)
     try:
-        ok = asyncio.run(_run(workdir.resolve(), rounds, profile_name, procs, serve))
+        outcome = asyncio.run(_run(workdir.resolve(), rounds, profile_name, procs, serve))
     except (RuntimeError, AdminError) as exc:
         console.print(f"[red]demo failed:[/red] {exc}")
-        ok = False
+        outcome = "failed"
     finally:
         procs.stop()
     took = time.monotonic() - t0
-    verdict = "[green]OK[/green]" if ok else "[red]FAILED[/red]"
+    ok = outcome == "ok"
+    verdict = {
+        "ok": "[green]OK[/green]",
+        HOST_BUSY: "[yellow]INCONCLUSIVE[/yellow] (host too busy, see above)",
+    }.get(outcome, "[red]FAILED[/red]")
     console.print(f"demo {verdict} in {took:.1f} s; logs and database in {workdir}/")
     return 0 if ok else 1

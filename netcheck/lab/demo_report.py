@@ -3,7 +3,7 @@ count of batches whose real compute outlasted the emulated GPU."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,64 @@ def report_overruns(console: Console, logs: Path, names: Iterable[str]) -> int:
     return total
 
 
+def overrun_counts(logs: Path, names: Iterable[str]) -> dict[str, int]:
+    """``EMULATION OVERRUN`` lines so far in each node log ``logs/<name>.log`` (0 for a
+    log not written yet)."""
+    counts = {}
+    for name in names:
+        path = logs / f"{name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        counts[name] = text.count("EMULATION OVERRUN")
+    return counts
+
+
+TIMING_VERDICTS = frozenset({"late", "missing"})
+
+
+def starved_nodes(
+    report: dict[str, Any],
+    names: dict[str, str],
+    honest: Iterable[str],
+    before: dict[str, int],
+    after: dict[str, int],
+) -> list[str]:
+    """Honest nodes that failed a round on time (``late``/``missing``) *and* logged an
+    ``EMULATION OVERRUN`` during it (``after`` > ``before``, :func:`overrun_counts`): their
+    real compute on this host's CPU outlasted the emulated GPU, so the round timed the
+    host, not the method, and the demo re-runs it. A late honest node without an overrun
+    is not excused."""
+    honest_set = set(honest)
+    out = []
+    for v in report["verdicts"]:
+        name = names.get(v["node_key"], v["node_key"])
+        if (
+            name in honest_set
+            and v["verdict"] in TIMING_VERDICTS
+            and after.get(name, 0) > before.get(name, 0)
+        ):
+            out.append(name)
+    return sorted(out)
+
+
+HOST_BUSY = "host too busy"
+"""What :func:`summarize` returns when the only failures were honest nodes failing on time
+in rounds where their real compute outlasted the emulated GPU (:func:`starved_nodes`)."""
+
+
 def summarize(
-    console: Console, nodes: Sequence[Any], reports: list[dict[str, Any]], names: dict[str, str]
-) -> bool:
+    console: Console,
+    nodes: Sequence[Any],
+    reports: list[dict[str, Any]],
+    names: dict[str, str],
+    starved: Sequence[Collection[str]] = (),
+) -> str:
     """Print the per-node summary of the demo's ``nodes`` (``name``, ``role``,
-    ``adversary``); True when honest nodes passed and cheaters failed."""
+    ``adversary``); ``starved[i]``: the honest nodes :func:`starved_nodes` named in round
+    ``i`` (absent = none). Returns ``"ok"`` when honest nodes passed and cheaters failed
+    every round; :data:`HOST_BUSY` when, beyond that, honest nodes failed only in rounds
+    where they were starved (outcome ``HOST TOO BUSY``, not ``FALSE ALARM``);
+    ``"failed"`` otherwise (a cheater passed a round, or an honest node failed otherwise).
+    """
     by_name = {n.name: n for n in nodes}
     table = Table(title="demo summary: verdict per round")
     table.add_column("node")
@@ -48,7 +101,7 @@ def summarize(
     for i in range(len(reports)):
         table.add_column(f"round {i + 1}")
     table.add_column("outcome")
-    ok_all = True
+    failed = busy = False
     for key, name in sorted(names.items(), key=lambda kv: kv[1]):
         verdicts = []
         for rep in reports:
@@ -56,12 +109,19 @@ def summarize(
             verdicts.append(v)
         node = by_name[name]
         if node.adversary is None:
-            ok = all(v == "pass" for v in verdicts)
-            outcome = "[green]passed as expected[/green]" if ok else "[red]FALSE ALARM[/red]"
+            bad = [i for i, v in enumerate(verdicts) if v != "pass"]
+            if not bad:
+                outcome = "[green]passed as expected[/green]"
+            elif all(i < len(starved) and name in starved[i] for i in bad):
+                outcome = "[yellow]HOST TOO BUSY[/yellow]"
+                busy = True
+            else:
+                outcome = "[red]FALSE ALARM[/red]"
+                failed = True
         else:
             ok = all(v != "pass" for v in verdicts)
             outcome = "[green]caught every round[/green]" if ok else "[red]ESCAPED a round[/red]"
-        ok_all &= ok
+            failed |= not ok
         table.add_row(name, node.role, *(verdict_text(v) for v in verdicts), outcome)
     console.print(table)
-    return ok_all
+    return "failed" if failed else HOST_BUSY if busy else "ok"

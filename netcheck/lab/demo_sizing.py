@@ -9,15 +9,17 @@ for one batch alone), real compute outlasts it, every honest node is ``late`` (a
 ``EMULATION OVERRUN``) and the demo shows a false alarm that says nothing about the
 method.
 
-So the demo times one real batch here before the nodes start (the first reference
-batch, the only work running in the demo then) and emulates a GPU no faster than
-:func:`emulated_batch_time` allows: the honest nodes share the host's cores
-(:func:`honest_share`), and a margin covers the rest. When that is slower than the
-profile's ``t_ref_s``, :func:`write_demo_profile` writes a copy of the profile into the
-demo's work folder with ``t_ref_s`` set to the emulated time; coordinator and nodes find
-it first by name (``<config folder>/profiles``, :func:`netcheck.config.profile_search_dirs`),
-so the deadline and the emulation agree. The copy says in its header that it is a demo
-emulation; nothing outside the demo's folder changes.
+So the demo measures, before the nodes start, how long one batch takes while the honest
+nodes compute at once on this host, under whatever else runs on it: ``honest`` probe
+processes answer batches together (:mod:`netcheck.lab.demo_probe`, torch and factoring
+engines); for vLLM, whose engine loads are slow (seven load for the demo already), the
+first reference batch is timed alone and scaled by :func:`honest_share` instead. :func:`emulated_batch_time` adds a
+margin. When that is slower than the profile's ``t_ref_s``, :func:`write_demo_profile`
+writes a copy of the profile into the demo's work folder with ``t_ref_s`` set to the
+emulated time; coordinator and nodes find it first by name (``<config folder>/profiles``,
+:func:`netcheck.config.profile_search_dirs`), so the deadline and the emulation agree. The
+copy says in its header that it is a demo emulation; nothing outside the demo's folder
+changes.
 
 Non-goals: this is not calibration (``netcheck engine calibrate`` measures a real card);
 the figure only sizes the demo's emulated GPU to the host it runs on.
@@ -55,14 +57,17 @@ def load_average() -> str:
 
 def host_line(cores: int, load: float | None) -> str:
     """The demo's first line: this host's CPUs and 1-minute load average, and, when the
-    load is already at or above the CPU count, a warning that other work competes with
-    the demo's node processes (honest nodes may then run late: a ``FALSE ALARM``)."""
+    load is already at or above the CPU count, that other work competes with the demo's
+    node processes: the demo sizes its emulated GPU to that load (slower rounds), and
+    honest nodes may still run late if the load rises further (``HOST TOO BUSY``)."""
     text = f"host: {cores} CPUs, load average {'n/a' if load is None else f'{load:.2f}'} (1 min)"
     if load is not None and load >= cores:
         text += (
-            ": busy: other work already uses every CPU, so honest nodes may run late and "
-            "the demo end with FALSE ALARM rows; for a clean run start it when `uptime` "
-            f"shows a load average below {cores}"
+            ": busy: other work already uses every CPU; the demo times its honest nodes' "
+            "batches under this load and emulates a GPU slow enough for it, but if the load "
+            "rises further honest nodes may run late (such rounds are re-run, then reported as "
+            "HOST TOO BUSY); "
+            f"for a quick, clean run start it when `uptime` shows a load average below {cores}"
         )
     return text
 
@@ -87,20 +92,19 @@ def honest_share(honest: int, cores: int) -> float:
     return max(1.0, honest / cores)
 
 
-def emulated_batch_time(
-    t_ref_s: float, batch_wall_s: float, honest: int, cores: int, margin: float = MARGIN
-) -> float:
+def emulated_batch_time(t_ref_s: float, concurrent_s: float, margin: float = MARGIN) -> float:
     """Seconds the demo's emulated GPU takes per batch: the profile's ``t_ref_s``, or
-    ``margin * honest_share(honest, cores) * batch_wall_s`` rounded up to 0.5 s when that
-    is longer (``batch_wall_s``: one real batch timed alone on this host, seconds).
+    ``margin * concurrent_s`` rounded up to 0.5 s when that is longer (``concurrent_s``:
+    one honest node's batch while the others compute too, measured on this host,
+    :class:`netcheck.lab.demo_probe.Probes`; or modelled,
+    ``honest_share(honest, cores) * one batch alone``).
 
     Raises:
-        ValueError: a negative time, ``margin`` < 1, or ``honest``/``cores`` < 1.
+        ValueError: a negative time or ``margin`` < 1.
     """
-    if t_ref_s < 0 or batch_wall_s < 0 or margin < 1:
-        raise ValueError("need t_ref_s >= 0, batch_wall_s >= 0 and margin >= 1")
-    needed = margin * honest_share(honest, cores) * batch_wall_s
-    return max(t_ref_s, math.ceil(needed * 2) / 2)
+    if t_ref_s < 0 or concurrent_s < 0 or margin < 1:
+        raise ValueError("need t_ref_s >= 0, concurrent_s >= 0 and margin >= 1")
+    return max(t_ref_s, math.ceil(margin * concurrent_s * 2) / 2)
 
 
 def _toml_value(v: Any) -> str:
@@ -165,17 +169,17 @@ def write_demo_profile(name_or_path: str, workdir: Path, batch_time_s: float, wh
     return out
 
 
-def describe(profile: Profile, batch_time_s: float, batch_wall_s: float, cores: int) -> str:
-    """One line for the demo's output: the emulated batch time and where it came from."""
+def describe(profile: Profile, batch_time_s: float, measured: str) -> str:
+    """One line for the demo's output: the emulated batch time and where it came from
+    (``measured``: what was timed on this host, in words with the figures)."""
     if batch_time_s == profile.deadline.t_ref_s:
         return (
-            f"each node's GPU serves a batch in {batch_time_s:.2f} s (profile t_ref_s; one "
-            f"real batch took {batch_wall_s:.2f} s on this host)"
+            f"each node's GPU serves a batch in {batch_time_s:.2f} s (profile t_ref_s; {measured})"
         )
     return (
         f"each node's GPU serves a batch in {batch_time_s:.2f} s, not the profile's "
-        f"{profile.deadline.t_ref_s:.2f} s: one real batch took {batch_wall_s:.2f} s on this "
-        f"host ({cores} CPUs), so a faster emulated GPU would time the host, not the method"
+        f"{profile.deadline.t_ref_s:.2f} s: {measured}, so a faster emulated GPU would "
+        "time the host, not the method"
     )
 
 

@@ -25,16 +25,16 @@ def test_honest_share_counts_processes_per_core() -> None:
 
 
 def test_profile_t_ref_kept_when_the_host_is_fast_enough() -> None:
-    """cpu-tiny on a quiet 2-core host (0.4 s a batch) keeps its 2 s emulated GPU."""
-    assert emulated_batch_time(2.0, 0.4, honest=3, cores=2) == 2.0
+    """cpu-tiny on a quiet 2-core host (0.6 s a batch with 3 at once) keeps its 2 s GPU."""
+    assert emulated_batch_time(2.0, 0.6) == 2.0
 
 
 def test_slow_host_gets_a_slower_emulated_gpu() -> None:
-    """cpu-smollm2 (19 s a batch alone) on 2 cores: 4/3 x 1.5 x 19 = 38 s, not 20 s."""
-    assert emulated_batch_time(20.0, 19.0, honest=3, cores=2) == 38.0
-    assert emulated_batch_time(2.0, 1.6, honest=3, cores=2) == 3.5  # 3.2 rounded up to 0.5
+    """cpu-smollm2 (28.5 s a batch with 3 at once on 2 cores): 4/3 x 28.5 = 38 s, not 20 s."""
+    assert emulated_batch_time(20.0, 28.5) == 38.0
+    assert emulated_batch_time(2.0, 2.4) == 3.5  # 3.2 rounded up to 0.5
     with pytest.raises(ValueError):
-        emulated_batch_time(2.0, 1.0, honest=3, cores=2, margin=0.9)
+        emulated_batch_time(2.0, 1.0, margin=0.9)
 
 
 def test_demo_profile_copy_changes_only_t_ref(tmp_path: Path) -> None:
@@ -67,11 +67,12 @@ def test_demo_nodes_and_coordinator_find_the_copy_by_name(tmp_path: Path) -> Non
 
 
 def test_describe_says_why_the_gpu_is_slower() -> None:
-    """The demo's EMULATION line names both times when it departs from the profile."""
+    """The demo's EMULATION line names both times and what was measured when it departs
+    from the profile."""
     profile = load_profile("cpu-smollm2")
-    text = describe(profile, 38.0, 19.0, 2)
-    assert "38.00 s" in text and "20.00 s" in text and "19.00 s" in text
-    assert "profile t_ref_s" in describe(profile, 20.0, 5.0, 2)
+    text = describe(profile, 38.0, "3 batches computed at once took 28.50 s")
+    assert "38.00 s" in text and "20.00 s" in text and "28.50 s" in text
+    assert "profile t_ref_s" in describe(profile, 20.0, "3 at once 5.00 s")
 
 
 def _nice_of(tid: int) -> int:
@@ -124,4 +125,5 @@ def test_host_line_warns_when_the_host_is_already_busy() -> None:
     assert host_line(2, None) == "host: 2 CPUs, load average n/a (1 min)"
     busy = host_line(2, 3.87)
     assert busy.startswith("host: 2 CPUs, load average 3.87 (1 min): busy")
-    assert "FALSE ALARM" in busy and "load average below 2" in busy
+    assert "HOST TOO BUSY" in busy and "load average below 2" in busy
+    assert "times its honest nodes' batches under this load" in busy
