@@ -1,0 +1,192 @@
+"""The after-round checks of a round whose results were spooled (docs/spool.md): they
+run once the spool is replayed into the database (by the background replayer, or at the
+next start), in the order the rounds ended, exactly once, also when a crash comes
+between the checks and the spool's ``checked`` marker.
+
+Before session 14 they were skipped for good: a farm whose rounds ended while the
+database was locked kept its result-sharing proof and capacity strikes unflagged.
+In-process coordinators (``running_coordinator``) on one SQLite file; the database
+outage is another connection's real write lock; a "crash" is a coordinator dropped
+without its spool's markers written, and a new one started on the same files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from netcheck.config import Profile
+from netcheck.lab.testing import running_coordinator, small_profile
+from netcheck.records import (
+    Assignment,
+    Flag,
+    NodeOutcome,
+    NodeRecord,
+    NodeTiming,
+    RoundPlan,
+    Verdict,
+)
+from netcheck.storage import Store
+from netcheck.storage.flags import FlagStore
+
+PROFILE = small_profile("spc")
+A, B, C = (f"ed25519:{c * 43}" for c in "abc")
+
+
+@contextlib.contextmanager
+def locked(db: Path) -> Iterator[None]:
+    """Another connection holding SQLite's write lock (the database is 'down')."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+def store_plan(store: Store, rid: str, nodes: Sequence[str]) -> RoundPlan:
+    """A stored plan: each node its own prompts (different inputs)."""
+    jobs = tuple(
+        Assignment(
+            n, tuple(f"{rid} {n} prompt {i}" for i in range(4)), (), (), (), bytes(32), bytes(12)
+        )  # fmt: skip
+        for n in nodes
+    )
+    plan = RoundPlan(rid, PROFILE.name, 4, 4, jobs, ())
+    store.record_plan(plan, time.time())
+    return plan
+
+
+def shared_answers(
+    nodes: Sequence[str], shared: Sequence[str]
+) -> tuple[list[NodeOutcome], dict[str, NodeRecord]]:
+    """Every node passes; the ``shared`` nodes sent one commitment and the same outputs
+    for different prompts: answer-level proof of result sharing."""
+    outcomes = [NodeOutcome(n, Verdict.PASS, "ok", 1.0, 1, 1) for n in nodes]
+    records = {
+        n: NodeRecord(
+            NodeTiming(rtt_s=0.01, release_start_ns=1_000, arrived_ns=10**9),
+            session_id=bytes([i]) * 16,
+            outputs=[[7, 7, 7, 7]] * 4 if n in shared else [[i, 1, 2, 3]] * 4,
+            commitment=b"\x07" * 32 if n in shared else bytes([i]) * 32,
+            signature=bytes([i + 1]) * 64,
+        )
+        for i, n in enumerate(nodes)
+    }
+    return outcomes, records
+
+
+def sharing_flags(store: Store) -> list[Flag]:
+    """The result-sharing flags, with their evidence."""
+    fs = FlagStore(store)
+    found = [fs.get_flag(f.flag_id) for f in fs.list_flags(kind="result-sharing")]
+    return [f for f in found if f is not None]
+
+
+def evidence(flag: Flag) -> dict[str, Any]:
+    assert isinstance(flag.evidence, dict)
+    return flag.evidence
+
+
+async def wait_for(cond: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def recording(seen: list[str]) -> Any:
+    async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                   r: Mapping[str, NodeRecord]) -> list[int]:  # fmt: skip
+        seen.append(plan.round_id)
+        return []
+
+    return hook
+
+
+async def test_spooled_rounds_are_checked_after_the_replay_in_round_order(tmp_path: Path) -> None:
+    """Two rounds end while the database is locked (both spooled, no flag: nothing can
+    be written); once the lock is gone the background replayer writes them and runs
+    their after-round checks in the order they ended: the result sharing of the second
+    round is flagged, once, naming that round; the spool is then removed."""
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}", busy_timeout_ms=50)
+    async with running_coordinator(
+        tmp_path, [PROFILE], store=store, storage_retry_s=0.2, spool_replay_s=0.2
+    ) as rc:
+        seen: list[str] = []
+        rc.coord.round_hooks.after_round.append(recording(seen))
+        rec = rc.coord.recorder
+        store_plan(store, "r1", [A, B, C])
+        store_plan(store, "r2", [A, B, C])
+        with locked(db):
+            for rid, shared in (("r1", ()), ("r2", (A, C))):
+                outcomes, records = shared_answers([A, B, C], shared)
+                how = await asyncio.to_thread(
+                    rec.end_round, rid, outcomes, records, status="complete", checks=True
+                )
+                assert how == "spooled"
+            await asyncio.sleep(0.5)  # replay passes come and wait
+            assert seen == [] and set(rec.pending()) == {"r1", "r2"}
+        await wait_for(lambda: not rec.spool.path.exists(), 10.0)
+        assert seen == ["r1", "r2"]
+        (flag,) = sharing_flags(store)
+        assert sorted(flag.node_keys) == [A, C]
+        assert evidence(flag)["rounds"] == ["r2"]
+        statuses = {r["round_id"]: r["status"] for r in store.list_rounds()}
+        assert statuses == {"r1": "recorded-late", "r2": "recorded-late"}
+    store.close()
+
+
+async def test_a_restart_runs_the_checks_once_also_after_a_crash_between(tmp_path: Path) -> None:
+    """A coordinator spools a round and dies before any replay; the next one replays it
+    at start-up (``recover``) and runs its checks: one result-sharing flag. A crash after
+    those checks but before the spool's ``checked`` marker (emulated: the checks run,
+    then the marker line is cut off) makes the start after it run them again: still one
+    flag, with one occurrence; a further start does nothing."""
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}", busy_timeout_ms=50)
+    outcomes, records = shared_answers([A, B], (A, B))
+    kw: dict[str, Any] = {"store": store, "storage_retry_s": 0.2, "spool_replay_s": 600.0}
+    async with running_coordinator(tmp_path, [PROFILE], **kw) as rc:
+        store_plan(store, "r1", [A, B])
+        with locked(db):
+            how = await asyncio.to_thread(
+                rc.coord.recorder.end_round, "r1", outcomes, records, status="complete",
+                checks=True,
+            )  # fmt: skip
+        assert how == "spooled"
+        spool = rc.coord.recorder.spool.path
+        before_start = spool.read_bytes()
+    assert sharing_flags(store) == []
+
+    async def start(expect_checked: list[str]) -> None:
+        async with running_coordinator(tmp_path, [PROFILE], **kw) as rc:
+            seen: list[str] = []
+            rc.coord.round_hooks.after_round.append(recording(seen))
+            assert rc.coord.recorder.spool.path == spool
+            assert await rc.coord.recover() == 0  # replayed, not aborted
+            assert seen == expect_checked and not spool.exists()
+        (flag,) = sharing_flags(store)
+        assert evidence(flag)["rounds"] == ["r1"]
+        assert "occurrences" not in evidence(flag)  # never merged: one finding
+
+    await start(["r1"])  # replayed at start-up, then checked
+    # the crash: the spool as it was before the `checked` line (replayed, unchecked)
+    spool.write_bytes(before_start + _replayed_line("r1/end"))
+    await start(["r1"])  # checked again: the finding is already stored
+    await start([])
+    assert store.list_rounds()[0]["status"] == "recorded-late"
+    store.close()
+
+
+def _replayed_line(entry_id: str) -> bytes:
+    from netcheck.storage.spool import encode_line
+
+    return encode_line({"type": "replayed", "id": entry_id, "at": time.time()})
