@@ -190,3 +190,43 @@ def _replayed_line(entry_id: str) -> bytes:
     from netcheck.storage.spool import encode_line
 
     return encode_line({"type": "replayed", "id": entry_id, "at": time.time()})
+
+
+async def test_a_late_round_spooled_still_gives_its_capacity_strike(tmp_path: Path) -> None:
+    """A node late at its 3rd timed strike (the pattern of test_capacity_flags: flagged
+    at round 8 at p0 2%, load probability 1/2) whose 8th round ends while the database
+    is locked: before session 14 that strike was never tested; now the replay runs the
+    capacity test and the flag names round 8 among its strike rounds."""
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}", busy_timeout_ms=50)
+    async with running_coordinator(
+        tmp_path, [PROFILE], store=store, storage_retry_s=0.2, spool_replay_s=0.2
+    ) as rc:
+        rc.coord.screening.config = rc.coord.config.model_copy(
+            update={"capacity_p0": 0.02, "screening_load_probability": 0.5}
+        )
+        marks = ".L.W..L.L"
+        verdicts = {".": Verdict.PASS, "L": Verdict.LATE, "W": Verdict.WRONG_ANSWER}
+        for i, mark in enumerate(marks):
+            rid = f"c{i:03d}"
+            plan = store_plan(store, rid, [A])
+            late = mark == "L"
+            out = [NodeOutcome(A, verdicts[mark], "test", 9.0 if late else 1.0, 0, 0)]
+            timing = NodeTiming(release_start_ns=1_000, rtt_s=0.01,
+                                arrived_ns=1_000 + (9 if late else 1) * 10**9)  # fmt: skip
+            recs = {A: NodeRecord(timing, commitment=b"\x01" * 32, signature=b"\x02" * 64)}
+            if i < len(marks) - 1:  # recorded, checked as run_round does
+                rc.coord.recorder.end_round(rid, out, recs, status="complete", checks=True)
+                assert await rc.coord.screening.after_round(PROFILE, plan, out, recs) == []
+                continue
+            with locked(db):
+                how = await asyncio.to_thread(
+                    rc.coord.recorder.end_round, rid, out, recs, status="complete", checks=True
+                )
+                assert how == "spooled"
+        await wait_for(lambda: not rc.coord.recorder.spool.path.exists(), 10.0)
+        fs = FlagStore(store)
+        (flag,) = [fs.get_flag(f.flag_id) for f in fs.list_flags(kind="capacity")]
+        assert flag is not None and flag.node_keys == (A,)
+        assert evidence(flag)["strike_rounds"] == ["c008", "c006", "c001"]
+    store.close()
