@@ -73,7 +73,8 @@ async def late_checks(coord: RoundHost) -> list[int]:
     crash in between runs them again at most once more (the checks skip a finding
     already stored for the same rounds: docs/spool.md). The caller holds the round
     lock (or nothing else runs rounds yet). Returns the ids of the flags raised; a
-    database or spool failure is logged and leaves the rest for the next call."""
+    database or spool failure (a check that hits a locked or unreachable database too)
+    is logged and leaves that round and the rest for the next call."""
     ids: list[int] = []
     try:
         late = await asyncio.to_thread(coord.recorder.unchecked)
@@ -86,7 +87,7 @@ async def late_checks(coord: RoundHost) -> list[int]:
                 log.warning("round %s: replayed from the spool; its after-round checks run "
                             "now", r.round_id)  # fmt: skip
                 for after in coord.round_hooks.after_round:
-                    ids += await after(profile, r.plan, r.outcomes, r.records)
+                    ids += await after(profile, r.plan, r.outcomes, r.records, strict=True)
             await asyncio.to_thread(coord.recorder.mark_checked, r.entry_id)
     except StorageError as exc:
         log.error("after-round checks of replayed rounds wait: %s", exc)
@@ -384,8 +385,12 @@ async def _run_locked(
                     "replay (docs/spool.md)", round_id)  # fmt: skip
     else:
         await late_checks(coord)  # rounds replayed from the spool first, in their order
-        for after in coord.round_hooks.after_round:
-            flag_ids += await after(profile, plan, outcomes, records)
+        try:
+            for after in coord.round_hooks.after_round:
+                flag_ids += await after(profile, plan, outcomes, records, strict=True)
+        except StorageError as exc:  # locked or unreachable: run them after the outage
+            log.error("round %s: after-round checks wait for the database: %s", round_id, exc)
+            await asyncio.to_thread(recorder.defer_checks, round_id, outcomes, records)
     report = RoundReport(
         round_id, profile.name, str(status), outcomes, phases, kind, schedule, flag_ids,
         {k: report_timing(t, first_release_ns) for k, t in timing.items()},

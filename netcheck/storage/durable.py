@@ -273,6 +273,27 @@ class Recorder:
             self.replay()
         return "recorded"
 
+    def defer_checks(
+        self, round_id: str, outcomes: Sequence[NodeOutcome], records: Mapping[str, NodeRecord]
+    ) -> None:
+        """Keep a recorded round's after-round checks for later: they failed on a
+        transient storage error. Appends an entry already marked replayed (its records
+        are in the database), so :meth:`unchecked` lists it until :meth:`mark_checked`.
+
+        Raises:
+            StorageError: the spool cannot be written.
+        """
+        entry_id = f"{round_id}/checks"
+        self.spool.append({
+            "type": "round", "id": entry_id, "round_id": round_id,
+            "outcomes": [outcome_entry(o) for o in outcomes],
+            "timings": timings_entry(records), "status": None, "summary": {},
+            "finished_at": time.time(), "canary_ids": [], "spooled_at": time.time(),
+            "reason": "after-round checks failed", "checks": True,
+        })  # fmt: skip
+        self.spool.mark_replayed(entry_id)
+        self._dirty = True
+
     # -- replay ----------------------------------------------------------------------
 
     def pending(self) -> dict[str, dict[str, Any]]:

@@ -20,7 +20,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from netcheck.config import Profile
+from netcheck.coordinator import checks
+from netcheck.errors import StorageUnavailable
 from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.records import (
     Assignment,
@@ -103,7 +107,7 @@ async def wait_for(cond: Any, timeout_s: float) -> None:
 
 def recording(seen: list[str]) -> Any:
     async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
-                   r: Mapping[str, NodeRecord]) -> list[int]:  # fmt: skip
+                   r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
         seen.append(plan.round_id)
         return []
 
@@ -229,4 +233,53 @@ async def test_a_late_round_spooled_still_gives_its_capacity_strike(tmp_path: Pa
         (flag,) = [fs.get_flag(f.flag_id) for f in fs.list_flags(kind="capacity")]
         assert flag is not None and flag.node_keys == (A,)
         assert evidence(flag)["strike_rounds"] == ["c008", "c006", "c001"]
+    store.close()
+
+
+async def test_checks_that_hit_the_database_outage_again_are_run_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database is unavailable again while a replayed round's checks run (the first
+    result-sharing check refused): the round is not marked checked, and the next
+    replayer pass runs its checks (one flag). A recorded round whose own checks were
+    refused (``Recorder.defer_checks``, as run_round does) is checked the same way."""
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}", busy_timeout_ms=50)
+    real = checks.result_sharing
+    refused: list[str] = []
+
+    def flaky(*a: Any) -> list[int]:
+        if a[2].round_id not in refused:  # the first call of each round
+            refused.append(a[2].round_id)
+            raise StorageUnavailable("database is locked (test)")
+        return real(*a)
+
+    monkeypatch.setattr(checks, "result_sharing", flaky)
+    async with running_coordinator(
+        tmp_path, [PROFILE], store=store, storage_retry_s=0.2, spool_replay_s=0.2
+    ) as rc:
+        rec = rc.coord.recorder
+        store_plan(store, "r1", [A, B])
+        outcomes, records = shared_answers([A, B], (A, B))
+        with locked(db):
+            how = await asyncio.to_thread(
+                rec.end_round, "r1", outcomes, records, status="complete", checks=True
+            )
+        assert how == "spooled"
+        await wait_for(lambda: not rec.spool.path.exists(), 10.0)
+        assert refused == ["r1"] and len(sharing_flags(store)) == 1
+
+        store_plan(store, "r2", [A, C])
+        outcomes, records = shared_answers([A, C], (A, C))
+        assert rec.end_round("r2", outcomes, records, status="complete", checks=True) == (
+            "recorded"
+        )
+        plan = rec.stored_plan("r2")
+        assert plan is not None
+        with pytest.raises(StorageUnavailable):
+            await rc.coord.screening.after_round(PROFILE, plan, outcomes, records, strict=True)
+        await asyncio.to_thread(rec.defer_checks, "r2", outcomes, records)
+        await wait_for(lambda: not rec.spool.path.exists(), 10.0)
+        assert refused == ["r1", "r2"]
+        assert sorted(f.node_keys for f in sharing_flags(store)) == [(A, B), (A, C)]
     store.close()

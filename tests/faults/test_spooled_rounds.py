@@ -95,7 +95,7 @@ async def test_lock_longer_than_retry_budget_spools_then_records_late(tmp_path: 
         await rc.wait_connected(3, timeout_s=20.0)
         checked: list[str] = []  # rounds whose after-round checks ran
 
-        async def after(_p: Any, plan: Any, _o: Any, _r: Any) -> list[int]:
+        async def after(_p: Any, plan: Any, _o: Any, _r: Any, **_kw: Any) -> list[int]:
             checked.append(plan.round_id)
             return []
 
