@@ -76,7 +76,8 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     # rounds (one that were would hold the port): a second `serve` started by mistake
     # fails above without touching a live round.
     # The spool is replayed first, so a round whose results waited there is not aborted.
-    aborted = await asyncio.to_thread(coord.recover_rounds)
+    # Then the after-round checks of the rounds it replayed, before any new round.
+    aborted = await coord.recover()
     if aborted:
         log.warning("marked %d round(s) left unfinished by a previous run as aborted", aborted)
     log.info(

@@ -80,7 +80,9 @@ def result_sharing(
     flags: FlagStore, profile: Profile, plan: RoundPlan, records: Mapping[str, NodeRecord]
 ) -> list[int]:
     """Answer-level proof (:func:`find_result_sharing`): a ``result-sharing`` flag, at
-    once, for every pair of nodes whose answers match in this round; returns flag ids."""
+    once, for every pair of nodes whose answers match in this round, unless a flag of
+    that pair already lists this round (its checks ran before: a spooled round's checks
+    re-run after a crash, docs/spool.md); returns flag ids."""
     results = {
         key: NodeResult(rec.commitment, rec.outputs)
         for key, rec in records.items()
@@ -90,6 +92,8 @@ def result_sharing(
     cut_at = profile.prompt_len if profile.workload == "llm" else None  # LLM engines cut left
     ids = []
     for f in find_result_sharing(plan.round_id, results, prompts, prompt_len=cut_at):
+        if _pair_covered(flags, f.a, f.b, plan.round_id):
+            continue  # this round's checks ran before (a replay after a crash)
         evidence = ev.result_sharing_evidence(plan.round_id, f, prompts, records)
         stat = float(len(f.positions) or 1)
         fid, new = raise_flag(flags, RESULT_SHARING, FlagStatus.CONFIRMED, profile.name,
@@ -286,6 +290,15 @@ def slowness(
                     "<= %.2g): %s", who(node.node_key), node.above, node.n, report.floor,
                     node.p_value, node.level, _raised(fid, new))  # fmt: skip
     return ids
+
+
+def _pair_covered(flags: FlagStore, a: str, b: str, round_id: str) -> bool:
+    """A result-sharing flag of the pair ``a``, ``b`` (its evidence's ``prompts`` name
+    both) already lists ``round_id``."""
+    return any(
+        round_id in evidence.get("rounds", []) and set(evidence.get("prompts", {})) == {a, b}
+        for evidence in flags.node_flag_evidence(RESULT_SHARING, a, limit=50)
+    )
 
 
 def _relay_flagged(flags: FlagStore, node_key: str, window_rounds: Sequence[str]) -> bool:

@@ -84,7 +84,7 @@ from netcheck.coordinator.group_flags import (
 from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.jobs import ConfirmProgress
 from netcheck.coordinator.rounds import run_round
-from netcheck.errors import NetcheckError, RoundError
+from netcheck.errors import NetcheckError, RoundError, StorageUnavailable
 from netcheck.keys import load_or_create_secret
 from netcheck.records import (
     FlagStatus,
@@ -426,9 +426,14 @@ class Screening:
         plan: RoundPlan,
         outcomes: Sequence[NodeOutcome],
         records: Mapping[str, NodeRecord],
+        *,
+        strict: bool = False,
     ) -> list[int]:
         """Answer-level proof, capacity strikes, the relay test and answer failures after
-        a recorded round; returns the ids of the flags raised or added to. Storage errors are logged, not raised (the round stands)."""
+        a recorded round; returns the ids of the flags raised or added to. Storage errors are logged, not raised (the round stands); with ``strict``, a transient one
+        (:class:`StorageUnavailable`: locked, unreachable) is raised after the log, so
+        the caller can run the checks again (each is idempotent for a round it has
+        counted, docs/spool.md)."""
         try:
             ids = await asyncio.to_thread(checks.result_sharing, self.flags, profile, plan, records)
             ids += await asyncio.to_thread(
@@ -440,5 +445,7 @@ class Screening:
             )
         except NetcheckError as exc:
             log.error("round %s: detection checks failed: %s", plan.round_id, exc)
+            if strict and isinstance(exc, StorageUnavailable):
+                raise
             return []
         return ids

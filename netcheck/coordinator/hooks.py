@@ -21,11 +21,19 @@ from netcheck.storage.durable import Recorder
 from netcheck.storage.flags import FlagStore
 from netcheck.workloads.reservoir import DecoyReservoir
 
-#: A hook run after a round's verdicts are stored (detection checks); returns the ids of
-#: flags it raised, which the round's report lists.
-AfterRound = Callable[
-    [Profile, RoundPlan, Sequence[NodeOutcome], Mapping[str, NodeRecord]], Awaitable[list[int]]
-]
+
+class AfterRound(Protocol):
+    """A hook run after a round's verdicts are stored (detection checks); returns the ids
+    of flags it raised, which the round's report lists. ``strict=True``: a transient
+    storage failure (:class:`~netcheck.errors.StorageUnavailable`) is raised, not only
+    logged, so the round's checks can be run again later (docs/spool.md)."""
+
+    def __call__(
+        self, profile: Profile, plan: RoundPlan, outcomes: Sequence[NodeOutcome],
+        records: Mapping[str, NodeRecord], *, strict: bool = False,
+    ) -> Awaitable[list[int]]: ...  # fmt: skip
+
+
 #: A hook told of every finished round's report (e.g. Prometheus metrics).
 RoundObserver = Callable[[RoundReport], None]
 

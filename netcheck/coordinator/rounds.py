@@ -65,6 +65,35 @@ def new_round_id() -> str:
     return time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
+async def late_checks(coord: RoundHost) -> list[int]:
+    """The after-round checks (``coord.round_hooks.after_round``) of every round whose
+    results were spooled and are now replayed into the database
+    (:meth:`~netcheck.storage.durable.Recorder.unchecked`), one round at a time in the
+    order they ended; each is marked checked in the spool after its checks ran, so a
+    crash in between runs them again at most once more (the checks skip a finding
+    already stored for the same rounds: docs/spool.md). The caller holds the round
+    lock (or nothing else runs rounds yet). Returns the ids of the flags raised; a
+    database or spool failure (a check that hits a locked or unreachable database too)
+    is logged and leaves that round and the rest for the next call."""
+    ids: list[int] = []
+    try:
+        late = await asyncio.to_thread(coord.recorder.unchecked)
+        for r in late:
+            profile = None if r.plan is None else coord.profiles.get(r.plan.profile)
+            if r.plan is None or profile is None:
+                log.error("round %s: replayed, but its after-round checks cannot run "
+                          "(round or profile not found)", r.round_id)  # fmt: skip
+            else:
+                log.warning("round %s: replayed from the spool; its after-round checks run "
+                            "now", r.round_id)  # fmt: skip
+                for after in coord.round_hooks.after_round:
+                    ids += await after(profile, r.plan, r.outcomes, r.records, strict=True)
+            await asyncio.to_thread(coord.recorder.mark_checked, r.entry_id)
+    except StorageError as exc:
+        log.error("after-round checks of replayed rounds wait: %s", exc)
+    return ids
+
+
 async def _measure_rtts(
     rtt: RttProber,
     sessions: Sequence[NodeSession],
@@ -337,7 +366,7 @@ async def _run_locked(
     # the results are in the database or, if it stays unavailable, in the fsynced spool.
     how = await asyncio.to_thread(
         recorder.end_round, round_id, outcomes, records, status="complete", summary=phases,
-        canary_ids=spent,
+        canary_ids=spent, checks=True,
     )  # fmt: skip
     status = RoundStatus.COMPLETE if how == "recorded" else RoundStatus.SPOOLED
     for s in sessions:
@@ -352,10 +381,16 @@ async def _run_locked(
     )  # fmt: skip
     flag_ids: list[int] = []
     if status is RoundStatus.SPOOLED:  # the checks read and write the database
-        log.warning("round %s: results spooled; its after-round checks are skipped", round_id)
+        log.warning("round %s: results spooled; its after-round checks run after the "
+                    "replay (docs/spool.md)", round_id)  # fmt: skip
     else:
-        for after in coord.round_hooks.after_round:
-            flag_ids += await after(profile, plan, outcomes, records)
+        await late_checks(coord)  # rounds replayed from the spool first, in their order
+        try:
+            for after in coord.round_hooks.after_round:
+                flag_ids += await after(profile, plan, outcomes, records, strict=True)
+        except StorageError as exc:  # locked or unreachable: run them after the outage
+            log.error("round %s: after-round checks wait for the database: %s", round_id, exc)
+            await asyncio.to_thread(recorder.defer_checks, round_id, outcomes, records)
     report = RoundReport(
         round_id, profile.name, str(status), outcomes, phases, kind, schedule, flag_ids,
         {k: report_timing(t, first_release_ns) for k, t in timing.items()},

@@ -24,6 +24,7 @@ from netcheck.coordinator.arrivals import FrameOpener
 from netcheck.coordinator.detection import Screening
 from netcheck.coordinator.hooks import RoundHooks
 from netcheck.coordinator.limits import HandshakeLimiter, client_address, parse_networks
+from netcheck.coordinator.rounds import late_checks
 from netcheck.coordinator.rtt import RttProber
 from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
@@ -342,10 +343,30 @@ class Coordinator:
             "abort unfinished rounds", lambda: self.store.abort_unfinished_rounds(keep=keep)
         )
 
+    async def recover(self) -> int:
+        """At startup, before any round: :meth:`recover_rounds`, then the after-round
+        checks of the rounds replayed from the spool (docs/spool.md). Returns the number
+        of rounds aborted.
+
+        Raises:
+            StorageError: the database or the spool failed.
+        """
+        aborted = await asyncio.to_thread(self.recover_rounds)
+        await self._late_checks()
+        return aborted
+
+    async def _late_checks(self) -> None:
+        """The after-round checks of replayed rounds (:func:`late_checks`), between
+        rounds (under the round lock)."""
+        async with self.round_lock:
+            await late_checks(self)
+
     async def on_startup(self, app: web.Application) -> None:
         """Start the background spool replay (docs/spool.md) and the RTT prober."""
         self._replayer_stop.clear()
-        self._replayer = asyncio.ensure_future(self.recorder.run_replayer(self._replayer_stop))
+        self._replayer = asyncio.ensure_future(
+            self.recorder.run_replayer(self._replayer_stop, self._late_checks)
+        )
         self._rtt_stop.clear()
         self._rtt_task = asyncio.ensure_future(self.rtt.run(self._rtt_stop))
 

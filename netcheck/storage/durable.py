@@ -12,7 +12,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,11 +20,18 @@ from typing import Any, TypeVar
 from sqlalchemy import select, update
 
 from netcheck.errors import StorageError, StorageUnavailable
-from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, RoundStatus, Verdict
+from netcheck.records import (
+    Assignment,
+    NodeOutcome,
+    NodeRecord,
+    RoundPlan,
+    RoundStatus,
+    Verdict,
+)
 from netcheck.storage.database import json_ready
 from netcheck.storage.spool import Spool
 from netcheck.storage.store import Store
-from netcheck.storage.tables import reference_prompts, rounds
+from netcheck.storage.tables import assignments, reference_prompts, rounds
 
 log = logging.getLogger("netcheck.spool")
 
@@ -109,6 +116,20 @@ class ReplayReport:
     failed: dict[str, str] = field(default_factory=dict)
     conflicts: list[str] = field(default_factory=list)
     bad: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LateRound:
+    """A replayed round whose after-round checks have not run (:meth:`Recorder.unchecked`):
+    its spool entry id, its plan as stored (prompts per node, no canary answers: the
+    checks do not read them; ``None`` if the round row is gone) and what the round
+    produced, as the spool entry holds it."""
+
+    entry_id: str
+    round_id: str
+    plan: RoundPlan | None
+    outcomes: tuple[NodeOutcome, ...]
+    records: Mapping[str, NodeRecord]
 
 
 class Recorder:
@@ -204,6 +225,7 @@ class Recorder:
         summary: Mapping[str, Any] | None = None,
         canary_ids: Collection[str] = (),
         part: str = "end",
+        checks: bool = False,
     ) -> str:
         """Store a round's verdicts and evidence and, when ``status`` is given, its final
         status and summary; durably, before the caller acknowledges anything.
@@ -213,6 +235,9 @@ class Recorder:
         (and replays whatever the spool held, since the database is back).
         ``status=None`` stores verdicts only (a gateway's part of a cluster round;
         ``part`` names that part so each gateway's entry has its own id).
+        ``checks=True``: the caller runs after-round checks on a recorded round; a
+        spooled entry is marked so, and after its replay it stays in the spool until
+        :meth:`mark_checked` (:meth:`unchecked` lists it).
 
         Raises:
             StorageError: a non-transient database failure (e.g. unknown round), or the
@@ -235,6 +260,7 @@ class Recorder:
                 "timings": timings_entry(records), "status": status,
                 "summary": json_ready(summary or {}), "finished_at": finished_at,
                 "canary_ids": sorted(canary_ids), "spooled_at": time.time(), "reason": str(exc),
+                **({"checks": True} if checks else {}),
             })  # fmt: skip
             self._dirty = True
             log.error(
@@ -247,6 +273,27 @@ class Recorder:
             self.replay()
         return "recorded"
 
+    def defer_checks(
+        self, round_id: str, outcomes: Sequence[NodeOutcome], records: Mapping[str, NodeRecord]
+    ) -> None:
+        """Keep a recorded round's after-round checks for later: they failed on a
+        transient storage error. Appends an entry already marked replayed (its records
+        are in the database), so :meth:`unchecked` lists it until :meth:`mark_checked`.
+
+        Raises:
+            StorageError: the spool cannot be written.
+        """
+        entry_id = f"{round_id}/checks"
+        self.spool.append({
+            "type": "round", "id": entry_id, "round_id": round_id,
+            "outcomes": [outcome_entry(o) for o in outcomes],
+            "timings": timings_entry(records), "status": None, "summary": {},
+            "finished_at": time.time(), "canary_ids": [], "spooled_at": time.time(),
+            "reason": "after-round checks failed", "checks": True,
+        })  # fmt: skip
+        self.spool.mark_replayed(entry_id)
+        self._dirty = True
+
     # -- replay ----------------------------------------------------------------------
 
     def pending(self) -> dict[str, dict[str, Any]]:
@@ -256,6 +303,72 @@ class Recorder:
         if not self._dirty and not self.spool.path.exists():
             return {}
         return {e["round_id"]: e for e in self.spool.read().pending}
+
+    def unchecked(self) -> list[LateRound]:
+        """The replayed rounds whose after-round checks have not been marked run
+        (:meth:`mark_checked`), in spool order (the order the rounds ended); empty when
+        none waits.
+
+        Raises:
+            StorageError: the spool or the database cannot be read (a spool record that
+                cannot be read gives a round with no records).
+        """
+        if not self._dirty and not self.spool.path.exists():
+            return []
+        out = []
+        for e in self.spool.read().unchecked:
+            try:
+                records, _ = records_of(e["timings"])
+            except StorageError as exc:
+                log.error("round %s: %s", e["round_id"], exc)
+                records = {}
+            outcomes = tuple(outcome_of(d) for d in e["outcomes"])
+            out.append(LateRound(e["id"], e["round_id"], self.stored_plan(e["round_id"]),
+                                 outcomes, records))  # fmt: skip
+        return out
+
+    def mark_checked(self, entry_id: str) -> None:
+        """Record durably that the after-round checks of the replayed entry ``entry_id``
+        ran; retire the spool file if nothing else waits in it.
+
+        Raises:
+            StorageError: the spool cannot be written.
+        """
+        self.spool.mark_checked(entry_id)
+        retired, _ = self.spool.retire_if_done()
+        self._dirty = not retired and self.spool.path.exists()
+
+    def stored_plan(self, round_id: str) -> RoundPlan | None:
+        """The round's plan as stored (``rounds`` and ``assignments`` rows): prompts,
+        canary ids and positions, job keys; canary answers are not stored (empty).
+        ``None`` if the round is not stored.
+
+        Raises:
+            StorageError: the database failed.
+        """
+        with self.store._read(f"read plan of {round_id}") as conn:
+            row = conn.execute(select(rounds).where(rounds.c.round_id == round_id)).first()
+            if row is None:
+                return None
+            rows = conn.execute(
+                select(assignments)
+                .where(assignments.c.round_id == round_id)
+                .order_by(assignments.c.node_key)
+            ).all()
+        jobs = tuple(
+            Assignment(
+                a.node_key,
+                tuple(a.prompts),
+                tuple(a.positions),
+                tuple(a.canary_ids),
+                tuple(() for _ in a.canary_ids),
+                bytes.fromhex(a.job_key),
+                bytes.fromhex(a.job_nonce),
+            )  # fmt: skip
+            for a in rows
+        )
+        skipped = tuple((str(k), str(why)) for k, why in row.skipped or ())
+        return RoundPlan(round_id, row.profile, row.batch_size, row.max_new_tokens, jobs, skipped)
 
     def replay(self) -> ReplayReport:
         """Write every pending spool entry to the database, in file order, one
@@ -341,9 +454,13 @@ class Recorder:
                     .values(spent_round=round_id)
                 )
 
-    async def run_replayer(self, stop: asyncio.Event) -> None:
+    async def run_replayer(
+        self, stop: asyncio.Event, after: Callable[[], Awaitable[object]] | None = None
+    ) -> None:
         """Replay every :attr:`replay_every_s` while the spool may hold entries, until
-        ``stop`` is set. Never raises (a failed pass is logged and tried again)."""
+        ``stop`` is set; after each pass, ``after()`` (the coordinator's after-round
+        checks of the replayed rounds, :meth:`unchecked`). Never raises (a failed pass
+        is logged and tried again)."""
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), self.replay_every_s)
@@ -356,3 +473,9 @@ class Recorder:
                 await asyncio.to_thread(self.replay)
             except StorageError as exc:
                 log.error("spool replay failed: %s", exc)
+                continue
+            if after is not None:
+                try:
+                    await after()
+                except Exception:  # the replayer must keep running; logged with its trace
+                    log.exception("after-round checks of replayed rounds failed")

@@ -3,9 +3,11 @@ could not be written to the database (docs/spool.md). No SQL here.
 
 Format: one entry per line, ``<crc32 of the JSON, 8 lowercase hex> <JSON>\\n`` (UTF-8,
 JSON with sorted keys). An entry is a JSON object with a ``type``: ``round`` (a
-round's records, with a unique ``id``) or ``replayed`` (the ``id`` of a round entry
-that reached the database). Entries are never rewritten; the file is removed once
-every round entry is replayed (or kept as ``<name>.bad-<unix>`` if it had bad lines).
+round's records, with a unique ``id``), ``replayed`` (the ``id`` of a round entry
+that reached the database) or ``checked`` (the ``id`` of a replayed round entry marked
+``checks``, whose after-round checks then ran). Entries are never rewritten; the file
+is removed once every round entry is replayed and every ``checks`` entry checked (or
+kept as ``<name>.bad-<unix>`` if it had bad lines).
 """
 
 from __future__ import annotations
@@ -69,12 +71,15 @@ class SpoolContents:
     """What a read of the spool found.
 
     ``pending``: round entries not yet replayed, in file order; ``replayed``: ids of
-    replayed entries; ``bad``: ``(line number, reason)`` of lines that could not be read
-    (1-based; a torn last line shows up here).
+    replayed entries; ``unchecked``: replayed round entries marked ``checks`` whose
+    after-round checks have not been marked run (``checked``), in file order; ``bad``:
+    ``(line number, reason)`` of lines that could not be read (1-based; a torn last
+    line shows up here).
     """
 
     pending: list[dict[str, Any]] = field(default_factory=list)
     replayed: set[str] = field(default_factory=set)
+    unchecked: list[dict[str, Any]] = field(default_factory=list)
     bad: list[tuple[int, str]] = field(default_factory=list)
 
 
@@ -146,6 +151,7 @@ class Spool:
         except OSError as exc:
             raise StorageError(f"cannot read the spool {self.path}: {exc}") from exc
         rounds: list[dict[str, Any]] = []
+        checked: set[str] = set()
         lines = raw.split(b"\n")
         for number, line in enumerate(lines, 1):
             if not line:
@@ -158,19 +164,28 @@ class Spool:
                 continue
             if entry["type"] == "replayed":
                 out.replayed.add(str(entry.get("id")))
+            elif entry["type"] == "checked":
+                checked.add(str(entry.get("id")))
             elif entry["type"] == "round" and isinstance(entry.get("id"), str):
                 rounds.append(entry)
             else:
                 out.bad.append((number, f"unknown entry type {entry['type']!r}"))
         out.pending = [e for e in rounds if e["id"] not in out.replayed]
+        out.unchecked = [e for e in rounds if e.get("checks") is True
+                         and e["id"] in out.replayed and e["id"] not in checked]  # fmt: skip
         return out
 
     def mark_replayed(self, entry_id: str) -> None:
         """Record that the round entry ``entry_id`` reached the database (durably)."""
         self.append({"type": "replayed", "id": entry_id, "at": time.time()})
 
+    def mark_checked(self, entry_id: str) -> None:
+        """Record that the after-round checks of the replayed round entry ``entry_id``
+        ran (durably)."""
+        self.append({"type": "checked", "id": entry_id, "at": time.time()})
+
     def retire_if_done(self) -> tuple[bool, SpoolContents]:
-        """Remove the file if no round entry is pending (checked under the append lock,
+        """Remove the file if no round entry is pending or unchecked (under the append lock,
         so an entry appended meanwhile is never lost). A file with bad lines is kept as
         ``<name>.bad-<unix time>`` for the operator instead of being removed.
 
@@ -178,7 +193,7 @@ class Spool:
         """
         with self._lock:
             contents = self.read()
-            if contents.pending or not self.path.exists():
+            if contents.pending or contents.unchecked or not self.path.exists():
                 return False, contents
             try:
                 if contents.bad:

@@ -19,6 +19,7 @@ def _run(monkeypatch: pytest.MonkeyPatch, prompt_len: int) -> list[Any]:
     raised: list[Any] = []
     monkeypatch.setattr(checks, "raise_flag", lambda *a: raised.append(a) or (1, True))
     monkeypatch.setattr(checks.ev, "result_sharing_evidence", lambda *a: {})
+    monkeypatch.setattr(checks, "_pair_covered", lambda *a: False)  # no database here
     profile = load_profile("cpu-tiny").model_copy(update={"prompt_len": prompt_len})
 
     def job(node: str, prompt: str) -> Assignment:

@@ -81,7 +81,7 @@ async def test_lock_longer_than_retry_budget_spools_then_records_late(tmp_path: 
     1 s retry budget: the round ends `spooled` (notices sent only after the spool is
     fsynced), and within one replay interval of the lock's release every verdict and
     receipt is in the database, matching the notices the nodes got; status
-    `recorded-late`; the spool is gone; the next round spends only fresh canaries."""
+    `recorded-late`; its after-round checks ran once; the spool is gone; the next round spends only fresh canaries."""
     db = tmp_path / "netcheck.db"
     store = Store(f"sqlite:///{db}", busy_timeout_ms=300)
     add_hash_references(store, PROFILE, 40)
@@ -93,6 +93,13 @@ async def test_lock_longer_than_retry_budget_spools_then_records_late(tmp_path: 
         for c in clients:
             rc.start(c)
         await rc.wait_connected(3, timeout_s=20.0)
+        checked: list[str] = []  # rounds whose after-round checks ran
+
+        async def after(_p: Any, plan: Any, _o: Any, _r: Any, **_kw: Any) -> list[int]:
+            checked.append(plan.round_id)
+            return []
+
+        rc.coord.round_hooks.after_round.append(after)
         task = asyncio.ensure_future(run_round(rc.coord, PROFILE.name))
         await computing(workers)
         with sqlite_write_lock(db):
@@ -127,10 +134,11 @@ async def test_lock_longer_than_retry_budget_spools_then_records_late(tmp_path: 
         summary = store.list_rounds()[0]["summary"]
         assert "database is locked" in summary["recorded_late"]["reason"]
         await wait_for(lambda: not rc.coord.recorder.spool.path.exists(), 5.0)
+        assert checked == [rid]  # its checks ran after the replay (docs/spool.md), once
         spent = set(store.canary_ids_used())
         assert spent and all(r["spent_round"] == rid for r in _spent_rows(store, spent))
         nxt = await run_round(rc.coord, PROFILE.name)
-        assert nxt.status == "complete"
+        assert nxt.status == "complete" and checked == [rid, nxt.round_id]
         assert not spent & set(_canaries_of(store, nxt.round_id))
         print(f"7 s lock: round spooled, recorded {resolved_s:.2f} s after the lock's release")
 

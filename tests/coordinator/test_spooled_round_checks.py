@@ -1,0 +1,285 @@
+"""The after-round checks of a round whose results were spooled (docs/spool.md): they
+run once the spool is replayed into the database (by the background replayer, or at the
+next start), in the order the rounds ended, exactly once, also when a crash comes
+between the checks and the spool's ``checked`` marker.
+
+Before session 14 they were skipped for good: a farm whose rounds ended while the
+database was locked kept its result-sharing proof and capacity strikes unflagged.
+In-process coordinators (``running_coordinator``) on one SQLite file; the database
+outage is another connection's real write lock; a "crash" is a coordinator dropped
+without its spool's markers written, and a new one started on the same files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netcheck.config import Profile
+from netcheck.coordinator import checks
+from netcheck.errors import StorageUnavailable
+from netcheck.lab.testing import running_coordinator, small_profile
+from netcheck.records import (
+    Assignment,
+    Flag,
+    NodeOutcome,
+    NodeRecord,
+    NodeTiming,
+    RoundPlan,
+    Verdict,
+)
+from netcheck.storage import Store
+from netcheck.storage.flags import FlagStore
+
+PROFILE = small_profile("spc")
+A, B, C = (f"ed25519:{c * 43}" for c in "abc")
+
+
+@contextlib.contextmanager
+def locked(db: Path) -> Iterator[None]:
+    """Another connection holding SQLite's write lock (the database is 'down')."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+
+
+def store_plan(store: Store, rid: str, nodes: Sequence[str]) -> RoundPlan:
+    """A stored plan: each node its own prompts (different inputs)."""
+    jobs = tuple(
+        Assignment(
+            n, tuple(f"{rid} {n} prompt {i}" for i in range(4)), (), (), (), bytes(32), bytes(12)
+        )  # fmt: skip
+        for n in nodes
+    )
+    plan = RoundPlan(rid, PROFILE.name, 4, 4, jobs, ())
+    store.record_plan(plan, time.time())
+    return plan
+
+
+def shared_answers(
+    nodes: Sequence[str], shared: Sequence[str]
+) -> tuple[list[NodeOutcome], dict[str, NodeRecord]]:
+    """Every node passes; the ``shared`` nodes sent one commitment and the same outputs
+    for different prompts: answer-level proof of result sharing."""
+    outcomes = [NodeOutcome(n, Verdict.PASS, "ok", 1.0, 1, 1) for n in nodes]
+    records = {
+        n: NodeRecord(
+            NodeTiming(rtt_s=0.01, release_start_ns=1_000, arrived_ns=10**9),
+            session_id=bytes([i]) * 16,
+            outputs=[[7, 7, 7, 7]] * 4 if n in shared else [[i, 1, 2, 3]] * 4,
+            commitment=b"\x07" * 32 if n in shared else bytes([i]) * 32,
+            signature=bytes([i + 1]) * 64,
+        )
+        for i, n in enumerate(nodes)
+    }
+    return outcomes, records
+
+
+def sharing_flags(store: Store) -> list[Flag]:
+    """The result-sharing flags, with their evidence."""
+    fs = FlagStore(store)
+    found = [fs.get_flag(f.flag_id) for f in fs.list_flags(kind="result-sharing")]
+    return [f for f in found if f is not None]
+
+
+def evidence(flag: Flag) -> dict[str, Any]:
+    assert isinstance(flag.evidence, dict)
+    return flag.evidence
+
+
+async def wait_for(cond: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def recording(seen: list[str]) -> Any:
+    async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                   r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
+        seen.append(plan.round_id)
+        return []
+
+    return hook
+
+
+async def test_spooled_rounds_are_checked_after_the_replay_in_round_order(tmp_path: Path) -> None:
+    """Two rounds end while the database is locked (both spooled, no flag: nothing can
+    be written); once the lock is gone the background replayer writes them and runs
+    their after-round checks in the order they ended: the result sharing of the second
+    round is flagged, once, naming that round; the spool is then removed."""
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}", busy_timeout_ms=50)
+    async with running_coordinator(
+        tmp_path, [PROFILE], store=store, storage_retry_s=0.2, spool_replay_s=0.2
+    ) as rc:
+        seen: list[str] = []
+        rc.coord.round_hooks.after_round.append(recording(seen))
+        rec = rc.coord.recorder
+        store_plan(store, "r1", [A, B, C])
+        store_plan(store, "r2", [A, B, C])
+        with locked(db):
+            for rid, shared in (("r1", ()), ("r2", (A, C))):
+                outcomes, records = shared_answers([A, B, C], shared)
+                how = await asyncio.to_thread(
+                    rec.end_round, rid, outcomes, records, status="complete", checks=True
+                )
+                assert how == "spooled"
+            await asyncio.sleep(0.5)  # replay passes come and wait
+            assert seen == [] and set(rec.pending()) == {"r1", "r2"}
+        await wait_for(lambda: not rec.spool.path.exists(), 10.0)
+        assert seen == ["r1", "r2"]
+        (flag,) = sharing_flags(store)
+        assert sorted(flag.node_keys) == [A, C]
+        assert evidence(flag)["rounds"] == ["r2"]
+        statuses = {r["round_id"]: r["status"] for r in store.list_rounds()}
+        assert statuses == {"r1": "recorded-late", "r2": "recorded-late"}
+    store.close()
+
+
+async def test_a_restart_runs_the_checks_once_also_after_a_crash_between(tmp_path: Path) -> None:
+    """A coordinator spools a round and dies before any replay; the next one replays it
+    at start-up (``recover``) and runs its checks: one result-sharing flag. A crash after
+    those checks but before the spool's ``checked`` marker (emulated: the checks run,
+    then the marker line is cut off) makes the start after it run them again: still one
+    flag, with one occurrence; a further start does nothing."""
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}", busy_timeout_ms=50)
+    outcomes, records = shared_answers([A, B], (A, B))
+    kw: dict[str, Any] = {"store": store, "storage_retry_s": 0.2, "spool_replay_s": 600.0}
+    async with running_coordinator(tmp_path, [PROFILE], **kw) as rc:
+        store_plan(store, "r1", [A, B])
+        with locked(db):
+            how = await asyncio.to_thread(
+                rc.coord.recorder.end_round, "r1", outcomes, records, status="complete",
+                checks=True,
+            )  # fmt: skip
+        assert how == "spooled"
+        spool = rc.coord.recorder.spool.path
+        before_start = spool.read_bytes()
+    assert sharing_flags(store) == []
+
+    async def start(expect_checked: list[str]) -> None:
+        async with running_coordinator(tmp_path, [PROFILE], **kw) as rc:
+            seen: list[str] = []
+            rc.coord.round_hooks.after_round.append(recording(seen))
+            assert rc.coord.recorder.spool.path == spool
+            assert await rc.coord.recover() == 0  # replayed, not aborted
+            assert seen == expect_checked and not spool.exists()
+        (flag,) = sharing_flags(store)
+        assert evidence(flag)["rounds"] == ["r1"]
+        assert "occurrences" not in evidence(flag)  # never merged: one finding
+
+    await start(["r1"])  # replayed at start-up, then checked
+    # the crash: the spool as it was before the `checked` line (replayed, unchecked)
+    spool.write_bytes(before_start + _replayed_line("r1/end"))
+    await start(["r1"])  # checked again: the finding is already stored
+    await start([])
+    assert store.list_rounds()[0]["status"] == "recorded-late"
+    store.close()
+
+
+def _replayed_line(entry_id: str) -> bytes:
+    from netcheck.storage.spool import encode_line
+
+    return encode_line({"type": "replayed", "id": entry_id, "at": time.time()})
+
+
+async def test_a_late_round_spooled_still_gives_its_capacity_strike(tmp_path: Path) -> None:
+    """A node late at its 3rd timed strike (the pattern of test_capacity_flags: flagged
+    at round 8 at p0 2%, load probability 1/2) whose 8th round ends while the database
+    is locked: before session 14 that strike was never tested; now the replay runs the
+    capacity test and the flag names round 8 among its strike rounds."""
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}", busy_timeout_ms=50)
+    async with running_coordinator(
+        tmp_path, [PROFILE], store=store, storage_retry_s=0.2, spool_replay_s=0.2
+    ) as rc:
+        rc.coord.screening.config = rc.coord.config.model_copy(
+            update={"capacity_p0": 0.02, "screening_load_probability": 0.5}
+        )
+        marks = ".L.W..L.L"
+        verdicts = {".": Verdict.PASS, "L": Verdict.LATE, "W": Verdict.WRONG_ANSWER}
+        for i, mark in enumerate(marks):
+            rid = f"c{i:03d}"
+            plan = store_plan(store, rid, [A])
+            late = mark == "L"
+            out = [NodeOutcome(A, verdicts[mark], "test", 9.0 if late else 1.0, 0, 0)]
+            timing = NodeTiming(release_start_ns=1_000, rtt_s=0.01,
+                                arrived_ns=1_000 + (9 if late else 1) * 10**9)  # fmt: skip
+            recs = {A: NodeRecord(timing, commitment=b"\x01" * 32, signature=b"\x02" * 64)}
+            if i < len(marks) - 1:  # recorded, checked as run_round does
+                rc.coord.recorder.end_round(rid, out, recs, status="complete", checks=True)
+                assert await rc.coord.screening.after_round(PROFILE, plan, out, recs) == []
+                continue
+            with locked(db):
+                how = await asyncio.to_thread(
+                    rc.coord.recorder.end_round, rid, out, recs, status="complete", checks=True
+                )
+                assert how == "spooled"
+        await wait_for(lambda: not rc.coord.recorder.spool.path.exists(), 10.0)
+        fs = FlagStore(store)
+        (flag,) = [fs.get_flag(f.flag_id) for f in fs.list_flags(kind="capacity")]
+        assert flag is not None and flag.node_keys == (A,)
+        assert evidence(flag)["strike_rounds"] == ["c008", "c006", "c001"]
+    store.close()
+
+
+async def test_checks_that_hit_the_database_outage_again_are_run_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database is unavailable again while a replayed round's checks run (the first
+    result-sharing check refused): the round is not marked checked, and the next
+    replayer pass runs its checks (one flag). A recorded round whose own checks were
+    refused (``Recorder.defer_checks``, as run_round does) is checked the same way."""
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}", busy_timeout_ms=50)
+    real = checks.result_sharing
+    refused: list[str] = []
+
+    def flaky(*a: Any) -> list[int]:
+        if a[2].round_id not in refused:  # the first call of each round
+            refused.append(a[2].round_id)
+            raise StorageUnavailable("database is locked (test)")
+        return real(*a)
+
+    monkeypatch.setattr(checks, "result_sharing", flaky)
+    async with running_coordinator(
+        tmp_path, [PROFILE], store=store, storage_retry_s=0.2, spool_replay_s=0.2
+    ) as rc:
+        rec = rc.coord.recorder
+        store_plan(store, "r1", [A, B])
+        outcomes, records = shared_answers([A, B], (A, B))
+        with locked(db):
+            how = await asyncio.to_thread(
+                rec.end_round, "r1", outcomes, records, status="complete", checks=True
+            )
+        assert how == "spooled"
+        await wait_for(lambda: not rec.spool.path.exists(), 10.0)
+        assert refused == ["r1"] and len(sharing_flags(store)) == 1
+
+        store_plan(store, "r2", [A, C])
+        outcomes, records = shared_answers([A, C], (A, C))
+        assert rec.end_round("r2", outcomes, records, status="complete", checks=True) == (
+            "recorded"
+        )
+        plan = rec.stored_plan("r2")
+        assert plan is not None
+        with pytest.raises(StorageUnavailable):
+            await rc.coord.screening.after_round(PROFILE, plan, outcomes, records, strict=True)
+        await asyncio.to_thread(rec.defer_checks, "r2", outcomes, records)
+        await wait_for(lambda: not rec.spool.path.exists(), 10.0)
+        assert refused == ["r1", "r2"]
+        assert sorted(f.node_keys for f in sharing_flags(store)) == [(A, B), (A, C)]
+    store.close()
