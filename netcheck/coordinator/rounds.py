@@ -74,7 +74,10 @@ async def late_checks(coord: RoundHost) -> list[int]:
     already stored for the same rounds: docs/spool.md). The caller holds the round
     lock (or nothing else runs rounds yet). Returns the ids of the flags raised; a
     database or spool failure (a check that hits a locked or unreachable database too)
-    is logged and leaves that round and the rest for the next call."""
+    is logged and leaves that round and the rest for the next call; any other error of
+    a check (a bug) is logged with its trace and leaves that round unchecked for the next
+    call, the later rounds still run (one bad round must not stop start-up or every
+    round after it)."""
     ids: list[int] = []
     try:
         late = await asyncio.to_thread(coord.recorder.unchecked)
@@ -86,8 +89,15 @@ async def late_checks(coord: RoundHost) -> list[int]:
             else:
                 log.warning("round %s: replayed from the spool; its after-round checks run "
                             "now", r.round_id)  # fmt: skip
-                for after in coord.round_hooks.after_round:
-                    ids += await after(profile, r.plan, r.outcomes, r.records, strict=True)
+                try:
+                    for after in coord.round_hooks.after_round:
+                        ids += await after(profile, r.plan, r.outcomes, r.records, strict=True)
+                except StorageError:
+                    raise
+                except Exception:  # a bug in a check: keep the round for the next call
+                    log.exception("round %s: after-round checks of the replayed round failed; "
+                                  "tried again at the next call", r.round_id)  # fmt: skip
+                    continue
             await asyncio.to_thread(coord.recorder.mark_checked, r.entry_id)
     except StorageError as exc:
         log.error("after-round checks of replayed rounds wait: %s", exc)

@@ -5,7 +5,8 @@ Format: one entry per line, ``<crc32 of the JSON, 8 lowercase hex> <JSON>\\n`` (
 JSON with sorted keys). An entry is a JSON object with a ``type``: ``round`` (a
 round's records, with a unique ``id``), ``replayed`` (the ``id`` of a round entry
 that reached the database) or ``checked`` (the ``id`` of a replayed round entry marked
-``checks``, whose after-round checks then ran). Entries are never rewritten; the file
+``checks``, whose after-round checks then ran); a round entry whose id appeared earlier
+in the file is ignored. Entries are never rewritten; the file
 is removed once every round entry is replayed and every ``checks`` entry checked (or
 kept as ``<name>.bad-<unix>`` if it had bad lines).
 """
@@ -152,6 +153,7 @@ class Spool:
             raise StorageError(f"cannot read the spool {self.path}: {exc}") from exc
         rounds: list[dict[str, Any]] = []
         checked: set[str] = set()
+        seen: set[str] = set()
         lines = raw.split(b"\n")
         for number, line in enumerate(lines, 1):
             if not line:
@@ -167,6 +169,9 @@ class Spool:
             elif entry["type"] == "checked":
                 checked.add(str(entry.get("id")))
             elif entry["type"] == "round" and isinstance(entry.get("id"), str):
+                if entry["id"] in seen:  # appended twice (a retried write): one round
+                    continue
+                seen.add(entry["id"])
                 rounds.append(entry)
             else:
                 out.bad.append((number, f"unknown entry type {entry['type']!r}"))
