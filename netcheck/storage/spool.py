@@ -13,13 +13,15 @@ kept as ``<name>.bad-<unix>`` if it had bad lines).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
 import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,7 +90,10 @@ class Spool:
     """An append-only spool file at ``path`` (created on the first append).
 
     Thread-safe within one process (a lock around each append); one process owns a
-    spool file (the coordinator holds its port, a gateway its own file).
+    spool file (the coordinator holds its port, a gateway its own file). Appends and
+    the retirement also hold an exclusive ``flock`` on the file, so a second process on
+    the same file by mistake (a copied ``spool_file``, an old coordinator still
+    stopping while the new one starts) cannot have its entry removed with the file.
     """
 
     def __init__(self, path: Path) -> None:
@@ -108,9 +113,7 @@ class Spool:
         with self._lock:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                created = not self.path.exists()
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                try:
+                with self._flocked(os.O_WRONLY | os.O_CREAT | os.O_APPEND) as (fd, created):
                     size = os.fstat(fd).st_size
                     if size and not self._ends_with_newline(size):
                         data = b"\n" + data
@@ -118,12 +121,30 @@ class Spool:
                     while view:
                         view = view[os.write(fd, view) :]
                     os.fsync(fd)
-                finally:
-                    os.close(fd)
-                if created:
-                    self._sync_dir()
+                    if created:
+                        self._sync_dir()
             except OSError as exc:
                 raise StorageError(f"cannot write the spool {self.path}: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _flocked(self, flags: int) -> Iterator[tuple[int, bool]]:
+        """The file opened with ``flags`` under an exclusive ``flock``, and whether this
+        open created it; reopened if another process removed or replaced the file while
+        this one waited for the lock. Raises FileNotFoundError without ``O_CREAT``."""
+        while True:
+            created = not self.path.exists()
+            fd = os.open(self.path, flags, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    yield fd, created
+                    return
+            finally:
+                os.close(fd)  # releases the lock
 
     def _ends_with_newline(self, size: int) -> bool:
         with open(self.path, "rb") as f:
@@ -196,7 +217,13 @@ class Spool:
 
         Returns (whether the file was retired, what it held).
         """
-        with self._lock:
+        with self._lock, contextlib.ExitStack() as held:
+            try:
+                held.enter_context(self._flocked(os.O_RDONLY))
+            except FileNotFoundError:
+                return False, SpoolContents()
+            except OSError as exc:
+                raise StorageError(f"cannot lock the spool {self.path}: {exc}") from exc
             contents = self.read()
             if contents.pending or contents.unchecked or not self.path.exists():
                 return False, contents

@@ -1,0 +1,41 @@
+"""Adversarial cases of the spool file (docs/spool.md): two processes on one file by
+mistake (emulated by two :class:`Spool` objects, each with its own in-process lock)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from netcheck.storage.spool import Spool, SpoolContents
+
+
+def test_an_entry_appended_while_another_spool_retires_the_file_is_kept(
+    tmp_path: Path,
+) -> None:
+    """Spool A finds nothing pending and is about to remove the file when spool B (another
+    process on the same file) appends a round entry: B waits for A's file lock and then
+    writes a new file, so its entry is not removed with the old one."""
+    path = tmp_path / "spool.jsonl"
+    a, b = Spool(path), Spool(path)
+    entry = {"type": "round", "id": "r1/end", "round_id": "r1", "outcomes": [],
+             "timings": {}, "status": None, "summary": {}, "finished_at": 1.0,
+             "canary_ids": [], "spooled_at": 1.0, "reason": "x"}  # fmt: skip
+    a.append({**entry, "id": "r0/end", "round_id": "r0"})
+    a.mark_replayed("r0/end")
+    real_read = a.read
+    writer: list[threading.Thread] = []
+
+    def read_then_race() -> SpoolContents:
+        got = real_read()
+        t = threading.Thread(target=b.append, args=(entry,))
+        t.start()
+        writer.append(t)
+        time.sleep(0.3)  # B's append runs now, unless it waits for A's lock
+        return got
+
+    a.read = read_then_race  # type: ignore[method-assign]
+    retired, _ = a.retire_if_done()
+    writer[0].join(5.0)
+    assert retired
+    assert [e["id"] for e in b.read().pending] == ["r1/end"]
