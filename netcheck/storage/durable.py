@@ -157,6 +157,10 @@ class Recorder:
         self.replay_every_s = replay_every_s
         self.last_replay: ReplayReport | None = None
         self._replaying = threading.Lock()
+        # ids listed by the last unchecked() and not marked since (None: not known);
+        # mark_checked tries to retire the file only once none is left, not at each
+        # mark (a read of the whole file each: minutes at start-up after a long outage)
+        self._checks_left: set[str] | None = None
         self._dirty = self.spool.path.exists()  # something may be pending
 
     # -- writes --------------------------------------------------------------------
@@ -316,7 +320,9 @@ class Recorder:
         if not self._dirty and not self.spool.path.exists():
             return []
         out = []
-        for e in self.spool.read().unchecked:
+        entries = self.spool.read().unchecked
+        self._checks_left = {e["id"] for e in entries}
+        for e in entries:
             try:
                 records, _ = records_of(e["timings"])
             except StorageError as exc:
@@ -329,12 +335,18 @@ class Recorder:
 
     def mark_checked(self, entry_id: str) -> None:
         """Record durably that the after-round checks of the replayed entry ``entry_id``
-        ran; retire the spool file if nothing else waits in it.
+        ran; retire the spool file if nothing else waits in it (checked once the last
+        round listed by :meth:`unchecked` is marked, so marking n rounds reads the file
+        once, not n times).
 
         Raises:
             StorageError: the spool cannot be written.
         """
         self.spool.mark_checked(entry_id)
+        if self._checks_left is not None:
+            self._checks_left.discard(entry_id)
+            if self._checks_left:
+                return  # others listed by unchecked() still wait: the file stays anyway
         retired, _ = self.spool.retire_if_done()
         self._dirty = not retired and self.spool.path.exists()
 
