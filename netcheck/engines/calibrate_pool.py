@@ -9,6 +9,7 @@ files).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -57,6 +58,58 @@ def _get(record: dict[str, Any], field: str, source: str) -> Any:
     return value
 
 
+def _numbers(
+    record: dict[str, Any], field: str, source: str, *, positive: bool = True,
+    required: bool = True,
+) -> list[float]:  # fmt: skip
+    """``record[field]`` as a list of finite numbers (``> 0`` when ``positive``); an
+    absent or null field is ``[]`` unless ``required``. ValueError naming the file and
+    the field otherwise (NaN, infinity, a bool, a string, not a list)."""
+    value = _get(record, field, source) if required else record.get(field)
+    if value is None and not required:
+        return []
+    want = "positive seconds" if positive else "finite numbers"
+    if not isinstance(value, list) or (required and not value):
+        raise ValueError(f"{source}: field {field} must be a non-empty list of {want}")
+    for i, x in enumerate(value):
+        bad = isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x)
+        if bad or (positive and x <= 0):
+            raise ValueError(f"{source}: field {field}[{i}] is {x!r}, not one of {want}")
+    return [float(x) for x in value]
+
+
+def _number(record: dict[str, Any], field: str, source: str, default: float | None = None) -> float:
+    """The finite number at the dotted ``field`` (``default`` when absent and given);
+    ValueError naming the file and the field otherwise."""
+    parent, _, last = field.rpartition(".")
+    holder = _get(record, parent, source) if parent else record
+    if not isinstance(holder, dict):
+        raise ValueError(f"{source}: field {parent} must be a JSON object")
+    if last not in holder and default is not None:
+        return default
+    x = _get(record, field, source)
+    if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+        raise ValueError(f"{source}: field {field} is {x!r}, not a finite number")
+    return float(x)
+
+
+def _check_record(record: dict[str, Any], source: str) -> None:
+    """Refuse a record whose figures pooling reads are of the wrong type or not finite
+    (ValueError naming the file and the field)."""
+    _numbers(record, "times_s", source)
+    t_k = _numbers(record, "t_k_s", source, required=False)
+    if len(t_k) >= 2 and t_k[1] < t_k[0]:
+        raise ValueError(f"{source}: field t_k_s: t(2) = {t_k[1]} s is below t(1) = "
+                         f"{t_k[0]} s (two batches cannot take less than one)")  # fmt: skip
+    _numbers(record, "beta", source, positive=False, required=False)
+    for field in ("card", "capacity", "deadline"):
+        value = record.get(field)
+        if field == "card" and not isinstance(value, str):
+            raise ValueError(f"{source}: field card must be a string (the GPU name and UUID)")
+        if field != "card" and value is not None and not isinstance(value, dict):
+            raise ValueError(f"{source}: field {field} must be a JSON object")
+
+
 def pool_calibrations(
     records: Sequence[dict[str, Any]],
     *,
@@ -81,6 +134,10 @@ def pool_calibrations(
     - **One class.** A card whose median batch time is more than ``max_card_gap`` from
       the median of the card medians is refused: a different class or a faulty card
       would widen the deadline for everyone (a farm could hide in the room it buys).
+    - **Sound figures.** ``times_s`` is a non-empty list of finite positive seconds (no
+      NaN, infinity, bool or string), ``t_k_s`` and ``beta`` lists of finite numbers with
+      t(2) >= t(1), ``card`` a string, ``deadline`` and ``capacity`` objects: a record
+      that is not is refused naming its file and field, never pooled into a deadline.
     - **Deadline.** :func:`~netcheck.capacity.derive_deadline` over all the cards' batch
       times concatenated: each card weighted by its own batches. Not resampled to equal
       weight: that adds randomness or drops measurements, and the tail does not need it
@@ -135,6 +192,8 @@ def pool_calibrations(
     for prof, s in zip(profiles, names, strict=True):
         if not isinstance(prof, dict):
             raise ValueError(f"{s}: field profile must be a JSON object (a profile dump)")
+    for r, s in zip(records, names, strict=True):
+        _check_record(r, s)
     for field in BATCH_FIELDS:
         _agreed([prof.get(field) for prof in profiles], f"profile.{field}", names)
     cpus = [bool(r.get("cpu", str(_get(r, "card", s)).startswith("cpu")))
@@ -150,14 +209,7 @@ def pool_calibrations(
             )
     times: list[list[float]] = []
     for r, s in zip(records, names, strict=True):
-        t = _get(r, "times_s", s)
-        if (
-            not isinstance(t, list)
-            or not t
-            or any(not isinstance(x, int | float) or x <= 0 for x in t)
-        ):
-            raise ValueError(f"{s}: field times_s must be a non-empty list of positive seconds")
-        times.append([float(x) for x in t])
+        times.append(_numbers(r, "times_s", s))
     medians = [_median(t) for t in times]
     mid = statistics.median(medians)
     gaps = [(m - mid) / mid for m in medians]
@@ -170,20 +222,18 @@ def pool_calibrations(
             )
     hint = ": pass the value to use (--{})"
     if coupling is None:
-        values = [float(_get(r, "deadline", s).get("coupling", 0.0))
+        values = [_number(r, "deadline.coupling", s, default=0.0)
                   for r, s in zip(records, names, strict=True)]  # fmt: skip
         coupling = _agreed(values, "deadline.coupling", names, hint.format("coupling"))
     if rtt_jitter_s is None:
         values = [
-            float(_get(r, "deadline.slack_s", s)) / 2 for r, s in zip(records, names, strict=True)
+            _number(r, "deadline.slack_s", s) / 2 for r, s in zip(records, names, strict=True)
         ]
         rtt_jitter_s = _agreed(
             values, "deadline.slack_s (2 x RTT jitter)", names, hint.format("rtt-jitter-s")
         )
     if max_rtt_s is None:
-        values = [
-            float(_get(r, "deadline.max_rtt_s", s)) for r, s in zip(records, names, strict=True)
-        ]
+        values = [_number(r, "deadline.max_rtt_s", s) for r, s in zip(records, names, strict=True)]
         max_rtt_s = _agreed(values, "deadline.max_rtt_s", names, hint.format("max-rtt-s"))
     assert coupling is not None and rtt_jitter_s is not None and max_rtt_s is not None
     net = {"rtt_jitter_s": rtt_jitter_s, "max_rtt_s": max_rtt_s, "coupling": coupling}

@@ -298,25 +298,66 @@ def pool(
                         f"have {theirs!r}"
                     )
             result["profile"] = {**result["profile"], "name": profile.name}
-    except (NetcheckError, ValueError) as exc:
+        result["command"] = command
+        markdown = render_markdown(result, command)
+        tables = toml_tables(result)
+        new_text = None
+        if target is not None:
+            new_text = replace_tables(target.read_text(encoding="utf-8"), tables)
+            status = capacity_status(_checked_profile_text(target, new_text))
+        else:
+            status = capacity_status(Profile.model_validate(result["profile"]))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        base = out_dir / result["profile"]["name"]
+        Path(f"{base}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        Path(f"{base}.md").write_text(markdown, encoding="utf-8")
+        Path(f"{base}.tables.toml").write_text(tables, encoding="utf-8")
+        if target is not None and new_text is not None:  # last, atomically
+            _replace_text(target, new_text)
+    except (NetcheckError, ValueError, OSError) as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(2)
-    result["command"] = command
-    out_dir.mkdir(parents=True, exist_ok=True)
-    base = out_dir / result["profile"]["name"]
-    markdown = render_markdown(result, command)
-    Path(f"{base}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    Path(f"{base}.md").write_text(markdown, encoding="utf-8")
-    tables = toml_tables(result)
-    Path(f"{base}.tables.toml").write_text(tables, encoding="utf-8")
     console.print(markdown, markup=False, highlight=False, soft_wrap=True)
     if target is not None:
-        target.write_text(replace_tables(target.read_text(encoding="utf-8"), tables), "utf-8")
         console.print(f"updated {target}")
-        status = capacity_status(load_profile(target))
-    else:
-        status = capacity_status(Profile.model_validate(result["profile"]))
     console.print(status.message, markup=False)
+
+
+def _checked_profile_text(target: Path, text: str) -> Any:
+    """The profile that ``text`` would make of ``target`` (loaded from a copy next to it,
+    so the name defaults as for ``target``).
+
+    Raises:
+        ConfigError: the text is not a valid profile (``target`` is untouched).
+        OSError: the copy cannot be written.
+    """
+    import tempfile
+
+    from netcheck.config import load_profile
+
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".pool-") as tmp:
+        copy = Path(tmp) / target.name
+        copy.write_text(text, encoding="utf-8")
+        return load_profile(copy)
+
+
+def _replace_text(target: Path, text: str) -> None:
+    """Write ``text`` to ``target`` atomically (a synced file next to it, renamed over
+    it): a failure leaves the old file whole. Raises OSError."""
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, target.stat().st_mode & 0o777)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _progress(bar: Any, task: Any, console: Any, text: str, frac: float) -> None:
