@@ -76,7 +76,12 @@ def _read_mark(proc: subprocess.Popen[str], log: Path) -> dict[str, object]:
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.startswith(MARK):
-            report: dict[str, object] = json.loads(line[len(MARK) :])
+            try:
+                report = json.loads(line[len(MARK) :])
+            except ValueError:
+                report = None
+            if not isinstance(report, dict):
+                raise RuntimeError(f"demo probe {proc.pid} sent a bad report: {line[:200]!r}")
             return report
     proc.wait()
     tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
@@ -116,7 +121,13 @@ class Probes:
             RuntimeError: a probe exited without reporting (its log's tail is in the
                 message), or the probes took longer than ``timeout_s`` in all (killed).
         """
-        timer = threading.Timer(timeout_s, self.stop)
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()  # before the kill: a read that fails then sees it
+            self.stop()
+
+        timer = threading.Timer(timeout_s, expire)
         timer.start()
         try:
             for p, path in zip(self.procs, self.paths, strict=True):
@@ -127,23 +138,30 @@ class Probes:
                 p.stdin.flush()
             results = []
             for p, path in zip(self.procs, self.paths, strict=True):
+                r = _read_mark(p, path)
                 try:
-                    r = _read_mark(p, path)
-                except RuntimeError as exc:
-                    if timer.is_alive():
-                        raise
-                    raise RuntimeError(f"demo probes took longer than {timeout_s:.0f} s") from exc
-                batch_s = r["batch_s"]
-                assert isinstance(batch_s, list)
-                results.append(
-                    ProbeResult(
-                        pid=int(str(r["pid"])),
-                        start_s=float(str(r["start_s"])),
-                        end_s=float(str(r["end_s"])),
-                        batch_s=tuple(float(x) for x in batch_s),
+                    batch_s = r["batch_s"]
+                    assert isinstance(batch_s, list)
+                    results.append(
+                        ProbeResult(
+                            pid=int(str(r["pid"])),
+                            start_s=float(str(r["start_s"])),
+                            end_s=float(str(r["end_s"])),
+                            batch_s=tuple(float(x) for x in batch_s),
+                        )
                     )
-                )
+                except (KeyError, ValueError, TypeError, AssertionError) as exc:
+                    raise RuntimeError(f"demo probe {p.pid} sent a bad report {r}: {exc}") from exc
             return results
+        except (RuntimeError, OSError) as exc:  # OSError: a probe gone before "go"
+            if not expired.is_set() and isinstance(exc, OSError):
+                raise RuntimeError(f"a demo probe exited before it was released: {exc}") from exc
+            if not expired.is_set():
+                raise
+            raise RuntimeError(
+                f"demo probes took longer than {timeout_s:.0f} s (loading the engine or "
+                f"answering; killed); their logs: {self.paths[0].parent}"
+            ) from exc
         finally:
             timer.cancel()
             self.stop()
