@@ -29,7 +29,7 @@ from netcheck.records import (
     Verdict,
 )
 from netcheck.storage.database import json_ready
-from netcheck.storage.spool import Spool
+from netcheck.storage.spool import Spool, round_problem
 from netcheck.storage.store import Store
 from netcheck.storage.tables import assignments, reference_prompts, rounds
 
@@ -306,7 +306,7 @@ class Recorder:
         """
         if not self._dirty and not self.spool.path.exists():
             return {}
-        return {e["round_id"]: e for e in self.spool.read().pending}
+        return {e["round_id"]: e for e in self.spool.read().pending if not round_problem(e)}
 
     def unchecked(self) -> list[LateRound]:
         """The replayed rounds whose after-round checks have not been marked run
@@ -398,13 +398,17 @@ class Recorder:
             contents = self.spool.read()
             report.bad = contents.bad
             for i, entry in enumerate(contents.pending):
+                if problem := round_problem(entry):
+                    report.failed[entry["id"]] = problem
+                    log.error("spool entry %s cannot be replayed: %s", entry["id"], problem)
+                    continue
                 try:
                     report.conflicts += self.apply(entry)
                 except StorageUnavailable as exc:
                     report.waiting = [e["id"] for e in contents.pending[i:]]
                     log.info("spool replay waits: %s", exc)
                     break
-                except StorageError as exc:
+                except (StorageError, KeyError, TypeError, ValueError) as exc:  # a bad record
                     report.failed[entry["id"]] = str(exc)
                     log.error("spool entry %s cannot be replayed: %s", entry["id"], exc)
                     continue

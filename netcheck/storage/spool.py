@@ -86,6 +86,26 @@ class SpoolContents:
     bad: list[tuple[int, str]] = field(default_factory=list)
 
 
+#: Fields of a round entry that the replay reads, and their JSON types.
+ROUND_FIELDS: dict[str, tuple[type, ...]] = {
+    "round_id": (str,), "outcomes": (list,), "timings": (dict,), "canary_ids": (list,),
+    "status": (str, type(None)), "summary": (dict,), "finished_at": (int, float),
+    "spooled_at": (int, float), "reason": (str,),
+}  # fmt: skip
+
+
+def round_problem(entry: Mapping[str, Any]) -> str | None:
+    """What is wrong with a round entry's fields for the replay (None: nothing): an entry
+    with a good checksum but another shape (hand-edited, another version) fails its
+    replay with this reason, never a KeyError (:class:`~netcheck.storage.durable.Recorder`)."""
+    for name, types in ROUND_FIELDS.items():
+        if name not in entry:
+            return f"field {name} missing"
+        if not isinstance(entry[name], types) or isinstance(entry[name], bool):
+            return f"field {name} has type {type(entry[name]).__name__}"
+    return None
+
+
 class Spool:
     """An append-only spool file at ``path`` (created on the first append).
 

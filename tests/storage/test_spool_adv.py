@@ -72,3 +72,33 @@ def test_marking_many_late_rounds_checked_reads_the_spool_once(tmp_path: Path) -
     assert reads <= 2
     assert not rec.spool.path.exists()
     store.close()
+
+
+def test_a_round_entry_of_another_shape_is_a_bad_line_not_a_crash(tmp_path: Path) -> None:
+    """A line with a good checksum but a round entry lacking ``outcomes`` (hand-edited,
+    another version) fails its replay, naming the field; one with a verdict that does not exist fails its own
+    replay; the good entry after them is still replayed, and ``replay`` raises nothing
+    (it ran at start-up and before every round write: a KeyError there stopped both)."""
+    from netcheck.records import RoundPlan
+    from netcheck.storage import Store
+    from netcheck.storage.durable import Recorder
+
+    store = Store(f"sqlite:///{tmp_path / 'netcheck.db'}")
+    for rid in ("r1", "r2", "r3"):
+        store.record_plan(RoundPlan(rid, "p", 2, 1, (), ()), 1.0)
+    rec = Recorder(store, tmp_path / "spool.jsonl")
+    entry = {"type": "round", "outcomes": [], "timings": {}, "status": "complete",
+             "summary": {}, "finished_at": 1.0, "canary_ids": [], "spooled_at": 1.0,
+             "reason": "x"}  # fmt: skip
+    broken = {**entry, "id": "r1/end", "round_id": "r1"}
+    del broken["outcomes"]
+    rec.spool.append(broken)
+    bogus = {"node_key": "n", "verdict": "bogus", "reason": "", "elapsed_s": 1.0,
+             "canaries_checked": 0, "canaries_matched": 0}  # fmt: skip
+    rec.spool.append({**entry, "id": "r2/end", "round_id": "r2", "outcomes": [bogus]})
+    rec.spool.append({**entry, "id": "r3/end", "round_id": "r3"})
+    assert set(rec.pending()) == {"r2", "r3"}
+    report = rec.replay()
+    assert report.replayed == ["r3/end"] and sorted(report.failed) == ["r1/end", "r2/end"]
+    assert report.failed["r1/end"] == "field outcomes missing"
+    store.close()
