@@ -74,7 +74,7 @@ def test_marking_many_late_rounds_checked_reads_the_spool_once(tmp_path: Path) -
     store.close()
 
 
-def test_a_round_entry_of_another_shape_is_a_bad_line_not_a_crash(tmp_path: Path) -> None:
+def test_a_round_entry_of_another_shape_fails_its_replay_not_the_replayer(tmp_path: Path) -> None:
     """A line with a good checksum but a round entry lacking ``outcomes`` (hand-edited,
     another version) fails its replay, naming the field; one with a verdict that does not exist fails its own
     replay; the good entry after them is still replayed, and ``replay`` raises nothing
