@@ -57,11 +57,26 @@ def capacity_margin(t2_s: float, profile: Profile) -> float:
     return t2_s / profile.deadline_s(profile.deadline.max_rtt_s)
 
 
-def capacity_status(profile: Profile) -> CapacityStatus:
+def calibrate_hint(profile: Profile, prog: str = "netcheck") -> str:
+    """What to run to measure ``profile``'s capacity: ``engine calibrate`` on the trusted
+    card (machine, for a CPU profile), or on each card of the class and then ``engine
+    pool`` (docs/capacity.md, "Pooling several cards"). ``prog`` is how to call netcheck
+    (the CLI passes ``netcheck.admin_client.invoked_as()``; this layer does not import it).
+    """
+    unit = "machine" if profile.device == "cpu" else "card"
+    return (
+        f"run `{prog} engine calibrate --profile {profile.name}` on the trusted {unit}; "
+        f"for a class of several {unit}s, calibrate each and pool the records with "
+        f"`{prog} engine pool`"
+    )
+
+
+def capacity_status(profile: Profile, prog: str = "netcheck") -> CapacityStatus:
     """Whether ``profile`` can tell two identities on one card apart (see module doc).
 
     The margin is recomputed from the recorded t(2) and the profile's *current* deadline,
-    so a deadline edited after calibration is judged as it is now.
+    so a deadline edited after calibration is judged as it is now. ``prog`` is how the
+    message's commands call netcheck (:func:`calibrate_hint`).
     """
     cap = profile.capacity
     if cap is None or len(cap.t_s) < 2:
@@ -69,8 +84,8 @@ def capacity_status(profile: Profile) -> CapacityStatus:
             profile.name,
             False,
             None,
-            f"profile {profile.name}: capacity not measured (run `netcheck engine calibrate "
-            f"--profile {profile.name}` on the trusted card): {UNSAFE_TEXT}",
+            f"profile {profile.name}: capacity not measured "
+            f"({calibrate_hint(profile, prog)}): {UNSAFE_TEXT}",
         )
     margin = capacity_margin(cap.t_s[1], profile)
     where = f"t(2) {cap.t_s[1]:.3f} s on {cap.card}, {cap.date}"

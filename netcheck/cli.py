@@ -457,8 +457,9 @@ def nodes(config_path: Path, as_json: bool) -> None:
 def demo(rounds: int, workdir: Path, profile_name: str, serve: bool) -> None:
     """Run a coordinator and 7 node processes on loopback and show cheaters caught.
 
-    Three honest nodes, one running float32's model in bfloat16 while claiming float32,
-    one returning made-up tokens, and two identities proxying to one shared backend.
+    Three honest nodes; one that claims the profile's float32 but computes in bfloat16
+    (LLM profiles only); one that returns made-up tokens; and two identities that proxy
+    to one shared backend.
     GPU service time is EMULATED (all nodes share this machine's CPU), sized to this
     host's load at the start. Exits 0 when every honest node passes every round and every
     cheater fails every round; 1 otherwise, reported as INCONCLUSIVE (HOST TOO BUSY) when

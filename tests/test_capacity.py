@@ -41,6 +41,23 @@ def test_unmeasured_profile_is_unsafe_and_says_so() -> None:
     assert UNSAFE_TEXT in status.message and "netcheck engine calibrate" in status.message
 
 
+def test_calibrate_hint_uses_the_callers_command_and_names_the_pool() -> None:
+    """The hint calls netcheck the way the CLI was called (``prog``), mentions ``engine
+    pool`` for a class of several cards, and says "machine" for a CPU profile."""
+    cpu = small_profile()
+    assert cpu.device == "cpu"
+    message = capacity_status(cpu, ".venv/bin/netcheck").message
+    assert f"`.venv/bin/netcheck engine calibrate --profile {cpu.name}` on the trusted machine" in (
+        message
+    )
+    assert "pool the records with `.venv/bin/netcheck engine pool`" in message
+    assert "card" not in message.split(":")[0] and UNSAFE_TEXT in message
+    gpu = cpu.model_copy(update={"device": "cuda"})
+    message = capacity_status(gpu).message
+    assert "`netcheck engine calibrate" in message and "on the trusted card;" in message
+    assert "a class of several cards" in message
+
+
 def test_margin_is_recomputed_against_the_current_deadline() -> None:
     """t(2) / D(max_rtt): an edited, looser deadline lowers the margin below 1.2."""
     deadline = DeadlineParams(t_ref_s=1.0, a=1.1, b=1.0, slack_s=0.0, max_rtt_s=0.05)

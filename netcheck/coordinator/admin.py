@@ -56,6 +56,7 @@ from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
 from netcheck.web.flagview import flag_view
 from netcheck.web.inputs import (
     MAX_OFFSET,
+    TOKEN_REFUSED,
     bearer_token,
     has_control_chars,
     json_object,
@@ -143,7 +144,7 @@ def admin_app(coord: Coordinator) -> web.Application:
             raise web.HTTPForbidden(text="admin API is loopback-only")
         token = bearer_token(request.headers.get("Authorization", ""))
         if token is None or not token_matches(token, coord.config.admin_token):
-            raise web.HTTPUnauthorized(text="missing or wrong admin token")
+            raise web.HTTPUnauthorized(text=TOKEN_REFUSED)
         return await handler(request)
 
     async def status(request: web.Request) -> web.Response:

@@ -102,6 +102,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("netcheck.screening")
 
+#: At shutdown, how long the app's cleanup waits for a timer round in flight to end as
+#: ``aborted`` (:meth:`Screening.attach`). Its sessions are closed by then, so it ends
+#: in well under a second unless the database is down: then ``storage_retry_s`` (10 s
+#: by default) of retries before the spool. After this the timer task is cancelled.
+TIMER_STOP_GRACE_S = 30.0
+
 
 class DetectionHost(RoundHost, Protocol):
     """What detection needs of the coordinator: a round host with its configuration."""
@@ -139,19 +145,46 @@ class Screening:
         self.lock = asyncio.Lock()
         self._index: dict[str, int] = {}
         self._timer: asyncio.Task[None] | None = None
+        self._timer_sleeping = False  # the timer waits between ticks (safe to cancel)
+        self._stopping = False  # shutdown began: the timer starts no further round
 
     # -- lifecycle ---------------------------------------------------------------------
 
     def attach(self, app: web.Application) -> None:
-        """Start the screening timer with ``app`` (if configured) and stop it on shutdown."""
+        """Start the screening timer with ``app`` (if configured) and stop it on shutdown.
+
+        At shutdown a timer round in flight ends like any round then (an admin-run one
+        included): the coordinator's ``on_shutdown`` closes the sessions and the round
+        is stored ``aborted`` (reason ``shutdown``, no verdicts, no node blamed;
+        :func:`~netcheck.coordinator.rounds.run_round`). So ``on_shutdown`` here only
+        stops the timer from starting another round (cancelling it at once when it
+        waits between rounds), and ``on_cleanup``, which runs after every
+        ``on_shutdown``, waits for the round in flight (at most
+        :data:`TIMER_STOP_GRACE_S`) before cancelling the timer. Cancelling the round
+        itself would leave it ``planned`` until the next start marks it aborted.
+        """
         app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
+        app.on_cleanup.append(self._on_cleanup)
 
     async def _on_startup(self, app: web.Application) -> None:
+        self._stopping = False
         if self.config.screening_interval_s > 0:
             self.start_timer()
 
     async def _on_shutdown(self, app: web.Application) -> None:
+        self._stopping = True
+        if self._timer_sleeping:
+            await self.stop_timer()
+
+    async def _on_cleanup(self, app: web.Application) -> None:
+        timer = self._timer
+        if timer is not None and not timer.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(timer), TIMER_STOP_GRACE_S)
+            except TimeoutError:
+                log.warning("screening timer: the round in flight did not end within %.0f s "
+                            "of shutdown; cancelled", TIMER_STOP_GRACE_S)  # fmt: skip
         await self.stop_timer()
 
     def start_timer(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
@@ -170,8 +203,14 @@ class Screening:
     async def _timer_loop(self, sleep: Callable[[float], Awaitable[None]]) -> None:
         log.info("screening timer: one round per profile every %.1f s",
                  self.config.screening_interval_s)  # fmt: skip
-        while True:
-            await sleep(self.config.screening_interval_s)
+        while not self._stopping:
+            self._timer_sleeping = True
+            try:
+                await sleep(self.config.screening_interval_s)
+            finally:
+                self._timer_sleeping = False
+            if self._stopping:
+                break
             await self.tick()
 
     async def tick(self) -> None:
@@ -179,11 +218,15 @@ class Screening:
         analysis + confirmation every ``screening_analyze_every`` rounds. Errors are
         logged, never raised (the timer keeps going)."""
         for name in sorted(self.coord.profiles):
-            if not self.coord.connected(name):
+            if self._stopping or not self.coord.connected(name):
                 continue
             try:
                 async with self.lock:
+                    if self._stopping:  # shutdown began while an admin run held the lock
+                        return
                     await self.screening_round(name)
+                    if self._stopping:  # the round ended aborted: nothing to analyse
+                        return
                     if self._index[name] % self.config.screening_analyze_every == 0:
                         await self.analyse_and_confirm(name)
             except NetcheckError as exc:

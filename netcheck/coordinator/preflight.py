@@ -36,7 +36,7 @@ from pathlib import Path
 
 import click
 
-from netcheck.admin_client import admin_url, load_admin_config
+from netcheck.admin_client import admin_url, invoked_as, load_admin_config
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
 from netcheck.capacity import capacity_status
 from netcheck.config import CoordinatorConfig, Profile
@@ -110,8 +110,6 @@ def identity_check(cfg: CoordinatorConfig) -> Check:
     try:
         key = load_private_key(path)
     except NetcheckError as exc:
-        from netcheck.admin_client import invoked_as
-
         keygen = f"{invoked_as()} keygen {shlex.quote(str(path))}"
         fix = f"; create it with: {keygen}" if not path.exists() else ""
         return Check("identity key", False, f"{exc}{fix}")
@@ -159,7 +157,7 @@ def profile_checks(cfg: CoordinatorConfig) -> tuple[list[Check], dict[str, Profi
             checks.append(Check(f"profile {name}", False, problem))
             continue
         detail = f"engine {profile.engine}, model {profile.model}, B = {profile.batch_size}"
-        status = capacity_status(profile)
+        status = capacity_status(profile, invoked_as())
         if not status.safe:
             checks.append(Check(f"profile {name}", True, f"{detail}; {status.message}", True))
         else:
@@ -171,8 +169,6 @@ def pool_checks(
     config_path: Path, profiles: dict[str, Profile], rows: list[dict[str, object]]
 ) -> list[Check]:
     """One check per profile: its unspent canaries per fingerprint, or the build command."""
-    from netcheck.admin_client import invoked_as
-
     entries = pool_status(rows, profiles)  # type: ignore[arg-type]
     checks = []
     for name in profiles:
@@ -243,8 +239,6 @@ def coordinator_check(config_path: Path) -> None:
     if failed:
         click.echo(f"{len(failed)} of {len(checks)} checks failed")
         sys.exit(1)
-    from netcheck.admin_client import invoked_as
-
     serve = f"{invoked_as()} coordinator serve --config {shlex.quote(str(config_path))}"
     warned = sum(1 for c in checks if c.warning)
     note = f", {warned} of them with a warning (warn above)" if warned else ""

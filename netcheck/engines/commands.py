@@ -77,9 +77,10 @@ def selftest(profile_name: str, json_path: Path | None, quick: bool, seed: int) 
     console.print(
         f"selftest {verdict}: fingerprint {report.fingerprint_id[:12]}, {report.wall_s:.1f} s"
     )
+    from netcheck.admin_client import invoked_as
     from netcheck.capacity import capacity_status
 
-    cap = capacity_status(profile)  # issue 10: say plainly when the profile is unsafe
+    cap = capacity_status(profile, invoked_as())  # issue 10: say plainly when the profile is unsafe
     console.print(cap.message, style=None if cap.safe else "bold yellow", markup=False)
     if json_path is not None:
         json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -152,6 +153,7 @@ def calibrate(
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from netcheck.admin_client import invoked_as
     from netcheck.capacity import capacity_status
     from netcheck.config import load_profile
     from netcheck.engines.calibrate import run_calibration
@@ -192,7 +194,7 @@ def calibrate(
         path = _profile_path(str(profile_name))
         path.write_text(replace_tables(path.read_text(encoding="utf-8"), tables), "utf-8")
         console.print(f"updated {path}")
-        console.print(capacity_status(load_profile(path)).message, markup=False)
+        console.print(capacity_status(load_profile(path), invoked_as()).message, markup=False)
     sys.exit(1 if result.get("selftest_passed") is False else 0)
 
 
@@ -261,6 +263,7 @@ def pool(
     """
     from rich.console import Console
 
+    from netcheck.admin_client import invoked_as
     from netcheck.capacity import capacity_status
     from netcheck.config import Profile, load_profile
     from netcheck.engines.calibrate_pool import BATCH_FIELDS, pool_calibrations
@@ -304,9 +307,9 @@ def pool(
         new_text = None
         if target is not None:
             new_text = replace_tables(target.read_text(encoding="utf-8"), tables)
-            status = capacity_status(_checked_profile_text(target, new_text))
+            status = capacity_status(_checked_profile_text(target, new_text), invoked_as())
         else:
-            status = capacity_status(Profile.model_validate(result["profile"]))
+            status = capacity_status(Profile.model_validate(result["profile"]), invoked_as())
         out_dir.mkdir(parents=True, exist_ok=True)
         base = out_dir / result["profile"]["name"]
         Path(f"{base}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

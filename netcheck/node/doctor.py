@@ -33,6 +33,7 @@ from urllib.parse import urlparse
 
 import aiohttp
 
+from netcheck.admin_client import invoked_as
 from netcheck.capacity import capacity_status
 from netcheck.config import NodeConfig, Profile, load_node_config
 from netcheck.errors import NetcheckError
@@ -97,11 +98,12 @@ async def ask_coordinator(
     return answer
 
 
-def capacity_check(profile: Profile) -> Check:
+def capacity_check(profile: Profile, prog: str = "netcheck") -> Check:
     """The profile's capacity (netcheck.capacity), stated plainly. Informational: it is
     a property of the profile, not of this node, so it does not fail the doctor; the
-    detail starts with ``WARNING`` when the margin is below 1.2 or unmeasured."""
-    status = capacity_status(profile)
+    detail starts with ``WARNING`` when the margin is below 1.2 or unmeasured. ``prog``:
+    how the hint calls netcheck (``invoked_as()``)."""
+    status = capacity_status(profile, prog)
     return Check("capacity", True, status.message, warning=not status.safe)
 
 
@@ -245,7 +247,7 @@ def run_checks(
         if not step(name, fn):
             return checks
         if name == "profile":
-            checks.append(capacity_check(holder["profile"]))  # type: ignore[arg-type]
+            checks.append(capacity_check(holder["profile"], invoked_as()))  # type: ignore[arg-type]
             checks.append(host_load_check())
     if selftest:
         step("quick selftest", quick_selftest)

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from netcheck.web.inputs import bearer_token, has_control_chars, token_matches
+from netcheck.web.inputs import TOKEN_REFUSED, bearer_token, has_control_chars, token_matches
 
 if TYPE_CHECKING:
     from netcheck.web.view import CoordinatorView
@@ -137,4 +137,4 @@ class AccessMixin:
             return self.with_cookie(str(rest))
         if page:
             raise web.HTTPFound("/dashboard/login?next=" + quote(str(rest), safe=""))
-        raise web.HTTPUnauthorized(text="missing or wrong admin token")
+        raise web.HTTPUnauthorized(text=TOKEN_REFUSED)

@@ -129,6 +129,16 @@ async def refuse_control_chars(
     return await handler(request)
 
 
+#: The 401 text for a missing or wrong admin token (admin API, exports, metrics): how to
+#: send it. ``?token=`` is only a one-time login link for a dashboard page
+#: (docs/dashboard.md, "Tokens in URLs").
+TOKEN_REFUSED = (
+    "missing or wrong admin token: send it as the header Authorization: Bearer <token> "
+    "(admin_token in coordinator.toml); ?token= works only as a login link to a "
+    "/dashboard page"
+)
+
+
 def bearer_token(header: str) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header, or None. The scheme
     name matches case-insensitively (RFC 7235 §2.1, RFC 6750 §2.1): ``bearer x`` and

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from netcheck.cli import main
@@ -68,6 +70,20 @@ def test_a_ready_setup_passes_every_check(tmp_path: Path) -> None:
         "netcheck coordinator serve"
     )
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no secret, spool, db files
+
+
+def test_the_capacity_hint_calls_netcheck_as_it_was_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Like every other hint of the check, the capacity warning's commands start with
+    the way netcheck was called (``invoked_as``), not a bare ``netcheck``."""
+    monkeypatch.setattr(sys, "argv", [os.path.join(".venv", "bin", "netcheck")])
+    _, out = check(write_config(tmp_path, f"port = {free_port()}\n"))
+    line = lines(out)["profile cpu-tiny"]
+    assert "`.venv/bin/netcheck engine calibrate --profile cpu-tiny` on the trusted machine" in (
+        line
+    )
+    assert "`.venv/bin/netcheck engine pool`" in line and "`netcheck " not in line
 
 
 def test_each_missing_part_fails_with_its_fix(tmp_path: Path) -> None:

@@ -196,6 +196,45 @@ async def test_timer_runs_screening_rounds(tmp_path: Path) -> None:
         assert kinds == {"screening"}
 
 
+class _Slow(MadeUpWorker):
+    """Made-up tokens after 3 s: a round stays in flight long enough to shut down in."""
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        await asyncio.sleep(3.0)
+        return await super().run(prompts)
+
+
+async def test_shutdown_ends_a_timer_round_in_flight_as_aborted(tmp_path: Path) -> None:
+    """SIGTERM while a timer round waits for results: the round is stored ``aborted``
+    with no verdicts, as an admin-run round is (tests/adversarial, "shutdown mid
+    round"); before, the timer was cancelled mid-round and the round stayed
+    ``planned`` until the next start."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        await _join(rc, {f"n{i}": _Slow(FP, T) for i in range(2)})
+        sleeps = 0
+
+        async def fake_sleep(_s: float) -> None:
+            nonlocal sleeps
+            sleeps += 1
+            if sleeps > 1:
+                await asyncio.Event().wait()  # one round only
+
+        rc.coord.screening.start_timer(fake_sleep)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 15.0
+        while not any(s._results for s in rc.coord.sessions.values()):  # released
+            assert loop.time() < end, "the timer round was never released"
+            await asyncio.sleep(0.02)
+        await rc.runner.shutdown()  # the on_shutdown handlers, as SIGTERM runs them
+        end = loop.time() + 10.0
+        while (rounds := rc.coord.store.list_rounds())[0]["status"] == "planned":
+            if loop.time() > end:
+                break
+            await asyncio.sleep(0.05)
+        assert [r["status"] for r in rounds] == ["aborted"], rounds
+        assert rc.coord.store.round_verdicts(rounds[0]["round_id"]) == []
+
+
 async def test_earlier_confirmation_rounds_of_the_group_are_read_back(tmp_path: Path) -> None:
     """Rounds of an earlier run that tested the pair come back as observations with
     their phase and tested set (oldest first, with the members' and loaded bits);

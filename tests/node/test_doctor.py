@@ -101,9 +101,10 @@ def test_capacity_check_states_an_unsafe_profile_plainly() -> None:
     from netcheck.lab.testing import small_profile
     from netcheck.node.doctor import capacity_check
 
-    check = capacity_check(small_profile())
+    check = capacity_check(small_profile(), "bin/netcheck")
     assert check.name == "capacity" and check.ok and check.warning  # shown as "warn"
     assert "cannot tell two identities on one card apart" in check.detail
+    assert "`bin/netcheck engine calibrate" in check.detail  # how netcheck was called
 
 
 async def test_refused_profile_and_foreign_fingerprint_fail(tmp_path: Path) -> None:

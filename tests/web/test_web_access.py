@@ -56,6 +56,9 @@ async def test_admin_api_rejects_missing_and_wrong_tokens(tmp_path: Path, profil
             for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": token}):
                 async with http.get(url, headers=headers) as resp:
                     assert resp.status == 401, headers
+                    text = await resp.text()
+                    assert text.startswith("missing or wrong admin token"), text
+                    assert "Authorization: Bearer <token>" in text, text
             async with http.get(url, headers={"Authorization": f"Bearer {token}"}) as resp:
                 assert resp.status == 200
                 assert (await resp.json())["connected"] == 0
@@ -94,6 +97,9 @@ async def test_dashboard_login_cookie_and_token_url(tmp_path: Path, profile: Pro
             for path in ("/export/rounds.csv", "/metrics"):
                 async with http.get(base + path) as resp:
                     assert resp.status == 401
+                    text = await resp.text()
+                    assert "Authorization: Bearer <token>" in text, text
+                    assert "?token= works only as a login link to a /dashboard page" in text
             async with http.get(f"{base}/dashboard/login") as resp:
                 page = await resp.text()
                 assert 'id="logout"' not in page and 'href="/dashboard/nodes"' not in page
