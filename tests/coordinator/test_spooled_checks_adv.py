@@ -11,12 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from netcheck.config import Profile
-from netcheck.lab.testing import running_coordinator
-from netcheck.records import NodeOutcome, NodeRecord, RoundPlan
-from netcheck.storage import Store
-from netcheck.storage.spool import Spool, encode_line
-from tests.coordinator.test_spooled_round_checks import (
+from test_spooled_round_checks import (
     PROFILE,
     A,
     B,
@@ -24,6 +19,12 @@ from tests.coordinator.test_spooled_round_checks import (
     shared_answers,
     store_plan,
 )
+
+from netcheck.config import Profile
+from netcheck.lab.testing import running_coordinator
+from netcheck.records import NodeOutcome, NodeRecord, RoundPlan
+from netcheck.storage import Store
+from netcheck.storage.spool import Spool, encode_line
 
 
 def buggy(seen: list[str], bad: str) -> Any:

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from test_calibrate_pool import FAST, SLOW, _record
 
 from netcheck.cli import main
 from netcheck.config import DEFAULT_PROFILES_DIR
-from tests.engines.test_calibrate_pool import FAST, SLOW, _record
 
 Mutate = Callable[[dict[str, Any]], None]
 
