@@ -219,7 +219,10 @@ async def test_shutdown_ends_a_timer_round_in_flight_as_aborted(tmp_path: Path) 
             if sleeps > 1:
                 await asyncio.Event().wait()  # one round only
 
-        rc.coord.screening.start_timer(fake_sleep)
+        screening = rc.coord.screening  # every round full: a screening round's coins
+        # could load neither node (1 in 9), and such a round is never released
+        screening.config = screening.config.model_copy(update={"screening_full_every": 1})
+        screening.start_timer(fake_sleep)
         loop = asyncio.get_running_loop()
         end = loop.time() + 15.0
         while not any(s._results for s in rc.coord.sessions.values()):  # released
