@@ -13,14 +13,13 @@ without its spool's markers written, and a new one started on the same files.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlite_support import locked
 
 from netcheck.config import Profile
 from netcheck.coordinator import checks
@@ -40,18 +39,6 @@ from netcheck.storage.flags import FlagStore
 
 PROFILE = small_profile("spc")
 A, B, C = (f"ed25519:{c * 43}" for c in "abc")
-
-
-@contextlib.contextmanager
-def locked(db: Path) -> Iterator[None]:
-    """Another connection holding SQLite's write lock (the database is 'down')."""
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        conn.execute("ROLLBACK")
-        conn.close()
 
 
 def store_plan(store: Store, rid: str, nodes: Sequence[str]) -> RoundPlan:

@@ -4,14 +4,13 @@ from a spooled-then-replayed round as from a direct write."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlite_support import locked
 
 from netcheck.errors import StorageUnavailable
 from netcheck.records import NodeOutcome, NodeRecord, NodeTiming, RoundPlan, Verdict
@@ -20,18 +19,6 @@ from netcheck.storage.durable import Recorder
 from netcheck.storage.spool import Spool, decode_line, encode_line
 
 KEYS = [f"ed25519:node{i}" for i in range(3)]
-
-
-@contextlib.contextmanager
-def locked(db: Path) -> Iterator[None]:
-    """Another connection holding SQLite's write lock."""
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        conn.execute("ROLLBACK")
-        conn.close()
 
 
 def _plan(round_id: str) -> RoundPlan:

@@ -4,25 +4,13 @@ run; an entry without (a gateway's part of a round) is retired at its replay as 
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
+
+from sqlite_support import locked
 
 from netcheck.records import Assignment, NodeOutcome, NodeRecord, RoundPlan, Verdict
 from netcheck.storage import Store
 from netcheck.storage.durable import Recorder
-
-
-@contextlib.contextmanager
-def locked(db: Path) -> Iterator[None]:
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    finally:
-        conn.execute("ROLLBACK")
-        conn.close()
 
 
 def test_checked_entries_stay_until_marked_and_replay_gives_the_stored_plan(
