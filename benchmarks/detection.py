@@ -98,6 +98,7 @@ from netcheck.lab.sim.population import Population, PopulationSpec, make_populat
 ROUNDS = (16, 32, 64, 128)
 SIZES = (2, 3, 5)
 BASE = PopulationSpec(benign_coupling=0.2)
+H200 = replace(BASE, sigma_w=0.01, beta=0.9, speed_sd=0.01, t_ref_s=2.23)
 
 
 def farms_for(n: int) -> tuple[int, ...]:
@@ -146,6 +147,16 @@ def scenarios() -> list[Scenario]:
             "relay 30ms", replace(BASE, relay_leg_s=0.03, farm_backend="fast"), "relay+fast", False
         ),  # fmt: skip
     ]
+    # the class the product ships, as measured on real H200s (`h200-torch-bf16`, three
+    # cards: a batch's log-sd 0.007 alone on an idle host, co-load slowdown beta 0.90-0.91,
+    # cards 1% apart; docs/capacity.md "Pooling several cards"); sigma_w 0.01 leaves room
+    # for a busier host. Not in the issue's grid (sigma_w 0.03-0.15): the grid's classes
+    # are ones the capacity gate refuses (benchmarks/detection_scope.py), this one it admits
+    for adv in ("plain", "jitter", "pad", "selective", "pad+jitter"):
+        spec = replace(H200, adversary="none" if adv == "plain" else adv)
+        out.append(Scenario(f"h200 {adv}", spec, adv, True))
+    h200_honest = replace(H200, n_nodes=100, farm_sizes=(), cohosted_pairs=30)
+    out.append(Scenario("h200 honest only, 30 pairs at 20%", h200_honest, "none", True))
     # small operators: a farm is half of a round's loaded nodes (round effects must not
     # absorb its contention; DetectorConfig.round_prior_cells)
     small: tuple[tuple[str, dict[str, Any]], ...] = (
@@ -526,8 +537,35 @@ def goals(
     return out
 
 
+def shipped_class(rows: list[dict[str, Any]], scs: list[Scenario], config: str) -> list[str]:
+    """The goals' quantities on the measured H200 class (the ``h200 ...`` scenarios), as
+    lines to print: information, not a goal (the issue's grid does not contain the class
+    the product ships, and the capacity gate refuses the grid's classes). Empty when the
+    run has none of them."""
+    by = {(r["scenario"], r["rounds"]): r for r in rows if r["config"] == config}
+    h200 = [s for s in scs if s.name.startswith("h200 ")]
+    if not any((s.name, 16) in by for s in h200):
+        return []
+    found = [f"{s.name} {by[(s.name, 16)]['found2']:.2f}" for s in h200
+             if s.adversary in ("plain", "jitter") and (s.name, 16) in by]  # fmt: skip
+    caught = [f"{s.name} k={k} {by[(s.name, 32)][f'caught{k}']:.2f}" for s in h200
+              if s.spec.farm_sizes and (s.name, 32) in by for k in SIZES
+              if by[(s.name, 32)][f"caught{k}"] == by[(s.name, 32)][f"caught{k}"]]  # fmt: skip
+    r_last = max(r for s in h200 for r in ROUNDS if (s.name, r) in by)
+    last = [by[(s.name, r_last)] for s in h200 if (s.name, r_last) in by]
+    ff, sl, cap, an = (sum(r[key] for r in last) for key in ("FF", "slH", "capH", "an"))
+    return [
+        f"plain/jitter pairs found by 16 rounds: {'; '.join(found) or '-'}",
+        f"farms caught by 32 rounds: {'; '.join(caught) or '-'}",
+        f"honest nodes flagged by {r_last} rounds: {ff} shared-backend, {sl} slow, "
+        f"{cap} capacity, over {an} analyses",
+    ]
+
+
 def print_goals(rows: list[dict[str, Any]], scs: list[Scenario], configs: tuple[str, ...]) -> bool:
-    """Print the goals of each config (MET / MISS, detail); True when ``new`` misses one."""
+    """Print the goals of each config (MET / MISS, detail) and, where the run has them,
+    the same quantities on the measured H200 class (:func:`shipped_class`); True when
+    ``new`` misses a goal."""
     missed = False
     for config in configs:
         print(f"\ngoals [{config}]:")
@@ -535,6 +573,11 @@ def print_goals(rows: list[dict[str, Any]], scs: list[Scenario], configs: tuple[
             status = "N/A " if ok is None else ("MET " if ok else "MISS")
             print(f"  {status} {name}: {detail}")
             missed |= config == "new" and ok is False
+        lines = shipped_class(rows, scs, config)
+        if lines:
+            print(f"measured H200 class [{config}] (information, not a goal):")
+            for line in lines:
+                print(f"  {line}")
     return missed
 
 
