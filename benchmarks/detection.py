@@ -155,6 +155,9 @@ def scenarios() -> list[Scenario]:
     for adv in ("plain", "jitter", "pad", "selective", "pad+jitter"):
         spec = replace(H200, adversary="none" if adv == "plain" else adv)
         out.append(Scenario(f"h200 {adv}", spec, adv, True))
+    for f in (1.2, 1.5):  # a faster card than the class, padded: not the claimed class
+        spec = replace(H200, adversary="pad", backend_speedup=f)
+        out.append(Scenario(f"h200 pad f={f:g}", spec, "pad+fast", False))
     h200_honest = replace(H200, n_nodes=100, farm_sizes=(), cohosted_pairs=30)
     out.append(Scenario("h200 honest only, 30 pairs at 20%", h200_honest, "none", True))
     # small operators: a farm is half of a round's loaded nodes (round effects must not

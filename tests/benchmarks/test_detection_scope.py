@@ -29,7 +29,9 @@ def test_every_h200_scenario_is_the_measured_class() -> None:
     assert {s.adversary for s in h200} >= {"plain", "jitter", "pad", "selective"}
     for s in h200:
         assert (s.spec.sigma_w, s.spec.beta, s.spec.speed_sd) == (0.01, 0.9, 0.01)
-        assert s.claimed_class and not s.grid  # not the grid: G1 is unchanged
+        assert not s.grid  # not the grid: G1 is unchanged
+        # a faster card than the class is not the claimed class (G2)
+        assert s.claimed_class == (s.spec.backend_speedup == 1.0)
 
 
 def test_shipped_class_lines_come_from_the_h200_rows_only() -> None:
