@@ -173,3 +173,20 @@ async def test_the_coordinator_judges_with_the_configured_slowness_floor(
     other = _screening(flags, tmp_path, slowness_alpha=0.2, slowness_min_rounds=17)
     _, report = await other._slowness(PROFILE, stored)
     assert (report.alpha, report.min_rounds, report.nodes) == (0.2, 17, ())
+
+
+async def test_a_population_above_the_floor_is_reported_naming_slowness_floor(
+    flags: FlagStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every node at 1.3-1.35 t_ref: at the default floor the reference check fails
+    (nothing rejected) and the warning names ``slowness_floor``; at 1.4 the population
+    is within it."""
+    nodes = {"a": 1.3, "b": 1.32, "c": 1.35}
+    for i in range(8):
+        store_round(flags, f"p{i:02d}", "screening", rule_name(2 / 3), nodes)
+    stored = flags.recent_rounds(PROFILE.name, ("screening",), 128)
+    _, report = await _screening(flags, tmp_path)._slowness(PROFILE, stored)
+    assert not report.reference_ok and report.flagged == ()
+    assert "above the floor 1.25 (slowness_floor)" in caplog.text
+    _, report = await _screening(flags, tmp_path, slowness_floor=1.4)._slowness(PROFILE, stored)
+    assert report.reference_ok and report.population_median_ratio == pytest.approx(1.32)
