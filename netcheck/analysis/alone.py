@@ -2,7 +2,8 @@
 
 The persistent-slowness test (:mod:`netcheck.analysis.slowness`) reads screening rounds,
 where an honest node's co-hosted neighbour is loaded in about half of them and slows it
-by the benign coupling (up to 20%), so its floor must sit at 1.25 ``t_ref``. A padded
+by the benign coupling (up to 20%), so its floor must sit at 1.25 ``t_ref`` (by default:
+the coordinator's ``slowness_floor``; nothing here assumes its value). A padded
 farm at ``beta = 0.3`` (1.3 ``t_ref``), or a noisy one, clears that floor only slowly.
 Rounds that load *only* the node remove the coupling, and the floor can come down to
 what one card of the class takes alone: its speed spread (a few %) and the profile's

@@ -100,7 +100,9 @@ class SlownessConfig:
     (0.01); ``min_rounds``: loaded screening rounds a node needs to be tested (8);
     ``direct_flags``: a rejection flags the node ``slow`` by itself (the behaviour
     before session 6); False (default): it only makes the node a candidate of the alone
-    stage (module docstring).
+    stage (module docstring). The coordinator takes ``floor``, ``alpha`` and
+    ``min_rounds`` from its config (``slowness_floor``, ``slowness_alpha``,
+    ``slowness_min_rounds``; the defaults are these).
 
     Raises:
         ValueError: ``floor <= 1``, ``alpha`` outside (0, 1) or ``min_rounds < 1``.

@@ -173,6 +173,23 @@ class CoordinatorConfig(FileConfig):
     capacity_alpha: float = Field(default=0.03, gt=0, lt=1)
     """Capacity test: a node late in ``capacity_p0`` of its rounds is flagged with at
     most this probability over its whole life (the level split across its strikes)."""
+    slowness_floor: float = Field(default=1.25, gt=1)
+    """Persistent-slowness test (docs/detection.md, "Persistent slowness"): the ratio to
+    the profile's ``t_ref`` that an honest node's median screening time stays below (the
+    test's null hypothesis; netcheck.analysis.slowness.SlownessConfig.floor). 1.25: the
+    spread between cards of one class (a few %) plus benign co-hosting coupling of up to
+    20% in the rounds where a neighbour is loaded too. Raise it for a class whose cards
+    differ by more (``netcheck engine pool`` reports the slowest pooled card against it)
+    or while ``t_ref`` is stale; it also sets the test's reference check (no rejection
+    when the median node is above it). The alone stage's floor (1.2, rounds without a
+    neighbour) is a separate constant and does not follow this value."""
+    slowness_alpha: float = Field(default=0.01, gt=0, lt=1)
+    """Persistent-slowness test: a node whose median sits at ``slowness_floor`` is
+    rejected with at most this probability over its whole life (spent over the looks,
+    netcheck.analysis.slowness.spent_level)."""
+    slowness_min_rounds: int = Field(default=8, ge=1)
+    """Persistent-slowness test: loaded screening rounds of the window a node needs before
+    it is tested."""
     answer_failure_window: int = Field(default=8, ge=1)
     """Answer-failure test: a node's most recent this many *checked* rounds (pass,
     ``wrong-answer``, ``malformed``) form the window."""

@@ -274,7 +274,8 @@ def slowness(
     population) and flags nothing."""
     if not report.reference_ok:
         log.warning("profile %s: persistent-slowness test skipped: the median node takes "
-                    "%.2f x t_ref (%.3f s), above the floor %.2f; is t_ref right?",
+                    "%.2f x t_ref (%.3f s), above the floor %.2f (slowness_floor); is t_ref "
+                    "right, or do the class's cards differ by more than the floor allows?",
                     profile.name, report.population_median_ratio, report.t_ref_s,
                     report.floor)  # fmt: skip
         return []

@@ -28,7 +28,8 @@ them to live rounds and to storage:
    confirmed group becomes a ``shared-backend`` flag, an unconfirmed one a ``cleared``
    record (it stays in screening).
 4. **Persistent slowness** after every analysis, over the same window
-   (:func:`~netcheck.analysis.slowness.persistent_slowness`): its rejections and
+   (:func:`~netcheck.analysis.slowness.persistent_slowness`, with the config's
+   ``slowness_floor``, ``slowness_alpha`` and ``slowness_min_rounds``): its rejections and
    nominees are judged on rounds loading each alone (:mod:`netcheck.coordinator.alone`),
    which raises the ``slow`` flags (with ``SlownessConfig.direct_flags`` a rejection
    is a flag by itself, the behaviour before session 6).
@@ -137,7 +138,11 @@ class Screening:
         )
         self.detector = DetectorConfig()
         self.confirm = ConfirmConfig()
-        self.slowness = SlownessConfig()
+        self.slowness = SlownessConfig(
+            floor=self.config.slowness_floor,
+            alpha=self.config.slowness_alpha,
+            min_rounds=self.config.slowness_min_rounds,
+        )
         self.alone = AloneConfig()
         self._analyses: dict[str, int] = {}
         # per profile: analyses each node pair's group waited unserved (in memory only)

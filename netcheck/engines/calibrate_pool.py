@@ -14,6 +14,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from netcheck.analysis.alone import AloneConfig
+from netcheck.analysis.slowness import SlownessConfig
 from netcheck.capacity import capacity_margin, derive_deadline
 from netcheck.config import CapacityRecord, Profile
 
@@ -32,6 +34,11 @@ must agree on each of them (the profile *name* and the deadline may differ)."""
 MAX_CARD_GAP = 0.10
 """Default largest relative distance of one card's median batch time from the median of
 the card medians (10%: real H200s of one model differ by about 1%)."""
+
+SLOWNESS_COUPLING = AloneConfig.coupling
+"""The benign co-hosting slowdown the persistent-slowness floor must cover (0.2, goal G4
+of docs/detection.md; ``AloneConfig.coupling``): :func:`slowness_check` takes the larger
+of it and the pooled deadline's ``coupling``."""
 
 
 def _median(times: Sequence[float]) -> float:
@@ -110,6 +117,56 @@ def _check_record(record: dict[str, Any], source: str) -> None:
             raise ValueError(f"{source}: field {field} must be a JSON object")
 
 
+def slowness_check(
+    medians: Sequence[float], t_ref_s: float, floor: float, coupling: float
+) -> dict[str, Any]:
+    """The pooled cards' spread against the persistent-slowness floor
+    (:mod:`netcheck.analysis.slowness`; the coordinator's ``slowness_floor``).
+
+    Rule: an honest node on the slowest card has its median batch time at ``r =
+    max(medians) / t_ref_s`` (``t_ref_s``: the pooled median, the class reference of the
+    slowness test) and, in the screening rounds where a co-hosted neighbour is loaded
+    too, ``r * (1 + c)`` with ``c = max(coupling, SLOWNESS_COUPLING)``. The test's null
+    (median at most ``floor * t_ref``, and at load probability ``q`` above the floor in
+    at most ``max(1/2, q)`` of the rounds) covers such a node only while ``r * (1 + c)
+    <= floor``: above, its coupled rounds are all above the floor and any noise in the
+    others pushes it past the null rate, so it is rejected in time and sent to the alone
+    stage (no flag while alone it stays under the alone floor, but alone rounds spent).
+    So the floor leaves the cards' spread the share ``floor / (1 + c) - 1`` of its
+    headroom (4.2% at 1.25 and 0.2; the rest is the coupling), and ``warn`` is set when
+    the slowest card uses more. A warning on the median is the least it can say: a
+    noisy card needs more room still.
+
+    Returns:
+        ``floor``, ``coupling`` (``c``), ``slowest_ratio`` (``r``), ``coupled_ratio``
+        (``r * (1 + c)``), ``max_card_ratio`` (``floor / (1 + c)``, the slowest card the
+        floor covers), ``min_floor`` (``r * (1 + c)`` rounded up to 0.01: the
+        ``slowness_floor`` that covers this card) and ``warn``; ratios rounded to 4
+        digits.
+
+    Raises:
+        ValueError: no medians, ``t_ref_s <= 0``, ``floor <= 1`` or ``coupling < 0``.
+    """
+    if not medians or not t_ref_s > 0:
+        raise ValueError("need card medians and a positive t_ref_s")
+    if not floor > 1.0:
+        raise ValueError(f"slowness_floor must be > 1, got {floor}")
+    if not coupling >= 0:
+        raise ValueError(f"coupling must be >= 0, got {coupling}")
+    c = max(coupling, SLOWNESS_COUPLING)
+    ratio = max(medians) / t_ref_s
+    coupled = ratio * (1.0 + c)
+    return {
+        "floor": floor,
+        "coupling": c,
+        "slowest_ratio": round(ratio, 4),
+        "coupled_ratio": round(coupled, 4),
+        "max_card_ratio": round(floor / (1.0 + c), 4),
+        "min_floor": math.ceil(round(coupled * 100, 6)) / 100,
+        "warn": coupled > floor,
+    }
+
+
 def pool_calibrations(
     records: Sequence[dict[str, Any]],
     *,
@@ -119,6 +176,7 @@ def pool_calibrations(
     max_rtt_s: float | None = None,
     max_card_gap: float = MAX_CARD_GAP,
     allow_same_card: bool = False,
+    slowness_floor: float = SlownessConfig.floor,
 ) -> dict[str, Any]:
     """Pool calibration records of several cards of one class into one deadline.
 
@@ -155,6 +213,10 @@ def pool_calibrations(
       the fastest card's would make the slower honest cards look slow. beta stays the
       card's own (measured against its own t(1), ``capacity_card_t1_s``). Records without
       co-location figures (``t_k_s`` shorter than 2) contribute times only.
+    - **Slowness floor.** The slowest card's median over the pooled t(1), slowed by the
+      co-hosting allowance, is compared with ``slowness_floor`` (:func:`slowness_check`):
+      a report line, and a warning naming the coordinator's ``slowness_floor`` when the
+      floor does not cover it. Not a refusal: the deadline is still right.
 
     Args:
         records: calibration result dicts as ``netcheck engine calibrate`` writes them
@@ -164,6 +226,8 @@ def pool_calibrations(
         coupling, rtt_jitter_s, max_rtt_s: override the records' figures (seconds).
         max_card_gap: largest relative gap of a card median from the median of medians.
         allow_same_card: accept the same ``card`` more than once.
+        slowness_floor: the coordinator's ``slowness_floor`` to compare the cards with
+            (default 1.25, its default).
 
     Returns:
         A dict shaped like a calibrate result (``profile`` of the first record,
@@ -174,12 +238,14 @@ def pool_calibrations(
         ``date``, ``n_batches``, ``t_ref_s``, ``p99_s``, ``gap`` (relative to the median
         of the card medians), ``t2_s``, ``margin_at_pooled_deadline`` and, for
         comparison, ``deadline_s_max_rtt_alone`` / ``margin_alone`` (the same rule and
-        network figures on that card's times only).
+        network figures on that card's times only); ``slowness``: :func:`slowness_check`
+        with ``slowest_card`` and ``slowest_file``.
 
     Raises:
         ValueError: fewer than two records, a missing field, a batch field or ``cpu``
             that differs, the same card twice, a card past ``max_card_gap``, network
-            figures or coupling that differ without an override, or bad values.
+            figures or coupling that differ without an override, ``slowness_floor <=
+            1``, or bad values.
     """
     if len(records) < 2:
         raise ValueError(f"need at least two calibration records to pool, got {len(records)}")
@@ -188,6 +254,8 @@ def pool_calibrations(
         names = [f"record {i + 1}" for i in range(len(records))]
     if not max_card_gap > 0:
         raise ValueError(f"max_card_gap must be > 0, got {max_card_gap}")
+    if not slowness_floor > 1.0:
+        raise ValueError(f"slowness_floor must be > 1, got {slowness_floor}")
     profiles = [_get(r, "profile", s) for r, s in zip(records, names, strict=True)]
     for prof, s in zip(profiles, names, strict=True):
         if not isinstance(prof, dict):
@@ -286,6 +354,12 @@ def pool_calibrations(
         "same_card_allowed": allow_same_card and len(set(cards)) < len(cards),
         "profile_names": sorted({_profile_name(r) for r in records}),
         "pooled_from": pooled_from,
+    }
+    slowest = max(range(len(medians)), key=lambda i: medians[i])
+    result["slowness"] = {
+        **slowness_check(medians, deadline.t_ref_s, slowness_floor, coupling),
+        "slowest_card": cards[slowest],
+        "slowest_file": names[slowest],
     }
     if worst is not None:
         margin, i = worst

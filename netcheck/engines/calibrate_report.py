@@ -213,4 +213,27 @@ def _pooled_lines(result: dict[str, Any]) -> list[str]:
         f"{d['slack_s']} s, max_rtt {d['max_rtt_s']} s) on that card's batches only.",
         "",
     ]
+    if result.get("slowness"):
+        lines += [_slowness_line(result["slowness"]), ""]
     return lines
+
+
+def _slowness_line(s: dict[str, Any]) -> str:
+    """The pooled cards' spread against the persistent-slowness floor
+    (:func:`netcheck.engines.calibrate_pool.slowness_check`), a warning when the floor
+    does not cover the slowest card."""
+    text = (
+        f"the slowest card ({s['slowest_card']}) has its median at "
+        f"{s['slowest_ratio']:.3f} x the pooled t_ref, {s['coupled_ratio']:.3f} x with the "
+        f"{100 * s['coupling']:g}% co-hosting allowance, against the coordinator's "
+        f"slowness_floor {s['floor']:g} (which covers cards up to {s['max_card_ratio']:.3f} x "
+        "t_ref)"
+    )
+    if not s["warn"]:
+        return f"Slowness floor: {text}."
+    return (
+        f"**Warning (slowness floor): {text}: honest co-hosted nodes on this card would "
+        "not meet the persistent-slowness test's null (rejected, then judged alone). Raise "
+        f"slowness_floor in the coordinator config to at least {s['min_floor']:.2f} (and "
+        "pass it here as --slowness-floor), or drop or recalibrate the card.**"
+    )

@@ -232,6 +232,14 @@ def _profile_path(name_or_path: str) -> Path:
     "--allow-same-card", is_flag=True, help="Accept two records of the same card (GPU UUID)."
 )
 @click.option(
+    "--slowness-floor",
+    default=1.25,
+    show_default=True,
+    type=click.FloatRange(1.0, min_open=True),
+    help="The coordinator's slowness_floor: the report compares the slowest card's median "
+    "(with the 20% co-hosting allowance) with it and warns when it does not cover it.",
+)
+@click.option(
     "--update-profile",
     "update_profile",
     metavar="PROFILE",
@@ -246,6 +254,7 @@ def pool(
     max_rtt_s: float | None,
     max_card_gap: float,
     allow_same_card: bool,
+    slowness_floor: float,
     update_profile: str | None,
 ) -> None:
     """Pool the calibrations of several cards of one class into one deadline.
@@ -257,7 +266,10 @@ def pool(
     and the [capacity] table is taken from the card with the smallest margin t(2)/D at
     that deadline (the fastest card, where a farm would run). Refused (exit 2): records
     of different batch shapes or of CPU and GPU mixed, the same card twice, a card
-    whose median is more than --max-card-gap from the others'. Writes JSON, markdown
+    whose median is more than --max-card-gap from the others'. The report compares the
+    slowest card with the coordinator's slowness_floor (--slowness-floor) and warns when
+    the floor does not cover it (a class spread wider than the floor allows: raise
+    slowness_floor in the coordinator config). Writes JSON, markdown
     and the tables like calibrate, named after the first record's profile (or
     --update-profile's). Rules: netcheck/engines/calibrate_pool.py, docs/capacity.md.
     """
@@ -289,6 +301,7 @@ def pool(
             max_rtt_s=max_rtt_s,
             max_card_gap=max_card_gap,
             allow_same_card=allow_same_card,
+            slowness_floor=slowness_floor,
         )
         target = _profile_path(update_profile) if update_profile else None
         if target is not None:

@@ -10,7 +10,12 @@ from types import SimpleNamespace
 import pytest
 
 from netcheck.analysis.schedule import rule_name
-from netcheck.analysis.slowness import SlownessConfig, persistent_slowness, sign_test_p
+from netcheck.analysis.slowness import (
+    SlownessConfig,
+    persistent_slowness,
+    sign_test_p,
+    slowness_evidence,
+)
 from netcheck.config import CapacityRecord, CoordinatorConfig, Profile
 from netcheck.coordinator import checks
 from netcheck.coordinator.detection import Screening
@@ -127,3 +132,61 @@ async def test_the_coordinator_judges_each_round_at_its_stored_load_probability(
     at_half = flags.recent_rounds(steady.name, ("screening",), 128)
     _, before = await screening._slowness(steady, at_half)
     assert [n.node_key for n in before.flagged] == ["c", "pad"] and before.null_rate == 0.5
+
+
+def _screening(flags: FlagStore, tmp_path: Path, **fields: object) -> Screening:
+    cfg = CoordinatorConfig(identity_key=tmp_path / "c.pem", open_enrollment=True,
+                            admin_token="x" * 16, profiles=[PROFILE.name],
+                            **fields)  # type: ignore[arg-type]  # fmt: skip
+    return Screening(SimpleNamespace(config=cfg, flags=flags))  # type: ignore[arg-type]
+
+
+def test_the_default_config_gives_the_library_settings(flags: FlagStore, tmp_path: Path) -> None:
+    """Without the ``slowness_*`` fields the coordinator's test runs at
+    ``SlownessConfig()`` (floor 1.25, alpha 0.01, min_rounds 8): defaults unchanged."""
+    assert _screening(flags, tmp_path).slowness == SlownessConfig()
+
+
+async def test_the_coordinator_judges_with_the_configured_slowness_floor(
+    flags: FlagStore, tmp_path: Path
+) -> None:
+    """``slowness_floor`` reaches the running test (Screening._slowness): node ``c`` at
+    1.3 t_ref in all 16 screening rounds (q 2/3: p = (2/3)^16 = 0.0015 <= the look-1 level
+    0.0061) is rejected, so an alone-stage candidate, at the default floor 1.25, and
+    not at 1.4 (no round above it: p = 1); the report and the rejection's evidence carry
+    the floor. ``slowness_alpha`` and ``slowness_min_rounds`` reach it too."""
+    nodes = {"c": 1.3, "n1": 1.0, "n2": 1.05, "n3": 0.95}
+    for i in range(16):
+        store_round(flags, f"f{i:02d}", "screening", rule_name(2 / 3), nodes)
+    stored = flags.recent_rounds(PROFILE.name, ("screening",), 128)
+    _, default = await _screening(flags, tmp_path)._slowness(PROFILE, stored)
+    assert default.floor == 1.25 and default.look == 1
+    assert [n.node_key for n in default.flagged] == ["c"]
+    c = default.flagged[0]
+    assert (c.above, c.n, c.p_value) == (16, 16, sign_test_p(16, 16, 2 / 3))
+    assert slowness_evidence(c, default, stored.results)["floor"] == 1.25
+    raised = _screening(flags, tmp_path, slowness_floor=1.4)
+    _, report = await raised._slowness(PROFILE, stored)
+    assert report.floor == 1.4 and report.reference_ok
+    c = next(n for n in report.nodes if n.node_key == "c")
+    assert (c.above, c.p_value, c.flagged, report.flagged) == (0, 1.0, False, ())
+    other = _screening(flags, tmp_path, slowness_alpha=0.2, slowness_min_rounds=17)
+    _, report = await other._slowness(PROFILE, stored)
+    assert (report.alpha, report.min_rounds, report.nodes) == (0.2, 17, ())
+
+
+async def test_a_population_above_the_floor_is_reported_naming_slowness_floor(
+    flags: FlagStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every node at 1.3-1.35 t_ref: at the default floor the reference check fails
+    (nothing rejected) and the warning names ``slowness_floor``; at 1.4 the population
+    is within it."""
+    nodes = {"a": 1.3, "b": 1.32, "c": 1.35}
+    for i in range(8):
+        store_round(flags, f"p{i:02d}", "screening", rule_name(2 / 3), nodes)
+    stored = flags.recent_rounds(PROFILE.name, ("screening",), 128)
+    _, report = await _screening(flags, tmp_path)._slowness(PROFILE, stored)
+    assert not report.reference_ok and report.flagged == ()
+    assert "above the floor 1.25 (slowness_floor)" in caplog.text
+    _, report = await _screening(flags, tmp_path, slowness_floor=1.4)._slowness(PROFILE, stored)
+    assert report.reference_ok and report.population_median_ratio == pytest.approx(1.32)

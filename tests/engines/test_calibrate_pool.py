@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from netcheck.analysis.slowness import SlownessConfig
 from netcheck.capacity import capacity_margin, derive_deadline
 from netcheck.cli import main
-from netcheck.config import DEFAULT_PROFILES_DIR, load_profile
-from netcheck.engines.calibrate_pool import pool_calibrations
+from netcheck.config import DEFAULT_PROFILES_DIR, CoordinatorConfig, load_profile
+from netcheck.engines.calibrate_pool import SLOWNESS_COUPLING, pool_calibrations, slowness_check
 from netcheck.engines.calibrate_report import render_markdown, toml_tables
+from netcheck.engines.commands import pool as pool_cli
 
 FAST = [1.0 + 0.001 * i for i in range(11)]  # median 1.005, 1% spread
 SLOW = [1.06 + 0.001 * i for i in range(9)]  # about 5.5% slower
@@ -201,3 +203,55 @@ def test_the_two_real_h200_records_pool() -> None:
     assert result["t_ref_s"] == 2.2135 and result["p99_s"] == 2.2465
     assert result["capacity_card"].startswith("NVIDIA H200 GPU-584c9901")
     assert result["margin"] == pytest.approx(4.2084 / result["deadline_s_max_rtt"], abs=1e-4)
+
+
+def test_slowness_check_warns_when_the_floor_does_not_cover_the_slowest_card() -> None:
+    """The slowest card's median over t_ref, times 1 + max(coupling, 0.2), against the
+    floor: at 1.25 the floor covers cards up to 1.25 / 1.2 = 1.0417 t_ref."""
+    ok = slowness_check([0.98, 1.0416], 1.0, 1.25, 0.2)
+    assert (ok["slowest_ratio"], ok["coupled_ratio"], ok["warn"]) == (1.0416, 1.2499, False)
+    assert ok["max_card_ratio"] == 1.0417 and ok["min_floor"] == 1.25
+    bad = slowness_check([1.0425, 0.98], 1.0, 1.25, 0.2)
+    assert (bad["coupled_ratio"], bad["min_floor"], bad["warn"]) == (1.251, 1.26, True)
+    assert not slowness_check([1.0425], 1.0, 1.26, 0.2)["warn"]
+    assert slowness_check([1.0], 1.0, 1.25, 0.0)["coupling"] == SLOWNESS_COUPLING == 0.2
+    wide = slowness_check([1.0], 1.0, 1.25, 0.3)  # a larger deadline coupling is taken
+    assert (wide["coupling"], wide["coupled_ratio"], wide["warn"]) == (0.3, 1.3, True)
+    with pytest.raises(ValueError, match="slowness_floor must be > 1, got 1.0"):
+        slowness_check([1.0], 1.0, 1.0, 0.2)
+
+
+def test_the_pool_report_compares_the_slowest_card_with_the_slowness_floor(
+    tmp_path: Path,
+) -> None:
+    """GPU-b (median 1.064 s) is 1.0535 x the pooled t_ref 1.010 s, 1.264 x with the 20%
+    allowance: above the default floor 1.25, so the report warns and names
+    slowness_floor (at least 1.27); at --slowness-floor 1.3 one plain line. The CLI's
+    default is the coordinator's."""
+    a, b = _record("GPU-a", FAST, [1.005, 1.9]), _record("GPU-b", SLOW, [1.064, 2.0])
+    result = pool_calibrations([a, b], sources=["a.json", "b.json"])
+    s = result["slowness"]
+    assert (s["slowest_card"], s["slowest_file"], s["floor"]) == ("GPU-b", "b.json", 1.25)
+    assert (s["slowest_ratio"], s["coupled_ratio"], s["warn"]) == (1.0535, 1.2642, True)
+    md = " ".join(render_markdown(result, "netcheck engine pool a.json b.json").split())
+    assert (
+        "**Warning (slowness floor): the slowest card (GPU-b) has its median at 1.054 x "
+        "the pooled t_ref, 1.264 x with the 20% co-hosting allowance, against the "
+        "coordinator's slowness_floor 1.25 (which covers cards up to 1.042 x t_ref)"
+    ) in md
+    assert "Raise slowness_floor in the coordinator config to at least 1.27" in md
+    with pytest.raises(ValueError, match="slowness_floor must be > 1"):
+        pool_calibrations([a, b], slowness_floor=0.9)
+    paths = [_write(tmp_path, "a.json", a), _write(tmp_path, "b.json", b)]
+    args = ["engine", "pool", *paths, "--out", str(tmp_path / "out"), "--slowness-floor", "1.3"]
+    out = CliRunner().invoke(main, args)
+    text = " ".join(out.output.split())
+    assert out.exit_code == 0 and "Warning" not in text
+    assert "slowness_floor 1.3 (which covers cards up to 1.083 x t_ref)." in text
+    written = json.loads((tmp_path / "out" / "h200-torch-bf16.json").read_text())
+    assert written["slowness"]["floor"] == 1.3 and not written["slowness"]["warn"]
+    params = {p.name: p for p in pool_cli.params}
+    assert params["slowness_floor"].default == SlownessConfig.floor
+    assert CoordinatorConfig.model_fields["slowness_floor"].default == SlownessConfig.floor
+    bad = CliRunner().invoke(main, [*args[:-1], "1.0"])
+    assert bad.exit_code == 2 and "--slowness-floor" in bad.output
