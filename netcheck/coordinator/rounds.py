@@ -29,6 +29,7 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from netcheck.config import Profile
@@ -65,22 +66,36 @@ def new_round_id() -> str:
     return time.strftime("r%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-async def late_checks(coord: RoundHost) -> list[int]:
+@dataclass
+class LateChecks:
+    """What :func:`late_checks` did: ``flag_ids`` raised, and ``waiting``: the checks of
+    some earlier round still wait for storage (the database refused its replay or its
+    checks, or the spool could not be read or marked), so no later round may be checked
+    before it: the caller defers a new round's own checks behind it."""
+
+    flag_ids: list[int] = field(default_factory=list)
+    waiting: bool = False
+
+
+async def late_checks(coord: RoundHost) -> LateChecks:
     """The after-round checks (``coord.round_hooks.after_round``) of every round whose
-    results were spooled and are now replayed into the database
-    (:meth:`~netcheck.storage.durable.Recorder.unchecked`), one round at a time in the
-    order they ended; each is marked checked in the spool after its checks ran, so a
-    crash in between runs them again at most once more (the checks skip a finding
-    already stored for the same rounds: docs/spool.md). The caller holds the round
-    lock (or nothing else runs rounds yet). Returns the ids of the flags raised; a
-    database or spool failure (a check that hits a locked or unreachable database too)
-    is logged and leaves that round and the rest for the next call; any other error of
-    a check (a bug) is logged with its trace and leaves that round unchecked for the next
-    call, the later rounds still run (one bad round must not stop start-up or every
-    round after it)."""
-    ids: list[int] = []
+    results were spooled and are now replayed into the database, or whose own checks
+    were deferred (:meth:`~netcheck.storage.durable.Recorder.checks_backlog`), one round
+    at a time in the order they ended; each is marked checked in the spool after its
+    checks ran, so a crash in between runs them again at most once more (the checks skip
+    a finding already stored for the same rounds: docs/spool.md). The caller holds the
+    round lock (or nothing else runs rounds yet).
+
+    A database or spool failure (a check that hits a locked or unreachable database too)
+    is logged and leaves that round and the rest for the next call, as does a round
+    whose records still wait for their replay: ``waiting`` is then set, and a round
+    recorded now must defer its own checks behind them (:func:`run_round`). Any other
+    error of a check (a bug) is logged with its trace and leaves that round unchecked for
+    the next call while the later rounds still run (one bad round must not stop start-up
+    or every round after it); it does not set ``waiting``."""
+    done = LateChecks()
     try:
-        late = await asyncio.to_thread(coord.recorder.unchecked)
+        late, waits_for = await asyncio.to_thread(coord.recorder.checks_backlog)
         for r in late:
             profile = None if r.plan is None else coord.profiles.get(r.plan.profile)
             if r.plan is None or profile is None:
@@ -91,7 +106,9 @@ async def late_checks(coord: RoundHost) -> list[int]:
                             "now", r.round_id)  # fmt: skip
                 try:
                     for after in coord.round_hooks.after_round:
-                        ids += await after(profile, r.plan, r.outcomes, r.records, strict=True)
+                        done.flag_ids += await after(
+                            profile, r.plan, r.outcomes, r.records, strict=True
+                        )
                 except StorageError:
                     raise
                 except Exception:  # a bug in a check: keep the round for the next call
@@ -99,9 +116,14 @@ async def late_checks(coord: RoundHost) -> list[int]:
                                   "tried again at the next call", r.round_id)  # fmt: skip
                     continue
             await asyncio.to_thread(coord.recorder.mark_checked, r.entry_id)
+        if waits_for is not None:
+            done.waiting = True
+            log.warning("after-round checks wait for the replay of spool entry %s (the rounds "
+                        "after it are checked after it)", waits_for)  # fmt: skip
     except StorageError as exc:
+        done.waiting = True
         log.error("after-round checks of replayed rounds wait: %s", exc)
-    return ids
+    return done
 
 
 async def _measure_rtts(
@@ -393,8 +415,14 @@ async def _run_locked(
     if status is RoundStatus.SPOOLED:  # the checks read and write the database
         log.warning("round %s: results spooled; its after-round checks run after the "
                     "replay (docs/spool.md)", round_id)  # fmt: skip
+    elif (await late_checks(coord)).waiting:  # earlier rounds first, in the order they ended
+        # an earlier round's checks still wait for the database: this round's must not
+        # run before them (its strikes and proof would be read without the earlier
+        # round's); they are deferred behind them in the spool, run in order later
+        log.warning("round %s: after-round checks of earlier rounds wait for the database; "
+                    "this round's run after them (docs/spool.md)", round_id)  # fmt: skip
+        await asyncio.to_thread(recorder.defer_checks, round_id, outcomes, records)
     else:
-        await late_checks(coord)  # rounds replayed from the spool first, in their order
         try:
             for after in coord.round_hooks.after_round:
                 flag_ids += await after(profile, plan, outcomes, records, strict=True)

@@ -310,18 +310,43 @@ class Recorder:
 
     def unchecked(self) -> list[LateRound]:
         """The replayed rounds whose after-round checks have not been marked run
-        (:meth:`mark_checked`), in spool order (the order the rounds ended); empty when
+        (:meth:`mark_checked`), in spool order (the order the rounds ended), up to the
+        first round whose checks wait for its replay (:meth:`checks_backlog`); empty when
         none waits.
 
         Raises:
             StorageError: the spool or the database cannot be read (a spool record that
                 cannot be read gives a round with no records).
         """
+        return self.checks_backlog()[0]
+
+    def checks_backlog(self) -> tuple[list[LateRound], str | None]:
+        """The rounds whose after-round checks may run now, in the order the rounds ended,
+        and the spool entry id of the first round whose checks must run before any later
+        one but cannot yet (its records still wait for their replay: the database
+        refused it for now), or None. The list stops before that round: a later round
+        is never checked before an earlier one (docs/spool.md). An entry whose replay
+        failed for good (a bad record, an unknown round: :attr:`last_replay`'s
+        ``failed``, logged there) cannot be checked and holds nothing up.
+
+        Raises:
+            StorageError: the spool or the database cannot be read (a spool record that
+                cannot be read gives a round with no records).
+        """
         if not self._dirty and not self.spool.path.exists():
-            return []
-        out = []
-        entries = self.spool.read().unchecked
+            return [], None
+        contents = self.spool.read()
+        failed = self.last_replay.failed if self.last_replay is not None else {}
+        entries: list[dict[str, Any]] = []
+        waits_for = None
+        for e in contents.checks:
+            if e["id"] in contents.replayed:
+                entries.append(e)
+            elif not round_problem(e) and e["id"] not in failed:
+                waits_for = e["id"]
+                break
         self._checks_left = {e["id"] for e in entries}
+        out: list[LateRound] = []
         for e in entries:
             try:
                 records, _ = records_of(e["timings"])
@@ -331,7 +356,7 @@ class Recorder:
             outcomes = tuple(outcome_of(d) for d in e["outcomes"])
             out.append(LateRound(e["id"], e["round_id"], self.stored_plan(e["round_id"]),
                                  outcomes, records))  # fmt: skip
-        return out
+        return out, waits_for
 
     def mark_checked(self, entry_id: str) -> None:
         """Record durably that the after-round checks of the replayed entry ``entry_id``
