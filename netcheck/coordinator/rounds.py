@@ -46,6 +46,8 @@ from netcheck.logs import node_label
 from netcheck.protocol.messages import Release
 from netcheck.records import (
     Assignment,
+    NodeOutcome,
+    NodeRecord,
     NodeTiming,
     RoundKind,
     RoundReport,
@@ -124,6 +126,42 @@ async def late_checks(coord: RoundHost) -> LateChecks:
         done.waiting = True
         log.error("after-round checks of replayed rounds wait: %s", exc)
     return done
+
+
+async def _defer_checks(
+    coord: RoundHost,
+    round_id: str,
+    outcomes: Sequence[NodeOutcome],
+    records: Mapping[str, NodeRecord],
+) -> None:
+    """Keep a recorded round's after-round checks for :func:`late_checks`: in the spool,
+    or, if the spool cannot be written either, in memory (logged as an error; the next
+    round is refused until they are stored or run: :func:`_refuse_while_checks_held`).
+    Never raises: the round's results are recorded and its report goes out."""
+    await asyncio.to_thread(coord.recorder.defer_checks, round_id, outcomes, records)
+
+
+async def _refuse_while_checks_held(coord: RoundHost) -> None:
+    """Before a new round: after-round checks held in memory only (neither the spool nor
+    the database took them, :meth:`~netcheck.storage.durable.Recorder.defer_checks`) are
+    stored in the spool or run now if either works again; if some are still held, no
+    new round starts (fail-safe: a round's checks are persisted before the next round is
+    run, so a crash loses at most those of the last round).
+
+    Raises:
+        StorageError: checks are still held; the message names the rounds and the spool.
+    """
+    if not coord.recorder.held:
+        return
+    await late_checks(coord)
+    if held := coord.recorder.held:
+        raise StorageError(
+            f"no new round: the after-round checks of {len(held)} recorded round(s) "
+            f"({', '.join(h.removesuffix('/checks') for h in held)}) are held in memory only: "
+            f"the spool {coord.recorder.spool.path} cannot be written and the database "
+            "refuses the checks; free or fix the spool's disk (the coordinator retries "
+            "every spool_replay_s, and at the next round)"
+        )
 
 
 async def _measure_rtts(
@@ -260,6 +298,7 @@ async def _run_locked(
     connected = coord.connected(profile.name)
     if not connected:
         raise RoundError(f"no node connected with profile {profile.name!r}")
+    await _refuse_while_checks_held(coord)
     round_id = new_round_id()
     keys = sorted(s.node_key for s in connected)
     if load is None:
@@ -421,14 +460,14 @@ async def _run_locked(
         # round's); they are deferred behind them in the spool, run in order later
         log.warning("round %s: after-round checks of earlier rounds wait for the database; "
                     "this round's run after them (docs/spool.md)", round_id)  # fmt: skip
-        await asyncio.to_thread(recorder.defer_checks, round_id, outcomes, records)
+        await _defer_checks(coord, round_id, outcomes, records)
     else:
         try:
             for after in coord.round_hooks.after_round:
                 flag_ids += await after(profile, plan, outcomes, records, strict=True)
         except StorageError as exc:  # locked or unreachable: run them after the outage
             log.error("round %s: after-round checks wait for the database: %s", round_id, exc)
-            await asyncio.to_thread(recorder.defer_checks, round_id, outcomes, records)
+            await _defer_checks(coord, round_id, outcomes, records)
     report = RoundReport(
         round_id, profile.name, str(status), outcomes, phases, kind, schedule, flag_ids,
         {k: report_timing(t, first_release_ns) for k, t in timing.items()},

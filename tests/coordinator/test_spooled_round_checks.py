@@ -26,7 +26,7 @@ from test_screening_live import PROFILE as LIVE
 from netcheck.config import Profile
 from netcheck.coordinator import checks
 from netcheck.coordinator.rounds import run_round
-from netcheck.errors import StorageUnavailable
+from netcheck.errors import StorageError, StorageUnavailable
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import canary_store, running_coordinator, small_profile
 from netcheck.records import (
@@ -372,4 +372,55 @@ async def test_a_round_waits_for_the_replay_of_an_earlier_spooled_round(
         await asyncio.to_thread(rec.replay)
         await rc.coord._late_checks()
         assert checked == ["r1", report.round_id]
+        assert not rec.spool.path.exists()
+
+
+async def test_checks_refused_while_the_spool_is_unwritable_are_kept_and_block_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round's own checks are refused (the database is unavailable again) and the
+    spool cannot be written either (disk full). Before, the round raised: its report
+    was lost although its results were recorded, and its checks were lost for good.
+    Now its report comes back, its checks are held in memory, the next round is refused
+    (409 text: held in memory only) while neither the spool nor the database takes
+    them, and once the spool is writable they go to it and run, in order, before the
+    next round's own checks."""
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        checked: list[str] = []
+        outage = {"on": True}
+
+        async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                       r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
+            if outage["on"]:
+                raise StorageUnavailable("database is locked (test: the checks' turn)")
+            checked.append(plan.round_id)
+            return []
+
+        rc.coord.round_hooks.after_round.append(hook)
+        rec = rc.coord.recorder
+        finished: list[str] = []
+        rc.coord.round_hooks.finished.append(lambda report: finished.append(report.round_id))
+        real_append = rec.spool.append
+
+        def disk_full(entry: Any) -> None:
+            raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+        monkeypatch.setattr(rec.spool, "append", disk_full)
+        first = await run_round(rc.coord, LIVE.name)
+        assert first.status == "complete" and finished == [first.round_id]
+        assert rec.held == [f"{first.round_id}/checks"] and checked == []
+        n_rounds = len(rc.coord.store.list_rounds(100))
+        with pytest.raises(StorageError, match="held in memory only"):
+            await run_round(rc.coord, LIVE.name)
+        assert len(rc.coord.store.list_rounds(100)) == n_rounds  # nothing planned
+        monkeypatch.setattr(rec.spool, "append", real_append)
+        await rc.coord._late_checks()  # the replayer's pass: now in the spool, still refused
+        assert rec.held == [] and checked == []
+        assert [r.round_id for r in rec.unchecked()] == [first.round_id]
+        outage["on"] = False
+        second = await run_round(rc.coord, LIVE.name)
+        assert checked == [first.round_id, second.round_id]
         assert not rec.spool.path.exists()
