@@ -91,7 +91,9 @@ async def late_checks(coord: RoundHost) -> LateChecks:
     A database or spool failure (a check that hits a locked or unreachable database too)
     is logged and leaves that round and the rest for the next call, as does a round
     whose records still wait for their replay: ``waiting`` is then set, and a round
-    recorded now must defer its own checks behind them (:func:`run_round`). Any other
+    recorded now must defer its own checks behind them (:func:`run_round`). A round
+    whose checks ran but whose ``checked`` marker the spool refused is not waiting (its
+    checks ran in order; they run again at the next call, finding nothing new). Any other
     error of a check (a bug) is logged with its trace and leaves that round unchecked for
     the next call while the later rounds still run (one bad round must not stop start-up
     or every round after it); it does not set ``waiting``."""
@@ -117,10 +119,15 @@ async def late_checks(coord: RoundHost) -> LateChecks:
                     log.exception("round %s: after-round checks of the replayed round failed; "
                                   "tried again at the next call", r.round_id)  # fmt: skip
                     continue
-            await asyncio.to_thread(coord.recorder.mark_checked, r.entry_id)
+            try:
+                await asyncio.to_thread(coord.recorder.mark_checked, r.entry_id)
+            except StorageError as exc:  # they ran, in order: later rounds may follow
+                log.error("round %s: after-round checks ran, but the spool could not mark "
+                          "them (%s); they run again at the next call (a finding already "
+                          "stored is not raised twice)", r.round_id, exc)  # fmt: skip
         if waits_for is not None:
             done.waiting = True
-            log.warning("after-round checks wait for the replay of spool entry %s (the rounds "
+            log.info("after-round checks wait for the replay of spool entry %s (the rounds "
                         "after it are checked after it)", waits_for)  # fmt: skip
     except StorageError as exc:
         done.waiting = True
@@ -158,9 +165,9 @@ async def _refuse_while_checks_held(coord: RoundHost) -> None:
         raise StorageError(
             f"no new round: the after-round checks of {len(held)} recorded round(s) "
             f"({', '.join(h.removesuffix('/checks') for h in held)}) are held in memory only: "
-            f"the spool {coord.recorder.spool.path} cannot be written and the database "
-            "refuses the checks; free or fix the spool's disk (the coordinator retries "
-            "every spool_replay_s, and at the next round)"
+            f"the spool {coord.recorder.spool.path} cannot be written, and the checks "
+            "cannot run yet (the database refuses them, or an earlier round's); free or "
+            "fix the spool's disk (retried every spool_replay_s and before every round)"
         )
 
 

@@ -424,3 +424,34 @@ async def test_checks_refused_while_the_spool_is_unwritable_are_kept_and_block_r
         second = await run_round(rc.coord, LIVE.name)
         assert checked == [first.round_id, second.round_id]
         assert not rec.spool.path.exists()
+
+
+async def test_an_unwritable_spool_with_the_database_up_does_not_stop_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r1 is replayed, unchecked; then the spool's disk fills up while the database
+    works. The next rounds run: r1's checks run first (their ``checked`` marker cannot
+    be written: they run again later, idempotent), then each round's own; nothing is
+    held, no round is refused. Once the disk is back, r1 is marked and the spool goes."""
+    db = tmp_path / "netcheck.db"
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        keys = await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        checked: list[str] = []
+        rc.coord.round_hooks.after_round.append(refusing(checked, set()))
+        await spool_a_round(rc, db, "r1", sorted(keys.values()))
+        rec = rc.coord.recorder
+        await asyncio.to_thread(rec.replay)
+
+        def disk_full(entry: Any) -> None:
+            raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+        with monkeypatch.context() as m:
+            m.setattr(rec.spool, "append", disk_full)
+            second = await run_round(rc.coord, LIVE.name)
+            third = await run_round(rc.coord, LIVE.name)
+            assert rec.held == []
+        assert checked == ["r1", second.round_id, "r1", third.round_id]
+        await rc.coord._late_checks()
+        assert checked[-1] == "r1" and not rec.spool.path.exists()
