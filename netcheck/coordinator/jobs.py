@@ -131,6 +131,9 @@ class ScreeningJobs:
                 job.profile, job.rounds_total, job.progress, job.cancel, job.confirmation
             )
             job.state = "cancelled" if job.report.get("cancelled") else "done"
+        except asyncio.CancelledError:  # shutdown, past the grace of close()
+            job.state, job.error = "cancelled", "cancelled at coordinator shutdown"
+            raise
         except NetcheckError as exc:
             job.state, job.error = "failed", str(exc)
         except Exception as exc:  # a bug: keep the coordinator up, report it, log it

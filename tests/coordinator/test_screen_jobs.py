@@ -139,3 +139,32 @@ async def test_shutdown_ends_a_screening_job_round_in_flight_as_aborted(tmp_path
         assert store.round_verdicts(rounds[0]["round_id"]) == []
     finally:
         store.close()
+
+
+async def test_close_waits_for_a_job_to_stop_and_cancels_it_only_after_the_grace() -> None:
+    """``ScreeningJobs.close`` (the admin app's cleanup) sets every job's cancel event
+    and waits: a job that stops within the grace ends ``cancelled`` with its report (its
+    round in flight was stored); one that does not is cancelled after it."""
+    from netcheck.coordinator.jobs import ConfirmProgress, ScreeningJobs
+
+    async def honours(profile: str, n: int, progress: Any, cancel: asyncio.Event,
+                      confirming: ConfirmProgress) -> dict[str, object]:  # fmt: skip
+        await cancel.wait()
+        await asyncio.sleep(0.3)  # the round in flight ends (stored aborted)
+        return {"cancelled": True, "rounds": []}
+
+    async def ignores(profile: str, n: int, progress: Any, cancel: asyncio.Event,
+                      confirming: ConfirmProgress) -> dict[str, object]:  # fmt: skip
+        await asyncio.sleep(60)
+        return {}
+
+    jobs = ScreeningJobs(honours)
+    polite, stuck = jobs.start("p", 4), jobs.start("p", 4, ignores)
+    await asyncio.sleep(0.05)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await jobs.close(grace_s=1.0)
+    assert 0.9 < loop.time() - t0 < 5.0  # waited the grace for the stuck one
+    assert (polite.state, polite.report) == ("cancelled", {"cancelled": True, "rounds": []})
+    assert stuck.state == "cancelled" and stuck.error == "cancelled at coordinator shutdown"
+    assert stuck.task is not None and stuck.task.cancelled()
