@@ -57,26 +57,33 @@ def capacity_margin(t2_s: float, profile: Profile) -> float:
     return t2_s / profile.deadline_s(profile.deadline.max_rtt_s)
 
 
-def calibrate_hint(profile: Profile, prog: str = "netcheck") -> str:
+def calibrate_hint(profile: Profile, prog: str | None = "netcheck") -> str:
     """What to run to measure ``profile``'s capacity: ``engine calibrate`` on the trusted
     card (machine, for a CPU profile), or on each card of the class and then ``engine
     pool`` (docs/capacity.md, "Pooling several cards"). ``prog`` is how to call netcheck
-    (the CLI passes ``netcheck.admin_client.invoked_as()``; this layer does not import it).
+    (the CLI passes ``netcheck.admin_client.invoked_as()``; this layer does not import it);
+    ``None`` when that is not known (a message the coordinator sends to an HTTP client):
+    the commands are then named as netcheck's, without a program to call.
     """
     unit = "machine" if profile.device == "cpu" else "card"
+    calibrate = f"engine calibrate --profile {profile.name}"
+    if prog is None:
+        return (
+            f"run netcheck's `{calibrate}` on the trusted {unit}; for a class of several "
+            f"{unit}s, calibrate each and pool the records with netcheck's `engine pool`"
+        )
     return (
-        f"run `{prog} engine calibrate --profile {profile.name}` on the trusted {unit}; "
-        f"for a class of several {unit}s, calibrate each and pool the records with "
-        f"`{prog} engine pool`"
+        f"run `{prog} {calibrate}` on the trusted {unit}; for a class of several {unit}s, "
+        f"calibrate each and pool the records with `{prog} engine pool`"
     )
 
 
-def capacity_status(profile: Profile, prog: str = "netcheck") -> CapacityStatus:
+def capacity_status(profile: Profile, prog: str | None = "netcheck") -> CapacityStatus:
     """Whether ``profile`` can tell two identities on one card apart (see module doc).
 
     The margin is recomputed from the recorded t(2) and the profile's *current* deadline,
     so a deadline edited after calibration is judged as it is now. ``prog`` is how the
-    message's commands call netcheck (:func:`calibrate_hint`).
+    message's commands call netcheck, ``None`` if not known (:func:`calibrate_hint`).
     """
     cap = profile.capacity
     if cap is None or len(cap.t_s) < 2:

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from netcheck.capacity import capacity_status
+from netcheck.capacity import CapacityStatus, calibrate_hint, capacity_status
+from netcheck.config import Profile
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
@@ -54,15 +55,14 @@ def capacity_context(
     profile = coord.profiles.get(profile_name)
     if profile is None:
         return None
-    status = capacity_status(profile)
+    # prog=None: this text goes to an HTTP client; how it calls netcheck (a venv path,
+    # `python -m netcheck`, a script of its own) is not known here, so no command line
+    # is spelt with a program name
+    status = capacity_status(profile, prog=None)
     if status.safe:
         return None
     if override is None and check:
-        raise web.HTTPConflict(
-            text=f"refused: {status.message}. Calibrate the profile on the trusted card "
-            "(`netcheck engine calibrate`), or pass --override-capacity REASON to run anyway "
-            "(the reason is recorded with every round)"
-        )
+        raise web.HTTPConflict(text=refusal(profile, status))
     log.warning("screening on an unsafe profile%s: %s",
                 " (operator override)" if override else "", status.message)  # fmt: skip
     return {
@@ -73,3 +73,18 @@ def capacity_context(
             "override": override.strip() if override else None,
         }
     }
+
+
+def refusal(profile: Profile, status: CapacityStatus) -> str:
+    """The 409 text for an unsafe ``profile`` without an override: its status, how to
+    measure its capacity (:func:`netcheck.capacity.calibrate_hint` without a program name;
+    the status of an unmeasured profile says it already) and how to run anyway, named as
+    the CLI option (``screen run --override-capacity``) and as this request's JSON field
+    (``capacity_override``), so neither a CLI user nor an API caller is handed a command
+    line that assumes how they call netcheck."""
+    measure = "" if status.margin is None else f" ({calibrate_hint(profile, None)})"
+    return (
+        f"refused: {status.message}{measure}. To run anyway, give a reason, recorded with "
+        "every round: `screen run --override-capacity REASON`, or the request field "
+        "`capacity_override`"
+    )

@@ -24,6 +24,12 @@ log = logging.getLogger("netcheck.admin")
 
 #: Finished jobs kept for polling, newest last.
 KEEP_FINISHED = 32
+#: At shutdown, how long :meth:`ScreeningJobs.close` waits for a job's round in flight
+#: to end as ``aborted`` before cancelling the job (seconds; as the screening timer's
+#: grace, :data:`netcheck.coordinator.detection.TIMER_STOP_GRACE_S`): its sessions are
+#: closed by then, so it ends in well under a second unless the database is down (then
+#: ``storage_retry_s``, 10 s by default, of retries before the spool).
+STOP_GRACE_S = 30.0
 
 
 @dataclass
@@ -125,6 +131,9 @@ class ScreeningJobs:
                 job.profile, job.rounds_total, job.progress, job.cancel, job.confirmation
             )
             job.state = "cancelled" if job.report.get("cancelled") else "done"
+        except asyncio.CancelledError:  # shutdown, past the grace of close()
+            job.state, job.error = "cancelled", "cancelled at coordinator shutdown"
+            raise
         except NetcheckError as exc:
             job.state, job.error = "failed", str(exc)
         except Exception as exc:  # a bug: keep the coordinator up, report it, log it
@@ -143,14 +152,36 @@ class ScreeningJobs:
             job.state = "cancelling"
         return job
 
-    async def close(self) -> None:
-        """Cancel every running job's task (coordinator shutdown)."""
-        for job in self.jobs.values():
-            if job.task is not None and not job.task.done():
-                job.cancel.set()
+    async def close(self, grace_s: float | None = None) -> None:
+        """Stop every running job (coordinator shutdown, the admin app's cleanup): ask
+        each to stop (no further round starts), wait up to ``grace_s`` (default
+        :data:`STOP_GRACE_S`) for the round in flight to end, then cancel what is left.
+
+        The coordinator's ``on_shutdown`` has closed the sessions by then, so the round
+        ends ``aborted`` (reason shutdown, no verdicts) within a second unless the
+        database is slow or down (its writes' retry budget, then the spool). Cancelling
+        the round instead (what this did before session 15) left it ``planned``: a plan
+        write in flight still committed in its thread, and nothing ended the round until
+        the next start marked it aborted.
+        """
+        grace_s = STOP_GRACE_S if grace_s is None else grace_s
+        running = [j for j in self.jobs.values() if j.task is not None and not j.task.done()]
+        for job in running:
+            job.cancel.set()
+            if job.state == "running":
+                job.state = "cancelling"
+        tasks = [j.task for j in running if j.task is not None]
+        if not tasks:
+            return
+        _, late = await asyncio.wait(tasks, timeout=grace_s)
+        for job in running:
+            if job.task in late:
+                log.warning("screening job %s: its round in flight did not end within %.0f s "
+                            "of shutdown; cancelled", job.job_id, grace_s)  # fmt: skip
                 job.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await job.task
+        for task in late:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _trim(self) -> None:
         finished = [j for j in self.jobs.values() if j.finished_at is not None]

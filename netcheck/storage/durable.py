@@ -162,6 +162,11 @@ class Recorder:
         # mark (a read of the whole file each: minutes at start-up after a long outage)
         self._checks_left: set[str] | None = None
         self._dirty = self.spool.path.exists()  # something may be pending
+        # checks-only entries (defer_checks) the spool refused: in memory only, oldest
+        # first, appended to the spool before anything else is (order kept), or run and
+        # dropped (mark_checked); lost if the process dies meanwhile (docs/spool.md)
+        self._held: list[dict[str, Any]] = []
+        self._held_lock = threading.Lock()
 
     # -- writes --------------------------------------------------------------------
 
@@ -258,6 +263,7 @@ class Recorder:
         try:
             self.call(f"record round {round_id}", direct)
         except StorageUnavailable as exc:
+            self._flush_held()  # entries of earlier rounds first: the spool keeps order
             self.spool.append({
                 "type": "round", "id": f"{round_id}/{part}", "round_id": round_id,
                 "outcomes": [outcome_entry(o) for o in outcomes],
@@ -279,24 +285,76 @@ class Recorder:
 
     def defer_checks(
         self, round_id: str, outcomes: Sequence[NodeOutcome], records: Mapping[str, NodeRecord]
-    ) -> None:
+    ) -> bool:
         """Keep a recorded round's after-round checks for later: they failed on a
-        transient storage error. Appends an entry already marked replayed (its records
-        are in the database), so :meth:`unchecked` lists it until :meth:`mark_checked`.
+        transient storage error, or an earlier round's checks wait. Appends an entry
+        already marked replayed (its records are in the database), so :meth:`unchecked`
+        lists it until :meth:`mark_checked`.
 
-        Raises:
-            StorageError: the spool cannot be written.
+        If the spool cannot be written either, the entry is kept in memory (:attr:`held`),
+        logged as an error, and appended before any later spool entry once the spool
+        takes writes again (tried at every :meth:`checks_backlog` and spool append);
+        :meth:`checks_backlog` lists it meanwhile, so its checks also run if the
+        database comes back first. Returns whether the entry is durable (False: held in
+        memory only). Never raises: the round's results are recorded, and its report
+        must still reach the operator.
         """
         entry_id = f"{round_id}/checks"
-        self.spool.append({
+        entry = {
             "type": "round", "id": entry_id, "round_id": round_id,
             "outcomes": [outcome_entry(o) for o in outcomes],
             "timings": timings_entry(records), "status": None, "summary": {},
             "finished_at": time.time(), "canary_ids": [], "spooled_at": time.time(),
-            "reason": "after-round checks failed", "checks": True,
-        })  # fmt: skip
-        self.spool.mark_replayed(entry_id)
+            "reason": "after-round checks deferred", "checks": True,
+        }  # fmt: skip
+        try:
+            self._flush_held()  # earlier rounds' entries first: the spool keeps their order
+            self.spool.append(entry)
+        except StorageError as exc:
+            with self._held_lock:
+                self._held.append(entry)
+                n = len(self._held)
+            log.error(
+                "round %s: its after-round checks wait, but the spool cannot be written "
+                "(%s): they are held in memory only (%d round(s)), lost if the coordinator "
+                "stops before the spool or the database takes them; no new round starts "
+                "until then", round_id, exc, n,
+            )  # fmt: skip
+            return False
         self._dirty = True
+        try:
+            self.spool.mark_replayed(entry_id)
+        except StorageError as exc:  # durable anyway: the replay rewrites nothing, marks it
+            log.warning("round %s: checks entry spooled, its replayed marker not: %s",
+                        round_id, exc)  # fmt: skip
+        return True
+
+    @property
+    def held(self) -> list[str]:
+        """Ids of checks-only entries held in memory only: the spool refused them
+        (:meth:`defer_checks`); oldest first."""
+        with self._held_lock:
+            return [e["id"] for e in self._held]
+
+    def _flush_held(self) -> None:
+        """Append the held entries to the spool, oldest first, each marked replayed.
+
+        Raises:
+            StorageError: the spool still refuses (the rest stay held, in order).
+        """
+        with self._held_lock:
+            while self._held:
+                entry = self._held[0]
+                self.spool.append(entry)
+                self._held.pop(0)
+                self._dirty = True
+                log.warning("round %s: after-round checks held in memory are now in the "
+                            "spool", entry["round_id"])  # fmt: skip
+                try:
+                    self.spool.mark_replayed(entry["id"])
+                except StorageError as exc:  # the replay marks it (its records are stored)
+                    log.warning("spool entry %s: replayed marker not written: %s",
+                                entry["id"], exc)  # fmt: skip
 
     # -- replay ----------------------------------------------------------------------
 
@@ -310,18 +368,53 @@ class Recorder:
 
     def unchecked(self) -> list[LateRound]:
         """The replayed rounds whose after-round checks have not been marked run
-        (:meth:`mark_checked`), in spool order (the order the rounds ended); empty when
+        (:meth:`mark_checked`), in spool order (the order the rounds ended), up to the
+        first round whose checks wait for its replay (:meth:`checks_backlog`); empty when
         none waits.
 
         Raises:
             StorageError: the spool or the database cannot be read (a spool record that
                 cannot be read gives a round with no records).
         """
-        if not self._dirty and not self.spool.path.exists():
-            return []
-        out = []
-        entries = self.spool.read().unchecked
+        return self.checks_backlog()[0]
+
+    def checks_backlog(self) -> tuple[list[LateRound], str | None]:
+        """The rounds whose after-round checks may run now, in the order the rounds ended,
+        and the spool entry id of the first round whose checks must run before any later
+        one but cannot yet (its records still wait for their replay: the database
+        refused it for now), or None. The list stops before that round: a later round
+        is never checked before an earlier one (docs/spool.md). An entry whose replay
+        failed for good (a bad record, an unknown round: :attr:`last_replay`'s
+        ``failed``, logged there) cannot be checked and holds nothing up.
+
+        Raises:
+            StorageError: the spool or the database cannot be read (a spool record that
+                cannot be read gives a round with no records).
+        """
+        if self._held:
+            try:
+                self._flush_held()
+            except StorageError as exc:
+                log.error("after-round checks of %d round(s) still held in memory: %s",
+                          len(self._held), exc)  # fmt: skip
+        with self._held_lock:
+            held = list(self._held)  # later than every spool entry (flushed first)
+        if not self._dirty and not held and not self.spool.path.exists():
+            return [], None
+        contents = self.spool.read()
+        failed = self.last_replay.failed if self.last_replay is not None else {}
+        entries: list[dict[str, Any]] = []
+        waits_for = None
+        for e in contents.checks:
+            if e["id"] in contents.replayed:
+                entries.append(e)
+            elif not round_problem(e) and e["id"] not in failed:
+                waits_for = e["id"]
+                break
+        if waits_for is None:
+            entries += held
         self._checks_left = {e["id"] for e in entries}
+        out: list[LateRound] = []
         for e in entries:
             try:
                 records, _ = records_of(e["timings"])
@@ -331,7 +424,7 @@ class Recorder:
             outcomes = tuple(outcome_of(d) for d in e["outcomes"])
             out.append(LateRound(e["id"], e["round_id"], self.stored_plan(e["round_id"]),
                                  outcomes, records))  # fmt: skip
-        return out
+        return out, waits_for
 
     def mark_checked(self, entry_id: str) -> None:
         """Record durably that the after-round checks of the replayed entry ``entry_id``
@@ -342,7 +435,11 @@ class Recorder:
         Raises:
             StorageError: the spool cannot be written.
         """
-        self.spool.mark_checked(entry_id)
+        with self._held_lock:
+            kept = [e for e in self._held if e["id"] != entry_id]
+            was_held, self._held = len(kept) < len(self._held), kept
+        if not was_held:  # a held entry never reached the spool: nothing to mark there
+            self.spool.mark_checked(entry_id)
         if self._checks_left is not None:
             self._checks_left.discard(entry_id)
             if self._checks_left:
@@ -483,7 +580,7 @@ class Recorder:
                 return
             except TimeoutError:
                 pass
-            if not self._dirty:
+            if not self._dirty and not self._held:
                 continue
             try:
                 await asyncio.to_thread(self.replay)

@@ -75,7 +75,9 @@ class SpoolContents:
 
     ``pending``: round entries not yet replayed, in file order; ``replayed``: ids of
     replayed entries; ``unchecked``: replayed round entries marked ``checks`` whose
-    after-round checks have not been marked run (``checked``), in file order; ``bad``:
+    after-round checks have not been marked run (``checked``), in file order;
+    ``checks``: every round entry marked ``checks`` and not ``checked``, replayed or not,
+    in file order (the order the rounds ended: their checks run in it); ``bad``:
     ``(line number, reason)`` of lines that could not be read (1-based; a torn last
     line shows up here).
     """
@@ -83,6 +85,7 @@ class SpoolContents:
     pending: list[dict[str, Any]] = field(default_factory=list)
     replayed: set[str] = field(default_factory=set)
     unchecked: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
     bad: list[tuple[int, str]] = field(default_factory=list)
 
 
@@ -217,8 +220,8 @@ class Spool:
             else:
                 out.bad.append((number, f"unknown entry type {entry['type']!r}"))
         out.pending = [e for e in rounds if e["id"] not in out.replayed]
-        out.unchecked = [e for e in rounds if e.get("checks") is True
-                         and e["id"] in out.replayed and e["id"] not in checked]  # fmt: skip
+        out.checks = [e for e in rounds if e.get("checks") is True and e["id"] not in checked]
+        out.unchecked = [e for e in out.checks if e["id"] in out.replayed]
         return out
 
     def mark_replayed(self, entry_id: str) -> None:

@@ -38,6 +38,29 @@ def test_unsafe_profile_refused_when_checked() -> None:
     assert "cannot tell two identities on one card apart" in str(err.value.text)
 
 
+@pytest.mark.parametrize("margin", [None, 0.5])
+def test_refusal_names_no_command_line_of_the_client(margin: float | None) -> None:
+    """The 409 goes to an HTTP client whose way of calling netcheck the coordinator does
+    not know (``.venv/bin/netcheck``, ``python -m netcheck``, a script): it spells no
+    command with a program name (it said a bare `netcheck engine calibrate` before, as
+    the capacity status does by default), names the override both as the CLI option and
+    as the request's JSON field, and says how to measure the capacity (calibrate, pool)
+    whether the profile is unmeasured or measured below the margin."""
+    profile = UNSAFE if margin is None else UNSAFE.model_copy(
+        update={"capacity": CapacityRecord(t_s=[1.0, 1.01], margin=margin, card="t",
+                                           date="2026-11-30")}
+    )  # fmt: skip
+    coord: Any = SimpleNamespace(profiles={profile.name: profile})
+    with pytest.raises(web.HTTPConflict) as err:
+        capacity_context(coord, profile.name, {"check_capacity": True})
+    text = str(err.value.text)
+    assert "`netcheck " not in text and "netcheck engine" not in text, text
+    assert "`screen run --override-capacity REASON`" in text
+    assert "`capacity_override`" in text
+    assert f"`engine calibrate --profile {profile.name}`" in text and "`engine pool`" in text
+    assert ("capacity not measured" if margin is None else "capacity margin 0.") in text
+
+
 def test_override_is_recorded() -> None:
     """With a reason the run goes ahead; status and reason go into the rounds' context."""
     ctx = capacity_context(

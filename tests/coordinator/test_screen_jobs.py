@@ -8,8 +8,11 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 from click.testing import CliRunner
 from test_pool_surfaces import write_config
 from test_screening_live import FP, PROFILE, T, _join, _store
@@ -18,6 +21,7 @@ from netcheck.cli import main
 from netcheck.exitcodes import Exit
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import running_coordinator
+from netcheck.storage import Store
 
 
 async def test_screen_run_shows_progress_and_whole_keys(tmp_path: Path) -> None:
@@ -92,3 +96,75 @@ async def test_job_status_carries_the_confirmation_progress() -> None:
     status = job.as_dict()["confirmation"]
     assert (status["stage"], status["rounds_done"], status["groups_total"]) == ("groups", 7, 2)
     await jobs.close()
+
+
+async def test_shutdown_ends_a_screening_job_round_in_flight_as_aborted(tmp_path: Path) -> None:
+    """The coordinator stops (its app's cleanup, as SIGTERM runs it) while a screening
+    job's round is storing its plan (a slow database: the write takes 1 s). Before,
+    the cleanup cancelled the job's task at once: the write still committed in its
+    thread, nothing ended the round, and it stayed ``planned`` until the next start
+    marked it aborted. Now the cleanup lets the job end (as the timer's round does): the
+    round, whose nodes are gone, is stored ``aborted`` (no verdicts) before the process
+    would exit."""
+    db = tmp_path / "netcheck.db"
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        screening = rc.coord.screening  # every round full: each round loads both nodes
+        screening.config = screening.config.model_copy(update={"screening_full_every": 1})
+        recorder = rc.coord.recorder
+        real_record_plan = recorder.record_plan
+        loop = asyncio.get_running_loop()
+        writing = asyncio.Event()
+
+        def slow_record_plan(plan: Any, started_at: float) -> None:
+            loop.call_soon_threadsafe(writing.set)
+            time.sleep(1.0)  # the database is slow: the write is in flight at shutdown
+            real_record_plan(plan, started_at)
+
+        recorder.record_plan = slow_record_plan  # type: ignore[method-assign]
+        url = f"http://127.0.0.1:{rc.port}/admin/screening/jobs"
+        auth = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        async with (
+            aiohttp.ClientSession(headers=auth) as http,
+            http.post(url, json={"rounds": 3}) as resp,
+        ):
+            assert resp.status == 202, await resp.text()
+        await asyncio.wait_for(writing.wait(), 15.0)
+        # leaving the block: the runner's cleanup (shutdown, then cleanup), as `serve`
+    time.sleep(1.5)  # a write left running in its thread has committed by now
+    store = Store(f"sqlite:///{db}")
+    try:
+        rounds = store.list_rounds(10)
+        assert [r["status"] for r in rounds] == ["aborted"], rounds
+        assert store.round_verdicts(rounds[0]["round_id"]) == []
+    finally:
+        store.close()
+
+
+async def test_close_waits_for_a_job_to_stop_and_cancels_it_only_after_the_grace() -> None:
+    """``ScreeningJobs.close`` (the admin app's cleanup) sets every job's cancel event
+    and waits: a job that stops within the grace ends ``cancelled`` with its report (its
+    round in flight was stored); one that does not is cancelled after it."""
+    from netcheck.coordinator.jobs import ConfirmProgress, ScreeningJobs
+
+    async def honours(profile: str, n: int, progress: Any, cancel: asyncio.Event,
+                      confirming: ConfirmProgress) -> dict[str, object]:  # fmt: skip
+        await cancel.wait()
+        await asyncio.sleep(0.3)  # the round in flight ends (stored aborted)
+        return {"cancelled": True, "rounds": []}
+
+    async def ignores(profile: str, n: int, progress: Any, cancel: asyncio.Event,
+                      confirming: ConfirmProgress) -> dict[str, object]:  # fmt: skip
+        await asyncio.sleep(60)
+        return {}
+
+    jobs = ScreeningJobs(honours)
+    polite, stuck = jobs.start("p", 4), jobs.start("p", 4, ignores)
+    await asyncio.sleep(0.05)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await jobs.close(grace_s=1.0)
+    assert 0.9 < loop.time() - t0 < 5.0  # waited the grace for the stuck one
+    assert (polite.state, polite.report) == ("cancelled", {"cancelled": True, "rounds": []})
+    assert stuck.state == "cancelled" and stuck.error == "cancelled at coordinator shutdown"
+    assert stuck.task is not None and stuck.task.cancelled()

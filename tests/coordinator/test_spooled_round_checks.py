@@ -20,11 +20,15 @@ from typing import Any
 
 import pytest
 from sqlite_support import locked
+from test_screening_live import FP, T, _join
+from test_screening_live import PROFILE as LIVE
 
 from netcheck.config import Profile
 from netcheck.coordinator import checks
-from netcheck.errors import StorageUnavailable
-from netcheck.lab.testing import running_coordinator, small_profile
+from netcheck.coordinator.rounds import run_round
+from netcheck.errors import StorageError, StorageUnavailable
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.lab.testing import canary_store, running_coordinator, small_profile
 from netcheck.records import (
     Assignment,
     Flag,
@@ -270,3 +274,184 @@ async def test_checks_that_hit_the_database_outage_again_are_run_later(
         assert refused == ["r1", "r2"]
         assert sorted(f.node_keys for f in sharing_flags(store)) == [(A, B), (A, C)]
     store.close()
+
+
+def live_store(tmp_path: Path) -> Store:
+    """Canaries for the live profile of test_screening_live (nodes answer them), a short
+    SQLite busy timeout (a locked write fails fast)."""
+    return canary_store(
+        tmp_path / "netcheck.db", LIVE, FP, 200, answer=(1,) * T, busy_timeout_ms=50
+    )  # fmt: skip
+
+
+def refusing(checked: list[str], refuse: set[str]) -> Any:
+    """An after-round hook that refuses (the database is unavailable again) the first
+    time for each round in ``refuse`` and records the rounds it checked, in order."""
+
+    async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                   r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
+        if plan.round_id in refuse:
+            refuse.discard(plan.round_id)
+            raise StorageUnavailable("database is locked (test: a second outage)")
+        checked.append(plan.round_id)
+        return []
+
+    return hook
+
+
+async def spool_a_round(rc: Any, db: Path, rid: str, nodes: Sequence[str]) -> None:
+    """A round of ``nodes`` (live profile) whose results end while the database is locked."""
+    rc.coord.store.record_plan(
+        RoundPlan(rid, LIVE.name, 4, T, tuple(
+            Assignment(n, ("p",), (), (), (), bytes(32), bytes(12)) for n in nodes), ()),
+        time.time(),
+    )  # fmt: skip
+    outcomes, records = shared_answers(nodes, ())
+    with locked(db):
+        how = await asyncio.to_thread(
+            rc.coord.recorder.end_round, rid, outcomes, records, status="complete", checks=True
+        )
+    assert how == "spooled"
+
+
+async def test_a_round_is_not_checked_before_an_earlier_round_whose_checks_wait(
+    tmp_path: Path,
+) -> None:
+    """r1's results were spooled; the next round's plan write replays them, and r1's late
+    checks then meet a second outage (refused). The new round (recorded directly, the
+    database answers again) must not run its own checks before r1's: they are deferred
+    behind r1 in the spool, and the next pass checks r1, then the new round. Before, the
+    new round was checked at once and r1 after it."""
+    db = tmp_path / "netcheck.db"
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        keys = await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        checked: list[str] = []
+        rc.coord.round_hooks.after_round.append(refusing(checked, {"r1"}))
+        await spool_a_round(rc, db, "r1", sorted(keys.values()))
+        report = await run_round(rc.coord, LIVE.name)
+        assert report.status == "complete"
+        assert rc.coord.store.list_rounds(10)[-1]["status"] == "recorded-late"  # r1 replayed
+        assert checked == []  # r1 refused; the new round waits behind it
+        rec = rc.coord.recorder
+        assert [r.round_id for r in rec.unchecked()] == ["r1", report.round_id]
+        await rc.coord._late_checks()  # the replayer's pass
+        assert checked == ["r1", report.round_id]
+        assert not rec.spool.path.exists()
+
+
+async def test_a_round_waits_for_the_replay_of_an_earlier_spooled_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r1's results wait in the spool and their replay is refused (the database takes
+    the new round's writes but not the replay's: an outage that comes and goes). The new
+    round's checks are deferred behind r1's, not run, and not listed before r1 is
+    replayed; once it is, r1 is checked first."""
+    db = tmp_path / "netcheck.db"
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        keys = await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        checked: list[str] = []
+        rc.coord.round_hooks.after_round.append(refusing(checked, set()))
+        await spool_a_round(rc, db, "r1", sorted(keys.values()))
+        rec = rc.coord.recorder
+
+        def refused(entry: Any) -> list[str]:
+            raise StorageUnavailable("database is locked (test: the replay's turn)")
+
+        with monkeypatch.context() as m:
+            m.setattr(rec, "apply", refused)
+            report = await run_round(rc.coord, LIVE.name)
+            assert report.status == "complete" and checked == []
+            assert set(rec.pending()) == {"r1"}
+            assert rec.unchecked() == []  # the new round's checks wait behind r1's replay
+            await rc.coord._late_checks()
+            assert checked == []
+        await asyncio.to_thread(rec.replay)
+        await rc.coord._late_checks()
+        assert checked == ["r1", report.round_id]
+        assert not rec.spool.path.exists()
+
+
+async def test_checks_refused_while_the_spool_is_unwritable_are_kept_and_block_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round's own checks are refused (the database is unavailable again) and the
+    spool cannot be written either (disk full). Before, the round raised: its report
+    was lost although its results were recorded, and its checks were lost for good.
+    Now its report comes back, its checks are held in memory, the next round is refused
+    (409 text: held in memory only) while neither the spool nor the database takes
+    them, and once the spool is writable they go to it and run, in order, before the
+    next round's own checks."""
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        checked: list[str] = []
+        outage = {"on": True}
+
+        async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                       r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
+            if outage["on"]:
+                raise StorageUnavailable("database is locked (test: the checks' turn)")
+            checked.append(plan.round_id)
+            return []
+
+        rc.coord.round_hooks.after_round.append(hook)
+        rec = rc.coord.recorder
+        finished: list[str] = []
+        rc.coord.round_hooks.finished.append(lambda report: finished.append(report.round_id))
+        real_append = rec.spool.append
+
+        def disk_full(entry: Any) -> None:
+            raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+        monkeypatch.setattr(rec.spool, "append", disk_full)
+        first = await run_round(rc.coord, LIVE.name)
+        assert first.status == "complete" and finished == [first.round_id]
+        assert rec.held == [f"{first.round_id}/checks"] and checked == []
+        n_rounds = len(rc.coord.store.list_rounds(100))
+        with pytest.raises(StorageError, match="held in memory only"):
+            await run_round(rc.coord, LIVE.name)
+        assert len(rc.coord.store.list_rounds(100)) == n_rounds  # nothing planned
+        monkeypatch.setattr(rec.spool, "append", real_append)
+        await rc.coord._late_checks()  # the replayer's pass: now in the spool, still refused
+        assert rec.held == [] and checked == []
+        assert [r.round_id for r in rec.unchecked()] == [first.round_id]
+        outage["on"] = False
+        second = await run_round(rc.coord, LIVE.name)
+        assert checked == [first.round_id, second.round_id]
+        assert not rec.spool.path.exists()
+
+
+async def test_an_unwritable_spool_with_the_database_up_does_not_stop_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r1 is replayed, unchecked; then the spool's disk fills up while the database
+    works. The next rounds run: r1's checks run first (their ``checked`` marker cannot
+    be written: they run again later, idempotent), then each round's own; nothing is
+    held, no round is refused. Once the disk is back, r1 is marked and the spool goes."""
+    db = tmp_path / "netcheck.db"
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        keys = await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        checked: list[str] = []
+        rc.coord.round_hooks.after_round.append(refusing(checked, set()))
+        await spool_a_round(rc, db, "r1", sorted(keys.values()))
+        rec = rc.coord.recorder
+        await asyncio.to_thread(rec.replay)
+
+        def disk_full(entry: Any) -> None:
+            raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+        with monkeypatch.context() as m:
+            m.setattr(rec.spool, "append", disk_full)
+            second = await run_round(rc.coord, LIVE.name)
+            third = await run_round(rc.coord, LIVE.name)
+            assert rec.held == []
+        assert checked == ["r1", second.round_id, "r1", third.round_id]
+        await rc.coord._late_checks()
+        assert checked[-1] == "r1" and not rec.spool.path.exists()
