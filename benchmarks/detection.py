@@ -541,10 +541,11 @@ def goals(
 
 
 def shipped_class(rows: list[dict[str, Any]], scs: list[Scenario], config: str) -> list[str]:
-    """The goals' quantities on the measured H200 class (the ``h200 ...`` scenarios), as
-    lines to print: information, not a goal (the issue's grid does not contain the class
-    the product ships, and the capacity gate refuses the grid's classes). Empty when the
-    run has none of them."""
+    """The goals' quantities on the measured H200 class alone (the ``h200 ...``
+    scenarios), as lines to print. The issue's grid does not contain the class the
+    product ships (and the capacity gate refuses the grid's classes); its farms and
+    analyses count in G2-G4 like every library scenario's, not in G1 (not grid cells).
+    Empty when the run has none of them."""
     by = {(r["scenario"], r["rounds"]): r for r in rows if r["config"] == config}
     h200 = [s for s in scs if s.name.startswith("h200 ")]
     if not any((s.name, 16) in by for s in h200):
@@ -578,7 +579,9 @@ def print_goals(rows: list[dict[str, Any]], scs: list[Scenario], configs: tuple[
             missed |= config == "new" and ok is False
         lines = shipped_class(rows, scs, config)
         if lines:
-            print(f"measured H200 class [{config}] (information, not a goal):")
+            print(
+                f"measured H200 class [{config}] (beside the issue's grid: in G2-G4 above, not in G1):"
+            )
             for line in lines:
                 print(f"  {line}")
     return missed
