@@ -5,7 +5,7 @@ Two click groups, registered on the main command by ``netcheck/cli.py``
 coordinator through its admin API (:func:`netcheck.admin_client.admin_request`):
 
 - ``netcheck screen run [--rounds N] [--profile P] [--json]`` -> ``POST /admin/screening``
-- ``netcheck flags list [--kind K] [--status S] [--node KEY] [--json]`` -> ``GET /admin/flags``
+- ``netcheck flags list [--kind K] [--status S] [--review R] [--node KEY] [--json]`` -> ``GET /admin/flags``
 - ``netcheck flags show ID [--json]`` -> ``GET /admin/flags/ID``
 
 ``screen run`` follows its job with :mod:`netcheck.coordinator.screen_follow`.
@@ -240,7 +240,12 @@ def flags() -> None:
     help="shared-backend, declared-host, capacity, result-sharing, relay, answer-failure or "
     "slow (another name is an error, exit 2).",
 )
-@click.option("--status", default=None, help="confirmed, pending or cleared.")
+@click.option(
+    "--status",
+    default=None,
+    help="The detector's state: confirmed, pending or cleared (not the analyst's review: "
+    "for the flags nobody has looked at yet, --review open).",
+)
 @click.option(
     "--review",
     default=None,

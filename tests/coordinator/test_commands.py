@@ -366,3 +366,15 @@ def test_screen_run_without_flags_says_so(tmp_path: Path) -> None:
     assert f"netcheck flags list --config {cfg}" in " ".join(none.output.split())
     assert "flags raised" in one.output and "ed25519:k" in one.output
     assert "no flags raised" not in one.output
+
+
+def test_flags_list_help_tells_status_from_review() -> None:
+    """``--status`` is the detector's state; its help points a reader who means the
+    analyst's review (``--status open`` is a 400: 'unknown status') to ``--review open``."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator.commands import flags
+
+    out = " ".join(CliRunner().invoke(flags, ["list", "--help"]).output.split())
+    assert "The detector's state: confirmed, pending or cleared" in out
+    assert "not the analyst's review: for the flags nobody has looked at yet, --review open" in out
