@@ -172,6 +172,15 @@ def screen_run(
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
     if report.get("flags"):
         console.print(flags_table(report["flags"], "flags raised", names))
+        if any(f.get("status") == "cleared" for f in report["flags"]):
+            console.print(
+                Text(
+                    "status cleared: the confirmation rounds did not confirm the suspicion "
+                    "(too small a slowdown, or too few timed rounds: the per-member table of "
+                    "`flags show ID`); the record is kept for audit (docs/detection.md, "
+                    "'Confirmation')"
+                )
+            )
     else:
         console.print(
             Text(
