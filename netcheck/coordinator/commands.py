@@ -430,4 +430,6 @@ def _review_hint(config_path: Path, flag_id: int, wanted: str) -> str:
 _review_command("ack", "acknowledged", "Acknowledge a flag: someone is looking into it.")
 _review_command("resolve", "resolved", "Mark a flag resolved (the node was dealt with).")
 _review_command("false-positive", "false-positive", "Mark a flag a false positive.")
-_review_command("reopen", "open", "Reopen a resolved or false-positive flag.")
+_review_command(
+    "reopen", "open", "Reopen a flag (acknowledged, resolved or false-positive): back to open."
+)

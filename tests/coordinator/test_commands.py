@@ -385,3 +385,17 @@ def test_flags_list_help_tells_status_from_review() -> None:
     out = " ".join(CliRunner().invoke(flags, ["list", "--help"]).output.split())
     assert "The detector's state: confirmed, pending or cleared" in out
     assert "not the analyst's review: for the flags nobody has looked at yet, --review open" in out
+
+
+def test_reopen_help_names_every_state_it_leaves() -> None:
+    """``flags reopen`` moves acknowledged, resolved and false-positive flags back to
+    open (netcheck.storage.reviews.TRANSITIONS); its help named only the last two."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator.commands import flags
+    from netcheck.storage.reviews import TRANSITIONS
+
+    leaves = sorted(s for s, to in TRANSITIONS.items() if "open" in to)
+    assert leaves == ["acknowledged", "false-positive", "resolved"]
+    out = " ".join(CliRunner().invoke(flags, ["reopen", "--help"]).output.split())
+    assert "Reopen a flag (acknowledged, resolved or false-positive): back to open." in out
