@@ -12,7 +12,10 @@ of 5 (54 farm identities) + 146 honest, 10 honest co-hosted pairs with 20% benig
 coupling (the worst case asked for), sigma_w 0.05 (per-node spread 0.3), beta 0.5,
 speed spread 5%, round effect 2%. n = 100 / 1,000 scale the farm counts. False-flag
 scenarios (``--ff-seeds`` runs each, ``--ff-sigma`` 0.05 and 0.15): 100 honest nodes,
-30 co-hosted pairs coupling 20%, no farm: every flag there is false.
+30 co-hosted pairs coupling 20%, no farm: every flag there is false. The ``h200 ...``
+scenarios (session 15, ``H200``): the class the product ships, as measured on real H200s
+(sigma_w 0.01, beta 0.9, speed spread 1%, ``T_ref`` 2.23 s); not in the issue's grid,
+their figures are printed after the goals as information (:func:`shipped_class`).
 
 Columns per scenario x config x R x farm size k:
 ``found`` = farms with a confirmed shared-backend flag holding 2+ of their identities
@@ -67,8 +70,8 @@ Run: ``.venv/bin/python benchmarks/detection.py [--seeds 2] [--quick] [--old] [-
 [--json PATH] [--from-json PATH...]``. ``--quick``: base and padded scenarios and the
 false-flag scenario only, 1 seed (for iteration, 1-2 minutes); ``--old``: also the
 ``old`` config; ``--scenario NAME`` / ``--config C`` / ``--first-seed S``: one
-scenario, config or seed range (a job of ``benchmarks/detection_device.sh``, which runs
-the whole grid as parallel jobs); ``--from-json``: table and goals over the rows of
+scenario (``--list`` prints the names), config or seed range (a job of
+``benchmarks/detection_device.sh``, which runs the whole grid as parallel jobs); ``--from-json``: table and goals over the rows of
 several runs, rows of one scenario split over seeds merged, with ``--markdown`` (the
 table for docs/detection.md) and ``--plot PATH`` (found/caught against rounds).
 """
@@ -749,9 +752,13 @@ def main() -> int:
     parser.add_argument("--max-rounds", type=int, default=None, metavar="R",
                         help="stop every run at the last checkpoint <= R (16, 32, 64 or 128)")  # fmt: skip
     parser.add_argument("--speed-sd", type=float, default=None, metavar="SD",
-                        help="cards' speed spread (log-sd) in every scenario instead of the "
-                             "population's 0.05; scenario names get ' sp=SD' (give it with "
-                             "--from-json too)")  # fmt: skip
+                        help="cards' speed spread (log-sd) in every scenario instead of its "
+                             "own (0.05; the h200 scenarios 0.01); scenario names get "
+                             "' sp=SD' (give it with --from-json too)")  # fmt: skip
+    parser.add_argument("--list", action="store_true",
+                        help="print the names of the scenarios the other options select "
+                             "(e.g. --only h200: the measured H200 class) and exit; the "
+                             "false-flag scenarios (--ff-seeds) are not listed")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--json", dest="json_path", default=None)
     parser.add_argument("--markdown", action="store_true",
@@ -783,6 +790,9 @@ def main() -> int:
         i, n = (int(x) for x in args.part.split("/"))
         scs = scs[i - 1 :: n]
     scs = [at_speed(s, args.speed_sd) for s in scs]  # after the filters: they take the base names
+    if args.list:
+        print("\n".join(s.name for s in scs))
+        return 0
     configs = ("new", "old") if args.old else (("old",) if args.old_only else ("new",))
     if args.tukey:
         configs = (*configs, "tky")

@@ -275,9 +275,12 @@ def slowness(
     if not report.reference_ok:
         log.warning("profile %s: persistent-slowness test skipped: the median node takes "
                     "%.2f x t_ref (%.3f s), above the floor %.2f (slowness_floor); is t_ref "
-                    "right, or do the class's cards differ by more than the floor allows?",
+                    "right, or do the class's cards differ by more than the floor allows? "
+                    "Recalibrate the profile on the class's cards (`netcheck engine "
+                    "calibrate` on each, `netcheck engine pool ... --update-profile %s`), "
+                    "or raise slowness_floor in the coordinator config",
                     profile.name, report.population_median_ratio, report.t_ref_s,
-                    report.floor)  # fmt: skip
+                    report.floor, profile.name)  # fmt: skip
         return []
     ids = []
     for node in report.direct:

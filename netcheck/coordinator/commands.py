@@ -5,7 +5,7 @@ Two click groups, registered on the main command by ``netcheck/cli.py``
 coordinator through its admin API (:func:`netcheck.admin_client.admin_request`):
 
 - ``netcheck screen run [--rounds N] [--profile P] [--json]`` -> ``POST /admin/screening``
-- ``netcheck flags list [--kind K] [--status S] [--node KEY] [--json]`` -> ``GET /admin/flags``
+- ``netcheck flags list [--kind K] [--status S] [--review R] [--node KEY] [--json]`` -> ``GET /admin/flags``
 - ``netcheck flags show ID [--json]`` -> ``GET /admin/flags/ID``
 
 ``screen run`` follows its job with :mod:`netcheck.coordinator.screen_follow`.
@@ -172,6 +172,15 @@ def screen_run(
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
     if report.get("flags"):
         console.print(flags_table(report["flags"], "flags raised", names))
+        if any(f.get("status") == "cleared" for f in report["flags"]):
+            console.print(
+                Text(
+                    "status cleared: the confirmation rounds did not confirm the suspicion "
+                    "(too small a slowdown, or too few timed rounds: the per-member table of "
+                    "`flags show ID`); the record is kept for audit (docs/detection.md, "
+                    "'Confirmation')"
+                )
+            )
     else:
         console.print(
             Text(
@@ -240,7 +249,12 @@ def flags() -> None:
     help="shared-backend, declared-host, capacity, result-sharing, relay, answer-failure or "
     "slow (another name is an error, exit 2).",
 )
-@click.option("--status", default=None, help="confirmed, pending or cleared.")
+@click.option(
+    "--status",
+    default=None,
+    help="The detector's state: confirmed, pending or cleared (not the analyst's review: "
+    "for the flags nobody has looked at yet, --review open).",
+)
 @click.option(
     "--review",
     default=None,
@@ -416,4 +430,6 @@ def _review_hint(config_path: Path, flag_id: int, wanted: str) -> str:
 _review_command("ack", "acknowledged", "Acknowledge a flag: someone is looking into it.")
 _review_command("resolve", "resolved", "Mark a flag resolved (the node was dealt with).")
 _review_command("false-positive", "false-positive", "Mark a flag a false positive.")
-_review_command("reopen", "open", "Reopen a resolved or false-positive flag.")
+_review_command(
+    "reopen", "open", "Reopen a flag (acknowledged, resolved or false-positive): back to open."
+)

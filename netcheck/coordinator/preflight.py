@@ -159,7 +159,8 @@ def profile_checks(cfg: CoordinatorConfig) -> tuple[list[Check], dict[str, Profi
         detail = f"engine {profile.engine}, model {profile.model}, B = {profile.batch_size}"
         status = capacity_status(profile, invoked_as())
         if not status.safe:
-            checks.append(Check(f"profile {name}", True, f"{detail}; {status.message}", True))
+            problem = status.message.removeprefix(f"profile {profile.name}: ")  # named once
+            checks.append(Check(f"profile {name}", True, f"{detail}; {problem}", True))
         else:
             checks.append(Check(f"profile {name}", True, detail))
     return checks, profiles

@@ -248,7 +248,10 @@ def pool_calibrations(
             1``, or bad values.
     """
     if len(records) < 2:
-        raise ValueError(f"need at least two calibration records to pool, got {len(records)}")
+        raise ValueError(
+            f"need at least two calibration records to pool, got {len(records)} (with one "
+            "card, `netcheck engine calibrate --update-profile` writes its tables)"
+        )
     names = list(sources) if sources is not None else []
     if len(names) != len(records):
         names = [f"record {i + 1}" for i in range(len(records))]

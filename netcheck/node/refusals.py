@@ -50,7 +50,7 @@ def wrong_endpoint_message(url: str, status: int) -> str:
         hint = f'; the node endpoint\'s path is {WS_PATH}: set coordinator_url = "{fixed}"'
     return (
         f"coordinator_url {url} is not a netcheck node endpoint: the server answered "
-        f"the websocket upgrade with HTTP {status}{hint}. Not retrying."
+        f"the websocket upgrade with HTTP {status}{hint}"
     )
 
 

@@ -1,10 +1,12 @@
 """``benchmarks/detection.py --max-rounds``: a shorter run stops at its last checkpoint
-(EMULATION)."""
+(EMULATION); ``--list`` names the scenarios."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -33,3 +35,15 @@ def test_speed_sd_changes_the_population_and_the_name() -> None:
             for s in (sc, tight)]  # fmt: skip
     spread = [float(detection.np.std(detection.np.log(p.speed))) for p in pops]
     assert spread[1] < spread[0] / 2
+
+
+def test_list_prints_the_selected_scenario_names(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--list`` prints the names the filters select and runs nothing: ``--only h200``
+    gives the measured H200 class's scenarios (``--scenario`` takes these exact names)."""
+    monkeypatch.setattr(sys, "argv", ["detection.py", "--only", "h200", "--list"])
+    assert detection.main() == 0
+    names = capsys.readouterr().out.splitlines()
+    assert names == [s.name for s in detection.scenarios() if s.name.startswith("h200 ")]
+    assert "h200 plain" in names and "h200 honest only, 30 pairs at 20%" in names

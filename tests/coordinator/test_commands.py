@@ -333,7 +333,7 @@ async def test_screen_run_prints_confirmation_progress(
 
 def test_screen_run_without_flags_says_so(tmp_path: Path) -> None:
     """A run that raised no flag prints one line naming `flags list`, not an empty table;
-    a run that raised one prints the table."""
+    a run that raised one prints the table; a ``cleared`` record is explained."""
     from click.testing import CliRunner
 
     from netcheck.coordinator import commands
@@ -342,9 +342,11 @@ def test_screen_run_without_flags_says_so(tmp_path: Path) -> None:
         "flag_id": 3, "kind": "slow", "status": "pending", "node_keys": ["ed25519:k"],
         "statistic": 1.0, "threshold": 0.5, "created_at": 0.0,
     }  # fmt: skip
+    cleared = {**flag, "flag_id": 4, "kind": "shared-backend", "status": "cleared"}
     reports = [
         {"profile": "p", "rounds": [], "flags": []},
         {"profile": "p", "rounds": [], "flags": [flag]},
+        {"profile": "p", "rounds": [], "flags": [cleared]},
     ]
 
     def fake_job(config: object, body: dict[str, object], held: dict[str, object]) -> object:
@@ -359,6 +361,7 @@ def test_screen_run_without_flags_says_so(tmp_path: Path) -> None:
         cfg.write_text("")
         none = runner.invoke(commands.screen, ["run", "--config", str(cfg)])
         one = runner.invoke(commands.screen, ["run", "--config", str(cfg)])
+        gone = runner.invoke(commands.screen, ["run", "--config", str(cfg)])
     finally:
         mp.undo()
     assert none.exit_code == 0, none.output
@@ -366,3 +369,33 @@ def test_screen_run_without_flags_says_so(tmp_path: Path) -> None:
     assert f"netcheck flags list --config {cfg}" in " ".join(none.output.split())
     assert "flags raised" in one.output and "ed25519:k" in one.output
     assert "no flags raised" not in one.output
+    # a cleared record (a suspect group the confirmation did not confirm) is explained
+    assert "status cleared" not in one.output
+    text = " ".join(gone.output.split())
+    assert "status cleared: the confirmation rounds did not confirm the suspicion" in text
+
+
+def test_flags_list_help_tells_status_from_review() -> None:
+    """``--status`` is the detector's state; its help points a reader who means the
+    analyst's review (``--status open`` is a 400: 'unknown status') to ``--review open``."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator.commands import flags
+
+    out = " ".join(CliRunner().invoke(flags, ["list", "--help"]).output.split())
+    assert "The detector's state: confirmed, pending or cleared" in out
+    assert "not the analyst's review: for the flags nobody has looked at yet, --review open" in out
+
+
+def test_reopen_help_names_every_state_it_leaves() -> None:
+    """``flags reopen`` moves acknowledged, resolved and false-positive flags back to
+    open (netcheck.storage.reviews.TRANSITIONS); its help named only the last two."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator.commands import flags
+    from netcheck.storage.reviews import TRANSITIONS
+
+    leaves = sorted(s for s, to in TRANSITIONS.items() if "open" in to)
+    assert leaves == ["acknowledged", "false-positive", "resolved"]
+    out = " ".join(CliRunner().invoke(flags, ["reopen", "--help"]).output.split())
+    assert "Reopen a flag (acknowledged, resolved or false-positive): back to open." in out

@@ -65,6 +65,9 @@ def test_a_ready_setup_passes_every_check(tmp_path: Path) -> None:
     assert f"ws://127.0.0.1:{port}/v1/ws" in found["listen address"]
     warned = sum(1 for line in out.splitlines() if line.startswith("warn"))
     assert warned >= 1 and "warn  profile cpu-tiny" in out  # capacity not measured
+    # the line names the profile once: "profile cpu-tiny: engine ...; capacity not measured"
+    assert "B = 16; capacity not measured (" in found["profile cpu-tiny"]
+    assert found["profile cpu-tiny"].count("profile cpu-tiny:") == 1
     assert out.splitlines()[-1].startswith(  # warnings are counted, not hidden
         f"all 8 checks passed, {warned} of them with a warning (warn above); start it with: "
         "netcheck coordinator serve"

@@ -188,5 +188,7 @@ async def test_a_population_above_the_floor_is_reported_naming_slowness_floor(
     _, report = await _screening(flags, tmp_path)._slowness(PROFILE, stored)
     assert not report.reference_ok and report.flagged == ()
     assert "above the floor 1.25 (slowness_floor)" in caplog.text
+    assert f"`netcheck engine pool ... --update-profile {PROFILE.name}`" in caplog.text
+    assert "or raise slowness_floor in the coordinator config" in caplog.text
     _, report = await _screening(flags, tmp_path, slowness_floor=1.4)._slowness(PROFILE, stored)
     assert report.reference_ok and report.population_median_ratio == pytest.approx(1.32)

@@ -142,8 +142,9 @@ def test_network_figures_must_agree_or_be_given() -> None:
         pool_calibrations([a, b], coupling=0.1)
     with pytest.raises(ValueError, match="record 1: field profile must be a JSON object"):
         pool_calibrations([{**a, "profile": "h200"}, a])
-    with pytest.raises(ValueError, match="at least two"):
+    with pytest.raises(ValueError, match="at least two") as one:
         pool_calibrations([a])
+    assert "with one card, `netcheck engine calibrate --update-profile`" in str(one.value)
 
 
 def _write(tmp_path: Path, name: str, record: dict[str, Any]) -> str:

@@ -43,6 +43,9 @@ async def test_url_without_ws_path_names_the_fix_and_is_retried(tmp_path: Path, 
     text = client.last_refusal
     assert "is not a netcheck node endpoint" in text
     assert f'coordinator_url = "ws://127.0.0.1:{rc.port}/v1/ws"' in text
+    # it is retried, so the message must not say otherwise (it said "Not retrying.",
+    # logged as "... Not retrying. (not authenticated: retrying with backoff)")
+    assert "Not retrying" not in text
 
 
 async def test_overloaded_proxy_is_retried(tmp_path: Path) -> None:
