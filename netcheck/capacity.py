@@ -112,9 +112,13 @@ def capacity_status(profile: Profile, prog: str | None = "netcheck") -> Capacity
     )
 
 
-def unsafe_profiles(profiles: Sequence[Profile]) -> list[CapacityStatus]:
-    """The statuses of ``profiles`` that are not safe for capacity, in order."""
-    return [s for s in (capacity_status(p) for p in profiles) if not s.safe]
+def unsafe_profiles(
+    profiles: Sequence[Profile], prog: str | None = "netcheck"
+) -> list[CapacityStatus]:
+    """The statuses of ``profiles`` that are not safe for capacity, in order; ``prog`` as
+    in :func:`capacity_status` (``None``: the commands are named as netcheck's, for a
+    reader whose way of calling netcheck is not known: a dashboard user, a log reader)."""
+    return [s for s in (capacity_status(p, prog) for p in profiles) if not s.safe]
 
 
 def co_load_beta(t_s: Sequence[float]) -> list[float]:

@@ -95,8 +95,10 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
         "dashboard: http://%s:%d/dashboard (log in with the admin token)",
         coord.config.host, coord.config.port,
     )  # fmt: skip
-    for status in unsafe_profiles(list(coord.profiles.values())):
-        log.warning("%s", status.message)  # issue 10: said at every start
+    # issue 10: said at every start; the calibration runs on a trusted card, maybe
+    # another host, so its command is named without a program (as the capacity 409 does)
+    for status in unsafe_profiles(list(coord.profiles.values()), prog=None):
+        log.warning("%s", status.message)
     if coord.config.open_enrollment and coord.config.allowed_nodes:
         log.warning("open_enrollment = true: allowed_nodes is ignored, any key may join")
     stop = asyncio.Event()

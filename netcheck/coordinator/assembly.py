@@ -122,8 +122,9 @@ def make_app(coord: Coordinator) -> web.Application:
     app.router.add_get(WS_PATH, coord.handle_ws)
     app.add_subapp(ADMIN_PREFIX, admin_app(coord))
     coord.screening.attach(app)
-    # issue 10: every dashboard page states which profiles cannot tell two identities apart
-    warnings = [s.message for s in unsafe_profiles(list(coord.profiles.values()))]
+    # issue 10: every dashboard page states which profiles cannot tell two identities
+    # apart; a browser user's way of calling netcheck is not known: no program named
+    warnings = [s.message for s in unsafe_profiles(list(coord.profiles.values()), prog=None)]
     add_web_routes(app, LiveView(coord), capacity_warnings=warnings)
     add_doctor_route(app, coord)  # POST /v1/doctor: signed node self-check, no session
     app.on_startup.append(coord.on_startup)

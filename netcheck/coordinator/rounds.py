@@ -50,6 +50,7 @@ from netcheck.records import (
     NodeRecord,
     NodeTiming,
     RoundKind,
+    RoundPlan,
     RoundReport,
     RoundStatus,
     Verdict,
@@ -143,12 +144,48 @@ async def _defer_checks(
 ) -> None:
     """Keep a recorded round's after-round checks for :func:`late_checks`: in the spool,
     or, if the spool cannot be written either, in memory (logged as an error; the next
-    round is refused until they are stored or run: :func:`_refuse_while_checks_held`).
+    round is refused until they are stored or run: :func:`refuse_while_checks_held`).
     Never raises: the round's results are recorded and its report goes out."""
     await asyncio.to_thread(coord.recorder.defer_checks, round_id, outcomes, records)
 
 
-async def _refuse_while_checks_held(coord: RoundHost) -> None:
+async def after_round_checks(
+    coord: RoundHost,
+    profile: Profile,
+    plan: RoundPlan,
+    outcomes: Sequence[NodeOutcome],
+    records: Mapping[str, NodeRecord],
+) -> list[int]:
+    """A recorded round's own after-round checks (``coord.round_hooks.after_round``,
+    strict), after the checks of earlier rounds that wait (:func:`late_checks`), so
+    rounds are checked in the order they ended. If an earlier round's checks still wait,
+    or the database refuses this round's (``StorageUnavailable``), they are deferred
+    (:func:`_defer_checks`: the spool, else memory) and run later by :func:`late_checks`.
+    Used by :func:`run_round` and by the gateway leader's cluster rounds. The caller
+    holds the round lock. Returns the ids of the flags raised now.
+
+    Raises:
+        Exception: only what a check raises besides :class:`StorageError` (a bug)."""
+    flag_ids: list[int] = []
+    round_id = plan.round_id
+    if (await late_checks(coord)).waiting:  # earlier rounds first, in the order they ended
+        # an earlier round's checks still wait for the database: this round's must not
+        # run before them (its strikes and proof would be read without the earlier
+        # round's); they are deferred behind them in the spool, run in order later
+        log.warning("round %s: after-round checks of earlier rounds wait for the database; "
+                    "this round's run after them (docs/spool.md)", round_id)  # fmt: skip
+        await _defer_checks(coord, round_id, outcomes, records)
+        return flag_ids
+    try:
+        for after in coord.round_hooks.after_round:
+            flag_ids += await after(profile, plan, outcomes, records, strict=True)
+    except StorageError as exc:  # locked or unreachable: run them after the outage
+        log.error("round %s: after-round checks wait for the database: %s", round_id, exc)
+        await _defer_checks(coord, round_id, outcomes, records)
+    return flag_ids
+
+
+async def refuse_while_checks_held(coord: RoundHost) -> None:
     """Before a new round: after-round checks held in memory only (neither the spool nor
     the database took them, :meth:`~netcheck.storage.durable.Recorder.defer_checks`) are
     stored in the spool or run now if either works again; if some are still held, no
@@ -305,7 +342,7 @@ async def _run_locked(
     connected = coord.connected(profile.name)
     if not connected:
         raise RoundError(f"no node connected with profile {profile.name!r}")
-    await _refuse_while_checks_held(coord)
+    await refuse_while_checks_held(coord)
     round_id = new_round_id()
     keys = sorted(s.node_key for s in connected)
     if load is None:
@@ -461,20 +498,8 @@ async def _run_locked(
     if status is RoundStatus.SPOOLED:  # the checks read and write the database
         log.warning("round %s: results spooled; its after-round checks run after the "
                     "replay (docs/spool.md)", round_id)  # fmt: skip
-    elif (await late_checks(coord)).waiting:  # earlier rounds first, in the order they ended
-        # an earlier round's checks still wait for the database: this round's must not
-        # run before them (its strikes and proof would be read without the earlier
-        # round's); they are deferred behind them in the spool, run in order later
-        log.warning("round %s: after-round checks of earlier rounds wait for the database; "
-                    "this round's run after them (docs/spool.md)", round_id)  # fmt: skip
-        await _defer_checks(coord, round_id, outcomes, records)
     else:
-        try:
-            for after in coord.round_hooks.after_round:
-                flag_ids += await after(profile, plan, outcomes, records, strict=True)
-        except StorageError as exc:  # locked or unreachable: run them after the outage
-            log.error("round %s: after-round checks wait for the database: %s", round_id, exc)
-            await _defer_checks(coord, round_id, outcomes, records)
+        flag_ids = await after_round_checks(coord, profile, plan, outcomes, records)
     report = RoundReport(
         round_id, profile.name, str(status), outcomes, phases, kind, schedule, flag_ids,
         {k: report_timing(t, first_release_ns) for k, t in timing.items()},

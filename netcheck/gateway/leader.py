@@ -22,7 +22,9 @@ from netcheck.coordinator.rounds import (
     ROUND_KINDS,
     LoadSpec,
     RoundReport,
+    after_round_checks,
     new_round_id,
+    refuse_while_checks_held,
 )
 from netcheck.errors import RoundError, StorageError
 from netcheck.records import NodeOutcome, NodeRecord, NodeTiming, Verdict
@@ -99,7 +101,9 @@ async def run_cluster_round(
     Raises:
         RoundError: not the leader, unknown profile or kind, no node joined, or
             leadership lost during the round (the new leader closes it).
-        StorageError: the plan could not be persisted.
+        StorageError: the plan could not be persisted, or the after-round checks of an
+            earlier round are held in memory only (no new round until they are stored or
+            run: :func:`~netcheck.coordinator.rounds.refuse_while_checks_held`).
     """
     profile = gw.profiles.get(profile_name)
     if profile is None:
@@ -115,6 +119,7 @@ async def run_cluster_round(
     rng = rng or random.SystemRandom()
     cluster = gw.cluster
     async with gw.round_lock:
+        await refuse_while_checks_held(gw)  # fail-safe: no round while checks are held
         t0 = time.monotonic()
         est = await gw.measure_clock()
         round_id = new_round_id()
@@ -310,7 +315,9 @@ async def _close(
         raise RoundError(f"round {round_id} was aborted by another leader; not closed here")
     results = await gw.db(cluster.round_results, round_id)
     records = {k: node_record(r) for k, r in results.items()}
-    flag_ids = await gw.screening.after_round(profile, plan, outcomes, records)
+    # The coordinator's rules (docs/spool.md): earlier rounds' checks first; checks the
+    # database refuses are deferred to the spool (else held, and no round starts).
+    flag_ids = await after_round_checks(gw, profile, plan, outcomes, records)
     report = RoundReport(
         round_id, profile_name, "complete", outcomes, phases, kind, schedule, flag_ids
     )

@@ -73,6 +73,9 @@ async def test_serve_states_unsafe_profiles_at_start(
     assert "profile cpu-factoring: capacity not measured" in text
     assert "cannot tell two identities on one card apart" in text
     assert "h200-torch-8b-bf16" not in text  # measured, margin 1.29
+    # as the capacity 409: no bare `netcheck ...` command line (said one before session 15)
+    assert "netcheck's `engine calibrate --profile cpu-factoring`" in text
+    assert "`netcheck " not in text and "netcheck engine" not in text
 
 
 def test_a_message_cap_below_a_profiles_results_is_refused_at_start(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ apart (issue 10; warnings computed by netcheck.coordinator.assembly)."""
 
 from __future__ import annotations
 
+import html as html_module
 from pathlib import Path
 
 import aiohttp
@@ -13,7 +14,9 @@ from netcheck.lab.testing import small_profile
 
 
 async def test_pages_name_unsafe_profiles_only(tmp_path: Path) -> None:
-    """An unmeasured profile is named on the nodes and rounds pages; a safe one is not."""
+    """An unmeasured profile is named on the nodes and rounds pages; a safe one is not.
+    The calibrate hint names the commands as netcheck's, without a program name, as the
+    capacity 409 does (it said a bare `netcheck engine calibrate` before session 15)."""
     unsafe = small_profile("unmeasured-profile")
     safe = small_profile(
         "measured-profile",
@@ -33,3 +36,7 @@ async def test_pages_name_unsafe_profiles_only(tmp_path: Path) -> None:
                 assert "profile unmeasured-profile: capacity not measured" in html
                 assert "cannot tell two identities on one card apart" in html
                 assert "profile measured-profile" not in html
+                # no bare `netcheck ...` command line (the browser user's is not known)
+                text = html_module.unescape(html)
+                assert "netcheck's `engine calibrate --profile unmeasured-profile`" in text
+                assert "`netcheck " not in text and "netcheck engine" not in text

@@ -1,0 +1,118 @@
+"""The after-round checks of a cluster round follow the coordinator's rules
+(docs/spool.md, "After-round checks of a spooled round"): checks the database refuses
+are deferred to the leader's spool, not lost; they run in the order the rounds ended;
+and when the spool cannot be written either they are held in memory and no new round
+starts until they are stored or run.
+
+Until session 15 the leader ran the checks non-strict: a refusal was logged and the
+round's checks were lost for good. A real gateway (leader) on PostgreSQL with emulated
+nodes (HashWorker); the database refuses the checks through the first check's storage
+call (``StorageUnavailable``, as a locked or unreachable database gives), and the full
+disk is the spool's ``append`` failing. Skipped where PostgreSQL is not configured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from gw_support import FAST, PROFILE, leader_of
+
+from netcheck.coordinator import checks
+from netcheck.errors import StorageError, StorageUnavailable
+from netcheck.lab.gateways import running_gateway
+from netcheck.lab.load import HashWorker, add_hash_references
+from netcheck.lab.testing import RunningCoordinator
+from netcheck.storage import Store
+
+
+def refusing_checks(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, bool], list[str]]:
+    """While ``outage["on"]``, the first check of a round meets an unavailable database;
+    otherwise it runs for real. Returns (outage, the rounds checked, in order)."""
+    real = checks.result_sharing
+    outage = {"on": True}
+    checked: list[str] = []
+
+    def first_check(*a: Any) -> list[int]:
+        if outage["on"]:
+            raise StorageUnavailable("database is unreachable (test: the checks' turn)")
+        checked.append(a[2].round_id)
+        return real(*a)
+
+    monkeypatch.setattr(checks, "result_sharing", first_check)
+    return outage, checked
+
+
+async def _leader_with_nodes(a: RunningCoordinator) -> RunningCoordinator:
+    for _ in range(2):
+        a.start(a.node(HashWorker(PROFILE.max_new_tokens), PROFILE.name))
+    await a.wait_connected(2)
+    return await leader_of(a)
+
+
+async def test_cluster_round_checks_refused_are_deferred_and_run_in_order(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r1's checks are refused: deferred to the leader's spool (before: logged, lost).
+    r2 finds r1's checks still refused: its own are deferred behind them, not run
+    first. Once the database answers, the replayer's pass checks r1, then r2."""
+    store = Store(pg_url)
+    add_hash_references(store, PROFILE, 60)
+    outage, checked = refusing_checks(monkeypatch)
+    async with running_gateway(
+        tmp_path, pg_url, "gw-a", [PROFILE], Ed25519PrivateKey.generate(), **FAST,
+        spool_replay_s=600.0,
+    ) as a:  # fmt: skip
+        leader = await _leader_with_nodes(a)
+        rec = leader.coord.recorder
+        r1 = await leader.coord.start_round(PROFILE.name)
+        assert r1.status == "complete" and checked == []
+        assert [r.round_id for r in rec.unchecked()] == [r1.round_id]
+        r2 = await leader.coord.start_round(PROFILE.name)
+        assert r2.status == "complete" and checked == []
+        assert [r.round_id for r in rec.unchecked()] == [r1.round_id, r2.round_id]
+        outage["on"] = False
+        await leader.coord._late_checks()  # type: ignore[attr-defined]  # the replayer's pass
+        assert checked == [r1.round_id, r2.round_id]
+        assert not rec.spool.path.exists()
+    store.close()
+
+
+async def test_cluster_round_checks_held_when_the_spool_is_unwritable_block_rounds(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r1's checks are refused and the leader's spool cannot be written (disk full): r1's
+    report still comes back, its checks are held in memory, and the next round is
+    refused (nothing planned) while neither the spool nor the database takes them. With
+    both back, the next round checks r1 first, then itself."""
+    store = Store(pg_url)
+    add_hash_references(store, PROFILE, 60)
+    outage, checked = refusing_checks(monkeypatch)
+    async with running_gateway(
+        tmp_path, pg_url, "gw-a", [PROFILE], Ed25519PrivateKey.generate(), **FAST,
+        spool_replay_s=600.0,
+    ) as a:  # fmt: skip
+        leader = await _leader_with_nodes(a)
+        rec = leader.coord.recorder
+        real_append = rec.spool.append
+
+        def disk_full(entry: Any) -> None:
+            raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+        monkeypatch.setattr(rec.spool, "append", disk_full)
+        r1 = await leader.coord.start_round(PROFILE.name)
+        assert r1.status == "complete"
+        assert rec.held == [f"{r1.round_id}/checks"] and checked == []
+        n_rounds = len(store.list_rounds(100))
+        with pytest.raises(StorageError, match="held in memory only"):
+            await leader.coord.start_round(PROFILE.name)
+        assert len(store.list_rounds(100)) == n_rounds  # nothing planned
+        monkeypatch.setattr(rec.spool, "append", real_append)
+        outage["on"] = False
+        r2 = await leader.coord.start_round(PROFILE.name)
+        assert r2.status == "complete" and rec.held == []
+        assert checked == [r1.round_id, r2.round_id]
+        assert not rec.spool.path.exists()
+    store.close()
