@@ -128,3 +128,52 @@ async def test_a_member_without_a_canary_stops_the_run_at_that_round(
     assert res.run is None and confirm_batches.pool_short(res.reason), res.as_dict()
     assert "unchecked" in res.reason
     assert res.unchecked_rounds == 1 and res.as_dict()["unchecked_rounds"] == 1
+
+
+def test_screen_run_reports_a_confirmation_the_pool_cut_short(tmp_path: Path) -> None:
+    """``screen run`` prints the group as cut short by the canary pool with its
+    unchecked rounds and exits 8 naming the build command, in text and with --json; a
+    run whose confirmation was not cut short exits 0."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+    from netcheck.coordinator import commands
+    from netcheck.exitcodes import Exit
+
+    short = {"group": ["ed25519:a", "ed25519:b"], "verdict": "not-run", "pool_short": True,
+             "unchecked_rounds": 3,
+             "reason": "reference pool too small for profile dry (round r9: 1 member(s) "
+                       "unchecked, no canary): ..."}  # fmt: skip
+    plain = {"group": ["ed25519:a", "ed25519:b"], "verdict": "cleared", "flags": [],
+             "attempt": 1, "flag_ids": [4]}  # fmt: skip
+    reports = [
+        {"profile": "dry", "rounds": [], "flags": [], "confirmations": [short]},
+        {"profile": "dry", "rounds": [], "flags": [], "confirmations": [short]},
+        {"profile": "dry", "rounds": [], "flags": [], "confirmations": [plain]},
+    ]
+
+    def fake_job(config: object, body: dict[str, object], held: dict[str, object]) -> object:
+        return {"state": "done", "report": reports.pop(0)}
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(commands, "run_job", fake_job)
+    try:
+        runner = CliRunner()
+        cfg = tmp_path / "c.toml"
+        cfg.write_text("")
+        run = ["screen", "run", "--config", str(cfg)]
+        text = runner.invoke(main, run)
+        as_json = runner.invoke(main, [*run, "--json"])
+        fine = runner.invoke(main, run)
+    finally:
+        mp.undo()
+    assert text.exit_code == as_json.exit_code == int(Exit.NOTHING_CHECKED), text.output
+    out = " ".join(text.output.split())
+    assert (
+        "cut short by the canary pool, no cleared record (3 confirmation round(s) unchecked)" in out
+    )
+    for res in (text, as_json):
+        msg = " ".join(res.output.split())
+        assert "1 suspect group(s) not cleared" in msg and "3 confirmation round(s)" in msg
+        assert "reference build --profile dry" in msg
+    assert fine.exit_code == 0, fine.output
