@@ -32,6 +32,16 @@ the caller in memory, :func:`~netcheck.analysis.confirm_budget.next_waits` over
 budget (else it is not run: reason ``confirmation budget spent``, no round, no record,
 no attempt), and a running group whose next block does not fit is stopped like a run
 whose member left (it has judged its first look: a cleared record, the attempt counts).
+
+The canary pool (docs/detection.md "Confirmation", point 10): a member that gets no
+canary gets no job and no timing (``unchecked``), so a group whose first block the
+pool cannot cover is not started (reason :data:`POOL_SHORT`: no round, no record, no
+attempt), a running run whose next block it cannot cover is stopped before the block,
+and one in which a member still comes back ``unchecked`` (the coins and the alone stage
+draw from the same pool) is stopped at that round. Such a run stores no ``cleared``
+record (pairs confirmed at a judged look are still flagged); its rounds with jobs
+count the attempt as an interrupted run's do and are pooled into the next; a WARNING
+names the profile and the build command.
 """
 
 from __future__ import annotations

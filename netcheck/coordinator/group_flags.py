@@ -92,6 +92,14 @@ def store_group_flags(
     run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]], *,
     cleared_record: bool = True,
 ) -> list[int]:  # fmt: skip
+    """Store a finished (or closed) run's flags (``shared-backend``, or
+    ``declared-host`` for members declared on one host) and, unless ``cleared_record``
+    is false (a run the canary pool cut short), the ``cleared`` record of the pairs it
+    did not confirm; returns their ids.
+
+    Raises:
+        StorageError: a flag could not be stored.
+    """
     conf_rows = flags.round_results([o.round_id for o in run.judged])
     evidence = ev.shared_backend_evidence(
         group, stored, analysis, detector, run, schedules, conf_rows
