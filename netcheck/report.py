@@ -179,10 +179,10 @@ def check_confirmations(report: Mapping[str, Any], *, config_path: Path | None =
     profile = str(report.get("profile", ""))
     unchecked = sum(int(c.get("unchecked_rounds", 0)) for c in short)
     raise NothingChecked(
-        f"{len(short)} suspect group(s) not cleared: the canary pool of profile {profile} "
-        f"could not cover their confirmation rounds ({unchecked} confirmation round(s) "
-        "ran with a member unchecked), so each was not started or was stopped, with no "
-        "cleared record. Build references "
+        f"{len(short)} suspect group(s) not judged: the canary pool of profile {profile} "
+        "could not cover their confirmation rounds"
+        + (f" ({unchecked} confirmation round(s) ran with a member unchecked)" if unchecked else "")
+        + ", so each was not started or was stopped, with no cleared record. Build references "
         f"with: {with_config(build_command(profile), config_path, _prog())}, then run "
         "screening again"
     )

@@ -174,9 +174,10 @@ def screen_run(
         members = ", ".join(_who(m, names) for m in c["group"])
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
         if c.get("pool_short"):
-            console.print(Text(f"    cut short by the canary pool, no cleared record "
-                               f"({c.get('unchecked_rounds', 0)} confirmation round(s) "
-                               f"unchecked): {c.get('reason') or c.get('stopped', '')}"))  # fmt: skip
+            n = int(c.get("unchecked_rounds", 0))
+            dry = f" ({n} confirmation round(s) with a member unchecked)" if n else ""
+            console.print(Text(f"    cut short by the canary pool, no cleared record{dry}: "
+                               f"{c.get('reason') or c.get('stopped', '')}"))  # fmt: skip
         elif c.get("reason"):
             console.print(Text(f"    {c['reason']}"))
     if report.get("flags"):

@@ -127,10 +127,15 @@ def pool_short(reason: str) -> bool:
     return reason.startswith(POOL_SHORT)
 
 
-def _pool_reason(profile: str, detail: str) -> str:
-    return (f"{POOL_SHORT} for profile {profile} ({detail}): the confirmation is not "
-            f"judged and spends no attempt; build more references with `netcheck "
-            f"reference build --profile {profile}`")  # fmt: skip
+#: What a :data:`POOL_SHORT` stop did, by where it was found.
+_NOT_STARTED = "not started: no round, no record, no attempt spent"
+_STOPPED = ("stopped, not judged: no cleared record; its rounds with jobs count the attempt "
+            "and are pooled into the next")  # fmt: skip
+
+
+def _pool_reason(profile: str, detail: str, what: str) -> str:
+    return (f"{POOL_SHORT} for profile {profile} ({detail}); {what}; build more references "
+            f"with `netcheck reference build --profile {profile}`")  # fmt: skip
 
 
 @dataclass
@@ -305,8 +310,8 @@ async def _covered(
                                         _loads(block), fps)  # fmt: skip
         if short:
             res.reason = _pool_reason(profile.name, f"first block of {len(block)} rounds; "
-                                      + "; ".join(short))  # fmt: skip
-            log.warning("profile %s: confirmation of suspect group %s not started: %s",
+                                      + "; ".join(short), _NOT_STARTED)  # fmt: skip
+            log.warning("profile %s: confirmation of suspect group %s: %s",
                         profile.name, [node_label(m) for m in res.group.members],
                         res.reason)  # fmt: skip
         else:
@@ -331,7 +336,7 @@ async def _stop_uncovered(
         if short:
             wanted -= _loads(block)
             batch.stop(slot, _pool_reason(profile.name, f"next block of {len(block)} rounds; "
-                                          + "; ".join(short)))  # fmt: skip
+                                          + "; ".join(short), _STOPPED))  # fmt: skip
 
 
 async def _step(
@@ -372,7 +377,8 @@ async def _step(
                 if unchecked is not None:
                     unchecked[slot] = unchecked.get(slot, 0) + 1
                 batch.stop(slot, _pool_reason(profile.name, f"round {report.round_id}: "
-                                              f"{len(part & dry)} member(s) unchecked, no canary"))  # fmt: skip
+                                              f"{len(part & dry)} member(s) unchecked, no canary",
+                                              _STOPPED))  # fmt: skip
         rows = await asyncio.to_thread(screening.flags.round_results, [report.round_id])
         schedules[report.round_id] = report.schedule
         observations.append(confirmation_observation(
@@ -390,7 +396,7 @@ async def _finish(
     res.stopped = batch.stopped.get(slot, "")
     dry = pool_short(res.stopped)
     if dry:
-        log.warning("profile %s: confirmation of suspect group %s stopped, not judged: %s",
+        log.warning("profile %s: confirmation of suspect group %s: %s",
                     profile.name, [node_label(m) for m in run.members], res.stopped)  # fmt: skip
     if run.group_result is None or (dry and not run.flags):
         # nothing judged, or the canaries ran out: no cleared record (the rounds it ran

@@ -96,7 +96,7 @@ async def test_a_pool_that_runs_out_between_looks_stops_the_run_without_a_record
     assert "first block" in again.reason
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("profile dry" in m and "stopped, not judged" in m for m in warnings)
-    assert any("profile dry" in m and "not started" in m for m in warnings)
+    assert any("profile dry" in m and "not started: no round" in m for m in warnings)
 
 
 async def test_an_empty_pool_starts_no_confirmation(tmp_path: Path) -> None:
@@ -170,10 +170,11 @@ def test_screen_run_reports_a_confirmation_the_pool_cut_short(tmp_path: Path) ->
     assert text.exit_code == as_json.exit_code == int(Exit.NOTHING_CHECKED), text.output
     out = " ".join(text.output.split())
     assert (
-        "cut short by the canary pool, no cleared record (3 confirmation round(s) unchecked)" in out
+        "cut short by the canary pool, no cleared record (3 confirmation round(s) with a member unchecked)"
+        in out
     )
     for res in (text, as_json):
         msg = " ".join(res.output.split())
-        assert "1 suspect group(s) not cleared" in msg and "3 confirmation round(s)" in msg
+        assert "1 suspect group(s) not judged" in msg and "3 confirmation round(s)" in msg
         assert "reference build --profile dry" in msg
     assert fine.exit_code == 0, fine.output
