@@ -160,6 +160,34 @@ def check_round_outcome(
         raise NodesFailed(f"{len(failing)} failing verdict(s)")
 
 
+def check_confirmations(report: Mapping[str, Any], *, config_path: Path | None = None) -> None:
+    """Raise when a confirmation of a screening report (``report["confirmations"]``,
+    admin ``POST /admin/screening``) was not started or stopped because the canary
+    pool could not cover it (entries with ``pool_short``): such a suspect group was
+    not judged (no ``cleared`` record), so the run did not do what it was asked.
+
+    Raises:
+        NothingChecked: some entry has ``pool_short``; the message counts them and
+            their unchecked rounds and names the command that builds references.
+    """
+    from netcheck.admin_client import NothingChecked
+    from netcheck.references.pool import build_command, with_config
+
+    short = [c for c in report.get("confirmations", ()) if c.get("pool_short")]
+    if not short:
+        return
+    profile = str(report.get("profile", ""))
+    unchecked = sum(int(c.get("unchecked_rounds", 0)) for c in short)
+    raise NothingChecked(
+        f"{len(short)} suspect group(s) not judged: the canary pool of profile {profile} "
+        "could not cover their confirmation rounds"
+        + (f" ({unchecked} confirmation round(s) ran with a member unchecked)" if unchecked else "")
+        + ", so each was not started or was stopped, with no cleared record. Build references "
+        f"with: {with_config(build_command(profile), config_path, _prog())}, then run "
+        "screening again"
+    )
+
+
 def print_nodes(data: Mapping[str, Any]) -> None:
     """Print every known node from ``GET /admin/nodes``: connected ones with their
     round-trip time and peer, disconnected ones with when they were last seen."""

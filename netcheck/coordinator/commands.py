@@ -38,7 +38,7 @@ from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
 from netcheck.coordinator.screen_follow import cancel_job, run_job
 from netcheck.exitcodes import Exit
-from netcheck.report import check_round_outcome
+from netcheck.report import check_confirmations, check_round_outcome
 from netcheck.report import console as report_console
 
 STATUS_STYLE = {"confirmed": "red", "pending": "yellow", "cleared": "green"}
@@ -136,7 +136,9 @@ def screen_run(
     Shows rounds done and an ETA while it runs, then the confirmation: rounds run so
     far, suspect groups under test and settled, and the time taken (it has no ETA). Ctrl-C cancels the run on the
     coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
-    no node was checked in any round (empty canary pool).
+    no node was checked in any round (empty canary pool), or when a suspect group's
+    confirmation was not started or was stopped because the canary pool could not cover
+    its rounds (the group is not judged: no cleared record).
     """
     body: dict[str, Any] = {"rounds": rounds, "profile": profile_name, "check_capacity": True}
     if override is not None:
@@ -156,6 +158,7 @@ def screen_run(
     if as_json:
         click.echo(json.dumps(report, indent=2))
         check_round_outcome(rounds_run, config_path=config_path)
+        check_confirmations(report, config_path=config_path)
         return
     names = held.get("names", {})
     console = report_console()
@@ -170,6 +173,13 @@ def screen_run(
     for c in report.get("confirmations", []):
         members = ", ".join(_who(m, names) for m in c["group"])
         console.print(Text(f"  suspect group [{members}]: {c['verdict']}"))
+        if c.get("pool_short"):
+            n = int(c.get("unchecked_rounds", 0))
+            dry = f" ({n} confirmation round(s) with a member unchecked)" if n else ""
+            console.print(Text(f"    cut short by the canary pool, no cleared record{dry}: "
+                               f"{c.get('reason') or c.get('stopped', '')}"))  # fmt: skip
+        elif c.get("reason"):
+            console.print(Text(f"    {c['reason']}"))
     if report.get("flags"):
         console.print(flags_table(report["flags"], "flags raised", names))
         if any(f.get("status") == "cleared" for f in report["flags"]):
@@ -190,6 +200,7 @@ def screen_run(
             )
         )
     check_round_outcome(rounds_run, config_path=config_path)
+    check_confirmations(report, config_path=config_path)
 
 
 #: Pair coverage below which the analysis line says that more rounds are needed.

@@ -32,17 +32,28 @@ the caller in memory, :func:`~netcheck.analysis.confirm_budget.next_waits` over
 budget (else it is not run: reason ``confirmation budget spent``, no round, no record,
 no attempt), and a running group whose next block does not fit is stopped like a run
 whose member left (it has judged its first look: a cleared record, the attempt counts).
+
+The canary pool (docs/detection.md "Confirmation", point 10): a member that gets no
+canary gets no job and no timing (``unchecked``), so a group whose first block the
+pool cannot cover is not started (reason :data:`POOL_SHORT`: no round, no record, no
+attempt), a running run whose next block it cannot cover is stopped before the block,
+and one in which a member still comes back ``unchecked`` (the coins and the alone stage
+draw from the same pool) is stopped at that round. Such a run stores no ``cleared``
+record (pairs confirmed at a judged look are still flagged); its rounds with jobs
+count the attempt as an interrupted run's do and are pooled into the next; a WARNING
+names the profile and the build command.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
+from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig, plan_confirmation
 from netcheck.analysis.confirm_batch import ConfirmationBatch, admit, batch_links
 from netcheck.analysis.confirm_budget import (
     BUDGET_SPENT,
@@ -58,10 +69,11 @@ from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator.group_flags import started_runs
 from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.jobs import ConfirmProgress
+from netcheck.coordinator.pool import pool_shortfall
 from netcheck.coordinator.rounds import run_round
 from netcheck.errors import RoundError
 from netcheck.logs import node_label
-from netcheck.records import FlagStatus, RoundKind, StoredRounds
+from netcheck.records import FlagStatus, RoundKind, StoredRounds, Verdict
 from netcheck.storage.flags import FlagStore
 
 
@@ -95,7 +107,8 @@ class ConfirmHost(Protocol):
 
     def _store_group_flags(
         self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
-        run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
+        run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]], *,
+        cleared_record: bool = True,
     ) -> list[int]: ...  # fmt: skip
 
 
@@ -103,6 +116,26 @@ log = logging.getLogger("netcheck.screening")
 
 #: The outcome of a group whose every pair is already inside one confirmed flag.
 ALREADY_FLAGGED = "already-flagged"
+
+#: The start of ``GroupOutcome.reason`` / a stop reason when the canary pool cannot
+#: cover a run's rounds (docs/detection.md "Confirmation", "Canaries run out").
+POOL_SHORT = "reference pool too small"
+
+
+def pool_short(reason: str) -> bool:
+    """Whether a not-run reason or stop reason is :data:`POOL_SHORT`'s."""
+    return reason.startswith(POOL_SHORT)
+
+
+#: What a :data:`POOL_SHORT` stop did, by where it was found.
+_NOT_STARTED = "not started: no round, no record, no attempt spent"
+_STOPPED = ("stopped, not judged: no cleared record; its rounds with jobs count the attempt "
+            "and are pooled into the next")  # fmt: skip
+
+
+def _pool_reason(profile: str, detail: str, what: str) -> str:
+    return (f"{POOL_SHORT} for profile {profile} ({detail}); {what}; build more references "
+            f"with `netcheck reference build --profile {profile}`")  # fmt: skip
 
 
 @dataclass
@@ -115,6 +148,7 @@ class GroupOutcome:
     ids: list[int] = field(default_factory=list)
     reason: str = ""
     stopped: str = ""
+    unchecked_rounds: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON-ready entry of the analysis report's ``confirmations``."""
@@ -122,12 +156,19 @@ class GroupOutcome:
         if self.reason == ALREADY_FLAGGED:
             return {"group": members, "verdict": ALREADY_FLAGGED}
         if self.run is None:
-            return {"group": members, "verdict": "not-run", "reason": self.reason}
+            out0: dict[str, Any] = {"group": members, "verdict": "not-run", "reason": self.reason}
+            if pool_short(self.reason):
+                out0["pool_short"] = True
+                out0["unchecked_rounds"] = self.unchecked_rounds
+            return out0
         out: dict[str, Any] = {"group": members, "verdict": self.run.verdict,
                                "flags": [list(f) for f in self.run.flags],
                                "attempt": self.run.attempt, "flag_ids": self.ids}  # fmt: skip
         if self.stopped:
             out["stopped"] = self.stopped
+        if pool_short(self.stopped):
+            out["pool_short"] = True
+            out["unchecked_rounds"] = self.unchecked_rounds
         return out
 
 
@@ -176,6 +217,7 @@ async def confirm_groups(
     schedules: dict[str, dict[str, bool]] = {}
     progress = progress or ConfirmProgress()
     progress.stage, progress.groups_total = "groups", len(groups)
+    unchecked: dict[int, int] = {}  # batch slot -> rounds in which a member got no job
     while True:
         pending = await _runnable(screening, profile, outcomes, pending)
         for i in pending:  # the budget only shrinks: a group that does not fit now never will
@@ -183,6 +225,7 @@ async def confirm_groups(
                         batch.remaining):  # fmt: skip
                 outcomes[i].reason = BUDGET_SPENT
         pending = [i for i in pending if outcomes[i].reason != BUDGET_SPENT]
+        pending = await _covered(screening, profile, outcomes, pending)
         busy = {k for slot in batch.active for k in batch.runs[slot].members}
         if batching:
             picks = [pending[j] for j in admit([groups[i].members for i in pending], busy, links)]
@@ -208,10 +251,12 @@ async def confirm_groups(
         progress.groups_done = len(groups) - len(pending) - len(batch.active)
         if not batch.active:
             return outcomes
-        batch.add(await _step(screening, profile, batch, analysis, schedules, progress))
+        await _stop_uncovered(screening, profile, batch)
+        batch.add(await _step(screening, profile, batch, analysis, schedules, progress, unchecked))
         for slot, run in enumerate(batch.runs):
             if slot not in finished and (run.done or slot in batch.stopped):
                 finished.add(slot)
+                outcomes[group_of[slot]].unchecked_rounds = unchecked.get(slot, 0)
                 await _finish(screening, profile, outcomes[group_of[slot]], batch, slot, stored,
                               analysis, schedules)  # fmt: skip
 
@@ -236,12 +281,74 @@ async def _runnable(
     return keep
 
 
+def _fingerprints(screening: ConfirmHost, profile: Profile) -> dict[str, str]:
+    return {s.node_key: s.fingerprint_id for s in screening.coord.connected(profile.name)}
+
+
+def _loads(block: Sequence[Collection[str]]) -> Counter[str]:
+    """Node key -> rounds of ``block`` (load sets) that load it."""
+    return Counter(k for load in block for k in load)
+
+
+async def _covered(
+    screening: ConfirmHost, profile: Profile, outcomes: list[GroupOutcome], pending: list[int]
+) -> list[int]:
+    """``pending`` without the groups whose first block the canary pool cannot cover
+    (:func:`~netcheck.coordinator.pool.pool_shortfall`): their outcome gets a
+    :data:`POOL_SHORT` reason (not run: no round, no record, no attempt) and a warning
+    is logged. Each group is checked against the whole pool (the runs already going
+    draw from it too: :func:`_step` stops a run whose member gets no canary)."""
+    if not pending:
+        return pending
+    fps = _fingerprints(screening, profile)
+    cycles = screening.config.confirm_cycles
+    keep = []
+    for i in pending:
+        res = outcomes[i]
+        block = plan_confirmation(list(res.group.members), cycles)
+        short = await asyncio.to_thread(pool_shortfall, screening.coord.store, profile,
+                                        _loads(block), fps)  # fmt: skip
+        if short:
+            res.reason = _pool_reason(profile.name, f"first block of {len(block)} rounds; "
+                                      + "; ".join(short), _NOT_STARTED)  # fmt: skip
+            log.warning("profile %s: confirmation of suspect group %s: %s",
+                        profile.name, [node_label(m) for m in res.group.members],
+                        res.reason)  # fmt: skip
+        else:
+            keep.append(i)
+    return keep
+
+
+async def _stop_uncovered(
+    screening: ConfirmHost, profile: Profile, batch: ConfirmationBatch
+) -> None:
+    """Stop (reason :data:`POOL_SHORT`) every active run whose next block the canary
+    pool cannot cover, the runs' needs added up in slot order (an earlier run's block
+    is served first): its members would get no job, so no timing, in the rounds the
+    pool does not cover."""
+    fps = _fingerprints(screening, profile)
+    wanted: Counter[str] = Counter()
+    for slot in batch.active:
+        block = batch.runs[slot].next_block()
+        wanted += _loads(block)
+        short = await asyncio.to_thread(pool_shortfall, screening.coord.store, profile,
+                                        wanted, fps)  # fmt: skip
+        if short:
+            wanted -= _loads(block)
+            batch.stop(slot, _pool_reason(profile.name, f"next block of {len(block)} rounds; "
+                                          + "; ".join(short), _STOPPED))  # fmt: skip
+
+
 async def _step(
     screening: ConfirmHost, profile: Profile, batch: ConfirmationBatch, analysis: Analysis,
     schedules: dict[str, dict[str, bool]], progress: ConfirmProgress,
+    unchecked: dict[int, int] | None = None,
 ) -> list[ConfirmationObservation | None]:  # fmt: skip
     """Run the shared rounds of the batch's next step (each counted in ``progress``); a
-    run whose member left stops before the next round (the others go on)."""
+    run whose member left stops before the next round (the others go on). A run whose
+    member got no job for lack of canaries (verdict ``unchecked``) in a round is
+    stopped there (reason :data:`POOL_SHORT`; that round counted in ``unchecked``,
+    slot -> rounds): that round is not judged, nor any later one."""
     observations: list[ConfirmationObservation | None] = []
     for rnd in batch.plan():
         here = {s.node_key for s in screening.coord.connected(profile.name)}
@@ -264,6 +371,14 @@ async def _step(
             observations.append(None)
             continue
         progress.rounds_done += 1
+        dry = {o.node_key for o in report.outcomes if o.verdict == Verdict.UNCHECKED}
+        for slot, part in live.parts.items():
+            if part & dry:
+                if unchecked is not None:
+                    unchecked[slot] = unchecked.get(slot, 0) + 1
+                batch.stop(slot, _pool_reason(profile.name, f"round {report.round_id}: "
+                                              f"{len(part & dry)} member(s) unchecked, no canary",
+                                              _STOPPED))  # fmt: skip
         rows = await asyncio.to_thread(screening.flags.round_results, [report.round_id])
         schedules[report.round_id] = report.schedule
         observations.append(confirmation_observation(
@@ -279,13 +394,21 @@ async def _finish(
     before its first look: nothing was judged)."""
     run = batch.runs[slot]
     res.stopped = batch.stopped.get(slot, "")
-    if run.group_result is None:
+    dry = pool_short(res.stopped)
+    if dry:
+        log.warning("profile %s: confirmation of suspect group %s: %s",
+                    profile.name, [node_label(m) for m in run.members], res.stopped)  # fmt: skip
+    if run.group_result is None or (dry and not run.flags):
+        # nothing judged, or the canaries ran out: no cleared record (the rounds it ran
+        # with jobs are pooled into the next attempt, and count it as for a run
+        # interrupted by a restart, group_flags.started_runs)
         res.reason = res.stopped
         return
     res.run = run
     res.ids = await asyncio.to_thread(
-        screening._store_group_flags, profile, res.group, stored, analysis, run, schedules
-    )
+        screening._store_group_flags, profile, res.group, stored, analysis, run, schedules,
+        cleared_record=not dry,
+    )  # fmt: skip
     log.warning("suspect group %s: %s %s (flags %s)%s",
                 [node_label(m) for m in run.members], run.verdict,
                 [[node_label(m, 12) for m in f] for f in run.flags], res.ids,

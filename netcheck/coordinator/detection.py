@@ -75,6 +75,7 @@ from netcheck.coordinator.confirm_batches import (
     ALREADY_FLAGGED,
     GroupOutcome,
     confirm_groups,
+    pool_short,
     unserved,
 )
 from netcheck.coordinator.group_flags import (
@@ -365,7 +366,11 @@ class Screening:
                                               analysis, confirming)  # fmt: skip
         left = len(unserved(outcomes))
         for res in outcomes:
-            if res.run is None and res.reason not in (ALREADY_FLAGGED, BUDGET_SPENT):
+            if (
+                res.run is None
+                and not pool_short(res.reason)
+                and res.reason not in (ALREADY_FLAGGED, BUDGET_SPENT)
+            ):  # (a short pool is logged where it is found, naming the profile)
                 log.warning("confirmation of %s not run: %s", res.group.members, res.reason)
             flag_ids.extend(res.ids)
         if left:
@@ -460,11 +465,13 @@ class Screening:
 
     def _store_group_flags(
         self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
-        run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
+        run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]], *,
+        cleared_record: bool = True,
     ) -> list[int]:  # fmt: skip
         """:func:`~netcheck.coordinator.group_flags.store_group_flags` of this coordinator."""
         return store_group_flags(self.flags, self.config, self.detector, profile, group, stored,
-                                 analysis, run, schedules)  # fmt: skip
+                                 analysis, run, schedules,
+                                 cleared_record=cleared_record)  # fmt: skip
 
     # -- per-round checks ------------------------------------------------------------------
 

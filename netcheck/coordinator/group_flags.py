@@ -89,8 +89,17 @@ def prior_observations(
 
 def store_group_flags(
     flags: FlagStore, config: CoordinatorConfig, detector: DetectorConfig, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis,
-    run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]],
+    run: ConfirmationRun, schedules: Mapping[str, dict[str, bool]], *,
+    cleared_record: bool = True,
 ) -> list[int]:  # fmt: skip
+    """Store a finished (or closed) run's flags (``shared-backend``, or
+    ``declared-host`` for members declared on one host) and, unless ``cleared_record``
+    is false (a run the canary pool cut short), the ``cleared`` record of the pairs it
+    did not confirm; returns their ids.
+
+    Raises:
+        StorageError: a flag could not be stored.
+    """
     conf_rows = flags.round_results([o.round_id for o in run.judged])
     evidence = ev.shared_backend_evidence(
         group, stored, analysis, detector, run, schedules, conf_rows
@@ -115,7 +124,7 @@ def store_group_flags(
         ids.append(fid)
     cleared = [(a, b) for a, b in itertools.combinations(sorted(set(group.members)), 2)
                if not any({a, b} <= set(f) for f in run.flags)]  # fmt: skip
-    if cleared:
+    if cleared and cleared_record:  # none for a run the canary pool cut short
         # The record of the test: it also counts this group's attempts
         # (prior_attempts), also when flags name only some of its members or merge
         # into an open flag, so a re-nominated group never gets a fresh level.

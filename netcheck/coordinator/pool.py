@@ -77,3 +77,38 @@ def live_pool(
     live = list(sessions.values())  # one C-level copy: safe from a thread
     connected = Counter((s.claim.profile, s.fingerprint_id) for s in live)
     return pool_status(store.reference_pool(), profiles, connected)
+
+
+def pool_shortfall(
+    store: Store, profile: Profile, loads: Mapping[str, int], fingerprints: Mapping[str, str]
+) -> list[str]:
+    """The fingerprints whose unspent canaries of ``profile`` cannot cover ``loads``
+    (node key -> rounds that load it; each load draws at most ``canaries_max``), as
+    ``"<fp[:12]>: N unspent, M needed"``; empty when the pool covers them. Used before
+    a confirmation block (:mod:`netcheck.coordinator.confirm_batches`): a member that
+    gets no canary gets no job and no timing (``unchecked``). A fingerprint with no
+    reference of the profile while the profile has some under another is the node's
+    mismatch (:func:`classify_skip`), not a short pool: left out.
+
+    Args:
+        loads: node key -> loaded rounds of the block.
+        fingerprints: node key -> fingerprint id (the connected sessions'); keys
+            missing here are left out.
+    """
+    need: Counter[str] = Counter()
+    for key, n in loads.items():
+        if key in fingerprints:
+            need[fingerprints[key]] += n * profile.canaries_max
+    short = []
+    any_refs: bool | None = None
+    for fp, want in sorted(need.items()):
+        left = store.count_references(fp, unspent_only=True, profile=profile.name)
+        if left >= want:
+            continue
+        if store.count_references(fp, profile=profile.name) == 0:
+            if any_refs is None:
+                any_refs = store.count_references(profile=profile.name) > 0
+            if any_refs:
+                continue  # profile-mismatch: the node's fingerprint, not our pool
+        short.append(f"fingerprint {fp[:12]}: {left} unspent canaries, {want} needed")
+    return short
