@@ -23,7 +23,10 @@ card with ``CUDA_VISIBLE_DEVICES``, joined over a real loopback websocket sessio
     flagged. Expected: a ``shared-backend`` flag naming exactly the two identities on
     card 0 (real co-location, no emulation), no flag on the honest card-1 node. The
     ``capacity`` flags that full rounds raise on the shared pair are reported apart;
-    ``s1``: the same with the shared pair only (a one-card machine).
+    ``s1``: the same with the shared pair only (a one-card machine); ``s1j`` (session
+    15): the pair of ``s1`` as a *jittering* farm (each identity holds every answer back
+    by its compute time times ``exp(0.3 |z|) - 1``, :class:`netcheck.lab.adversary.JitterWorker`,
+    the simulator's ``jitter`` adversary), expected found (``shared-backend``) all the same.
 
   Writes ``--json`` with every verdict, the nodes' GPU UUIDs and the phase summary.
 * ``node``: one node process (internal; started by ``rounds``).
@@ -59,7 +62,9 @@ PHASES: dict[str, list[tuple[str, str, str]]] = {
     "s": [("shared-A-card0", "honest", "0"), ("shared-B-card0", "honest", "0"),
           ("honest-card1", "honest", "1")],
     "s1": [("shared-A-card0", "honest", "0"), ("shared-B-card0", "honest", "0")],
+    "s1j": [("shared-A-card0", "jitter", "0"), ("shared-B-card0", "jitter", "0")],
 }  # fmt: skip
+SCREENING_PHASES = ("s", "s1", "s1j")
 EXPECTED = {"honest": "pass", "fp16": "wrong-answer", "split": "wrong-answer"}
 
 
@@ -117,6 +122,8 @@ async def node_main(args: argparse.Namespace) -> None:
         worker = EngineWorker(load_engine(profile))
     elif args.kind == "fp16":
         worker = adversary.wrong_dtype_worker(profile, "float16")
+    elif args.kind == "jitter":
+        worker = adversary.JitterWorker(EngineWorker(load_engine(profile)), log_sd=0.3)
     else:
         worker = SplitWorker(profile)
     await worker.run(get_workload(profile).generator(99).prompts(profile.batch_size))
@@ -201,7 +208,7 @@ async def run_phase(
         labels = {info["key"]: spec[0] for info, spec in zip(infos, specs, strict=True)}
         kinds = {spec[0]: spec[1] for spec in specs}
         await rc.wait_connected(len(specs), timeout_s=120)
-        if phase in ("s", "s1"):
+        if phase in SCREENING_PHASES:
             return await run_screening_phase(rc, profile, specs, infos, labels, rounds)
         out_rounds = []
         for _ in range(rounds):
@@ -333,10 +340,10 @@ async def rounds_main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         async with running_coordinator(Path(tmp), [profile], store=store) as rc:
             for phase in args.phases.split(","):
-                n = args.screen_rounds if phase in ("s", "s1") else args.rounds
+                n = args.screen_rounds if phase in SCREENING_PHASES else args.rounds
                 res = await run_phase(rc, profile, args.profile, phase, n, args.cards)
                 result["phases"].append(res)
-                if phase in ("s", "s1"):
+                if phase in SCREENING_PHASES:
                     summ = res["summary"]
                     good = summ["pair_flagged_shared_backend"] and not summ["honest_flagged"]
                     ok &= good

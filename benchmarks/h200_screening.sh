@@ -6,6 +6,7 @@
 # flags with their evidence and the per-node service times split by co-load.
 #   nvidia-h200:    OUT=$OUT bash benchmarks/h200_screening.sh           (phase s1)
 #   nvidia-h200-x2: OUT=$OUT CARDS=2 bash benchmarks/h200_screening.sh   (phase s)
+#   PHASES=s1j: the pair as a jittering farm (session 15); PHASES=s1,s1j: both in turn
 # The wheels the device lacks travel in .whl/ (how to make it: benchmarks/device_env.sh).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -13,7 +14,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD NETCHECK_MODEL_CACHE=/tmp/models PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-CARDS=${CARDS:-1}; PHASE=s1; [ "$CARDS" -ge 2 ] && PHASE=s
+CARDS=${CARDS:-1}; PHASE=s1; [ "$CARDS" -ge 2 ] && PHASE=s; PHASE=${PHASES:-$PHASE}
 P=${PROFILE:-h200-torch-bf16}
 nvidia-smi --query-gpu=index,name,uuid,driver_version --format=csv | tee "$OUT/gpus.csv"
 python3 -c "from netcheck.engines import ensure_synth_model as e, weight_hash as w; d = e('1b'); print('synth:1b', w(d))"

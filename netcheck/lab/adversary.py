@@ -10,6 +10,9 @@ fingerprint of its profile but does something cheaper:
   a shared backend (:mod:`netcheck.lab.backend`) that also serves other identities.
 - padding (:class:`PaddingWorker`, tests only): holds every answer back to a fixed
   time, the shared card's worst case, so that co-loading never shows.
+- jitter (:class:`JitterWorker`, tests and ``benchmarks/gpu_e2e.py`` only): holds every
+  answer back by a random share of its own compute time, the simulator's ``jitter``
+  adversary (``netcheck.lab.sim.population``) on a real engine.
 
 They are reachable only through the hidden ``--adversary`` option of ``netcheck node
 run``; they exist so that the demo and the tests can show cheaters being caught.
@@ -18,6 +21,7 @@ run``; they exist so that the demo and the tests can show cheaters being caught.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Sequence
@@ -150,4 +154,34 @@ class PaddingWorker:
         start = time.monotonic()
         outputs: list[list[int]] = await self.inner.run(prompts)
         await asyncio.sleep(max(0.0, self.hold_s - (time.monotonic() - start)))
+        return outputs
+
+
+class JitterWorker:
+    """A jittering farm identity: runs ``inner`` and then holds the answer back so that
+    its time is the compute time ``t`` times ``exp(log_sd * |z|)``, ``z ~ N(0, 1)``
+    drawn per batch (the simulator's ``jitter`` adversary, ``jitter_log_sd`` 0.3 there):
+    random delays meant to blur the contention between identities of one backend.
+    ``seed``: the random generator's seed (None: from the OS)."""
+
+    def __init__(self, inner: Any, log_sd: float = 0.3, seed: int | None = None) -> None:
+        if log_sd < 0:
+            raise ValueError(f"log_sd must be >= 0, got {log_sd}")
+        self.inner = inner
+        self.log_sd = log_sd
+        self._rng = random.Random(seed)
+
+    @property
+    def fingerprint(self) -> dict[str, str | int]:
+        return dict(self.inner.fingerprint)
+
+    def factor(self) -> float:
+        """The next batch's time factor ``exp(log_sd * |z|)`` (>= 1)."""
+        return math.exp(self.log_sd * abs(self._rng.gauss(0.0, 1.0)))
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        start = time.monotonic()
+        outputs: list[list[int]] = await self.inner.run(prompts)
+        spent = time.monotonic() - start
+        await asyncio.sleep(spent * (self.factor() - 1.0))
         return outputs
