@@ -70,11 +70,39 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.NoSuchOption as exc:
+            hint = _global_option_hint(ctx, exc)
+            if not hint:
+                raise
+            raise click.NoSuchOption(
+                exc.option_name, f"{exc.message} {hint}", exc.possibilities, exc.ctx
+            ) from exc
         except NetcheckError as exc:
             from netcheck.exitcodes import exit_code_for
 
             click.secho(f"error: {exc}", fg="red", err=True)
             sys.exit(exit_code_for(exc))
+
+
+def _global_option_hint(root: click.Context, exc: click.NoSuchOption) -> str:
+    """For ``exc`` (an unknown option of a subcommand), the sentence saying that it is an
+    option of netcheck itself when ``root``'s command has it (``--log-format``, ...),
+    with the command line that puts it before the command name; "" otherwise."""
+    param = next((p for p in root.command.params if exc.option_name in p.opts), None)
+    if not isinstance(param, click.Option):
+        return ""
+    value = ""
+    if isinstance(param.type, click.Choice) and param.type.choices:
+        value = f" {param.type.choices[-1]}"
+    elif not param.is_flag:
+        value = f" {param.metavar or param.name or 'VALUE'}".upper()
+    prog = root.command_path
+    sub = exc.ctx.command_path[len(prog) :] if exc.ctx is not None else " COMMAND"
+    example = f"{prog} {exc.option_name}{value}" + ("" if param.is_eager else sub)
+    return (
+        f"{exc.option_name} is an option of netcheck itself: put it before the command, "
+        f"e.g. `{example}`."
+    )
 
 
 @click.group(cls=_Group)

@@ -422,3 +422,31 @@ def test_hints_call_netcheck_as_it_was_called(
     for what, out in outputs.items():
         assert ".venv/bin/netcheck " in out, (what, out)
         assert "`netcheck " not in out and ": netcheck " not in out, (what, out)
+
+
+@pytest.mark.parametrize(
+    ("args", "example"),
+    [
+        (["nodes", "--log-format", "json"], "`netcheck --log-format json nodes`"),
+        (["engine", "calibrate", "--log-timezone=local"],
+         "`netcheck --log-timezone local engine calibrate`"),
+    ],
+)  # fmt: skip
+def test_a_global_option_after_the_command_says_where_it_goes(
+    args: list[str], example: str
+) -> None:
+    """`netcheck nodes --log-format json` (s15-new15 finding 13): click's "No such option"
+    plus that it is netcheck's own option and the command line with it in front."""
+    result = CliRunner().invoke(main, args, prog_name="netcheck")
+    assert result.exit_code == 2
+    option = next(a.split("=")[0] for a in args if a.startswith("--"))
+    assert f"No such option '{option}'" in result.output
+    assert "is an option of netcheck itself: put it before the command" in result.output
+    assert example in " ".join(result.output.split())
+
+
+def test_an_unknown_option_gets_no_global_option_hint() -> None:
+    """An option that netcheck itself does not have either stays click's plain error."""
+    result = CliRunner().invoke(main, ["nodes", "--bogus"], prog_name="netcheck")
+    assert result.exit_code == 2 and "No such option '--bogus'" in result.output
+    assert "netcheck itself" not in result.output

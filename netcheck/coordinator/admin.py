@@ -56,6 +56,7 @@ from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
 from netcheck.web.flagview import flag_view
 from netcheck.web.inputs import (
     MAX_OFFSET,
+    TOKEN_IN_URL_REFUSED,
     TOKEN_REFUSED,
     bearer_token,
     has_control_chars,
@@ -142,6 +143,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         if not _is_loopback(request.remote):
             log.warning("admin request from non-loopback address %s refused", request.remote)
             raise web.HTTPForbidden(text="admin API is loopback-only")
+        if "token" in request.query:  # a token in a URL leaks into logs: refused always
+            raise web.HTTPUnauthorized(text=TOKEN_IN_URL_REFUSED)
         token = bearer_token(request.headers.get("Authorization", ""))
         if token is None or not token_matches(token, coord.config.admin_token):
             raise web.HTTPUnauthorized(text=TOKEN_REFUSED)

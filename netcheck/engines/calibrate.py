@@ -11,7 +11,8 @@ Steps (issue 10; each reported through ``progress``):
    processes per k (:class:`colocate.ProcessPool`);
 6. t(k) = the smallest median makespan over the packings that kept exact outputs,
    beta(k), achieved FLOP/s (:func:`batch_flops` / t(1)) as a fraction of the peak,
-   capacity margin = t(2) / D(max_rtt_s).
+   capacity margin = t(2) / D(max_rtt_s); a t(k) below t(k - 1) (timing noise) is a
+   warning in ``warnings`` and sets ``t_k_suspect`` (:func:`t_k_warnings`).
 
 The result is a JSON-ready dict; :mod:`netcheck.engines.calibrate_report` renders it
 as markdown and as the profile's ``[deadline]`` and ``[capacity]`` tables.
@@ -101,6 +102,32 @@ def _card(torch: Any, device: Any) -> str:
     props = torch.cuda.get_device_properties(device)
     uuid = getattr(props, "uuid", None)
     return f"{props.name} GPU-{uuid}" if uuid else str(props.name)
+
+
+def t_k_warnings(t_k: Sequence[float], *, cpu: bool) -> list[str]:
+    """Warnings on measured t(k) (seconds, k = 1, 2, ...) that cannot be right: t(k)
+    below t(k - 1), i.e. beta(k) < 0. k identities sharing the card cannot all finish
+    sooner than k - 1 did, so such figures are timing noise (``cpu``: CPU figures, where
+    other work on the host's cores is the usual cause). Empty when t(k) never falls.
+    ``netcheck engine pool`` refuses a record whose t(2) is below t(1)."""
+    out = []
+    for k in range(2, len(t_k) + 1):
+        lo, hi = t_k[k - 1], t_k[k - 2]
+        if lo < hi:
+            beta = (lo / t_k[0] - 1) / (k - 1)
+            cause = (
+                "a noisy host: other work on its CPU cores during the run (CPU figures)"
+                if cpu
+                else "other work on this card or host during the run"
+            )
+            out.append(
+                f"t({k}) = {lo:.4f} s is below t({k - 1}) = {hi:.4f} s (beta({k}) = "
+                f"{beta:.2f}): {k} identities sharing the card cannot finish sooner than "
+                f"{k - 1}, so these timings are noise, likely {cause}. Re-run on an idle "
+                "host with more --trials (and --batches) before using this record"
+                + ("; `netcheck engine pool` refuses it." if k == 2 else ".")
+            )
+    return out
 
 
 def _best(runs: Sequence[KRun], k: int, expected: Sequence[str]) -> KRun | None:
@@ -246,6 +273,8 @@ def run_calibration(
         flops_fraction=flops / t_ref / peak,
         wall_s=time.perf_counter() - started,
     )
+    result["warnings"] = t_k_warnings(t_k, cpu=not cuda)
+    result["t_k_suspect"] = bool(result["warnings"])  # t(k) fell with k: timing noise
     if len(t_k) >= 2:
         result["margin"] = capacity_margin(t_k[1], calibrated)
         result["capacity"] = CapacityRecord(

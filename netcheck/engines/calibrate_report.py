@@ -173,6 +173,8 @@ def _capacity_lines(result: dict[str, Any]) -> list[str]:
         "| " + " | ".join(f"{t:.4f}" for t in t_k) + " | "
         + " | ".join(f"{x:.2f}" for x in result["beta"]) + f" | {verdict} |"
     )  # fmt: skip
+    for warning in result.get("warnings") or []:
+        lines += ["", f"**Warning: {warning}**"]
     if margin is None or margin < MIN_MARGIN:
         lines += ["", f"**Unsafe for capacity: {UNSAFE_TEXT}.**"]
     elif margin < TARGET_MARGIN:

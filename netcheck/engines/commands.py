@@ -148,7 +148,9 @@ def calibrate(
     and k CUDA streams in one process), t(k), beta(k), achieved FLOP/s against the
     measured bf16 matmul peak, and the capacity margin t(2)/deadline. Writes JSON,
     markdown and the profile's [deadline]/[capacity] tables. On a CPU every figure is
-    labelled a CPU figure. Exits 1 when the quick selftest failed, 2 on an error.
+    labelled a CPU figure. A t(k) below t(k-1) (timing noise: a busy host) is a warning
+    in the output, the markdown and the JSON (t_k_suspect). Exits 1 when the quick
+    selftest failed, 2 on an error.
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -190,6 +192,8 @@ def calibrate(
     tables = toml_tables(result)
     Path(f"{base}.tables.toml").write_text(tables, encoding="utf-8")
     console.print(markdown, markup=False, highlight=False, soft_wrap=True)
+    for warning in result.get("warnings") or []:
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
     if update_profile:
         path = _profile_path(str(profile_name))
         path.write_text(replace_tables(path.read_text(encoding="utf-8"), tables), "utf-8")

@@ -34,8 +34,15 @@ from netcheck.errors import StorageError
 from netcheck.records import Flag
 from netcheck.storage.group_reader import GroupQueries
 from netcheck.storage.store import Store
+from netcheck.storage.tables import (
+    flag_reviews,
+    nodes,
+    reference_prompts,
+    results,
+    rounds,
+    verdicts,
+)
 from netcheck.storage.tables import flags as flags_table
-from netcheck.storage.tables import nodes, reference_prompts, results, rounds, verdicts
 
 #: Failing verdicts among a node's most recent ``STRIKE_WINDOW`` verdicts are its strikes.
 STRIKE_WINDOW = 10
@@ -65,6 +72,12 @@ EXPORT_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
 }  # fmt: skip
 _EXPORT_TABLES = {"rounds": rounds, "verdicts": verdicts, "timings": results}
+#: Review columns after the ``flags`` columns in the flags export: the latest
+#: ``flag_reviews`` row's state (``open`` when never reviewed), who, when (Unix seconds)
+#: and note; all but ``review`` null for a flag never reviewed.
+REVIEW_COLUMNS: dict[str, str] = {
+    "review": "text", "reviewed_by": "text", "reviewed_at": "float", "review_note": "text",
+}  # fmt: skip
 
 
 def _type_name(column: Any) -> str:
@@ -92,6 +105,7 @@ class Reader(GroupQueries):
     def __init__(self, store: Store) -> None:
         super().__init__(store)
         self._flags: Table | None = None
+        self._reviews: Table | None = None
 
     # ------------------------------------------------------------------ nodes
 
@@ -333,6 +347,41 @@ class Reader(GroupQueries):
         with self._conn("list flags") as conn:
             return [Flag.from_row(dict(r._mapping)) for r in conn.execute(query)]
 
+    def _reviews_table(self) -> Table | None:
+        if self._reviews is not None:
+            return self._reviews
+        try:
+            if not inspect(self._engine).has_table("flag_reviews"):
+                return None
+        except SQLAlchemyError as exc:
+            raise StorageError(f"dashboard: read flag_reviews table: {exc}") from exc
+        self._reviews = flag_reviews
+        return flag_reviews
+
+    def flag_review_states(self) -> dict[int, dict[str, Any]]:
+        """flag id -> the :data:`REVIEW_COLUMNS` of its latest ``flag_reviews`` row (by
+        row id, not wall-clock ``at``); flags never reviewed (or no such table) are absent.
+
+        Raises:
+            StorageError: the database failed.
+        """
+        table = self._reviews_table()
+        if table is None:
+            return {}
+        t = table.c
+        latest = select(func.max(t.id)).group_by(t.flag_id).scalar_subquery()
+        query = select(t.flag_id, t.state, t.by, t.at, t.note).where(t.id.in_(latest))
+        with self._conn("read flag reviews") as conn:
+            return {
+                int(r.flag_id): {
+                    "review": r.state,
+                    "reviewed_by": r.by,
+                    "reviewed_at": r.at,
+                    "review_note": r.note,
+                }
+                for r in conn.execute(query)
+            }
+
     def flag_columns(self) -> tuple[str, ...]:
         """Column names of the ``flags`` table (empty without one)."""
         table = self._flags_table()
@@ -344,7 +393,9 @@ class Reader(GroupQueries):
         """How each column of an export decodes from CSV (see :func:`_type_name`)."""
         if kind == "flags":
             table = self._flags_table()
-            return {} if table is None else {c.name: _type_name(c) for c in table.columns}
+            if table is None:
+                return {}
+            return {c.name: _type_name(c) for c in table.columns} | REVIEW_COLUMNS
         table = _EXPORT_TABLES[kind]
         return {c: _type_name(table.c[c]) for c in EXPORT_COLUMNS[kind]}
 
@@ -354,13 +405,20 @@ class Reader(GroupQueries):
         """Columns and rows of one export: ``rounds``, ``verdicts``, ``timings`` or ``flags``.
 
         Rows are in a fixed order (insertion order: ``rounds.seq``, the others' ``id``);
-        ``round_id`` limits rounds, verdicts and timings to one round.
+        ``round_id`` limits rounds, verdicts and timings to one round. Flags carry their
+        review state after the stored columns (:data:`REVIEW_COLUMNS`).
 
         Raises:
             KeyError: unknown ``kind``.
         """
         if kind == "flags":
-            return self.flag_columns(), [f.as_dict() for f in self.flags()]
+            cols = self.flag_columns()
+            if not cols:
+                return (), []
+            reviews = self.flag_review_states()
+            none = dict.fromkeys(REVIEW_COLUMNS) | {"review": "open"}
+            rows = [f.as_dict() | reviews.get(int(f.flag_id), none) for f in self.flags()]
+            return cols + tuple(REVIEW_COLUMNS), rows
         cols = EXPORT_COLUMNS[kind]
         table = _EXPORT_TABLES[kind]
         order = rounds.c.seq if kind == "rounds" else table.c.id

@@ -17,17 +17,18 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from netcheck.web.inputs import TOKEN_REFUSED, bearer_token, has_control_chars, token_matches
+from netcheck.web.inputs import (
+    TOKEN_IN_URL_REFUSED,
+    TOKEN_REFUSED,
+    bearer_token,
+    has_control_chars,
+    token_matches,
+)
 
 if TYPE_CHECKING:
     from netcheck.web.view import CoordinatorView
 
 COOKIE = "netcheck_dashboard"
-#: The 401 text for a token in the URL of anything but a dashboard page.
-TOKEN_IN_URL_REFUSED = (
-    "the admin token is not accepted in a URL here (it would stay in logs and "
-    "histories): send it as the header Authorization: Bearer TOKEN"
-)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -122,16 +123,17 @@ class AccessMixin:
             return await handler(request)
         if not self.allow_remote and not is_loopback(request.remote):
             raise web.HTTPForbidden(text="the dashboard is loopback-only")
-        if path in ("/dashboard/login", "/dashboard/logout") or self.authorized(request):
-            return await handler(request)
         # Tokens in URLs end up in browser history, shell history, scrape configs and
         # proxy logs (docs/dashboard.md, "Tokens in URLs"): ?token= is only a one-time
         # login link for a dashboard page, exchanged for the cookie and taken out of
-        # the URL; anywhere else it is refused, and it is never copied into a URL.
+        # the URL; anywhere else it is refused, even beside a valid header or cookie
+        # (the request still put the token in a URL), and it is never copied into a URL.
         page = request.method == "GET" and path.startswith("/dashboard")
         query_token = request.query.get("token")
         if query_token is not None and not page:
             raise web.HTTPUnauthorized(text=TOKEN_IN_URL_REFUSED)
+        if path in ("/dashboard/login", "/dashboard/logout") or self.authorized(request):
+            return await handler(request)
         rest = request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"})
         if query_token is not None and self.token_ok(query_token):
             return self.with_cookie(str(rest))

@@ -16,7 +16,7 @@ What :func:`presented` adds to the stored columns, so an export reads like every
 surface (docs/glossary.md):
 
 - times: each Unix-seconds column (``started_at``, ``finished_at``, ``recorded_at``,
-  ``created_at``) holds ISO 8601 text in UTC with microseconds
+  ``created_at``, ``reviewed_at``) holds ISO 8601 text in UTC with microseconds
   (``2026-11-30T18:28:01.424897+00:00``, type ``time``), followed by the stored number
   as ``<column>_unix`` (type ``float``, seconds since 1970 UTC, exact) for
   re-analysis;
@@ -40,7 +40,7 @@ KINDS = ("rounds", "verdicts", "timings", "flags")
 TIME_COLUMNS = {
     "rounds": ("started_at", "finished_at"),
     "verdicts": ("recorded_at",),
-    "flags": ("created_at",),
+    "flags": ("created_at", "reviewed_at"),
 }
 
 

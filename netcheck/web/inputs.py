@@ -137,6 +137,13 @@ TOKEN_REFUSED = (
     "(admin_token in coordinator.toml); ?token= works only as a login link to a "
     "/dashboard page"
 )
+#: The 401 text for a ``?token=`` in the URL of anything but a dashboard page GET
+#: (/export/, /metrics, /admin/, any POST), given even with a right token or a valid
+#: header beside it: a token in a URL stays in logs and histories (docs/dashboard.md).
+TOKEN_IN_URL_REFUSED = (
+    "the admin token is not accepted in a URL here (it would stay in logs and "
+    "histories): send it as the header Authorization: Bearer TOKEN"
+)
 
 
 def bearer_token(header: str) -> str | None:

@@ -9,7 +9,12 @@ import pytest
 
 from netcheck.capacity import capacity_status
 from netcheck.config import DEFAULT_PROFILES_DIR, DeadlineParams, load_profile
-from netcheck.engines.calibrate import batch_flops, model_shape, run_calibration
+from netcheck.engines.calibrate import (
+    batch_flops,
+    model_shape,
+    run_calibration,
+    t_k_warnings,
+)
 from netcheck.engines.calibrate_report import render_markdown, replace_tables, toml_tables
 from netcheck.engines.colocate import KRun, outputs_digest
 from netcheck.errors import EngineError
@@ -135,6 +140,48 @@ def test_flops_line_readable_on_a_cpu() -> None:
     assert "Above 100%" not in render_markdown(_result(), "x")
 
 
+def test_t_k_below_t1_is_a_warning_naming_cause_and_remedy() -> None:
+    """t(2) < t(1) (the noisy-CPU figures of s15: 0.263 < 0.320, beta -0.18) is a warning
+    naming the cause (a noisy host) and the remedy (an idle host, more trials); t(k) that
+    never falls gives none."""
+    assert t_k_warnings([0.32, 0.5, 0.7], cpu=True) == []
+    assert t_k_warnings([0.32, 0.32], cpu=False) == []
+    (w,) = t_k_warnings([0.320, 0.263], cpu=True)
+    assert "t(2) = 0.2630 s is below t(1) = 0.3200 s (beta(2) = -0.18)" in w
+    assert "noisy host" in w and "CPU figures" in w
+    assert "idle host" in w and "--trials" in w and "engine pool` refuses" in w
+    (w3,) = t_k_warnings([0.3, 0.6, 0.5], cpu=False)
+    assert w3.startswith("t(3) = 0.5000 s is below t(2)") and "card" in w3
+    assert "refuses" not in w3  # pool checks t(2) against t(1) only
+
+
+def test_calibrate_command_warns_when_t2_is_below_t1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``engine calibrate`` shows the t(k) warning on stderr and in the markdown, and the
+    JSON record carries it (``t_k_suspect``); it still exits 0, like the margin checks."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+    from netcheck.engines import calibrate
+
+    noisy = _result()
+    noisy["t_k_s"] = [0.320, 0.263]
+    noisy["beta"] = [-0.18]
+    noisy["warnings"] = t_k_warnings([0.320, 0.263], cpu=True)
+    noisy["t_k_suspect"] = True
+    monkeypatch.setattr(calibrate, "run_calibration", lambda *_a, **_k: noisy)
+    args = ["engine", "calibrate", "--profile", "cpu-tiny", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "warning: t(2) = 0.2630 s is below t(1)" in result.stderr
+    md = (tmp_path / "cpu-tiny.md").read_text()
+    assert "**Warning: t(2) = 0.2630 s is below t(1)" in md
+    record = json.loads((tmp_path / "cpu-tiny.json").read_text())
+    assert record["t_k_suspect"] is True and "noisy host" in record["warnings"][0]
+    assert "Warning" not in render_markdown(_result(), "x")
+
+
 @pytest.mark.slow
 def test_run_calibration_on_cpu() -> None:
     """The whole calibration on the CPU: t(1), two identities as two processes with exact
@@ -158,3 +205,4 @@ def test_run_calibration_on_cpu() -> None:
     d = prof.model_copy(update={"deadline": DeadlineParams(**result["deadline"])})
     assert result["margin"] == pytest.approx(result["t_k_s"][1] / d.deadline_s(0.05))
     assert steps[0] == "loading the engine" and steps[-1] == "done"
+    assert result["t_k_suspect"] is bool(result["warnings"])

@@ -37,6 +37,25 @@ async def test_token_in_url_refused_on_exports_and_metrics(
                     assert resp.status == 200, path
 
 
+async def test_token_in_url_refused_even_beside_a_valid_header(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """?token= on /export/, /metrics and /admin/ is 401 even when the request also has a
+    valid Authorization header (was 200 for /export/ and /admin/: s15-new15 finding 14),
+    as docs/dashboard.md says: the token still went into a URL, so it is refused always."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        base = f"http://127.0.0.1:{rc.port}"
+        token = rc.coord.config.admin_token
+        bearer = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession(headers=bearer) as http:
+            for path in ("/export/flags.json", "/export/rounds.csv", "/metrics", "/admin/status"):
+                async with http.get(f"{base}{path}?token={token}") as resp:
+                    assert resp.status == 401, path
+                    assert "not accepted in a URL" in await resp.text(), path
+                async with http.get(base + path) as resp:
+                    assert resp.status == 200, path
+
+
 async def test_token_in_url_refused_on_dashboard_posts(tmp_path: Path, profile: Profile) -> None:
     """A POST to a dashboard path with ?token= is 401, not served (was served)."""
     async with web_coordinator(tmp_path, [profile]) as rc:

@@ -15,6 +15,7 @@ from netcheck.config import Profile, load_profile
 from netcheck.lab.sample import fill_synthetic
 from netcheck.storage import tables
 from netcheck.storage.reader import EXPORT_COLUMNS
+from netcheck.storage.reviews import ReviewStore
 from netcheck.storage.tables import flags as flags_table
 from netcheck.web.exports import KINDS, parse_csv
 
@@ -22,7 +23,7 @@ TABLES = {"rounds": tables.rounds, "verdicts": tables.verdicts, "timings": table
 
 
 TIMES = {"rounds": ("started_at", "finished_at"), "verdicts": ("recorded_at",),
-         "flags": ("created_at",)}  # fmt: skip
+         "flags": ("created_at", "reviewed_at")}  # fmt: skip
 
 
 def db_rows(store: Any, kind: str) -> list[dict[str, Any]]:
@@ -39,6 +40,17 @@ def db_rows(store: Any, kind: str) -> list[dict[str, Any]]:
     with store._engine.connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(query)]
         names = dict(conn.execute(select(tables.nodes.c.node_key, tables.nodes.c.name)).all())
+        if kind == "flags":  # the latest review row of each flag (open when none)
+            fr = tables.flag_reviews
+            latest: dict[int, Any] = {}
+            for r in conn.execute(select(fr).order_by(fr.c.id)):
+                latest[r.flag_id] = r
+            for row in rows:
+                rv = latest.get(row["flag_id"])
+                row["review"] = rv.state if rv else "open"
+                row["reviewed_by"] = rv.by if rv else None
+                row["reviewed_at"] = rv.at if rv else None
+                row["review_note"] = rv.note if rv else None
     for r in rows:
         for c in TIMES.get(kind, ()):
             r[f"{c}_unix"] = r[c]
@@ -60,6 +72,9 @@ async def test_csv_and_json_exports_round_trip(tmp_path: Path, profile: Profile)
     """Every export, parsed back (CSV with the published types), equals the database rows."""
     async with web_coordinator(tmp_path, [profile]) as rc:
         fill_synthetic(rc.coord.store, n_rounds=6, n_honest=2, seed=3)
+        reviews = ReviewStore(rc.coord.store)
+        reviews.review(1, "acknowledged", "bob")
+        reviews.review(1, "false-positive", "alice", 'same card, "two" sockets, 1 GPU')
         headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
         base = f"http://127.0.0.1:{rc.port}/export"
         async with aiohttp.ClientSession(headers=headers) as http:
@@ -112,3 +127,35 @@ async def test_exports_show_iso_times_and_node_names(tmp_path: Path, profile: Pr
     assert abs(parsed - row["recorded_at_unix"]) < 1e-5
     assert header.index("node_name") == header.index("node_key") + 1
     assert all(r["node_name"] for r in doc["rows"])  # the sample nodes are all named
+
+
+async def test_flags_export_carries_the_review_state(tmp_path: Path, profile: Profile) -> None:
+    """An analyst's review (state, who, when, note) is in both flag exports: the latest
+    review of a flag, ``open`` with empty cells for a flag never reviewed."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        fill_synthetic(rc.coord.store, n_rounds=6, n_honest=2, seed=3)
+        reviews = ReviewStore(rc.coord.store)
+        reviews.review(1, "acknowledged", "bob")
+        row = reviews.review(1, "false-positive", "alice", "one card, two sockets")
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        base = f"http://127.0.0.1:{rc.port}/export"
+        async with aiohttp.ClientSession(headers=headers) as http:
+            async with http.get(f"{base}/flags.json") as resp:
+                doc = await resp.json()
+            async with http.get(f"{base}/flags.csv") as resp:
+                text = await resp.text()
+    cols = doc["columns"]
+    assert cols[-5:] == ["review", "reviewed_by", "reviewed_at", "reviewed_at_unix",
+                         "review_note"]  # fmt: skip
+    assert doc["types"]["reviewed_at"] == "time"
+    by_id = {r["flag_id"]: r for r in doc["rows"]}
+    assert len(by_id) > 1
+    one = by_id[1]
+    assert (one["review"], one["reviewed_by"], one["review_note"]) == (
+        "false-positive", "alice", "one card, two sockets")  # fmt: skip
+    assert one["reviewed_at_unix"] == row["at"] and one["reviewed_at"].endswith("+00:00")
+    other = next(r for i, r in by_id.items() if i != 1)
+    assert other["review"] == "open" and other["reviewed_by"] is None
+    _, csv_rows = parse_csv(text, doc["types"])
+    csv_one = next(r for r in csv_rows if r["flag_id"] == 1)
+    assert csv_one["review"] == "false-positive" and csv_one["reviewed_by"] == "alice"
