@@ -1,0 +1,200 @@
+"""A node facing a coordinator that holds the pinned key but misbehaves (hostile or
+buggy): real websocket sessions, the real handshake and transport; the coordinator
+side is scripted here with the protocol's sans-I/O core. The node must bound what it
+holds and end every session without an unhandled exception."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+from aiohttp import WSMsgType, web
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.lab.adversary import MadeUpWorker
+from netcheck.node.client import NodeClient
+from netcheck.node.serving import MAX_JOBS_IN_FLIGHT, MAX_PROBES_IN_FLIGHT
+from netcheck.protocol.handshake import CoordinatorHandshake
+from netcheck.protocol.jobs import seal_job
+from netcheck.protocol.messages import (
+    Ack,
+    Bye,
+    Error,
+    Job,
+    Message,
+    Probe,
+    ProbeReply,
+    Release,
+    Result,
+)
+from netcheck.protocol.session import Session
+from netcheck.protocol.states import Role
+
+FP: dict[str, str | int] = {"engine": "fake", "batch_size": 4, "prompt_len": 32}
+KEY, NONCE = os.urandom(32), bytes(12)
+Script = Callable[[web.WebSocketResponse, Session], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def hostile(script: Script) -> AsyncIterator[tuple[str, Ed25519PrivateKey]]:
+    """A server on the node endpoint that completes the real handshake with its own key
+    (the node pins it), then runs ``script(ws, session)``; yields (url, its key)."""
+    identity = Ed25519PrivateKey.generate()
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        hs = CoordinatorHandshake(identity, lambda key: True)
+        await ws.send_bytes(hs.receive_hello((await ws.receive()).data))
+        accepted = hs.receive_auth((await ws.receive()).data)
+        await script(ws, Session(Role.COORDINATOR, accepted.transport))
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/ws", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"ws://127.0.0.1:{port}/v1/ws", identity
+    finally:
+        await runner.cleanup()
+
+
+async def read(ws: web.WebSocketResponse, session: Session) -> Message:
+    """The node's next message (through the coordinator's state table)."""
+    frame = await ws.receive(timeout=10)
+    assert frame.type is WSMsgType.BINARY, frame
+    return session.receive_frame(frame.data)
+
+
+def job(round_id: str) -> Job:
+    return Job(round_id, NONCE, seal_job(["p"] * 4, KEY, round_id, NONCE), 4, 4, 5.0)
+
+
+async def run_node(script: Script, worker: Any) -> tuple[NodeClient, list[dict[str, Any]]]:
+    """Run one node session against ``script``; returns the client and the event loop's
+    unhandled-exception reports (a task that died with an exception nobody awaited)."""
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, Any]] = []
+    old = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, ctx: unhandled.append(ctx))
+    try:
+        async with hostile(script) as (url, identity):
+            node = NodeClient(url, Ed25519PrivateKey.generate(), identity.public_key(), "p", worker)
+            await asyncio.wait_for(node.run_session(), 30)
+        for _ in range(3):  # let finished tasks be collected and reported
+            await asyncio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(old)
+    return node, unhandled
+
+
+class GatedWorker(MadeUpWorker):
+    """Batches and probes wait for ``gate``; counts the probes running at once."""
+
+    def __init__(self) -> None:
+        super().__init__(FP, 4)
+        self.gate = asyncio.Event()
+        self.probing = self.most_probing = 0
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        await self.gate.wait()
+        return await super().run(prompts)
+
+    async def probe(self, challenge: bytes) -> bytes:
+        self.probing += 1
+        self.most_probing = max(self.most_probing, self.probing)
+        await self.gate.wait()
+        self.probing -= 1
+        return bytes(32)
+
+
+async def test_job_flood_is_answered_busy_beyond_the_in_flight_cap() -> None:
+    """Jobs beyond MAX_JOBS_IN_FLIGHT (held or running) get ``error`` "node busy" and
+    are not stored (before: every job was held, 300 jobs of 900 KB = 270 MB more RSS);
+    the held ones still run, and a finished one frees its place."""
+    worker = GatedWorker()
+    seen: list[Message] = []
+
+    async def script(ws: web.WebSocketResponse, session: Session) -> None:
+        n = MAX_JOBS_IN_FLIGHT + 6
+        for i in range(n):
+            await ws.send_bytes(session.send(job(f"r{i}")))
+        seen.extend([await read(ws, session) for _ in range(n)])
+        await ws.send_bytes(session.send(Release("r0", KEY)))  # r0 runs
+        await ws.send_bytes(session.send(job("late")))  # r0 still holds its place
+        seen.append(await read(ws, session))
+        worker.gate.set()
+        seen.append(await read(ws, session))  # r0's result
+        await ws.send_bytes(session.send(job("after")))  # a place is free again
+        seen.append(await read(ws, session))
+        await ws.close()
+
+    _, unhandled = await run_node(script, worker)
+    first, rest = seen[:MAX_JOBS_IN_FLIGHT], seen[MAX_JOBS_IN_FLIGHT:-3]
+    assert [type(m) for m in first] == [Ack] * MAX_JOBS_IN_FLIGHT
+    assert rest and all(isinstance(m, Error) and m.reason.startswith("node busy") for m in rest)
+    late, result, after = seen[-3:]
+    assert isinstance(late, Error) and late.round_id == "late"
+    assert isinstance(result, Result) and result.round_id == "r0"
+    assert isinstance(after, Ack) and after.round_id == "after"
+    assert unhandled == []
+
+
+async def test_probe_flood_is_bounded() -> None:
+    """At most MAX_PROBES_IN_FLIGHT probes compute at once; the excess gets no reply
+    (before: one task per probe, 37,575 pending after 100,000 probes)."""
+    worker = GatedWorker()
+    replies: list[Message] = []
+
+    async def script(ws: web.WebSocketResponse, session: Session) -> None:
+        for i in range(MAX_PROBES_IN_FLIGHT * 4):
+            await ws.send_bytes(session.send(Probe(i, os.urandom(32))))
+        await asyncio.sleep(0.3)
+        worker.gate.set()
+        replies.extend([await read(ws, session) for _ in range(MAX_PROBES_IN_FLIGHT)])
+        with pytest.raises(TimeoutError):  # nothing more
+            await ws.receive(timeout=0.3)
+        await ws.close()
+
+    _, unhandled = await run_node(script, worker)
+    assert worker.most_probing == MAX_PROBES_IN_FLIGHT
+    assert [type(m) for m in replies] == [ProbeReply] * MAX_PROBES_IN_FLIGHT
+    assert unhandled == []
+
+
+@pytest.mark.parametrize("ending", ["bye", "garbage"])
+async def test_session_ending_while_a_batch_runs_leaves_no_task_error(
+    ending: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coordinator says ``bye`` (or sends a frame that fails the session) while the
+    node computes; the batch then finishes during the close. Before: its result send
+    raised LocalProtocolError in a task nobody awaited ("Task exception was never
+    retrieved", with traceback). Now: one log line that the result was not sent."""
+    worker = GatedWorker()
+
+    async def script(ws: web.WebSocketResponse, session: Session) -> None:
+        await ws.send_bytes(session.send(job("r1")))
+        assert isinstance(await read(ws, session), Ack)
+        await ws.send_bytes(session.send(Release("r1", KEY)))
+        if ending == "bye":
+            await ws.send_bytes(session.send(Bye("going away")))
+        else:
+            await ws.send_bytes(b"\x01" + bytes(40))  # counter 0 again: COUNTER_MISMATCH
+        await asyncio.sleep(0.2)
+        worker.gate.set()  # the batch ends while the node waits for our close reply
+        await asyncio.sleep(0.3)
+        await ws.close()
+
+    with caplog.at_level(logging.WARNING, logger="netcheck.node"):
+        _, unhandled = await run_node(script, worker)
+    assert unhandled == []
+    assert "session gone before the result of r1 was sent" in caplog.text
