@@ -16,6 +16,7 @@ import pytest
 from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+import netcheck.node.client as client_mod
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.node.client import NodeClient
 from netcheck.node.serving import MAX_JOBS_IN_FLIGHT, MAX_PROBES_IN_FLIGHT
@@ -198,3 +199,52 @@ async def test_session_ending_while_a_batch_runs_leaves_no_task_error(
         _, unhandled = await run_node(script, worker)
     assert unhandled == []
     assert "session gone before the result of r1 was sent" in caplog.text
+
+
+@pytest.mark.parametrize("upgrade", [False, True], ids=["silent-tcp", "silent-after-upgrade"])
+async def test_a_silent_server_is_given_up_after_the_handshake_timeout(
+    upgrade: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that accepts the connection and then says nothing (no HTTP answer, or
+    no ``welcome`` after the upgrade) is given up after HANDSHAKE_TIMEOUT_S with a
+    message saying which step. Before: without the upgrade answer the node waited for
+    aiohttp's 300 s default, and both timeouts were logged with an empty reason."""
+    monkeypatch.setattr(client_mod, "HANDSHAKE_TIMEOUT_S", 0.5)
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(30)
+
+    async def no_welcome(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await asyncio.sleep(30)
+        return ws
+
+    if upgrade:
+        app = web.Application()
+        app.router.add_get("/v1/ws", no_welcome)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    else:
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+    node = NodeClient(
+        f"ws://127.0.0.1:{port}/v1/ws",
+        Ed25519PrivateKey.generate(),
+        Ed25519PrivateKey.generate().public_key(),
+        "p",
+        MadeUpWorker(FP, 4),
+    )
+    try:
+        with pytest.raises(TimeoutError) as err:
+            await asyncio.wait_for(node.run_session(), 5)
+    finally:
+        if upgrade:
+            await runner.cleanup()
+        else:
+            server.close()
+    step = "handshake not completed" if upgrade else "no websocket upgrade answer"
+    assert f"{step} within 0.5 s" in str(err.value)
