@@ -143,6 +143,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         hint = ""
         if "Cannot overwrite a value" in str(exc) or "twice" in str(exc):

@@ -276,7 +276,7 @@ def pool(
         for path in records:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, RecursionError) as exc:  # nested too deeply
                 raise ValueError(f"{path}: not a readable JSON calibration record: {exc}") from exc
             if not isinstance(data, dict):
                 raise ValueError(f"{path}: not a calibration record (a JSON object)")

@@ -72,7 +72,7 @@ def _parse(lines: list[str]) -> Iterator[dict[str, Any]]:
     for text in lines:
         try:
             obj = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply
             continue
         if isinstance(obj, dict):
             yield obj
