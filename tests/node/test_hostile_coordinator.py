@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +19,12 @@ from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import netcheck.node.client as client_mod
+from netcheck.config import load_node_config
+from netcheck.errors import NetcheckError
+from netcheck.keys import generate_key, public_key_text
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.node.client import NodeClient
+from netcheck.node.doctor import ask_coordinator
 from netcheck.node.serving import MAX_JOBS_IN_FLIGHT, MAX_PROBES_IN_FLIGHT
 from netcheck.protocol.handshake import CoordinatorHandshake
 from netcheck.protocol.jobs import seal_job
@@ -248,3 +254,64 @@ async def test_a_silent_server_is_given_up_after_the_handshake_timeout(
             server.close()
     step = "handshake not completed" if upgrade else "no websocket upgrade answer"
     assert f"{step} within 0.5 s" in str(err.value)
+
+
+GOOD_REPLY = (
+    b'{"profile": "p", "profile_accepted": true, "profiles": ["p"], "fingerprint_id": "ab",'
+    b' "references": 4, "unspent": 4, "profile_references": 4, "mismatch": ""}'
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "says"),
+    [
+        (200, b"{bad", "not JSON"),
+        (200, b"[" * 20_000 + b"]" * 20_000, "not JSON"),
+        (200, b'{"profile_accepted": true, "profiles": ["p"]}', "'fingerprint_id' missing"),
+        (200, b'{"profile_accepted": false, "profiles": "p"}', "'profiles' missing or not list"),
+        (200, GOOD_REPLY.replace(b'"unspent": 4', b'"unspent": "4"'), "'unspent' missing"),
+        (200, GOOD_REPLY.replace(b'"unspent": 4', b'"unspent": true'), "'unspent' missing"),
+        (200, b" " * (2 << 20) + GOOD_REPLY, "reply larger than"),
+        (500, b"x" * (2 << 20), "reply larger than"),
+    ],
+    ids=["syntax", "deep", "missing", "profiles-str", "str-int", "bool-int", "huge", "huge-500"],
+)
+async def test_doctor_query_refuses_a_bad_reply(
+    tmp_path: Path, status: int, body: bytes, says: str
+) -> None:
+    """The doctor's HTTP query (§5.12) is not authenticated: a reply that is not JSON,
+    misses a field, has one of the wrong type or is huge is a NetcheckError naming what
+    is wrong. Before: JSONDecodeError / RecursionError from resp.json(), and KeyError or
+    TypeError in `netcheck doctor`'s acceptance check, all tracebacks; any size read."""
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/doctor", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    generate_key(tmp_path / "node.pem")
+    key = public_key_text(Ed25519PrivateKey.generate())
+    (tmp_path / "node.toml").write_text(
+        f'coordinator_url = "ws://127.0.0.1:{port}/v1/ws"\ncoordinator_key = "{key}"\n'
+        'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
+    )
+    cfg = load_node_config(tmp_path / "node.toml")
+    try:
+        with pytest.raises(NetcheckError, match=says):
+            await ask_coordinator(cfg, "p", FP)
+    finally:
+        await runner.cleanup()
+
+
+def test_doctor_query_accepts_the_real_reply_shape() -> None:
+    """The coordinator's own reply (tests/node/test_doctor.py runs it end to end) passes
+    the shape check: a profile accepted with references, and one refused."""
+    from netcheck.node.doctor import _reply_problem
+
+    assert _reply_problem(json.loads(GOOD_REPLY)) is None
+    assert _reply_problem({"profile": "x", "profile_accepted": False, "profiles": []}) is None
