@@ -22,6 +22,10 @@ import click
 
 from netcheck.errors import NetcheckError
 
+#: Largest calibration record `engine pool` reads (a real one is under 100 KB); a larger
+#: file, or an endless one (a device, a pipe), is refused before it fills memory.
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+
 
 @click.group("engine")
 def engine() -> None:
@@ -275,7 +279,11 @@ def pool(
         loaded: list[dict[str, Any]] = []
         for path in records:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                with path.open("rb") as fh:
+                    raw = fh.read(MAX_RECORD_BYTES + 1)
+                if len(raw) > MAX_RECORD_BYTES:
+                    raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
+                data = json.loads(raw.decode("utf-8"))
             except (OSError, ValueError, RecursionError) as exc:  # nested too deeply
                 raise ValueError(f"{path}: not a readable JSON calibration record: {exc}") from exc
             if not isinstance(data, dict):
