@@ -141,7 +141,11 @@ def model_synth(preset: str, out_dir: Path) -> None:
     """
     from netcheck.engines.synth import synth_model
 
-    digest = synth_model(preset, out_dir)
+    try:
+        digest = synth_model(preset, out_dir)
+    except OSError as exc:  # a folder that cannot be created or written, a full disk
+        click.secho(f"error: {out_dir}: cannot write the model: {exc}", fg="red", err=True)
+        sys.exit(2)
     click.echo(f"preset {preset}: weight hash {digest}")
 
 
