@@ -348,7 +348,12 @@ def doctor(config_path: Path, no_selftest: bool) -> None:
 
 @node.command("backend", hidden=True)
 @click.option("--profile", "profile_name", required=True, help="Profile name or TOML path.")
-@click.option("--port", type=int, required=True, help="Loopback port the proxies connect to.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    required=True,
+    help="Loopback port the proxies connect to.",
+)
 @click.option(
     "--emulate-batch-time",
     type=float,
@@ -437,7 +442,13 @@ def nodes(config_path: Path, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--rounds", default=3, show_default=True, help="Validation rounds to run.")
+@click.option(
+    "--rounds",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Validation rounds to run.",
+)
 @click.option(
     "--workdir",
     default="demo-run",
