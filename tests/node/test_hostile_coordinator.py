@@ -315,3 +315,37 @@ def test_doctor_query_accepts_the_real_reply_shape() -> None:
 
     assert _reply_problem(json.loads(GOOD_REPLY)) is None
     assert _reply_problem({"profile": "x", "profile_accepted": False, "profiles": []}) is None
+
+
+async def test_preflight_names_a_text_answer_to_hello(tmp_path: Path) -> None:
+    """A websocket service that answers ``hello`` with a text frame (not a netcheck
+    node endpoint) is reported as such. Before: "coordinator closed the handshake: None"
+    although nothing was closed."""
+    from netcheck.node.preflight import CoordinatorUnreachable, probe_coordinator
+
+    async def text_service(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.receive()
+        await ws.send_str('{"hello": "world"}')
+        await asyncio.sleep(1)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/ws", text_service)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    generate_key(tmp_path / "node.pem")
+    key = public_key_text(Ed25519PrivateKey.generate())
+    (tmp_path / "node.toml").write_text(
+        f'coordinator_url = "ws://127.0.0.1:{port}/v1/ws"\ncoordinator_key = "{key}"\n'
+        'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
+    )
+    try:
+        with pytest.raises(CoordinatorUnreachable, match="answered hello with a text frame"):
+            await probe_coordinator(load_node_config(tmp_path / "node.toml"), timeout_s=3)
+    finally:
+        await runner.cleanup()
