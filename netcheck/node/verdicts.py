@@ -63,11 +63,11 @@ def append(path: Path, notice: VerdictNotice, session_id: bytes, node_key: bytes
         # 3,000 notices held the node's event loop for 35 s).
         kept: list[bytes] = []
         size = 0
-        for line in reversed(path.read_bytes().splitlines()[-KEEP_LINES:]):
-            size += len(line) + 1
+        for raw in reversed(path.read_bytes().splitlines()[-KEEP_LINES:]):
+            size += len(raw) + 1
             if size > KEEP_BYTES:
                 break
-            kept.append(line)
+            kept.append(raw)
         path.write_bytes(b"\n".join(reversed(kept)) + b"\n")
 
 
