@@ -212,7 +212,9 @@ class RoundServing:
         ConnectionError or LocalProtocolError) only logs that the answer was not sent."""
         try:
             outputs = await self.worker.run(prompts)
-        except EngineError as exc:
+            packed = tuple(tuple(int(t) for t in o) for o in outputs)
+            digest = commitment(packed)  # LocalProtocolError: an id outside [0, 2**31)
+        except (EngineError, LocalProtocolError) as exc:
             log.error("%s: round %s failed: %s", self.label, job.round_id, exc)
             try:
                 await session.send(Error(round_id=job.round_id, reason="engine error"))
@@ -220,8 +222,6 @@ class RoundServing:
                 log.warning("%s: session gone before the error of %s was sent", self.label,
                             job.round_id)  # fmt: skip
             return
-        packed = tuple(tuple(int(t) for t in o) for o in outputs)
-        digest = commitment(packed)
         signature = sign_receipt(self.identity, session.transport.session_id, job.round_id, digest)
         try:
             await session.send(

@@ -349,3 +349,29 @@ async def test_preflight_names_a_text_answer_to_hello(tmp_path: Path) -> None:
             await probe_coordinator(load_node_config(tmp_path / "node.toml"), timeout_s=3)
     finally:
         await runner.cleanup()
+
+
+class OutOfRangeWorker(MadeUpWorker):
+    """Answers with a token id the protocol cannot carry (>= 2**31)."""
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        return [[2**31] * 4 for _ in prompts]
+
+
+async def test_outputs_that_are_no_token_ids_are_answered_with_error() -> None:
+    """A worker whose outputs are not token ids (the factoring engine answered a prime
+    of 24 digits with [1, n]) gets ``error`` "engine error" to the coordinator. Before:
+    ``commitment`` raised LocalProtocolError in the job task ("Task exception was never
+    retrieved") and the coordinator got nothing until its timeout."""
+    got: list[Message] = []
+
+    async def script(ws: web.WebSocketResponse, session: Session) -> None:
+        await ws.send_bytes(session.send(job("r1")))
+        assert isinstance(await read(ws, session), Ack)
+        await ws.send_bytes(session.send(Release("r1", KEY)))
+        got.append(await read(ws, session))
+        await ws.close()
+
+    _, unhandled = await run_node(script, OutOfRangeWorker(FP, 4))
+    assert unhandled == []
+    assert len(got) == 1 and isinstance(got[0], Error) and got[0].reason == "engine error"
