@@ -256,10 +256,11 @@ class NodeClient(RoundServing):
             self.profile,
             session.transport.session_id.hex()[:12],
         )
-        code = await self._serve(session)
-        for task in session.tasks:
-            task.cancel()
-        return code
+        try:
+            return await self._serve(session)
+        finally:  # however the session ended: its jobs and probes stop with it
+            for task in session.tasks:
+                task.cancel()
 
     async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> OpenSession:
         claim = ProfileClaim(
@@ -339,6 +340,10 @@ class NodeClient(RoundServing):
             )
             await ws.close(code=CloseCode.IDLE_TIMEOUT, message=b"idle timeout")
             return CloseCode.IDLE_TIMEOUT
+        except ConnectionError as exc:  # a reply written after the connection dropped
+            # Like a close without a close frame (1006, below): not "cannot reach".
+            log.warning("%s: connection to the coordinator lost: %s", self.label, exc)
+            return CloseCode.NORMAL
         code = ws.close_code or CloseCode.NORMAL
         cc = CloseCode.from_wire(code)
         name = cc.name if cc is not None else str(code)

@@ -31,6 +31,7 @@ from netcheck.protocol.jobs import seal_job
 from netcheck.protocol.messages import (
     Ack,
     Bye,
+    Echo,
     Error,
     Job,
     Message,
@@ -375,3 +376,47 @@ async def test_outputs_that_are_no_token_ids_are_answered_with_error() -> None:
     _, unhandled = await run_node(script, OutOfRangeWorker(FP, 4))
     assert unhandled == []
     assert len(got) == 1 and isinstance(got[0], Error) and got[0].reason == "engine error"
+
+
+class CancelAwareWorker(MadeUpWorker):
+    """A batch that waits forever and records its cancellation."""
+
+    def __init__(self) -> None:
+        super().__init__(FP, 4)
+        self.started, self.cancelled = asyncio.Event(), asyncio.Event()
+
+    async def run(self, prompts: Sequence[str]) -> list[list[int]]:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        raise AssertionError("unreachable")
+
+
+async def test_connection_dropped_while_replying_ends_the_session_quietly() -> None:
+    """The coordinator's connection drops (TCP abort) while the node answers echoes and
+    runs a batch. Before: the echo reply's write raised ClientConnectionResetError out
+    of run_session ("cannot reach coordinator ...: Cannot write to closing transport"),
+    and the session's job task was never cancelled (it kept the worker). Now the
+    session ends like a close without a close frame and its tasks are cancelled."""
+    worker = CancelAwareWorker()
+
+    async def script(ws: web.WebSocketResponse, session: Session) -> None:
+        await ws.send_bytes(session.send(job("r1")))
+        assert isinstance(await read(ws, session), Ack)
+        await ws.send_bytes(session.send(Release("r1", KEY)))
+        await asyncio.wait_for(worker.started.wait(), 5)
+        for i in range(50):
+            await ws.send_bytes(session.send(Echo(i)))
+        assert request_transport(ws) is not None
+        request_transport(ws).abort()
+
+    _, unhandled = await run_node(script, worker)  # raised before
+    assert unhandled == []
+    await asyncio.wait_for(worker.cancelled.wait(), 5)
+
+
+def request_transport(ws: web.WebSocketResponse) -> Any:
+    return ws._req.transport if ws._req is not None else None  # type: ignore[union-attr]
