@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -269,6 +270,17 @@ def gateway_serve(config_path: Path, verbose: bool) -> None:
 # -- node ------------------------------------------------------------------------------
 
 
+def _seconds_option(
+    ctx: click.Context, param: click.Parameter, value: float | None
+) -> float | None:
+    """Click callback: a time in seconds must be a finite number >= 0 (``float`` alone
+    takes ``nan``, ``inf`` and negatives, which the emulation refused with a traceback
+    or never finished)."""
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a number of seconds >= 0")
+    return value
+
+
 @main.group()
 def node() -> None:
     """Run a node (a GPU provider) that joins a coordinator."""
@@ -280,6 +292,7 @@ def node() -> None:
     "--emulate-batch-time",
     type=float,
     default=None,
+    callback=_seconds_option,
     help="EMULATION for one-machine demos: hold each result until an emulated GPU "
     "service time of this many seconds has passed. Never use on a real node.",
 )
@@ -358,6 +371,7 @@ def doctor(config_path: Path, no_selftest: bool) -> None:
     "--emulate-batch-time",
     type=float,
     required=True,
+    callback=_seconds_option,
     help="EMULATION: seconds one batch takes on the one shared emulated GPU.",
 )
 @click.option(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from netcheck.cli import main
@@ -28,3 +29,18 @@ def test_demo_rounds_and_backend_port_are_range_checked() -> None:
     args = ["node", "backend", "--profile", "cpu-tiny", "--port", "99999"]
     result = CliRunner().invoke(main, [*args, "--emulate-batch-time", "1"])
     assert result.exit_code == 2 and "--port" in result.output, result.output
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_emulate_batch_time_must_be_finite_seconds(tmp_path: Path, value: str) -> None:
+    """`node run --emulate-batch-time -1` was a ValueError traceback from the emulation
+    (after the coordinator probe); nan and inf were taken. Now a usage error at once."""
+    cfg = tmp_path / "node.toml"
+    cfg.write_text("")  # never read: the option is refused first
+    for args in (
+        ["node", "run", "--config", str(cfg)],
+        ["node", "backend", "--profile", "cpu-tiny", "--port", "0"],
+    ):
+        result = CliRunner().invoke(main, [*args, "--emulate-batch-time", value])
+        assert result.exit_code == 2, (args, result.output, result.exception)
+        assert "--emulate-batch-time" in result.output and "seconds >= 0" in result.output
