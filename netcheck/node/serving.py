@@ -56,9 +56,10 @@ from netcheck.text import untrusted
 log = logging.getLogger("netcheck.node")
 
 #: Jobs a node holds at once (acknowledged or released, result not yet sent). An honest
-#: coordinator runs one round at a time, so a node holds one job (two across a gateway
-#: leader change); a job beyond this is answered with ``error`` ("node busy") and not
-#: stored, so a coordinator cannot make the node hold or queue unbounded payloads.
+#: coordinator runs one round at a time (its round lock; a late ack or result closes the
+#: session), so a node holds one job; 4 leaves room. A job beyond this is answered with
+#: ``error`` ("node busy") and not stored, so a coordinator cannot make the node hold or
+#: queue unbounded payloads.
 MAX_JOBS_IN_FLIGHT = 4
 #: Probes a node computes at once (§5.9). An honest coordinator waits for each reply (at
 #: most one in flight per node); a probe beyond this gets no reply (the coordinator
