@@ -76,9 +76,10 @@ async def admin_request(
     """Send one authenticated admin request and return the decoded JSON reply.
 
     Raises:
-        AdminUnreachable: nothing answered at the address (connection refused, bad host).
+        AdminUnreachable: nothing answered at the address (connection refused, bad host,
+            no answer within ``timeout_s``).
         AdminAuthError, AdminConflict, AdminNotFound: a 401/403, 409 or 404 reply.
-        AdminError: any other error reply (with its text).
+        AdminError: any other error reply (with its text), or a reply that is not JSON.
     """
     headers = {"Authorization": f"Bearer {cfg.admin_token}"}
     url = admin_url(cfg, path)
@@ -91,9 +92,19 @@ async def admin_request(
                 raise _error_for(resp.status)(
                     f"{method} {path}: HTTP {resp.status}: {await resp.text()}"
                 )
-            return await resp.json()
+            try:
+                return await resp.json()
+            except (ValueError, RecursionError) as exc:  # not JSON, or nested too deeply
+                raise AdminError(
+                    f"{method} {path}: the reply is not JSON ({type(exc).__name__}): is "
+                    f"{url} a netcheck coordinator?"
+                ) from None
     except aiohttp.ClientError as exc:
         raise AdminUnreachable(f"cannot reach the coordinator at {url}: {exc}") from exc
+    except TimeoutError as exc:  # aiohttp's total timeout: a bare, empty TimeoutError
+        raise AdminUnreachable(
+            f"the coordinator at {url} did not answer within {timeout_s:g} s"
+        ) from exc
 
 
 def admin_call(

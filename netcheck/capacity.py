@@ -139,6 +139,19 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
 
 
+def check_network(rtt_jitter_s: float, max_rtt_s: float) -> None:
+    """Check the network figures of :func:`derive_deadline` (``--rtt-jitter-s``,
+    ``--max-rtt-s``: seconds).
+
+    Raises:
+        ValueError: either is not a finite number >= 0 (NaN passes a plain ``< 0`` test,
+            and ``engine calibrate`` checks this before minutes of measuring).
+    """
+    for name, value in (("rtt_jitter_s", rtt_jitter_s), ("max_rtt_s", max_rtt_s)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+
 def derive_deadline(
     times_s: Sequence[float],
     *,
@@ -167,13 +180,12 @@ def derive_deadline(
         coupling: benign co-hosting slowdown allowed for, fraction (0 <= coupling < 1).
 
     Raises:
-        ValueError: empty ``times_s``, a non-positive time, a negative jitter/RTT, or a
-        coupling outside [0, 1).
+        ValueError: empty ``times_s``, a non-positive time, a jitter/RTT that is negative
+        or not finite, or a coupling outside [0, 1).
     """
     if not times_s or any(t <= 0 for t in times_s):
         raise ValueError("need at least one positive batch time")
-    if rtt_jitter_s < 0 or max_rtt_s < 0:
-        raise ValueError("rtt_jitter_s and max_rtt_s must be >= 0")
+    check_network(rtt_jitter_s, max_rtt_s)
     if not 0 <= coupling < 1:
         raise ValueError(f"coupling must be in [0, 1), got {coupling}")
     t_ref = sorted(times_s)[len(times_s) // 2]

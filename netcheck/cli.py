@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -169,7 +170,11 @@ def model_synth(preset: str, out_dir: Path) -> None:
     """
     from netcheck.engines.synth import synth_model
 
-    digest = synth_model(preset, out_dir)
+    try:
+        digest = synth_model(preset, out_dir)
+    except OSError as exc:  # a folder that cannot be created or written, a full disk
+        click.secho(f"error: {out_dir}: cannot write the model: {exc}", fg="red", err=True)
+        sys.exit(2)
     click.echo(f"preset {preset}: weight hash {digest}")
 
 
@@ -293,6 +298,17 @@ def gateway_serve(config_path: Path, verbose: bool) -> None:
 # -- node ------------------------------------------------------------------------------
 
 
+def _seconds_option(
+    ctx: click.Context, param: click.Parameter, value: float | None
+) -> float | None:
+    """Click callback: a time in seconds must be a finite number >= 0 (``float`` alone
+    takes ``nan``, ``inf`` and negatives, which the emulation refused with a traceback
+    or never finished)."""
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a number of seconds >= 0")
+    return value
+
+
 @main.group()
 def node() -> None:
     """Run a node (a GPU provider) that joins a coordinator."""
@@ -304,6 +320,7 @@ def node() -> None:
     "--emulate-batch-time",
     type=float,
     default=None,
+    callback=_seconds_option,
     help="EMULATION for one-machine demos: hold each result until an emulated GPU "
     "service time of this many seconds has passed. Never use on a real node.",
 )
@@ -372,11 +389,17 @@ def doctor(config_path: Path, no_selftest: bool) -> None:
 
 @node.command("backend", hidden=True)
 @click.option("--profile", "profile_name", required=True, help="Profile name or TOML path.")
-@click.option("--port", type=int, required=True, help="Loopback port the proxies connect to.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    required=True,
+    help="Loopback port the proxies connect to.",
+)
 @click.option(
     "--emulate-batch-time",
     type=float,
     required=True,
+    callback=_seconds_option,
     help="EMULATION: seconds one batch takes on the one shared emulated GPU.",
 )
 @click.option(
@@ -461,7 +484,13 @@ def nodes(config_path: Path, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--rounds", default=3, show_default=True, help="Validation rounds to run.")
+@click.option(
+    "--rounds",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Validation rounds to run.",
+)
 @click.option(
     "--workdir",
     default="demo-run",

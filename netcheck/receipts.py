@@ -112,7 +112,7 @@ def _load_outputs(path: Path) -> list[list[int]]:
         raise click.BadParameter(f"{path}: larger than {MAX_OUTPUTS_JSON_BYTES} bytes")
     try:
         data: Any = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise click.BadParameter(f"{path}: not readable JSON ({exc})") from None
     if isinstance(data, dict) and "outputs" in data:
         data = data["outputs"]

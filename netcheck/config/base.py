@@ -128,21 +128,31 @@ def format_error(path: Path, exc: ValidationError, model: type[BaseModel] | None
     return "\n".join(lines)
 
 
+#: Largest config or profile file read (the shipped ones are a few KB).
+MAX_TOML_BYTES = 16 * 1024 * 1024
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """The TOML document at ``path``.
 
     Raises:
-        ConfigError: the file is missing, unreadable, not UTF-8 or not TOML (named).
+        ConfigError: the file is missing, unreadable, larger than :data:`MAX_TOML_BYTES`,
+            not UTF-8 or not TOML (named).
     """
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            raw = fh.read(MAX_TOML_BYTES + 1)  # a device or a pipe may never end
+        if len(raw) > MAX_TOML_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_TOML_BYTES} bytes: not a config file")
+        return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         hint = ""
         if "Cannot overwrite a value" in str(exc) or "twice" in str(exc):

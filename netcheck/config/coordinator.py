@@ -261,6 +261,13 @@ class CoordinatorConfig(FileConfig):
                 "still the placeholder: replace it with a long random token, e.g. the output "
                 'of python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
             )
+        # It travels in an HTTP header: a control character cannot be sent (aiohttp
+        # refuses the request: a traceback from every admin command), and whitespace at
+        # either end is stripped from the header (every request is then 401).
+        if not value.isprintable():
+            raise ValueError("has a control character (a newline, tab, ...): remove it")
+        if value != value.strip():
+            raise ValueError("starts or ends with a space: remove it")
         return value
 
     @field_validator("database")

@@ -155,7 +155,7 @@ def model_identity(model_dir: Path) -> str:
         if info.is_file():
             try:
                 value = str(json.loads(info.read_text(encoding="utf-8"))[key])
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError, TypeError, RecursionError):  # not a map
                 continue
             return "synth:" + value if key == "preset" else value
     return Path(model_dir).resolve().name

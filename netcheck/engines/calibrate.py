@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from netcheck.capacity import capacity_margin, co_load_beta, derive_deadline
+from netcheck.capacity import capacity_margin, check_network, co_load_beta, derive_deadline
 from netcheck.config import CapacityRecord, Profile
 from netcheck.engines import load_engine, resolve_model_dir
 from netcheck.engines.colocate import KRun, ProcessPool, outputs_digest, run_streams
@@ -159,13 +159,15 @@ def run_calibration(
             (:func:`derive_deadline`; the margin is taken at that deadline).
 
     Raises:
-        ValueError: bad counts. EngineError: the engine failed to load or to answer a
-        single-identity batch (co-location failures are recorded, not raised).
+        ValueError: bad counts or network figures (:func:`check_network`).
+        EngineError: the engine failed to load or to answer a single-identity batch
+        (co-location failures are recorded, not raised).
     """
     if batches < 1 or trials < 1 or max_k < 2:
         raise ValueError("need batches >= 1, trials >= 1 and max_k >= 2")
     if not 0 <= coupling < 1:
         raise ValueError(f"coupling must be in [0, 1), got {coupling}")
+    check_network(rtt_jitter_s, max_rtt_s)  # now, not after minutes of measuring
     started = time.perf_counter()
     result: dict[str, Any] = {"profile": profile.model_dump(mode="json"), "host": platform.node()}
     ks = list(range(2, max_k + 1))

@@ -22,6 +22,10 @@ import click
 
 from netcheck.errors import NetcheckError
 
+#: Largest calibration record `engine pool` reads (a real one is under 100 KB); a larger
+#: file, or an endless one (a device, a pipe), is refused before it fills memory.
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+
 
 @click.group("engine")
 def engine() -> None:
@@ -165,6 +169,11 @@ def calibrate(
     command = "netcheck engine calibrate " + " ".join(sys.argv[3:])
     try:
         profile = load_profile(profile_name)
+        # Where the results go is checked now: measuring takes minutes on a GPU, and a
+        # folder or profile that cannot be written lost them all at the end.
+        _check_writable_folder(out_dir)
+        if update_profile:
+            _check_writable_folder(_profile_path(str(profile_name)).parent)
         with Progress(
             TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console
         ) as bar:
@@ -180,26 +189,46 @@ def calibrate(
                 coupling=coupling,
                 progress=lambda text, frac: _progress(bar, task, console, text, frac),
             )
-    except (NetcheckError, ValueError) as exc:
+    except (NetcheckError, ValueError, OSError) as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         sys.exit(2)
     result["command"] = command
-    out_dir.mkdir(parents=True, exist_ok=True)
     base = out_dir / profile.name
     markdown = render_markdown(result, command)
-    Path(f"{base}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    Path(f"{base}.md").write_text(markdown, encoding="utf-8")
     tables = toml_tables(result)
-    Path(f"{base}.tables.toml").write_text(tables, encoding="utf-8")
-    console.print(markdown, markup=False, highlight=False, soft_wrap=True)
-    for warning in result.get("warnings") or []:
-        click.secho(f"warning: {warning}", fg="yellow", err=True)
-    if update_profile:
-        path = _profile_path(str(profile_name))
-        path.write_text(replace_tables(path.read_text(encoding="utf-8"), tables), "utf-8")
-        console.print(f"updated {path}")
-        console.print(capacity_status(load_profile(path), invoked_as()).message, markup=False)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        Path(f"{base}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        Path(f"{base}.md").write_text(markdown, encoding="utf-8")
+        Path(f"{base}.tables.toml").write_text(tables, encoding="utf-8")
+        console.print(markdown, markup=False, highlight=False, soft_wrap=True)
+        for warning in result.get("warnings") or []:
+            click.secho(f"warning: {warning}", fg="yellow", err=True)
+        if update_profile:
+            path = _profile_path(str(profile_name))
+            _replace_text(path, replace_tables(path.read_text(encoding="utf-8"), tables))
+            console.print(f"updated {path}")
+            console.print(capacity_status(load_profile(path), invoked_as()).message, markup=False)
+    except OSError as exc:  # a full disk, a folder changed since the start
+        click.secho(f"error: results not written: {exc}", fg="red", err=True)
+        sys.exit(2)
     sys.exit(1 if result.get("selftest_passed") is False else 0)
+
+
+def _check_writable_folder(folder: Path) -> None:
+    """Create ``folder`` if missing and write a scratch file in it.
+
+    Raises:
+        OSError: naming the folder, if it cannot be created or written.
+    """
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise OSError(f"{folder}: not a writable folder ({exc.strerror or exc})") from None
 
 
 def _profile_path(name_or_path: str) -> Path:
@@ -291,8 +320,12 @@ def pool(
         loaded: list[dict[str, Any]] = []
         for path in records:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+                with path.open("rb") as fh:
+                    raw = fh.read(MAX_RECORD_BYTES + 1)
+                if len(raw) > MAX_RECORD_BYTES:
+                    raise ValueError(f"larger than {MAX_RECORD_BYTES} bytes")
+                data = json.loads(raw.decode("utf-8"))
+            except (OSError, ValueError, RecursionError) as exc:  # nested too deeply
                 raise ValueError(f"{path}: not a readable JSON calibration record: {exc}") from exc
             if not isinstance(data, dict):
                 raise ValueError(f"{path}: not a calibration record (a JSON object)")

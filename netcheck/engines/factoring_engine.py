@@ -28,6 +28,10 @@ ENGINE_VERSION = "netcheck-factoring-1"
 MODEL_ID = "pollard-rho-brent"
 _SMALL_PRIMES = [p for p in range(2, 1000) if all(p % d for d in range(2, math.isqrt(p) + 1))]
 _BLOCK = 128  # rho steps per batched gcd
+TOKEN_ID_LIMIT = 2**31
+"""Answers are sent as token ids, which must be below this (docs/protocol.md §5.5;
+``netcheck.protocol.messages.TOKEN_ID_LIMIT``): every factor of the workload's
+semiprimes is (``netcheck.workloads.factoring.MAX_BITS``)."""
 
 
 def _rho(n: int, c: int) -> int | None:
@@ -138,7 +142,8 @@ class FactoringEngine(Engine):
 
         Raises:
             EngineError: wrong batch, an input that is not a decimal integer >= 4 of at
-                most ``prompt_len`` characters.
+                most ``prompt_len`` characters, or one whose larger factor (the number
+                itself, for a prime) is not below :data:`TOKEN_ID_LIMIT`.
         """
         out: list[list[int]] = []
         for i, text in enumerate(self._check_prompts(prompts)):
@@ -149,5 +154,11 @@ class FactoringEngine(Engine):
             n = int(text)
             if n < 4:
                 raise EngineError(f"input {i} is {n}; need n >= 4")
-            out.append(factor_pair(n))
+            pair = factor_pair(n)
+            if pair[1] >= TOKEN_ID_LIMIT:  # a prime, or a factor the workload never makes
+                raise EngineError(
+                    f"input {i}: factor {pair[1]} does not fit a token id (< 2**31): not a "
+                    "semiprime of the workload"
+                )
+            out.append(pair)
         return out

@@ -192,7 +192,7 @@ def _verify(spec: PackagedModel, model_dir: Path) -> None:
     try:
         info = json.loads(info_path.read_text(encoding="utf-8"))
         recorded, source_sha = info["weight_hash"], info["file_sha256"]
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # not a map
         raise EngineError(f"cannot read {info_path}: {exc}") from exc
     if source_sha != spec.sha256:
         raise EngineError(

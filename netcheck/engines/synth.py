@@ -309,7 +309,7 @@ def _verify(model_dir: Path) -> None:
     info_path = model_dir / SYNTH_INFO_FILE
     try:
         recorded = json.loads(info_path.read_text(encoding="utf-8"))["weight_hash"]
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:  # not a map
         raise EngineError(f"cannot read {info_path}: {exc}") from exc
     actual = weight_hash(model_dir)
     if actual != recorded:

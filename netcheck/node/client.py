@@ -212,39 +212,55 @@ class NodeClient(RoundServing):
 
         Raises:
             NodeFatalError: refused inside the authenticated session (``AUTHENTICATED_REFUSAL``).
+            TimeoutError: no websocket upgrade answer, or no completed handshake, within
+                ``HANDSHAKE_TIMEOUT_S`` each (the message says which).
         """
         connector = aiohttp.TCPConnector(local_addr=self.local_addr) if self.local_addr else None
-        async with (
-            aiohttp.ClientSession(connector=connector) as http,
-            http.ws_connect(
+        async with aiohttp.ClientSession(connector=connector) as http:
+            dial = http.ws_connect(
                 self.url,
                 compress=0,
                 heartbeat=HEARTBEAT_S,
                 max_msg_size=ws_max_msg_size(self.limits.max_message_bytes),
                 timeout=aiohttp.ClientWSTimeout(ws_receive=IDLE_TIMEOUT_S),
-            ) as ws,
-        ):
-            try:
-                session = await asyncio.wait_for(self._handshake(ws), HANDSHAKE_TIMEOUT_S)
-            except _Refused as exc:
-                self._refused(exc.message)
-                return exc.code
-            except ProtocolError as exc:
-                log.error("%s: handshake failed: %s", self.label, exc)
-                await ws.close(code=exc.code, message=close_reason(exc.code))
-                if exc.code in REFUSAL_CODES:
-                    self._refused(self.refusal(exc.code))
-                return exc.code
-            log.info(
-                "%s: session open with coordinator (profile %s, session %s)",
-                self.label,
-                self.profile,
-                session.transport.session_id.hex()[:12],
             )
-            code = await self._serve(session)
+            try:  # aiohttp's own bound is 300 s: a silent server would hold the node
+                ws = await asyncio.wait_for(dial, HANDSHAKE_TIMEOUT_S)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"no websocket upgrade answer within {HANDSHAKE_TIMEOUT_S:g} s"
+                ) from None
+            async with ws:
+                return await self._run_open(ws)
+
+    async def _run_open(self, ws: aiohttp.ClientWebSocketResponse) -> CloseCode:
+        """:meth:`run_session` after the websocket upgrade."""
+        try:
+            session = await asyncio.wait_for(self._handshake(ws), HANDSHAKE_TIMEOUT_S)
+        except TimeoutError:
+            raise TimeoutError(
+                f"handshake not completed within {HANDSHAKE_TIMEOUT_S:g} s"
+            ) from None
+        except _Refused as exc:
+            self._refused(exc.message)
+            return exc.code
+        except ProtocolError as exc:
+            log.error("%s: handshake failed: %s", self.label, exc)
+            await ws.close(code=exc.code, message=close_reason(exc.code))
+            if exc.code in REFUSAL_CODES:
+                self._refused(self.refusal(exc.code))
+            return exc.code
+        log.info(
+            "%s: session open with coordinator (profile %s, session %s)",
+            self.label,
+            self.profile,
+            session.transport.session_id.hex()[:12],
+        )
+        try:
+            return await self._serve(session)
+        finally:  # however the session ended: its jobs and probes stop with it
             for task in session.tasks:
                 task.cancel()
-            return code
 
     async def _handshake(self, ws: aiohttp.ClientWebSocketResponse) -> OpenSession:
         claim = ProfileClaim(
@@ -324,6 +340,10 @@ class NodeClient(RoundServing):
             )
             await ws.close(code=CloseCode.IDLE_TIMEOUT, message=b"idle timeout")
             return CloseCode.IDLE_TIMEOUT
+        except ConnectionError as exc:  # a reply written after the connection dropped
+            # Like a close without a close frame (1006, below): not "cannot reach".
+            log.warning("%s: connection to the coordinator lost: %s", self.label, exc)
+            return CloseCode.NORMAL
         code = ws.close_code or CloseCode.NORMAL
         cc = CloseCode.from_wire(code)
         name = cc.name if cc is not None else str(code)

@@ -9,6 +9,7 @@ coordinator key.
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,16 +76,40 @@ def node_status(config_path: Path, limit: int, as_json: bool) -> None:
     ):
         table.add_column(col)
     for e in entries:
-        when = datetime.fromtimestamp(float(e.get("received_at", 0)), UTC)
-        el, dl = e.get("elapsed_s"), e.get("deadline_s")
         table.add_row(
-            when.isoformat(timespec="seconds"), Text(str(e.get("round_id"))),
+            _when(e.get("received_at")), Text(str(e.get("round_id"))),
             verdict_text(str(e.get("verdict"))),
-            "-" if el is None else f"{el:.3f}", "-" if dl is None else f"{dl:.3f}",
+            _seconds(e.get("elapsed_s")), _seconds(e.get("deadline_s")),
             "[green]ok[/green]" if e["signature_ok"] else "[red]BAD[/red]",
             Text(str(e.get("reason", ""))),
         )  # fmt: skip
     out.print(table)
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a finite float, or None (a damaged or hand-edited log line)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _when(value: object) -> str:
+    """A log line's ``received_at`` (Unix seconds) as UTC ISO time; ``?`` if unusable."""
+    seconds = _number(value)
+    try:
+        return (
+            "?"
+            if seconds is None
+            else datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+        )
+    except (OverflowError, OSError, ValueError):  # out of the platform's range
+        return "?"
+
+
+def _seconds(value: object) -> str:
+    """``elapsed_s``/``deadline_s``: ``-`` when not measured (null), ``?`` if unusable."""
+    seconds = _number(value)
+    return "-" if value is None else "?" if seconds is None else f"{seconds:.3f}"
 
 
 @click.command("setup")

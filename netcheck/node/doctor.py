@@ -24,6 +24,7 @@ Checks, in order (each later check needs the earlier ones):
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,43 @@ from netcheck.text import untrusted
 __all__ = ["HANDSHAKE_TIMEOUT_S", "Check", "ask_coordinator", "probe_coordinator", "run_checks"]
 
 
+#: Largest doctor reply read (the coordinator's is under 1 KB); more is refused unread.
+MAX_DOCTOR_REPLY_BYTES = 64 * 1024
+#: Fields of the doctor reply (docs/protocol.md §5.12) and their JSON types; the second
+#: set only when the profile is accepted.
+_REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {"profile_accepted": bool, "profiles": list}
+_ACCEPTED_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "fingerprint_id": str, "references": int, "unspent": int, "profile_references": int,
+    "mismatch": str,
+}  # fmt: skip
+
+
+def _reply_problem(answer: object) -> str | None:
+    """What is wrong with a doctor reply (a field missing or of the wrong type), or None."""
+    if not isinstance(answer, dict):
+        return "not a JSON object"
+    fields = dict(_REPLY_FIELDS)
+    if answer.get("profile_accepted") is True:
+        fields.update(_ACCEPTED_FIELDS)
+    for name, kind in fields.items():
+        value = answer.get(name)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"field {name!r} missing or not {getattr(kind, '__name__', kind)}"
+    if not all(isinstance(p, str) for p in answer["profiles"]):
+        return "field 'profiles' is not a list of strings"
+    return None
+
+
+async def _read_bounded(resp: aiohttp.ClientResponse, target: str) -> bytes:
+    """The body of ``resp``, refused past :data:`MAX_DOCTOR_REPLY_BYTES`."""
+    body = bytearray()
+    async for chunk in resp.content.iter_chunked(16 * 1024):
+        body += chunk
+        if len(body) > MAX_DOCTOR_REPLY_BYTES:
+            raise NetcheckError(f"{target}: reply larger than {MAX_DOCTOR_REPLY_BYTES} bytes")
+    return bytes(body)
+
+
 @dataclass(frozen=True)
 class Check:
     """One doctor check: name, outcome and a one-line detail or hint."""
@@ -62,7 +100,9 @@ async def ask_coordinator(
     profile accepted, are there references for this fingerprint. Opens no session.
 
     Raises:
-        NetcheckError: unreachable, refused (the coordinator's reason), or a bad reply.
+        NetcheckError: unreachable, refused (the coordinator's reason), or a bad reply
+            (not JSON, larger than :data:`MAX_DOCTOR_REPLY_BYTES`, a field missing or of
+            the wrong type: the reply is not authenticated, so it is checked).
     """
     import time as _time
 
@@ -86,16 +126,20 @@ async def ask_coordinator(
                 raise NetcheckError(
                     f"{target}: the coordinator does not answer doctor queries (older version)"
                 )
+            raw = await _read_bounded(resp, target)
             if resp.status != 200:
-                raise NetcheckError(
-                    f"{target}: HTTP {resp.status}: {untrusted((await resp.text())[:300])}"
-                )
-            answer = await resp.json()
+                text = raw[:300].decode("utf-8", errors="replace")
+                raise NetcheckError(f"{target}: HTTP {resp.status}: {untrusted(text)}")
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise NetcheckError(f"cannot reach {target}: {exc}") from exc
-    if not isinstance(answer, dict) or "profile_accepted" not in answer:
-        raise NetcheckError(f"{target}: unexpected reply")
-    return answer
+    try:
+        answer = json.loads(raw)
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
+        raise NetcheckError(f"{target}: unexpected reply: not JSON") from None
+    problem = _reply_problem(answer)
+    if problem is not None:
+        raise NetcheckError(f"{target}: unexpected reply: {problem}")
+    return dict(answer)
 
 
 def capacity_check(profile: Profile, prog: str = "netcheck") -> Check:

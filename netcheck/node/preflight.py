@@ -89,6 +89,11 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
         ):
             await ws.send_bytes(hs.start())
             msg = await ws.receive(timeout=timeout_s)
+            if msg.type is aiohttp.WSMsgType.TEXT:  # not closed: some other websocket service
+                raise CoordinatorUnreachable(
+                    f"{cfg.coordinator_url} answered hello with a text frame, not a binary "
+                    "welcome: is it a netcheck coordinator's node endpoint?"
+                )
             if msg.type != aiohttp.WSMsgType.BINARY:
                 code = ws.close_code
                 cc = CloseCode.from_wire(code)

@@ -55,6 +55,17 @@ from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.node")
 
+#: Jobs a node holds at once (acknowledged or released, result not yet sent). An honest
+#: coordinator runs one round at a time (its round lock; a late ack or result closes the
+#: session), so a node holds one job; 4 leaves room. A job beyond this is answered with
+#: ``error`` ("node busy") and not stored, so a coordinator cannot make the node hold or
+#: queue unbounded payloads.
+MAX_JOBS_IN_FLIGHT = 4
+#: Probes a node computes at once (§5.9). An honest coordinator waits for each reply (at
+#: most one in flight per node); a probe beyond this gets no reply (the coordinator
+#: times it out), so a probe flood cannot pile up tasks in the node.
+MAX_PROBES_IN_FLIGHT = 16
+
 
 class OpenSession:
     """One live session: the websocket, the sans-I/O session (``protocol``: every
@@ -68,6 +79,8 @@ class OpenSession:
         self.lock = asyncio.Lock()
         self.jobs: dict[str, Job] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.probes: set[asyncio.Task[None]] = set()  # probe tasks running (also in tasks)
+        self.probes_dropped = 0  # probes beyond MAX_PROBES_IN_FLIGHT, left unanswered
         self.bye_reason = ""  # the reason of the coordinator's sealed bye, if one came
 
     def seal(self, msg: Message) -> bytes:
@@ -111,6 +124,12 @@ class RoundServing:
 
     async def _on_job(self, session: OpenSession, msg: Message) -> None:
         job = cast(Job, msg)  # a second job for a round in flight: refused by the table
+        held = len(session.protocol.jobs()) - 1  # jobs in flight besides this one
+        if held >= MAX_JOBS_IN_FLIGHT:
+            reason = f"node busy: {held} jobs in flight, at most {MAX_JOBS_IN_FLIGHT}"
+            log.warning("%s: round %s refused: %s", self.label, job.round_id, reason)
+            await session.send(Error(round_id=job.round_id, reason=reason))
+            return
         session.jobs[job.round_id] = job
         await session.send(Ack(round_id=job.round_id))
 
@@ -132,9 +151,18 @@ class RoundServing:
         await session.send(EchoReply(nonce=cast(Echo, msg).nonce))
 
     async def _on_probe(self, session: OpenSession, msg: Message) -> None:
+        if len(session.probes) >= MAX_PROBES_IN_FLIGHT:
+            session.probes_dropped += 1
+            if session.probes_dropped == 1:  # once per session: a flood is one event
+                log.warning(
+                    "%s: coordinator sent more than %d probes at once; the excess gets no "
+                    "reply", self.label, MAX_PROBES_IN_FLIGHT,
+                )  # fmt: skip
+            return
         task = asyncio.get_running_loop().create_task(self._answer_probe(session, cast(Probe, msg)))
-        session.tasks.add(task)
-        task.add_done_callback(session.tasks.discard)
+        for held in (session.tasks, session.probes):
+            held.add(task)
+            task.add_done_callback(held.discard)
 
     async def _on_verdict(self, session: OpenSession, msg: Message) -> None:
         self._note_verdict(session, cast(VerdictNotice, msg))
@@ -180,14 +208,21 @@ class RoundServing:
             log.debug("%s: session gone before a probe reply was sent", self.label)
 
     async def _run_job(self, session: OpenSession, job: Job, prompts: list[str]) -> None:
+        """Run a released batch and send its ``result`` (or ``error``). A session that
+        ended meanwhile (closed, failed, or ``bye`` received: the send is then a
+        ConnectionError or LocalProtocolError) only logs that the answer was not sent."""
         try:
             outputs = await self.worker.run(prompts)
-        except EngineError as exc:
+            packed = tuple(tuple(int(t) for t in o) for o in outputs)
+            digest = commitment(packed)  # LocalProtocolError: an id outside [0, 2**31)
+        except (EngineError, LocalProtocolError) as exc:
             log.error("%s: round %s failed: %s", self.label, job.round_id, exc)
-            await session.send(Error(round_id=job.round_id, reason="engine error"))
+            try:
+                await session.send(Error(round_id=job.round_id, reason="engine error"))
+            except (ConnectionError, LocalProtocolError):
+                log.warning("%s: session gone before the error of %s was sent", self.label,
+                            job.round_id)  # fmt: skip
             return
-        packed = tuple(tuple(int(t) for t in o) for o in outputs)
-        digest = commitment(packed)
         signature = sign_receipt(self.identity, session.transport.session_id, job.round_id, digest)
         try:
             await session.send(
@@ -195,7 +230,7 @@ class RoundServing:
                     round_id=job.round_id, outputs=packed, commitment=digest, signature=signature
                 )
             )
-        except ConnectionError:
+        except (ConnectionError, LocalProtocolError):  # closed, failed, or after bye
             log.warning(
                 "%s: session gone before the result of %s was sent", self.label, job.round_id
             )

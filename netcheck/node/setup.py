@@ -11,6 +11,7 @@ coordinator URL and key, and its profile, found): if one fails, nothing is left 
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,13 @@ class CardNode:
     public_key: str
     key_path: Path
     config_path: Path
+
+
+def _toml_str(value: str) -> str:
+    """``value`` as a TOML basic string: JSON's string escapes (``\\"``, ``\\\\``,
+    ``\\n``, ``\\uXXXX``) are TOML's too, so a quote or newline in an option stays
+    inside the value instead of adding keys to the written config."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def setup_cards(
@@ -70,10 +78,10 @@ def setup_cards(
             config_path.parent.mkdir(parents=True, exist_ok=True)
             config_path.write_text(
                 f"# Node {name}: one identity per card (written by `netcheck node setup`).\n"
-                f'coordinator_url = "{coordinator_url}"\n'
-                f'coordinator_key = "{coordinator_key}"\n'
+                f"coordinator_url = {_toml_str(coordinator_url)}\n"
+                f"coordinator_key = {_toml_str(coordinator_key)}\n"
                 f'identity_key = "keys/{name}.pem"\n'
-                f'profile = "{profile}"\n'
+                f"profile = {_toml_str(profile)}\n"
                 f'device = "{device}"\n'
                 f'name = "{name}"\n'
             )

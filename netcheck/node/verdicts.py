@@ -21,8 +21,16 @@ from netcheck.errors import MessageError
 from netcheck.protocol.messages import VerdictNotice
 from netcheck.protocol.verdicts import verify_verdict
 
-#: Lines kept: older ones are dropped when the file grows past twice this.
+#: Lines kept: older ones are dropped when the file grows past :data:`TRIM_AT_BYTES`.
 KEEP_LINES = 1000
+#: Size at which :func:`append` trims the log (about 2,300 lines of a usual notice,
+#: ~450 bytes each).
+TRIM_AT_BYTES = 2 * KEEP_LINES * 512
+#: Most bytes a trim keeps (the last lines that fit, at most :data:`KEEP_LINES`): well
+#: under :data:`TRIM_AT_BYTES`, so the next trim, which reads the whole file, comes only
+#: after 256 KiB or more of new notices, however long their lines (a reason of 1024
+#: non-ASCII characters makes a 6.5 KB line).
+KEEP_BYTES = KEEP_LINES * 768
 
 
 def default_log_path(config_path: Path) -> Path:
@@ -31,8 +39,9 @@ def default_log_path(config_path: Path) -> Path:
 
 
 def append(path: Path, notice: VerdictNotice, session_id: bytes, node_key: bytes) -> None:
-    """Append one notice; trims the file to the last :data:`KEEP_LINES` lines when it
-    holds more than twice that. Raises OSError when the file cannot be written."""
+    """Append one notice; past :data:`TRIM_AT_BYTES` the file is cut to its last
+    :data:`KEEP_LINES` lines, and to at most :data:`KEEP_BYTES` of them. Raises OSError
+    when the file cannot be written."""
     line = {
         "received_at": time.time(),
         "round_id": notice.round_id,
@@ -47,11 +56,19 @@ def append(path: Path, notice: VerdictNotice, session_id: bytes, node_key: bytes
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(line, sort_keys=True) + "\n")
-    if path.stat().st_size > 2 * KEEP_LINES * 400:
-        # as bytes: a damaged line (not UTF-8) is dropped or kept, never a decode error
-        lines = path.read_bytes().splitlines()
-        if len(lines) > 2 * KEEP_LINES:
-            path.write_bytes(b"\n".join(lines[-KEEP_LINES:]) + b"\n")
+    if path.stat().st_size > TRIM_AT_BYTES:
+        # as bytes: a damaged line (not UTF-8) is dropped or kept, never a decode error.
+        # Cut by size too: trimming by lines alone left a log of long lines (2,000 of
+        # 6.5 KB) over the threshold, so every append re-read all of it (13 MB a notice:
+        # 3,000 notices held the node's event loop for 35 s).
+        kept: list[bytes] = []
+        size = 0
+        for raw in reversed(path.read_bytes().splitlines()[-KEEP_LINES:]):
+            size += len(raw) + 1
+            if size > KEEP_BYTES:
+                break
+            kept.append(raw)
+        path.write_bytes(b"\n".join(reversed(kept)) + b"\n")
 
 
 def read(path: Path, limit: int = 20) -> list[dict[str, Any]]:
@@ -72,7 +89,7 @@ def _parse(lines: list[str]) -> Iterator[dict[str, Any]]:
     for text in lines:
         try:
             obj = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply
             continue
         if isinstance(obj, dict):
             yield obj

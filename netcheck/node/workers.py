@@ -78,12 +78,23 @@ class EngineWorker:
     def fingerprint(self) -> dict[str, str | int]:
         return dict(self.engine.fingerprint)
 
-    def _generate(self, prompts: Sequence[str]) -> list[list[int]]:
+    def _generate(self, prompts: Sequence[str], abandoned: threading.Event) -> list[list[int]]:
         with self._lock:
+            if abandoned.is_set():  # its session ended while it waited for the engine
+                raise EngineError("batch abandoned before it started")
             return self.engine.generate(list(prompts))
 
     async def run(self, prompts: Sequence[str]) -> list[list[int]]:
-        return await asyncio.to_thread(self._generate, prompts)
+        """Run one batch in a thread, after the batches before it. A call cancelled
+        while its batch still waits for the engine (the session ended: its tasks are
+        cancelled) skips the batch, so a new session's batches do not queue behind a
+        dead session's; a batch already running cannot be stopped and runs to its end."""
+        abandoned = threading.Event()
+        try:
+            return await asyncio.to_thread(self._generate, prompts, abandoned)
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
 
     async def probe(self, challenge: bytes) -> bytes:
         """The probe on the engine's device, in a thread. It does not wait for a running

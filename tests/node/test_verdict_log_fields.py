@@ -1,0 +1,42 @@
+"""`netcheck node status` on a verdict-log line that is JSON but has a field of the
+wrong type (hand-edited, another version, a damaged disk block that still parses):
+the line shows with ``?`` in that column. Before: a traceback for each of these
+(ValueError, TypeError, OverflowError out of the table formatting)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from netcheck.cli import main
+from netcheck.keys import generate_key, public_key_text
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"round_id": "x", "received_at": "soon"}',
+        '{"round_id": "x", "received_at": null}',
+        '{"round_id": "x", "received_at": 1e300}',
+        '{"round_id": "x", "received_at": NaN}',
+        '{"round_id": "x", "received_at": true}',
+        '{"round_id": "x", "received_at": 1, "elapsed_s": "1"}',
+        '{"round_id": "x", "received_at": 1, "deadline_s": []}',
+        '{"round_id": "x", "received_at": 1, "elapsed_s": Infinity}',
+    ],
+)
+def test_a_line_with_a_field_of_the_wrong_type_is_shown(tmp_path: Path, line: str) -> None:
+    generate_key(tmp_path / "node.pem")
+    cfg = tmp_path / "node.toml"
+    cfg.write_text(
+        'coordinator_url = "ws://127.0.0.1:1/v1/ws"\n'
+        f'coordinator_key = "{public_key_text(Ed25519PrivateKey.generate())}"\n'
+        'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
+    )
+    (tmp_path / "node.verdicts.jsonl").write_text(line + "\n")
+    result = CliRunner().invoke(main, ["node", "status", "--config", str(cfg)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "?" in result.output and "BAD" in result.output  # unsigned: its signature fails
