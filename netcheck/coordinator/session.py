@@ -375,6 +375,11 @@ class NodeSession(BoundedWrites):
             for fut in waiters.values():
                 if not fut.done():
                     fut.set_exception(NodeDisconnected(self.node_key))
+                    # a waiter whose caller already gave up (an echo or probe past its
+                    # timeout, a round's ack) is not awaited again: without this asyncio
+                    # logs "Future exception was never retrieved" for an ordinary
+                    # disconnect; a caller that still awaits it gets the exception
+                    fut.exception()
             waiters.clear()
 
 

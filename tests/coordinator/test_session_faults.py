@@ -194,3 +194,37 @@ async def test_unsolicited_reply_flood_closes_rate_limited(
         assert len(lines) == 1 and "echo/probe replies beyond the requests sent" in lines[0]
         survivor = next(iter(rc.coord.sessions.values()))
         assert await survivor.measure_rtt(31, timeout_s=2.0) is not None
+
+
+async def test_a_disconnect_leaves_no_unretrieved_waiter_exception() -> None:
+    """A waiter its caller already gave up on (an echo past its timeout) is failed at the
+    disconnect like the others, without asyncio's "Future exception was never retrieved"
+    (seen at the end of a real-GPU screening run, session 15); a waiter still awaited
+    gets :class:`NodeDisconnected`."""
+    import gc
+    import types
+
+    from netcheck.coordinator.session import NodeSession
+    from netcheck.coordinator.session_types import NodeDisconnected
+
+    loop = asyncio.get_running_loop()
+    unretrieved: list[str] = []
+    old = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, ctx: unretrieved.append(str(ctx.get("message"))))
+    try:
+        fake = types.SimpleNamespace(
+            closed_ns=None, closed=asyncio.Event(), node_key="ed25519:test",
+            _acks={}, _results={}, _echoes={1: loop.create_future()},
+            _probes={}, label="test",
+        )  # fmt: skip
+        awaited = loop.create_future()
+        fake._results["r1"] = awaited
+        NodeSession.fail_waiters(fake)  # type: ignore[arg-type]
+        with pytest.raises(NodeDisconnected):
+            await awaited
+        del fake
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(old)
+    assert not [m for m in unretrieved if "never retrieved" in m]
