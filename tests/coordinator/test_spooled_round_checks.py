@@ -500,3 +500,43 @@ async def test_checks_held_at_shutdown_are_spooled_if_they_can_be_else_named_los
         await rc.coord.recover()
         assert seen == ([first.round_id] if disk_back else [])
         assert not rc.coord.recorder.spool.path.exists()
+
+
+async def test_a_timer_round_refused_while_checks_are_held_keeps_the_round_cadence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The screening timer's round is refused while a round's checks are held in memory
+    (no new round starts). The refused round must not count: the next round that runs
+    is the one that was due (here the full round, every 2nd), not the one after it.
+    Before, the round's index advanced on the refusal, so a full round (or the analysis
+    due at that index) was skipped."""
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        screening = rc.coord.screening
+        screening.config = rc.coord.config.model_copy(update={"screening_full_every": 2})
+        outage = {"on": True}
+
+        async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                       r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
+            if outage["on"]:
+                raise StorageUnavailable("database is locked (test: the checks' turn)")
+            return []
+
+        def disk_full(entry: Any) -> None:
+            raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+        rc.coord.round_hooks.after_round.append(hook)
+        kinds: list[str] = []
+        rc.coord.round_hooks.finished.append(lambda report: kinds.append(report.kind))
+        rec = rc.coord.recorder
+        monkeypatch.setattr(rec.spool, "append", disk_full)
+        await screening.tick()  # round 0 (screening) runs; its checks are held
+        assert kinds == ["screening"] and len(rec.held) == 1
+        await screening.tick()  # refused: held in memory only (logged, not raised)
+        assert kinds == ["screening"]
+        monkeypatch.undo()
+        outage["on"] = False
+        await screening.tick()
+        assert kinds == ["screening", "full"] and rec.held == []
