@@ -75,6 +75,9 @@ HEARTBEAT_S = 15.0
 #: misses KEEPALIVE_MISSES in a row is closed with IDLE_TIMEOUT (docs/protocol.md §6).
 KEEPALIVE_S = 20.0
 KEEPALIVE_MISSES = 3
+#: At shutdown, how long the last try of after-round checks held in memory may take
+#: (seconds): the spool append is quick; running them waits for the database.
+HELD_CHECKS_AT_STOP_S = 10.0
 
 
 class Coordinator:
@@ -400,7 +403,11 @@ class Coordinator:
         results are stored; their checks never run)."""
         if not self.recorder.held:
             return
-        await self._late_checks()
+        try:  # bounded: a database that does not answer at all must not hold up the stop
+            await asyncio.wait_for(self._late_checks(), HELD_CHECKS_AT_STOP_S)
+        except TimeoutError:
+            log.warning("shutdown: the last try of the held after-round checks did not end "
+                        "within %.0f s", HELD_CHECKS_AT_STOP_S)  # fmt: skip
         if held := self.recorder.held:
             log.error(
                 "shutdown: the after-round checks of %d recorded round(s) are lost: %s; "

@@ -540,3 +540,39 @@ async def test_a_timer_round_refused_while_checks_are_held_keeps_the_round_caden
         outage["on"] = False
         await screening.tick()
         assert kinds == ["screening", "full"] and rec.held == []
+
+
+async def test_the_last_try_of_held_checks_at_shutdown_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At shutdown the held checks are run once more; a check that does not come back
+    (a database that does not answer at all) holds up the stop for at most
+    ``HELD_CHECKS_AT_STOP_S`` (here 0.5 s), then the round is named as lost."""
+    from netcheck.coordinator import server
+
+    monkeypatch.setattr(server, "HELD_CHECKS_AT_STOP_S", 0.5, raising=False)
+    mode = {"hang": False}
+
+    async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                   r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
+        if mode["hang"]:
+            await asyncio.sleep(60)
+        raise StorageUnavailable("database is locked (test: the checks' turn)")
+
+    def disk_full(entry: Any) -> None:
+        raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+    loop = asyncio.get_running_loop()
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        rc.coord.round_hooks.after_round.append(hook)
+        monkeypatch.setattr(rc.coord.recorder.spool, "append", disk_full)
+        first = await run_round(rc.coord, LIVE.name)
+        assert rc.coord.recorder.held == [f"{first.round_id}/checks"]
+        mode["hang"] = True
+        t0 = loop.time()
+    assert loop.time() - t0 < 10.0
+    lost = [r.getMessage() for r in caplog.records if "are lost" in r.getMessage()]
+    assert len(lost) == 1 and first.round_id in lost[0]
