@@ -189,7 +189,7 @@ class CoordinatorConfig(FileConfig):
     netcheck.analysis.slowness.spent_level)."""
     slowness_min_rounds: int = Field(default=8, ge=1)
     """Persistent-slowness test: loaded screening rounds of the window a node needs before
-    it is tested."""
+    it is tested; at most ``screening_window_rounds`` (more would test no node)."""
     answer_failure_window: int = Field(default=8, ge=1)
     """Answer-failure test: a node's most recent this many *checked* rounds (pass,
     ``wrong-answer``, ``malformed``) form the window."""
@@ -305,6 +305,12 @@ class CoordinatorConfig(FileConfig):
             raise ValueError(
                 f"confirm_max_cycles ({self.confirm_max_cycles}) must be >= confirm_cycles "
                 f"({self.confirm_cycles}, the first look)"
+            )
+        if self.slowness_min_rounds > self.screening_window_rounds:
+            raise ValueError(
+                f"slowness_min_rounds ({self.slowness_min_rounds}) must be <= "
+                f"screening_window_rounds ({self.screening_window_rounds}): a node is loaded in "
+                "at most every round of the window, so no node would ever be tested"
             )
         pair_look = 3 * self.confirm_cycles  # confirm_budget.first_block_rounds(2, cycles)
         if 0 < self.confirm_budget_rounds < pair_look:

@@ -237,6 +237,9 @@ class Screening:
                         await self.analyse_and_confirm(name)
             except NetcheckError as exc:
                 log.warning("screening timer, profile %s: %s", name, exc)
+            except Exception:  # a bug (e.g. in an after-round check): the timer keeps going
+                log.exception("screening timer, profile %s: the round or its analysis failed "
+                              "(a bug); the timer goes on", name)  # fmt: skip
 
     # -- rounds ------------------------------------------------------------------------
 
@@ -251,19 +254,28 @@ class Screening:
     ) -> RoundReport:
         """Run the next screening round of ``profile_name`` (every
         ``screening_full_every``-th is a full-load round); ``context`` is stored with
-        its schedule (e.g. the capacity override, netcheck.coordinator.capacity_gate)."""
+        its schedule (e.g. the capacity override, netcheck.coordinator.capacity_gate). A
+        round that raises is not counted (the same kind is due at the next call).
+
+        Raises:
+            RoundError, StorageError: as :func:`~netcheck.coordinator.rounds.run_round`.
+        """
         index = self._index.get(profile_name, 0)
         kind = round_kind(index, self.config.screening_full_every)
-        self._index[profile_name] = index + 1
         if kind == RoundKind.FULL:
-            return await run_round(
+            report = await run_round(
                 self.coord, profile_name, kind=RoundKind.FULL, rule="all", context=context
             )
-        return await run_round(
-            self.coord, profile_name, kind=RoundKind.SCREENING, context=context,
-            load=hmac_load_rule(self.secret, self.config.screening_load_probability),
-            rule=rule_name(self.config.screening_load_probability),
-        )  # fmt: skip
+        else:
+            report = await run_round(
+                self.coord, profile_name, kind=RoundKind.SCREENING, context=context,
+                load=hmac_load_rule(self.secret, self.config.screening_load_probability),
+                rule=rule_name(self.config.screening_load_probability),
+            )  # fmt: skip
+        # counted once it ran: a refused round (checks held, no node, the plan not
+        # stored) is the one due at the next try, so no full round or analysis is skipped
+        self._index[profile_name] = index + 1
+        return report
 
     async def run(
         self,

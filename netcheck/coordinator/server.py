@@ -75,6 +75,9 @@ HEARTBEAT_S = 15.0
 #: misses KEEPALIVE_MISSES in a row is closed with IDLE_TIMEOUT (docs/protocol.md §6).
 KEEPALIVE_S = 20.0
 KEEPALIVE_MISSES = 3
+#: At shutdown, how long the last try of after-round checks held in memory may take
+#: (seconds): the spool append is quick; running them waits for the database.
+HELD_CHECKS_AT_STOP_S = 10.0
 
 
 class Coordinator:
@@ -379,15 +382,40 @@ class Coordinator:
         )
 
     async def on_cleanup(self, app: web.Application) -> None:
-        """Stop the spool replay, the RTT prober and the frame opener's worker threads."""
+        """Stop the spool replay (after-round checks still held in memory go to the spool
+        or run, else are logged as lost), the RTT prober and the frame opener's worker
+        threads."""
         self._replayer_stop.set()
         self._rtt_stop.set()
         if self._replayer is not None:
             await self._replayer
+        await self._keep_held_checks()
         if self._rtt_task is not None:
             await self._rtt_task
         await asyncio.to_thread(self.opener.close)
         self.decoys.close()
+
+    async def _keep_held_checks(self) -> None:
+        """At shutdown: after-round checks held in memory only (docs/spool.md) go to the
+        spool if it takes writes again, or run if the database does (one last
+        :meth:`_late_checks`; the replayer's next pass will not come); those still held
+        are lost with this process: logged as an ERROR naming their rounds (their
+        results are stored; their checks never run)."""
+        if not self.recorder.held:
+            return
+        try:  # bounded: a database that does not answer at all must not hold up the stop
+            await asyncio.wait_for(self._late_checks(), HELD_CHECKS_AT_STOP_S)
+        except TimeoutError:
+            log.warning("shutdown: the last try of the held after-round checks did not end "
+                        "within %.0f s", HELD_CHECKS_AT_STOP_S)  # fmt: skip
+        if held := self.recorder.held:
+            log.error(
+                "shutdown: the after-round checks of %d recorded round(s) are lost: %s; "
+                "they were held in memory only (the spool %s cannot be written and the "
+                "database refused them); the rounds' results are stored, their checks "
+                "will not run", len(held), ", ".join(h.removesuffix("/checks") for h in held),
+                self.recorder.spool.path,
+            )  # fmt: skip
 
     def connected(self, profile: str | None = None) -> list[NodeSession]:
         """Connected sessions, optionally only those claiming ``profile``."""

@@ -145,12 +145,13 @@ def slowness_check(
         digits.
 
     Raises:
-        ValueError: no medians, ``t_ref_s <= 0``, ``floor <= 1`` or ``coupling < 0``.
+        ValueError: no medians, ``t_ref_s <= 0``, ``floor <= 1`` or not finite, or
+            ``coupling < 0``.
     """
     if not medians or not t_ref_s > 0:
         raise ValueError("need card medians and a positive t_ref_s")
-    if not floor > 1.0:
-        raise ValueError(f"slowness_floor must be > 1, got {floor}")
+    if not 1.0 < floor < math.inf:  # as the coordinator config: finite (JSON has no inf)
+        raise ValueError(f"slowness_floor must be a finite number > 1, got {floor}")
     if not coupling >= 0:
         raise ValueError(f"coupling must be >= 0, got {coupling}")
     c = max(coupling, SLOWNESS_COUPLING)
@@ -257,8 +258,8 @@ def pool_calibrations(
         names = [f"record {i + 1}" for i in range(len(records))]
     if not max_card_gap > 0:
         raise ValueError(f"max_card_gap must be > 0, got {max_card_gap}")
-    if not slowness_floor > 1.0:
-        raise ValueError(f"slowness_floor must be > 1, got {slowness_floor}")
+    if not 1.0 < slowness_floor < math.inf:
+        raise ValueError(f"slowness_floor must be a finite number > 1, got {slowness_floor}")
     profiles = [_get(r, "profile", s) for r, s in zip(records, names, strict=True)]
     for prof, s in zip(profiles, names, strict=True):
         if not isinstance(prof, dict):

@@ -228,7 +228,7 @@ def _slowness_line(s: dict[str, Any]) -> str:
         f"the slowest card ({s['slowest_card']}) has its median at "
         f"{s['slowest_ratio']:.3f} x the pooled t_ref, {s['coupled_ratio']:.3f} x with the "
         f"{100 * s['coupling']:g}% co-hosting allowance, against the coordinator's "
-        f"slowness_floor {s['floor']:g} (which covers cards up to {s['max_card_ratio']:.3f} x "
+        f"slowness_floor {s['floor']:.10g} (which covers cards up to {s['max_card_ratio']:.3f} x "
         "t_ref)"
     )
     if not s["warn"]:

@@ -229,6 +229,8 @@ class GatewayBase(Coordinator):
                     await self.start_round(profile)
                 except NetcheckError as exc:
                     log.warning("timed round not run: %s", exc)
+                except Exception:  # a bug (e.g. in an after-round check): keep timing rounds
+                    log.exception("timed round failed (a bug); the round timer goes on")
 
     async def wait_for(
         self, check: Callable[[], Awaitable[T | None]], timeout_s: float

@@ -49,3 +49,12 @@ def test_bad_values_name_the_file_and_the_field(tmp_path: Path, lines: str, mess
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, lines)
     assert message in str(err.value)
+
+
+def test_min_rounds_above_the_window_is_refused(tmp_path: Path) -> None:
+    """More loaded rounds than the window holds would silently test no node at all."""
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, "slowness_min_rounds = 129")
+    assert "slowness_min_rounds (129) must be <= screening_window_rounds (128)" in str(err.value)
+    cfg = _load(tmp_path, "slowness_min_rounds = 16\nscreening_window_rounds = 16")
+    assert cfg.slowness_min_rounds == 16

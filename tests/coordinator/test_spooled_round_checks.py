@@ -455,3 +455,124 @@ async def test_an_unwritable_spool_with_the_database_up_does_not_stop_rounds(
         assert checked == ["r1", second.round_id, "r1", third.round_id]
         await rc.coord._late_checks()
         assert checked[-1] == "r1" and not rec.spool.path.exists()
+
+
+@pytest.mark.parametrize("disk_back", [True, False])
+async def test_checks_held_at_shutdown_are_spooled_if_they_can_be_else_named_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    disk_back: bool,
+) -> None:  # fmt: skip
+    """A round's checks are held in memory (database and spool refused them); the
+    coordinator then stops before a replayer pass. ``disk_back``: the spool takes writes
+    again by then, so the shutdown stores the held entry there and the next start runs
+    its checks. Otherwise the shutdown logs an ERROR naming the round whose checks are
+    lost. Before, the shutdown did neither: the checks were lost without a word, also
+    when the disk was back."""
+    db = tmp_path / "netcheck.db"
+    kw: dict[str, Any] = {"storage_retry_s": 0.2, "spool_replay_s": 600.0}
+
+    async def refused(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                      r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
+        raise StorageUnavailable("database is locked (test: the checks' turn)")
+
+    def disk_full(entry: Any) -> None:
+        raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+    async with running_coordinator(tmp_path, [LIVE], store=live_store(tmp_path), **kw) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        rc.coord.round_hooks.after_round.append(refused)
+        rec = rc.coord.recorder
+        monkeypatch.setattr(rec.spool, "append", disk_full)
+        first = await run_round(rc.coord, LIVE.name)
+        assert first.status == "complete" and rec.held == [f"{first.round_id}/checks"]
+        if disk_back:
+            monkeypatch.undo()
+        caplog.clear()
+    lost = [r for r in caplog.records if r.levelname == "ERROR" and "lost" in r.getMessage()]
+    if disk_back:
+        assert lost == [] and rec.spool.path.exists()
+    else:
+        assert len(lost) == 1 and first.round_id in lost[0].getMessage()
+        monkeypatch.undo()
+    async with running_coordinator(tmp_path, [LIVE], store=Store(f"sqlite:///{db}"), **kw) as rc:
+        seen: list[str] = []
+        rc.coord.round_hooks.after_round.append(recording(seen))
+        await rc.coord.recover()
+        assert seen == ([first.round_id] if disk_back else [])
+        assert not rc.coord.recorder.spool.path.exists()
+
+
+async def test_a_timer_round_refused_while_checks_are_held_keeps_the_round_cadence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The screening timer's round is refused while a round's checks are held in memory
+    (no new round starts). The refused round must not count: the next round that runs
+    is the one that was due (here the full round, every 2nd), not the one after it.
+    Before, the round's index advanced on the refusal, so a full round (or the analysis
+    due at that index) was skipped."""
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        screening = rc.coord.screening
+        screening.config = rc.coord.config.model_copy(update={"screening_full_every": 2})
+        outage = {"on": True}
+
+        async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                       r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
+            if outage["on"]:
+                raise StorageUnavailable("database is locked (test: the checks' turn)")
+            return []
+
+        def disk_full(entry: Any) -> None:
+            raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+        rc.coord.round_hooks.after_round.append(hook)
+        kinds: list[str] = []
+        rc.coord.round_hooks.finished.append(lambda report: kinds.append(report.kind))
+        rec = rc.coord.recorder
+        monkeypatch.setattr(rec.spool, "append", disk_full)
+        await screening.tick()  # round 0 (screening) runs; its checks are held
+        assert kinds == ["screening"] and len(rec.held) == 1
+        await screening.tick()  # refused: held in memory only (logged, not raised)
+        assert kinds == ["screening"]
+        monkeypatch.undo()
+        outage["on"] = False
+        await screening.tick()
+        assert kinds == ["screening", "full"] and rec.held == []
+
+
+async def test_the_last_try_of_held_checks_at_shutdown_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At shutdown the held checks are run once more; a check that does not come back
+    (a database that does not answer at all) holds up the stop for at most
+    ``HELD_CHECKS_AT_STOP_S`` (here 0.5 s), then the round is named as lost."""
+    from netcheck.coordinator import server
+
+    monkeypatch.setattr(server, "HELD_CHECKS_AT_STOP_S", 0.5, raising=False)
+    mode = {"hang": False}
+
+    async def hook(p: Profile, plan: RoundPlan, o: Sequence[NodeOutcome],
+                   r: Mapping[str, NodeRecord], *, strict: bool = False) -> list[int]:  # fmt: skip
+        if mode["hang"]:
+            await asyncio.sleep(60)
+        raise StorageUnavailable("database is locked (test: the checks' turn)")
+
+    def disk_full(entry: Any) -> None:
+        raise StorageError("cannot write the spool: [Errno 28] No space left on device")
+
+    loop = asyncio.get_running_loop()
+    async with running_coordinator(
+        tmp_path, [LIVE], store=live_store(tmp_path), storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
+        rc.coord.round_hooks.after_round.append(hook)
+        monkeypatch.setattr(rc.coord.recorder.spool, "append", disk_full)
+        first = await run_round(rc.coord, LIVE.name)
+        assert rc.coord.recorder.held == [f"{first.round_id}/checks"]
+        mode["hang"] = True
+        t0 = loop.time()
+    assert loop.time() - t0 < 10.0
+    lost = [r.getMessage() for r in caplog.records if "are lost" in r.getMessage()]
+    assert len(lost) == 1 and first.round_id in lost[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -218,8 +219,11 @@ def test_slowness_check_warns_when_the_floor_does_not_cover_the_slowest_card() -
     assert slowness_check([1.0], 1.0, 1.25, 0.0)["coupling"] == SLOWNESS_COUPLING == 0.2
     wide = slowness_check([1.0], 1.0, 1.25, 0.3)  # a larger deadline coupling is taken
     assert (wide["coupling"], wide["coupled_ratio"], wide["warn"]) == (0.3, 1.3, True)
-    with pytest.raises(ValueError, match="slowness_floor must be > 1, got 1.0"):
+    with pytest.raises(ValueError, match="slowness_floor must be a finite number > 1, got 1.0"):
         slowness_check([1.0], 1.0, 1.0, 0.2)
+    for odd in (math.inf, math.nan):  # the coordinator config refuses both too
+        with pytest.raises(ValueError, match="slowness_floor must be a finite number > 1"):
+            slowness_check([1.0], 1.0, odd, 0.2)
 
 
 def test_the_pool_report_compares_the_slowest_card_with_the_slowness_floor(
@@ -241,7 +245,7 @@ def test_the_pool_report_compares_the_slowest_card_with_the_slowness_floor(
         "coordinator's slowness_floor 1.25 (which covers cards up to 1.042 x t_ref)"
     ) in md
     assert "Raise slowness_floor in the coordinator config to at least 1.27" in md
-    with pytest.raises(ValueError, match="slowness_floor must be > 1"):
+    with pytest.raises(ValueError, match="slowness_floor must be a finite number > 1"):
         pool_calibrations([a, b], slowness_floor=0.9)
     paths = [_write(tmp_path, "a.json", a), _write(tmp_path, "b.json", b)]
     args = ["engine", "pool", *paths, "--out", str(tmp_path / "out"), "--slowness-floor", "1.3"]
@@ -256,3 +260,8 @@ def test_the_pool_report_compares_the_slowest_card_with_the_slowness_floor(
     assert CoordinatorConfig.model_fields["slowness_floor"].default == SlownessConfig.floor
     bad = CliRunner().invoke(main, [*args[:-1], "1.0"])
     assert bad.exit_code == 2 and "--slowness-floor" in bad.output
+    out_inf = tmp_path / "out-inf"  # before: accepted, JSON "floor": Infinity written
+    inf = CliRunner().invoke(main, [*args[:4], "--out", str(out_inf), "--slowness-floor", "inf"])
+    assert inf.exit_code == 2 and "finite number > 1" in inf.output and not out_inf.exists()
+    near = CliRunner().invoke(main, [*args[:-1], "1.0000001"])  # printed as given, not "1"
+    assert near.exit_code == 0 and "slowness_floor 1.0000001 (which" in near.output

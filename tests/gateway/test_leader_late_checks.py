@@ -13,6 +13,7 @@ disk is the spool's ``append`` failing. Skipped where PostgreSQL is not configur
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,31 @@ async def test_cluster_round_checks_held_when_the_spool_is_unwritable_block_roun
         assert checked == [r1.round_id, r2.round_id]
         assert not rec.spool.path.exists()
     store.close()
+
+
+async def test_the_round_timer_survives_a_bug_in_an_after_round_check(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check that raises a bug (not a storage error) fails the cluster round after its
+    close; the leader's round timer logs it and runs the next round. Before, the
+    exception ended the timer task for good (no more timed rounds until a restart)."""
+    store = Store(pg_url)
+    add_hash_references(store, PROFILE, 60)
+    tried: list[str] = []
+
+    def buggy(*a: Any) -> list[int]:
+        tried.append(a[2].round_id)
+        raise ZeroDivisionError("a bug in a check (test)")
+
+    monkeypatch.setattr(checks, "result_sharing", buggy)
+    async with running_gateway(
+        tmp_path, pg_url, "gw-a", [PROFILE], Ed25519PrivateKey.generate(), **FAST,
+        round_interval_s=0.3,
+    ) as a:  # fmt: skip
+        await _leader_with_nodes(a)
+        for _ in range(300):
+            if len(tried) >= 3:
+                break
+            await asyncio.sleep(0.05)
+    store.close()
+    assert len(tried) >= 3, f"the round timer stopped after {len(tried)} round(s)"
