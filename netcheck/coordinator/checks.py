@@ -157,14 +157,17 @@ def capacity(
     unless a capacity flag of the node already covers a strike of the window; returns
     flag ids. The null follows the window's own rounds (session 12): each round's share
     of coupled load from its stored kind and rule (:func:`stored_round_shares`), the
-    test at their mean, whatever ``q`` and ``screening_full_every`` they ran at."""
+    test at their mean, whatever ``q`` and ``screening_full_every`` they ran at. The
+    window and the strike count stop at ``round_id`` (rounds planned after it are left
+    out: the same test on time or run late, docs/spool.md)."""
     cfg = capacity_config(config)
     ids = []
     for o in outcomes:
         if str(o.verdict) not in STRIKES:
             continue
-        recent = flags.recent_verdicts(o.node_key, cfg.window, TIMED)
-        look = flags.count_verdicts(o.node_key, STRIKES)
+        # the window as of this round, also when its checks run late (docs/spool.md)
+        recent = flags.recent_verdicts(o.node_key, cfg.window, TIMED, up_to_round=round_id)
+        look = flags.count_verdicts(o.node_key, STRIKES, up_to_round=round_id)
         shares = stored_round_shares(flags, [str(v["round_id"]) for v in recent])
         test = capacity_test(recent, look, cfg, shares)
         if not test.flagged or _capacity_flagged(flags, o.node_key, test.rounds):
@@ -181,19 +184,20 @@ def capacity(
 
 
 def answer_failure(
-    flags: FlagStore, config: CoordinatorConfig, profile: Profile,
+    flags: FlagStore, config: CoordinatorConfig, profile: Profile, round_id: str,
     outcomes: Sequence[NodeOutcome],
 ) -> list[int]:  # fmt: skip
     """Answer failures: an ``answer-failure`` flag for a node with
     ``answer_failure_strikes`` ``wrong-answer``/``malformed`` verdicts among its last
-    ``answer_failure_window`` checked rounds (once per window); returns flag ids."""
+    ``answer_failure_window`` checked rounds up to ``round_id`` (rounds planned after it
+    are left out, docs/spool.md) (once per window); returns flag ids."""
     window, need = config.answer_failure_window, config.answer_failure_strikes
     ids = []
     for o in outcomes:
         if str(o.verdict) not in FAILURE_VERDICTS:
             continue
         # unchecked rounds do not fill the window: read enough verdicts to skip them
-        recent = flags.recent_verdicts(o.node_key, 4 * window)
+        recent = flags.recent_verdicts(o.node_key, 4 * window, up_to_round=round_id)
         checked, hits, failed = answer_failure_check(recent, window, need)
         round_ids = [v["round_id"] for v in checked]
         if not failed or _covered(flags, ANSWER_FAILURE, "failure_rounds", o.node_key, round_ids):
@@ -214,10 +218,13 @@ def _raised(flag_id: int, new: bool) -> str:
     return f"{'new flag' if new else 'added to open flag'} #{flag_id}"
 
 
-def relay(flags: FlagStore, profile: Profile, records: Mapping[str, NodeRecord]) -> list[int]:
-    """The relay test over the recent rounds' stored probe and echo RTTs of every
-    node whose probe in this round exceeded the floor or went unanswered (a
-    persistent excess shows in most rounds; docs/detection.md "Relay test")."""
+def relay(
+    flags: FlagStore, profile: Profile, round_id: str, records: Mapping[str, NodeRecord]
+) -> list[int]:
+    """The relay test over the stored probe and echo RTTs of the recent rounds up to
+    ``round_id`` (rounds planned after it are left out, docs/spool.md) of every node
+    whose probe in this round exceeded the floor or went unanswered (a persistent
+    excess shows in most rounds; docs/detection.md "Relay test")."""
     store = flags.store
     suspects = [
         k
@@ -233,7 +240,7 @@ def relay(flags: FlagStore, profile: Profile, records: Mapping[str, NodeRecord])
 
     ids = []
     for node in sorted(suspects):
-        recent = flags.recent_verdicts(node, RELAY_WINDOW_ROUNDS)[::-1]
+        recent = flags.recent_verdicts(node, RELAY_WINDOW_ROUNDS, up_to_round=round_id)[::-1]
         rows = [r for v in recent if (r := row(v["round_id"], node)) is not None]
         pairs = probe_pairs(rows)
         res = relay_check(pairs, profile.probe_ref_s)

@@ -506,9 +506,11 @@ class Screening:
             ids += await asyncio.to_thread(
                 checks.capacity, self.flags, self.config, profile, plan.round_id, outcomes
             )
-            ids += await asyncio.to_thread(checks.relay, self.flags, profile, records)
             ids += await asyncio.to_thread(
-                checks.answer_failure, self.flags, self.config, profile, outcomes
+                checks.relay, self.flags, profile, plan.round_id, records
+            )
+            ids += await asyncio.to_thread(
+                checks.answer_failure, self.flags, self.config, profile, plan.round_id, outcomes
             )
         except NetcheckError as exc:
             log.error("round %s: detection checks failed: %s", plan.round_id, exc)

@@ -287,23 +287,36 @@ class FlagStore:
                     for r in conn.execute(query)]  # fmt: skip
 
     def recent_verdicts(
-        self, node_key: str, limit: int, kinds: Collection[str] | None = None
+        self,
+        node_key: str,
+        limit: int,
+        kinds: Collection[str] | None = None,
+        *,
+        up_to_round: str | None = None,
     ) -> list[dict[str, Any]]:
-        """A node's ``limit`` most recent verdicts, newest first (``round_id``,
-        ``verdict``, ``reason``, ``elapsed_s``, ``recorded_at``); only verdicts in
-        ``kinds`` when given."""
+        """A node's ``limit`` most recent verdicts, newest first (verdict row id:
+        recording order; ``round_id``, ``verdict``, ``reason``, ``elapsed_s``,
+        ``recorded_at``); only verdicts in ``kinds`` when given. With ``up_to_round``:
+        only the verdicts of rounds planned no later than that round (``rounds.seq`` at
+        most its own; none when it is not stored), the window as it was when that round
+        ended, also for checks run late (docs/spool.md); checked on time, that round is
+        the newest and nothing is left out."""
         v = verdicts.c
         query = select(v.round_id, v.verdict, v.reason, v.elapsed_s, v.recorded_at).where(
             v.node_key == node_key
         )
         if kinds is not None:
             query = query.where(v.verdict.in_(sorted(kinds)))
-        query = query.order_by(v.id.desc()).limit(limit)
+        query = _up_to_round(query, up_to_round).order_by(v.id.desc()).limit(limit)
         with self.store._read("read recent verdicts") as conn:
             return [dict(r._mapping) for r in conn.execute(query)]
 
-    def count_verdicts(self, node_key: str, kinds: Collection[str]) -> int:
-        """How many verdicts of ``node_key`` are in ``kinds`` (every round stored)."""
+    def count_verdicts(
+        self, node_key: str, kinds: Collection[str], *, up_to_round: str | None = None
+    ) -> int:
+        """How many verdicts of ``node_key`` are in ``kinds`` (every round stored; with
+        ``up_to_round``, every round planned no later than that one, as in
+        :meth:`recent_verdicts`)."""
         v = verdicts.c
         query = (
             select(func.count())
@@ -311,7 +324,7 @@ class FlagStore:
             .where(v.node_key == node_key, v.verdict.in_(sorted(kinds)))
         )
         with self.store._read("count verdicts") as conn:
-            return int(conn.execute(query).scalar_one())
+            return int(conn.execute(_up_to_round(query, up_to_round)).scalar_one())
 
     # --------------------------------------------------------------- flags
 
@@ -422,3 +435,17 @@ class FlagStore:
             query = select(flags.c.flag_id, flags.c.evidence).where(flags.c.flag_id.in_(picked))
             by_id = {r.flag_id: r.evidence for r in conn.execute(query)}
         return [by_id[i] for i in picked if i in by_id]
+
+
+def _up_to_round(query: Select[Any], round_id: str | None) -> Select[Any]:
+    """``query`` over ``verdicts`` limited to the rounds planned no later than
+    ``round_id`` (``rounds.seq``, assigned by the database in the order plans are
+    stored; ``started_at`` is wall-clock and can step back); unchanged for None."""
+    if round_id is None:
+        return query
+    bound = select(rounds.c.seq).where(rounds.c.round_id == round_id).scalar_subquery()
+    # per verdict row, a primary-key look-up of its round (the node's rows come through
+    # ix_verdicts_node, newest first, and stop at the limit)
+    return query.where(
+        exists().where(rounds.c.round_id == verdicts.c.round_id, rounds.c.seq <= bound)
+    )

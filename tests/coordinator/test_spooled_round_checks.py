@@ -25,7 +25,7 @@ from test_screening_live import PROFILE as LIVE
 
 from netcheck.config import Profile
 from netcheck.coordinator import checks
-from netcheck.coordinator.rounds import run_round
+from netcheck.coordinator.rounds import after_round_checks, late_checks, run_round
 from netcheck.errors import StorageError, StorageUnavailable
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import canary_store, running_coordinator, small_profile
@@ -223,6 +223,59 @@ async def test_a_late_round_spooled_still_gives_its_capacity_strike(tmp_path: Pa
         fs = FlagStore(store)
         (flag,) = [fs.get_flag(f.flag_id) for f in fs.list_flags(kind="capacity")]
         assert flag is not None and flag.node_keys == (A,)
+        assert evidence(flag)["strike_rounds"] == ["c008", "c006", "c001"]
+    store.close()
+
+
+async def test_late_checks_read_the_capacity_window_as_of_their_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The strike pattern of the test above, but the database takes round 8's results
+    and refuses its checks (it flaps), and keeps refusing while 8 passing rounds are
+    recorded (their checks deferred behind round 8's, as ``after_round_checks`` does).
+    When the checks run, late and in order, round 8's capacity test reads the window as
+    it was at round 8: the flag it would have raised on time, naming c008. Before,
+    it read the node's 8 newest verdicts (all passes) and raised nothing: a farm that
+    could make the database flap escaped its capacity strikes."""
+    db = tmp_path / "netcheck.db"
+    store = Store(f"sqlite:///{db}", busy_timeout_ms=50)
+    real = checks.result_sharing
+    outage = {"on": False}
+
+    def flaky(*a: Any) -> list[int]:
+        if outage["on"]:
+            raise StorageUnavailable("database is locked (test: the checks' turn)")
+        return real(*a)
+
+    monkeypatch.setattr(checks, "result_sharing", flaky)
+    async with running_coordinator(
+        tmp_path, [PROFILE], store=store, storage_retry_s=0.2, spool_replay_s=600.0
+    ) as rc:
+        rc.coord.screening.config = rc.coord.config.model_copy(
+            update={"capacity_p0": 0.02, "screening_load_probability": 0.5}
+        )
+        marks = ".L.W..L.L" + "." * 8
+        verdicts = {".": Verdict.PASS, "L": Verdict.LATE, "W": Verdict.WRONG_ANSWER}
+        rec = rc.coord.recorder
+        for i, mark in enumerate(marks):
+            rid = f"c{i:03d}"
+            plan = store_plan(store, rid, [A])
+            late = mark == "L"
+            out = [NodeOutcome(A, verdicts[mark], "test", 9.0 if late else 1.0, 0, 0)]
+            timing = NodeTiming(release_start_ns=1_000, rtt_s=0.01,
+                                arrived_ns=1_000 + (9 if late else 1) * 10**9)  # fmt: skip
+            recs = {A: NodeRecord(timing, commitment=b"\x01" * 32, signature=b"\x02" * 64)}
+            outage["on"] = i >= 8  # round 8's checks and those after it are refused
+            assert rec.end_round(rid, out, recs, status="complete", checks=True) == "recorded"
+            assert await after_round_checks(rc.coord, PROFILE, plan, out, recs) == []
+        assert [r.round_id for r in rec.unchecked()] == [f"c{i:03d}" for i in range(8, 17)]
+        outage["on"] = False
+        late = await late_checks(rc.coord)
+        assert not late.waiting and rec.unchecked() == []
+        fs = FlagStore(store)
+        (flag,) = [fs.get_flag(f.flag_id) for f in fs.list_flags(kind="capacity")]
+        assert flag is not None and flag.node_keys == (A,)
+        assert late.flag_ids == [flag.flag_id]
         assert evidence(flag)["strike_rounds"] == ["c008", "c006", "c001"]
     store.close()
 

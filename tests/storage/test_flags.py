@@ -137,6 +137,44 @@ def test_recent_verdicts_newest_first(flags: FlagStore) -> None:
     assert got[0]["verdict"] == "pass"
 
 
+def test_verdicts_up_to_a_round_leave_out_later_rounds(flags: FlagStore) -> None:
+    """``up_to_round``: the window as of that round (rounds planned after it left out,
+    in plan order ``rounds.seq``, not wall-clock ``started_at``), the same as unbounded
+    when it is the newest; a round not stored gives nothing. Without the bound, a round
+    checked late (docs/spool.md) read the passes of the rounds recorded after it."""
+    store = flags.store
+    for i, rid in enumerate(("r0", "r1", "r2", "r3")):
+        # started_at steps back at r2 (a clock set back): plan order still rules
+        store.record_plan(RoundPlan(rid, "p", 2, 2, (), ()), 100.0 - 50 * (rid == "r2") + i)
+    for rid, verdict in (
+        ("r0", Verdict.LATE),
+        ("r1", Verdict.LATE),
+        ("r3", Verdict.PASS),
+        ("r2", Verdict.PASS),
+    ):  # r2 recorded last (its results replayed late)
+        store.record_outcome(rid, [NodeOutcome("n1", verdict, "t", 1.0, 0, 0)], {})  # fmt: skip
+    strikes = {"late", "missing"}
+    newest = [v["round_id"] for v in flags.recent_verdicts("n1", 8)]
+    assert newest == ["r2", "r3", "r1", "r0"]  # recording order, as before
+    assert [v["round_id"] for v in flags.recent_verdicts("n1", 8, up_to_round="r1")] == [
+        "r1", "r0",
+    ]  # fmt: skip
+    assert [v["round_id"] for v in flags.recent_verdicts("n1", 8, up_to_round="r2")] == [
+        "r2", "r1", "r0",
+    ]  # fmt: skip
+    assert [v["round_id"] for v in flags.recent_verdicts("n1", 8, up_to_round="r3")] == newest
+    assert [v["round_id"] for v in flags.recent_verdicts("n1", 1, strikes, up_to_round="r3")] == [
+        "r1"
+    ]  # fmt: skip
+    assert flags.recent_verdicts("n1", 8, up_to_round="r0")[0]["verdict"] == "late"
+    assert flags.recent_verdicts("n1", 8, up_to_round="no-such-round") == []
+    assert flags.recent_verdicts("n2", 8, up_to_round="r3") == []
+    assert flags.count_verdicts("n1", strikes) == 2
+    assert flags.count_verdicts("n1", strikes, up_to_round="r0") == 1
+    assert flags.count_verdicts("n1", {"pass"}, up_to_round="r2") == 1
+    assert flags.count_verdicts("n1", {"pass"}, up_to_round="r3") == 2
+
+
 def test_node_flag_evidence_in_constant_queries(flags: FlagStore) -> None:
     """A node's flag evidence of one kind, newest first and limited, in two queries
     however many flags there are (no query per flag)."""
