@@ -148,6 +148,32 @@ def test_a_node_short_of_capacity_gets_one_flag_with_the_test_evidence(
     assert flags.recent_verdicts("short", 3, {"wrong-answer"})[0]["round_id"] == "short-003"
 
 
+def test_late_checks_read_the_windows_as_of_their_round(flags: FlagStore, tmp_path: Path) -> None:
+    """Capacity and answer-failure checks of a round run after later rounds were
+    recorded (deferred checks, docs/spool.md) read the windows as they were at that
+    round: the capacity flag of round 8 (as on time in the test above) and an answer
+    failure at the 3rd wrong answer, although 8 passes were recorded after each. Before,
+    they read the node's newest verdicts (only passes) and raised nothing."""
+    cfg = config(tmp_path, capacity_p0=0.02, screening_load_probability=0.5,
+                 answer_failure_window=4, answer_failure_strikes=3)  # fmt: skip
+    late = NodeOutcome("short", Verdict.LATE, "test", 9.0, 0, 0)
+    with pytest.MonkeyPatch.context() as m:  # stored without their checks
+        m.setattr(checks, "capacity", lambda *a: [])
+        play(flags, cfg, "short", ".L.W..L.L" + "." * 8)
+        play(flags, cfg, "bad", "WWW" + "." * 8)
+    [fid] = checks.capacity(flags, cfg, PROFILE, "short-008", [late])
+    flag = flags.get_flag(fid)
+    assert flag is not None and flag.evidence is not None
+    assert flag.evidence["strike_rounds"] == ["short-008", "short-006", "short-001"]
+    wrong = NodeOutcome("bad", Verdict.WRONG_ANSWER, "test", 1.0, 0, 0)
+    [fid] = checks.answer_failure(flags, cfg, PROFILE, "bad-002", [wrong])
+    flag = flags.get_flag(fid)
+    assert flag is not None and flag.evidence is not None
+    assert (flag.kind, flag.node_keys, flag.statistic) == ("answer-failure", ("bad",), 3.0)
+    # the newest round (as checked on time): its window holds only passes
+    assert checks.answer_failure(flags, cfg, PROFILE, "bad-010", [wrong]) == []
+
+
 def test_the_capacity_settings_come_from_the_config(flags: FlagStore, tmp_path: Path) -> None:
     """``capacity_window``/``capacity_strikes``/``capacity_p0``/``capacity_alpha``: with a
     larger p0 the same strikes are no evidence; with 2 strikes and a tiny p0, two missing
