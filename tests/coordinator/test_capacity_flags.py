@@ -14,6 +14,7 @@ import pytest
 from netcheck.analysis import rules
 from netcheck.analysis.coins import COIN_RULE
 from netcheck.analysis.schedule import rule_name
+from netcheck.analysis.screening import RELAY_WINDOW_ROUNDS
 from netcheck.config import CoordinatorConfig, Profile, load_profile
 from netcheck.coordinator import checks
 from netcheck.lab.testing import small_profile
@@ -172,6 +173,34 @@ def test_late_checks_read_the_windows_as_of_their_round(flags: FlagStore, tmp_pa
     assert (flag.kind, flag.node_keys, flag.statistic) == ("answer-failure", ("bad",), 3.0)
     # the newest round (as checked on time): its window holds only passes
     assert checks.answer_failure(flags, cfg, PROFILE, "bad-010", [wrong]) == []
+
+
+def test_a_late_relay_check_reads_the_rounds_up_to_its_own(flags: FlagStore) -> None:
+    """The relay test of a round checked late: a node whose probes went unanswered in
+    its first 5 rounds (while echoes came back) gets its pending relay flag when round
+    5's checks run after 16 rounds of answered probes were recorded. Before, the late
+    check read the 16 newest rounds (answered, no excess) and raised nothing."""
+    node, ref = "relayed", PROFILE.probe_ref_s
+    recs = {}
+    for i in range(5 + RELAY_WINDOW_ROUNDS):
+        rid = f"{node}-{i:03d}"
+        a = Assignment(node, ("a",), (), (), (), bytes(32), bytes(12))
+        flags.store.record_plan(RoundPlan(rid, PROFILE.name, 4, 4, (a,), ()), float(i))
+        silent = i < 5
+        timing = NodeTiming(release_start_ns=1_000, rtt_s=0.01, arrived_ns=2_000,
+                            probe_rtt_s=None if silent else 0.01 + ref,
+                            probe_missed=3 if silent else 0)  # fmt: skip
+        out = NodeOutcome(node, Verdict.PASS, "test", 1.0, 0, 0)
+        rec = NodeRecord(timing, commitment=b"\x01" * 32, signature=b"\x02" * 64)
+        flags.store.record_outcome(rid, [out], {node: rec})
+        flags.store.finish_round(rid, "complete", {})
+        recs[rid] = rec
+    [fid] = checks.relay(flags, PROFILE, f"{node}-004", {node: recs[f"{node}-004"]})
+    flag = flags.get_flag(fid)
+    assert flag is not None and (flag.kind, flag.status, flag.node_keys) == (
+        "relay", "pending", (node,),
+    )  # fmt: skip
+    assert flag.statistic == 5.0
 
 
 def test_the_capacity_settings_come_from_the_config(flags: FlagStore, tmp_path: Path) -> None:
