@@ -25,8 +25,11 @@ from netcheck.storage import Store
 
 
 async def test_screen_run_shows_progress_and_whole_keys(tmp_path: Path) -> None:
-    """A 4-round run prints a progress line per round and every node key in full."""
-    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
+    """A 4-round run prints a progress line per round and every node key in full.
+    The pool covers a confirmation too: on a loaded machine the analysis after the 4
+    rounds can nominate a group of these made-up nodes, and a confirmation the pool
+    cannot cover ends the run with exit 8 (200 canaries: 1 run in 5 under load)."""
+    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path, 2000)) as rc:
         keys = await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(3)})
         cfg = write_config(tmp_path, rc).read_text().replace('"pool"', f'"{PROFILE.name}"')
         (tmp_path / "coordinator.toml").write_text(cfg)
