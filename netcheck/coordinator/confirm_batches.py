@@ -42,6 +42,13 @@ draw from the same pool) is stopped at that round. Such a run stores no ``cleare
 record (pairs confirmed at a judged look are still flagged); its rounds with jobs
 count the attempt as an interrupted run's do and are pooled into the next; a WARNING
 names the profile and the build command.
+
+A coordinator shutdown (``coord.stopping``) or a job cancel (the ``cancel`` event) stops
+every active run the same way, "stopped, not judged" (:func:`halted`): the round in
+flight, which shutdown aborts, and every later one is not judged, no ``cleared``
+record is stored (pairs confirmed at an earlier look stay flagged), the rounds run
+count the attempt and are pooled into the next; the groups still waiting are not
+started (no round, no record, no attempt).
 """
 
 from __future__ import annotations
@@ -133,6 +140,28 @@ _STOPPED = ("stopped, not judged: no cleared record; its rounds with jobs count 
             "and are pooled into the next")  # fmt: skip
 
 
+#: The causes :func:`halted` names.
+SHUTDOWN = "coordinator shutdown"
+CANCELLED = "screening job cancelled"
+
+
+def halted(screening: ConfirmHost, cancel: asyncio.Event | None = None) -> str:
+    """Why confirmation must stop now without judging: :data:`SHUTDOWN` once the
+    coordinator is stopping (its sessions are closing: a round in flight ends
+    ``aborted``), :data:`CANCELLED` once ``cancel`` is set; "" otherwise."""
+    if screening.coord.stopping:
+        return SHUTDOWN
+    if cancel is not None and cancel.is_set():
+        return CANCELLED
+    return ""
+
+
+def not_judged(reason: str) -> bool:
+    """Whether a run's stop reason leaves it "stopped, not judged" (no ``cleared``
+    record): the canary pool's or :func:`halted`'s."""
+    return _STOPPED in reason
+
+
 def _pool_reason(profile: str, detail: str, what: str) -> str:
     return (f"{POOL_SHORT} for profile {profile} ({detail}); {what}; build more references "
             f"with `netcheck reference build --profile {profile}`")  # fmt: skip
@@ -182,7 +211,7 @@ def unserved(outcomes: Sequence[GroupOutcome]) -> list[int]:
 async def confirm_groups(
     screening: ConfirmHost, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
     analysis: Analysis, *, batching: bool, progress: ConfirmProgress | None = None,
-    waits: PairWaits | None = None,
+    waits: PairWaits | None = None, cancel: asyncio.Event | None = None,
 ) -> list[GroupOutcome]:  # fmt: skip
     """Confirm ``groups`` in shared rounds (module docstring): they wait longest-waiting
     first by ``waits`` (the pairs' counts of analyses left unserved; None: nothing
@@ -198,7 +227,10 @@ async def confirm_groups(
     analysis's ``confirm_budget_rounds`` a ``not-run`` outcome with reason
     ``confirmation budget spent``; a run that finishes stores its flags or record
     at once. ``progress`` (a job's) counts the rounds run and the groups under test
-    and settled as it goes. Returns one outcome per group, in order.
+    and settled as it goes. At a coordinator shutdown or once ``cancel`` is set
+    (:func:`halted`) the active runs stop "stopped, not judged" (no ``cleared``
+    record) and the waiting groups get a ``not-run`` outcome naming the cause.
+    Returns one outcome per group, in order.
 
     Raises:
         StorageError: a round or a flag could not be stored.
@@ -219,6 +251,10 @@ async def confirm_groups(
     progress.stage, progress.groups_total = "groups", len(groups)
     unchecked: dict[int, int] = {}  # batch slot -> rounds in which a member got no job
     while True:
+        if cause := halted(screening, cancel):
+            for i in pending:
+                outcomes[i].reason = f"{cause}; {_NOT_STARTED}"
+            pending = []
         pending = await _runnable(screening, profile, outcomes, pending)
         for i in pending:  # the budget only shrinks: a group that does not fit now never will
             if not fits(first_block_rounds(len(groups[i].members), config.confirm_cycles),
@@ -252,7 +288,8 @@ async def confirm_groups(
         if not batch.active:
             return outcomes
         await _stop_uncovered(screening, profile, batch)
-        batch.add(await _step(screening, profile, batch, analysis, schedules, progress, unchecked))
+        batch.add(await _step(screening, profile, batch, analysis, schedules, progress, unchecked,
+                              cancel))  # fmt: skip
         for slot, run in enumerate(batch.runs):
             if slot not in finished and (run.done or slot in batch.stopped):
                 finished.add(slot)
@@ -342,15 +379,27 @@ async def _stop_uncovered(
 async def _step(
     screening: ConfirmHost, profile: Profile, batch: ConfirmationBatch, analysis: Analysis,
     schedules: dict[str, dict[str, bool]], progress: ConfirmProgress,
-    unchecked: dict[int, int] | None = None,
+    unchecked: dict[int, int] | None = None, cancel: asyncio.Event | None = None,
 ) -> list[ConfirmationObservation | None]:  # fmt: skip
     """Run the shared rounds of the batch's next step (each counted in ``progress``); a
     run whose member left stops before the next round (the others go on). A run whose
     member got no job for lack of canaries (verdict ``unchecked``) in a round is
     stopped there (reason :data:`POOL_SHORT`; that round counted in ``unchecked``,
-    slot -> rounds): that round is not judged, nor any later one."""
+    slot -> rounds): that round is not judged, nor any later one. So is every run at a
+    coordinator shutdown or a cancel (:func:`halted`), checked before each round and
+    after it (the round in flight at shutdown ends ``aborted``)."""
     observations: list[ConfirmationObservation | None] = []
+
+    def halt() -> bool:
+        if cause := halted(screening, cancel):
+            for slot in batch.active:
+                batch.stop(slot, f"{cause}; {_STOPPED}")
+        return bool(cause)
+
     for rnd in batch.plan():
+        if halt():
+            observations.append(None)
+            continue
         here = {s.node_key for s in screening.coord.connected(profile.name)}
         for slot in list(rnd.parts):
             left = set(batch.runs[slot].members) - here
@@ -366,11 +415,15 @@ async def _step(
                 kind=RoundKind.CONFIRMATION, rule=batch.rule, context=batch.context(live),
             )  # fmt: skip
         except RoundError as exc:  # no node connected at all
+            halt()  # (first: at shutdown the sessions are gone)
             for slot in batch.active:
                 batch.stop(slot, str(exc))
             observations.append(None)
             continue
         progress.rounds_done += 1
+        if halt():  # the round in flight at shutdown: aborted, or cut by the cancel
+            observations.append(None)
+            continue
         dry = {o.node_key for o in report.outcomes if o.verdict == Verdict.UNCHECKED}
         for slot, part in live.parts.items():
             if part & dry:
@@ -391,17 +444,18 @@ async def _finish(
     slot: int, stored: StoredRounds, analysis: Analysis, schedules: dict[str, dict[str, bool]],
 ) -> None:  # fmt: skip
     """Store a finished or stopped run's flags or cleared record (none if it stopped
-    before its first look: nothing was judged)."""
+    before its first look: nothing was judged; no cleared record if it stopped "not
+    judged", :func:`not_judged`)."""
     run = batch.runs[slot]
     res.stopped = batch.stopped.get(slot, "")
-    dry = pool_short(res.stopped)
+    dry = not_judged(res.stopped)
     if dry:
         log.warning("profile %s: confirmation of suspect group %s: %s",
                     profile.name, [node_label(m) for m in run.members], res.stopped)  # fmt: skip
     if run.group_result is None or (dry and not run.flags):
-        # nothing judged, or the canaries ran out: no cleared record (the rounds it ran
-        # with jobs are pooled into the next attempt, and count it as for a run
-        # interrupted by a restart, group_flags.started_runs)
+        # nothing judged, or the canaries ran out, or shutdown/cancel: no cleared record
+        # (the rounds it ran with jobs are pooled into the next attempt, and count it as
+        # for a run interrupted by a restart, group_flags.started_runs)
         res.reason = res.stopped
         return
     res.run = run

@@ -75,6 +75,8 @@ from netcheck.coordinator.confirm_batches import (
     ALREADY_FLAGGED,
     GroupOutcome,
     confirm_groups,
+    halted,
+    not_judged,
     pool_short,
     unserved,
 )
@@ -293,7 +295,10 @@ class Screening:
         ``progress(done, total)`` is called after each round; ``confirming`` is kept up
         to date through the analysis and confirmation. When ``cancel`` is set,
         no further round starts (the one running finishes and is stored), analysis and
-        confirmation are skipped, and the report carries ``"cancelled": true``.
+        confirmation are skipped, and the report carries ``"cancelled": true``; set (or
+        the coordinator shutting down) during the confirmation, it stops the
+        confirmation unjudged (:meth:`analyse_and_confirm`) and the report carries
+        ``"cancelled": true`` and ``"halted"`` (the cause).
 
         Raises:
             RoundError: unknown profile, ``n_rounds < 0``, or no node connected.
@@ -315,8 +320,9 @@ class Screening:
                 outcome: dict[str, Any] = {"profile": profile_name, "analysis": None, "confirmations": [],
                            "flag_ids": []}  # fmt: skip
             else:
-                outcome = await self.analyse_and_confirm(profile_name, confirming)
-        outcome["cancelled"] = cancelled
+                outcome = await self.analyse_and_confirm(profile_name, confirming, cancel)
+        # a confirmation stopped by the cancel or a shutdown: cancelled too (not judged)
+        outcome["cancelled"] = cancelled or bool(outcome.get("halted"))
         round_flags = [f for r in reports for f in r.flags]
         outcome["rounds"] = [{"round_id": r.round_id, "kind": r.kind,
                               "loaded": sorted(k for k, b in r.schedule.items() if b),
@@ -338,12 +344,20 @@ class Screening:
     # -- analysis and confirmation -------------------------------------------------------
 
     async def analyse_and_confirm(
-        self, profile_name: str, confirming: ConfirmProgress | None = None
-    ) -> dict[str, Any]:
+        self, profile_name: str, confirming: ConfirmProgress | None = None,
+        cancel: asyncio.Event | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
         """Analyse the stored window of ``profile_name``, confirm every suspect group
         (``confirming``: updated as it goes, for a job's progress).
 
-        Returns ``{"profile", "analysis", "confirmations", "flag_ids"}``.
+        At a coordinator shutdown or once ``cancel`` (a job's) is set, the running
+        confirmations stop "stopped, not judged" (no ``cleared`` record; their rounds
+        count the attempt and are pooled into the next), the waiting groups and the
+        alone stage are not started, and the result carries ``"halted"`` (the cause,
+        :func:`~netcheck.coordinator.confirm_batches.halted`).
+
+        Returns ``{"profile", "analysis", "confirmations", "flag_ids"}`` (and
+        ``"halted"`` when stopped so).
         """
         confirming = confirming or ConfirmProgress()
         confirming.stage = "analysis"
@@ -375,14 +389,15 @@ class Screening:
             len(summary["groups"]),
         )  # fmt: skip
         outcomes = await self.confirm_waiting(profile, analysis.detection.groups, stored,
-                                              analysis, confirming)  # fmt: skip
+                                              analysis, confirming, cancel)  # fmt: skip
         left = len(unserved(outcomes))
         for res in outcomes:
             if (
                 res.run is None
                 and not pool_short(res.reason)
+                and not not_judged(res.reason)
                 and res.reason not in (ALREADY_FLAGGED, BUDGET_SPENT)
-            ):  # (a short pool is logged where it is found, naming the profile)
+            ):  # (a short pool or a stop is logged where it is found, naming the profile)
                 log.warning("confirmation of %s not run: %s", res.group.members, res.reason)
             flag_ids.extend(res.ids)
         if left:
@@ -390,6 +405,11 @@ class Screening:
                      "confirm_budget_rounds = %d)", profile.name, left, BUDGET_SPENT,
                      self.config.confirm_budget_rounds)  # fmt: skip
         confirmations = [res.as_dict() for res in outcomes]
+        if cause := halted(self, cancel):
+            log.warning("screening analysis %s: confirmation stopped, not judged: %s",
+                        profile.name, cause)  # fmt: skip
+            return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
+                    "flag_ids": flag_ids, "halted": cause}  # fmt: skip
         skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
         flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report, self.alone,
                                         skip, screened.results, confirming)  # fmt: skip
@@ -399,6 +419,7 @@ class Screening:
     async def confirm_waiting(
         self, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
         analysis: Analysis, progress: ConfirmProgress | None = None,
+        cancel: asyncio.Event | None = None,
     ) -> list[GroupOutcome]:  # fmt: skip
         """One analysis's :func:`confirm_groups`, longest-waiting first by the profile's
         wait counts (:attr:`waits`), which it then advances
@@ -408,7 +429,7 @@ class Screening:
         evidence or attempt is lost; those are stored)."""
         outcomes = await confirm_groups(self, profile, groups, stored, analysis,
                                         batching=self.config.confirm_batching,
-                                        progress=progress,
+                                        progress=progress, cancel=cancel,
                                         waits=self.waits.get(profile.name))  # fmt: skip
         self.waits[profile.name] = next_waits([g.members for g in groups], unserved(outcomes),
                                               self.waits.get(profile.name, {}))  # fmt: skip

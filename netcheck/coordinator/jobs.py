@@ -30,6 +30,10 @@ KEEP_FINISHED = 32
 #: closed by then, so it ends in well under a second unless the database is down (then
 #: ``storage_retry_s``, 10 s by default, of retries before the spool).
 STOP_GRACE_S = 30.0
+#: After cancelling a job still running past :data:`STOP_GRACE_S`, how long
+#: :meth:`ScreeningJobs.close` waits for its task to end (seconds); a task that does not
+#: (a runner that swallowed the cancellation) is logged as an ERROR and left behind.
+CANCEL_WAIT_S = 10.0
 
 
 @dataclass
@@ -152,10 +156,13 @@ class ScreeningJobs:
             job.state = "cancelling"
         return job
 
-    async def close(self, grace_s: float | None = None) -> None:
+    async def close(self, grace_s: float | None = None, cancel_wait_s: float | None = None) -> None:
         """Stop every running job (coordinator shutdown, the admin app's cleanup): ask
-        each to stop (no further round starts), wait up to ``grace_s`` (default
-        :data:`STOP_GRACE_S`) for the round in flight to end, then cancel what is left.
+        each to stop (no further round starts; a confirmation running stops unjudged),
+        wait up to ``grace_s`` (default :data:`STOP_GRACE_S`) for the round in flight to
+        end, then cancel what is left and wait up to ``cancel_wait_s`` (default
+        :data:`CANCEL_WAIT_S`) more; a job whose task still has not ended is logged as
+        an ERROR naming it and left behind (the shutdown goes on).
 
         The coordinator's ``on_shutdown`` has closed the sessions by then, so the round
         ends ``aborted`` (reason shutdown, no verdicts) within a second unless the
@@ -179,9 +186,17 @@ class ScreeningJobs:
                 log.warning("screening job %s: its round in flight did not end within %.0f s "
                             "of shutdown; cancelled", job.job_id, grace_s)  # fmt: skip
                 job.task.cancel()
-        for task in late:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if not late:
+            return
+        wait_s = CANCEL_WAIT_S if cancel_wait_s is None else cancel_wait_s
+        _, stuck = await asyncio.wait(late, timeout=wait_s)
+        for job in running:
+            if job.task in stuck:
+                log.error("screening job %s: its task did not end within %.0f s of being "
+                          "cancelled at shutdown; left behind", job.job_id, wait_s)  # fmt: skip
+            elif job.task in late:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await job.task  # done: collects its CancelledError
 
     def _trim(self) -> None:
         finished = [j for j in self.jobs.values() if j.finished_at is not None]

@@ -96,7 +96,10 @@ class GatewayBase(Coordinator):
     # -- lifecycle ---------------------------------------------------------------
 
     async def start_cluster(self, url: str = "") -> None:
-        """Register, take the presence lock, listen; start the background tasks.
+        """Register, replay the spool and run the after-round checks it defers (as
+        :meth:`~netcheck.coordinator.server.Coordinator.recover` does, without aborting
+        rounds: other gateways may be running one), take the presence lock, listen;
+        start the background tasks.
 
         Raises:
             RuntimeError: another live gateway uses this gateway id.
@@ -105,6 +108,9 @@ class GatewayBase(Coordinator):
         self.url = url
         await asyncio.to_thread(self.cluster.register_gateway, self.gateway_id, url)
         await asyncio.to_thread(self.recorder.replay)  # what a previous run spooled
+        # the checks it deferred (docs/spool.md, "Gateways"), before any round: else they
+        # waited for the replayer's first pass, spool_replay_s later
+        await self._late_checks()
         await self.control.start()
         await self.control.try_lead()
         self._spawn(self.control.run())

@@ -145,3 +145,32 @@ async def test_the_round_timer_survives_a_bug_in_an_after_round_check(
             await asyncio.sleep(0.05)
     store.close()
     assert len(tried) >= 3, f"the round timer stopped after {len(tried)} round(s)"
+
+
+async def test_a_restarted_gateway_runs_its_deferred_checks_at_start(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """r1's checks are refused and deferred to the leader's spool; the gateway stops.
+    At its next start (the database answers again) they run during ``start_cluster``,
+    before any round, as ``coordinator serve`` runs them in ``recover()``. Before, only
+    the spool was replayed at start: the checks waited for the replayer's first pass,
+    ``spool_replay_s`` (here 600 s) later."""
+    store = Store(pg_url)
+    add_hash_references(store, PROFILE, 60)
+    outage, checked = refusing_checks(monkeypatch)
+    key = Ed25519PrivateKey.generate()
+    async with running_gateway(
+        tmp_path, pg_url, "gw-a", [PROFILE], key, **FAST, spool_replay_s=600.0
+    ) as a:  # fmt: skip
+        leader = await _leader_with_nodes(a)
+        r1 = await leader.coord.start_round(PROFILE.name)
+        assert r1.status == "complete" and checked == []
+        spool = leader.coord.recorder.spool.path
+        assert spool.exists()
+    outage["on"] = False
+    async with running_gateway(
+        tmp_path, pg_url, "gw-a", [PROFILE], key, **FAST, spool_replay_s=600.0
+    ) as b:  # fmt: skip
+        assert checked == [r1.round_id]  # at start, no round run, no replayer pass yet
+        assert b.coord.recorder.spool.path == spool and not spool.exists()
+    store.close()
