@@ -132,11 +132,16 @@ class AccessMixin:
         query_token = request.query.get("token")
         if query_token is not None and not page:
             raise web.HTTPUnauthorized(text=TOKEN_IN_URL_REFUSED)
-        if path in ("/dashboard/login", "/dashboard/logout") or self.authorized(request):
+        if path in ("/dashboard/login", "/dashboard/logout"):
             return await handler(request)
         rest = request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"})
-        if query_token is not None and self.token_ok(query_token):
-            return self.with_cookie(str(rest))
+        if query_token is not None:  # a page here: every other ?token= was refused above
+            if self.token_ok(query_token):
+                return self.with_cookie(str(rest))
+            if self.authorized(request):  # logged in already: only take it out of the URL
+                raise web.HTTPFound(str(rest))
+        elif self.authorized(request):
+            return await handler(request)
         if page:
             raise web.HTTPFound("/dashboard/login?next=" + quote(str(rest), safe=""))
         raise web.HTTPUnauthorized(text=TOKEN_REFUSED)

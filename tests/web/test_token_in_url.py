@@ -88,3 +88,29 @@ async def test_wrong_token_in_url_is_not_copied_into_the_login_redirect(
             async with http.get(url, allow_redirects=False) as resp:
                 assert resp.status == 302 and COOKIE in resp.cookies
                 assert resp.headers["Location"] == "/dashboard/rounds?offset=0"
+
+
+async def test_token_in_url_is_taken_out_for_a_browser_logged_in_already(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """A browser that has the cookie and opens a login link (the right or a wrong token)
+    is redirected to the same page without the token, as docs/dashboard.md says (was
+    200 with the token left in the URL, s15-fix15's leftover)."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        base = f"http://127.0.0.1:{rc.port}"
+        token = rc.coord.config.admin_token
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/dashboard/?token={token}", allow_redirects=False) as r:
+                assert r.status in (302, 303)
+                cookie = r.cookies[COOKIE].value
+            jar = {COOKIE: cookie}
+            for given in (token, "last-months-token"):
+                async with http.get(
+                    f"{base}/dashboard/flags?status=open&token={given}",
+                    cookies=jar, allow_redirects=False,
+                ) as resp:  # fmt: skip
+                    assert resp.status in (302, 303), given
+                    where = resp.headers["Location"]
+                    assert "token" not in where and where.endswith("/dashboard/flags?status=open")
+            async with http.get(f"{base}/dashboard/flags", cookies=jar) as resp:
+                assert resp.status == 200
