@@ -23,8 +23,8 @@ from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator.arrivals import FrameOpener
 from netcheck.coordinator.detection import Screening
 from netcheck.coordinator.hooks import RoundHooks
+from netcheck.coordinator.late_checks import late_checks
 from netcheck.coordinator.limits import HandshakeLimiter, client_address, parse_networks
-from netcheck.coordinator.rounds import late_checks
 from netcheck.coordinator.rtt import RttProber
 from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id

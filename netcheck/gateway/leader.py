@@ -16,16 +16,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from netcheck.config import Profile
+from netcheck.coordinator.late_checks import after_round_checks, refuse_while_checks_held
 from netcheck.coordinator.planner import PlanNode, plan_round
 from netcheck.coordinator.pool import classify_skip
-from netcheck.coordinator.rounds import (
-    ROUND_KINDS,
-    LoadSpec,
-    RoundReport,
-    after_round_checks,
-    new_round_id,
-    refuse_while_checks_held,
-)
+from netcheck.coordinator.rounds import ROUND_KINDS, LoadSpec, RoundReport, new_round_id
 from netcheck.errors import RoundError, StorageError
 from netcheck.records import NodeOutcome, NodeRecord, NodeTiming, Verdict
 from netcheck.web.metrics import observe_round
@@ -103,7 +97,7 @@ async def run_cluster_round(
             leadership lost during the round (the new leader closes it).
         StorageError: the plan could not be persisted, or the after-round checks of an
             earlier round are held in memory only (no new round until they are stored or
-            run: :func:`~netcheck.coordinator.rounds.refuse_while_checks_held`).
+            run: :func:`~netcheck.coordinator.late_checks.refuse_while_checks_held`).
     """
     profile = gw.profiles.get(profile_name)
     if profile is None:

@@ -25,7 +25,8 @@ from test_screening_live import PROFILE as LIVE
 
 from netcheck.config import Profile
 from netcheck.coordinator import checks
-from netcheck.coordinator.rounds import after_round_checks, late_checks, run_round
+from netcheck.coordinator.late_checks import after_round_checks, late_checks
+from netcheck.coordinator.rounds import run_round
 from netcheck.errors import StorageError, StorageUnavailable
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import canary_store, running_coordinator, small_profile
