@@ -4,7 +4,8 @@ Groups: ``keygen``, ``model synth``, ``reference build``, ``coordinator serve`` 
 ``check``, ``node run``, ``round run``, ``nodes``, ``demo``. Every command has ``--help``.
 Errors netcheck raises on purpose (:class:`~netcheck.errors.NetcheckError`) are printed
 as one line and exit with the status :func:`netcheck.exitcodes.exit_code_for` gives
-(docs/admin-api.md, "Exit codes"); anything else is a bug and shows a traceback.
+(docs/admin-api.md, "Exit codes"; :mod:`netcheck.cli_errors`); anything else is a bug
+and shows a traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,8 @@ import click
 
 from netcheck import __version__
 from netcheck.admin_client import admin_call, coordinator_config_option
+from netcheck.cli_errors import NetcheckGroup, seconds_option
 from netcheck.engines.presets import PRESETS
-from netcheck.errors import NetcheckError
 
 log = logging.getLogger("netcheck")
 
@@ -61,52 +61,7 @@ def _config_file(default: str, what: str) -> Any:
 _verbose_option = click.option("-v", "--verbose", is_flag=True, help="Log debug messages too.")
 
 
-class _Group(click.Group):
-    #: Other spellings of a command (``netcheck references status`` = ``reference status``).
-    ALIASES = {"references": "reference", "rounds": "round"}
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        return super().get_command(ctx, self.ALIASES.get(cmd_name, cmd_name))
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except click.NoSuchOption as exc:
-            hint = _global_option_hint(ctx, exc)
-            if not hint:
-                raise
-            raise click.NoSuchOption(
-                exc.option_name, f"{exc.message} {hint}", exc.possibilities, exc.ctx
-            ) from exc
-        except NetcheckError as exc:
-            from netcheck.exitcodes import exit_code_for
-
-            click.secho(f"error: {exc}", fg="red", err=True)
-            sys.exit(exit_code_for(exc))
-
-
-def _global_option_hint(root: click.Context, exc: click.NoSuchOption) -> str:
-    """For ``exc`` (an unknown option of a subcommand), the sentence saying that it is an
-    option of netcheck itself when ``root``'s command has it (``--log-format``, ...),
-    with the command line that puts it before the command name; "" otherwise."""
-    param = next((p for p in root.command.params if exc.option_name in p.opts), None)
-    if not isinstance(param, click.Option):
-        return ""
-    value = ""
-    if isinstance(param.type, click.Choice) and param.type.choices:
-        value = f" {param.type.choices[-1]}"
-    elif not param.is_flag:
-        value = f" {param.metavar or param.name or 'VALUE'}".upper()
-    prog = root.command_path
-    sub = exc.ctx.command_path[len(prog) :] if exc.ctx is not None else " COMMAND"
-    example = f"{prog} {exc.option_name}{value}" + ("" if param.is_eager else sub)
-    return (
-        f"{exc.option_name} is an option of netcheck itself: put it before the command, "
-        f"e.g. `{example}`."
-    )
-
-
-@click.group(cls=_Group)
+@click.group(cls=NetcheckGroup)
 @click.version_option(__version__, prog_name="netcheck")
 @click.option(
     "--log-format",
@@ -298,17 +253,6 @@ def gateway_serve(config_path: Path, verbose: bool) -> None:
 # -- node ------------------------------------------------------------------------------
 
 
-def _seconds_option(
-    ctx: click.Context, param: click.Parameter, value: float | None
-) -> float | None:
-    """Click callback: a time in seconds must be a finite number >= 0 (``float`` alone
-    takes ``nan``, ``inf`` and negatives, which the emulation refused with a traceback
-    or never finished)."""
-    if value is not None and not (math.isfinite(value) and value >= 0):
-        raise click.BadParameter(f"{value} is not a number of seconds >= 0")
-    return value
-
-
 @main.group()
 def node() -> None:
     """Run a node (a GPU provider) that joins a coordinator."""
@@ -320,7 +264,7 @@ def node() -> None:
     "--emulate-batch-time",
     type=float,
     default=None,
-    callback=_seconds_option,
+    callback=seconds_option,
     help="EMULATION for one-machine demos: hold each result until an emulated GPU "
     "service time of this many seconds has passed. Never use on a real node.",
 )
@@ -399,7 +343,7 @@ def doctor(config_path: Path, no_selftest: bool) -> None:
     "--emulate-batch-time",
     type=float,
     required=True,
-    callback=_seconds_option,
+    callback=seconds_option,
     help="EMULATION: seconds one batch takes on the one shared emulated GPU.",
 )
 @click.option(

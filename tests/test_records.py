@@ -19,7 +19,7 @@ from netcheck.records import (
     Verdict,
 )
 from netcheck.storage import Store
-from netcheck.storage.durable import timings_entry
+from netcheck.storage.spool_entries import timings_entry
 
 
 def test_enums_are_their_stored_text() -> None:

@@ -20,16 +20,11 @@ from typing import Any, TypeVar
 from sqlalchemy import select, update
 
 from netcheck.errors import StorageError, StorageUnavailable
-from netcheck.records import (
-    Assignment,
-    NodeOutcome,
-    NodeRecord,
-    RoundPlan,
-    RoundStatus,
-    Verdict,
-)
+from netcheck.records import Assignment, NodeOutcome, NodeRecord, RoundPlan, RoundStatus
+from netcheck.storage.checks_backlog import ChecksBacklog, LateRound
 from netcheck.storage.database import json_ready
 from netcheck.storage.spool import Spool, round_problem
+from netcheck.storage.spool_entries import outcome_entry, outcome_of, records_of, timings_entry
 from netcheck.storage.store import Store
 from netcheck.storage.tables import assignments, reference_prompts, rounds
 
@@ -44,47 +39,6 @@ RETRY_DELAYS_S = (0.1, 0.2, 0.5, 1.0, 2.0)
 RETRY_S = 10.0
 #: Default interval of the background replay while the spool holds entries (seconds).
 REPLAY_EVERY_S = 5.0
-
-
-def outcome_entry(o: NodeOutcome) -> dict[str, Any]:
-    """A verdict as a JSON-able dict (the spool's form)."""
-    return o.to_json()
-
-
-def outcome_of(d: Mapping[str, Any]) -> NodeOutcome:
-    """The inverse of :func:`outcome_entry`."""
-    return NodeOutcome(
-        d["node_key"], Verdict(d["verdict"]), d["reason"], d["elapsed_s"],
-        d["canaries_checked"], d["canaries_matched"],
-    )  # fmt: skip
-
-
-def timings_entry(records: Mapping[str, NodeRecord]) -> dict[str, Any]:
-    """A round's records as the spool entry's ``timings``: node key -> the record's
-    evidence mapping (:meth:`NodeRecord.evidence`) as JSON (bytes as hex)."""
-    return {k: json_ready(r.evidence()) for k, r in records.items()}
-
-
-def records_of(timings: Mapping[str, Any]) -> tuple[dict[str, NodeRecord], dict[str, Any]]:
-    """The inverse of :func:`timings_entry`: the records of a spool entry's ``timings``,
-    and its round-level timings (values that are not mappings; spool files written
-    before records were typed could hold them). An entry written before records were
-    typed is stored as the same rows as then (:meth:`NodeRecord.from_evidence`).
-
-    Raises:
-        StorageError: an evidence mapping cannot be read (the entry stays in the spool).
-    """
-    records: dict[str, NodeRecord] = {}
-    round_level: dict[str, Any] = {}
-    for k, v in timings.items():
-        if not isinstance(v, Mapping):
-            round_level[k] = v
-            continue
-        try:
-            records[k] = NodeRecord.from_evidence(v)
-        except (TypeError, ValueError) as exc:
-            raise StorageError(f"spooled record of {k} cannot be read: {exc}") from exc
-    return records, round_level
 
 
 def spooled_status(
@@ -118,20 +72,6 @@ class ReplayReport:
     bad: list[tuple[int, str]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class LateRound:
-    """A replayed round whose after-round checks have not run (:meth:`Recorder.unchecked`):
-    its spool entry id, its plan as stored (prompts per node, no canary answers: the
-    checks do not read them; ``None`` if the round row is gone) and what the round
-    produced, as the spool entry holds it."""
-
-    entry_id: str
-    round_id: str
-    plan: RoundPlan | None
-    outcomes: tuple[NodeOutcome, ...]
-    records: Mapping[str, NodeRecord]
-
-
 class Recorder:
     """Writes a round's results so that none that arrived is lost (docs/spool.md).
 
@@ -157,16 +97,12 @@ class Recorder:
         self.replay_every_s = replay_every_s
         self.last_replay: ReplayReport | None = None
         self._replaying = threading.Lock()
-        # ids listed by the last unchecked() and not marked since (None: not known);
-        # mark_checked tries to retire the file only once none is left, not at each
-        # mark (a read of the whole file each: minutes at start-up after a long outage)
-        self._checks_left: set[str] | None = None
         self._dirty = self.spool.path.exists()  # something may be pending
-        # checks-only entries (defer_checks) the spool refused: in memory only, oldest
-        # first, appended to the spool before anything else is (order kept), or run and
-        # dropped (mark_checked); lost if the process dies meanwhile (docs/spool.md)
-        self._held: list[dict[str, Any]] = []
-        self._held_lock = threading.Lock()
+        #: checks-only entries held in memory, the order late checks run in
+        self.backlog = ChecksBacklog(self.spool, self._spooled)
+
+    def _spooled(self) -> None:
+        self._dirty = True
 
     # -- writes --------------------------------------------------------------------
 
@@ -263,7 +199,7 @@ class Recorder:
         try:
             self.call(f"record round {round_id}", direct)
         except StorageUnavailable as exc:
-            self._flush_held()  # entries of earlier rounds first: the spool keeps order
+            self.backlog.flush()  # entries of earlier rounds first: the spool keeps order
             self.spool.append({
                 "type": "round", "id": f"{round_id}/{part}", "round_id": round_id,
                 "outcomes": [outcome_entry(o) for o in outcomes],
@@ -308,12 +244,10 @@ class Recorder:
             "reason": "after-round checks deferred", "checks": True,
         }  # fmt: skip
         try:
-            self._flush_held()  # earlier rounds' entries first: the spool keeps their order
+            self.backlog.flush()  # earlier rounds' entries first: the spool keeps their order
             self.spool.append(entry)
         except StorageError as exc:
-            with self._held_lock:
-                self._held.append(entry)
-                n = len(self._held)
+            n = self.backlog.hold(entry)
             log.error(
                 "round %s: its after-round checks wait, but the spool cannot be written "
                 "(%s): they are held in memory only (%d round(s)), lost if the coordinator "
@@ -333,28 +267,7 @@ class Recorder:
     def held(self) -> list[str]:
         """Ids of checks-only entries held in memory only: the spool refused them
         (:meth:`defer_checks`); oldest first."""
-        with self._held_lock:
-            return [e["id"] for e in self._held]
-
-    def _flush_held(self) -> None:
-        """Append the held entries to the spool, oldest first, each marked replayed.
-
-        Raises:
-            StorageError: the spool still refuses (the rest stay held, in order).
-        """
-        with self._held_lock:
-            while self._held:
-                entry = self._held[0]
-                self.spool.append(entry)
-                self._held.pop(0)
-                self._dirty = True
-                log.warning("round %s: after-round checks held in memory are now in the "
-                            "spool", entry["round_id"])  # fmt: skip
-                try:
-                    self.spool.mark_replayed(entry["id"])
-                except StorageError as exc:  # the replay marks it (its records are stored)
-                    log.warning("spool entry %s: replayed marker not written: %s",
-                                entry["id"], exc)  # fmt: skip
+        return self.backlog.held
 
     # -- replay ----------------------------------------------------------------------
 
@@ -391,40 +304,12 @@ class Recorder:
             StorageError: the spool or the database cannot be read (a spool record that
                 cannot be read gives a round with no records).
         """
-        if self._held:
-            try:
-                self._flush_held()
-            except StorageError as exc:
-                log.error("after-round checks of %d round(s) still held in memory: %s",
-                          len(self._held), exc)  # fmt: skip
-        with self._held_lock:
-            held = list(self._held)  # later than every spool entry (flushed first)
+        held = self.backlog.flush_held()
         if not self._dirty and not held and not self.spool.path.exists():
             return [], None
         contents = self.spool.read()
         failed = self.last_replay.failed if self.last_replay is not None else {}
-        entries: list[dict[str, Any]] = []
-        waits_for = None
-        for e in contents.checks:
-            if e["id"] in contents.replayed:
-                entries.append(e)
-            elif not round_problem(e) and e["id"] not in failed:
-                waits_for = e["id"]
-                break
-        if waits_for is None:
-            entries += held
-        self._checks_left = {e["id"] for e in entries}
-        out: list[LateRound] = []
-        for e in entries:
-            try:
-                records, _ = records_of(e["timings"])
-            except StorageError as exc:
-                log.error("round %s: %s", e["round_id"], exc)
-                records = {}
-            outcomes = tuple(outcome_of(d) for d in e["outcomes"])
-            out.append(LateRound(e["id"], e["round_id"], self.stored_plan(e["round_id"]),
-                                 outcomes, records))  # fmt: skip
-        return out, waits_for
+        return self.backlog.runnable(contents, failed, held, self.stored_plan)
 
     def mark_checked(self, entry_id: str) -> None:
         """Record durably that the after-round checks of the replayed entry ``entry_id``
@@ -435,15 +320,8 @@ class Recorder:
         Raises:
             StorageError: the spool cannot be written.
         """
-        with self._held_lock:
-            kept = [e for e in self._held if e["id"] != entry_id]
-            was_held, self._held = len(kept) < len(self._held), kept
-        if not was_held:  # a held entry never reached the spool: nothing to mark there
-            self.spool.mark_checked(entry_id)
-        if self._checks_left is not None:
-            self._checks_left.discard(entry_id)
-            if self._checks_left:
-                return  # others listed by unchecked() still wait: the file stays anyway
+        if not self.backlog.mark_checked(entry_id):
+            return  # others listed by unchecked() still wait: the file stays anyway
         retired, _ = self.spool.retire_if_done()
         self._dirty = not retired and self.spool.path.exists()
 
@@ -580,7 +458,7 @@ class Recorder:
                 return
             except TimeoutError:
                 pass
-            if not self._dirty and not self._held:
+            if not self._dirty and not self.backlog.holds_any():
                 continue
             try:
                 await asyncio.to_thread(self.replay)

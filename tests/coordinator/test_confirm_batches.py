@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 from budget_support import budget_groups, run_budget_analyses, run_budget_case
+from confirm_support import EMPTY, FP, T, emulated_profile
 
 from netcheck.analysis.coins import COIN_RULE, held_nodes
 from netcheck.analysis.confirm_batch import context_parts
@@ -18,29 +19,18 @@ from netcheck.analysis.confirm_run import next_attempt
 from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import screening_plan
 from netcheck.analysis.screening import analyse
-from netcheck.config import DeadlineParams
 from netcheck.coordinator.confirm_batches import confirm_groups
 from netcheck.coordinator.group_flags import started_runs
 from netcheck.coordinator.jobs import ConfirmProgress
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
 from netcheck.lab.testing import (
-    FAKE_FINGERPRINT,
     CanaryAnswering,
     RunningCoordinator,
     canary_store,
     running_coordinator,
-    small_profile,
 )
-from netcheck.records import StoredRounds
 
-T = 4
-PROFILE = small_profile(
-    "batch", prompt_len=16, max_new_tokens=T,
-    deadline=DeadlineParams(t_ref_s=0.3, a=1.5, slack_s=0.2), dispatch_timeout_s=5.0,
-    result_timeout_s=3.0,
-)  # fmt: skip
-FP = FAKE_FINGERPRINT
-EMPTY = StoredRounds((), {}, {}, ())
+PROFILE = emulated_profile("batch")
 
 
 class Leaving(EmulatedWorker):

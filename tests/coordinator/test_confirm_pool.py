@@ -11,33 +11,23 @@ import logging
 from pathlib import Path
 
 import pytest
+from confirm_support import EMPTY, FP, T, emulated_profile
 
 from netcheck.analysis.confirm_run import next_attempt
 from netcheck.analysis.detector_config import DetectorConfig, SuspectGroup
 from netcheck.analysis.screening import analyse
-from netcheck.config import DeadlineParams
 from netcheck.coordinator import confirm_batches
 from netcheck.coordinator.confirm_batches import GroupOutcome, confirm_groups
 from netcheck.coordinator.group_flags import started_runs
 from netcheck.lab.emulation import EmulatedGPU, EmulatedWorker
 from netcheck.lab.testing import (
-    FAKE_FINGERPRINT,
     CanaryAnswering,
     RunningCoordinator,
     canary_store,
     running_coordinator,
-    small_profile,
 )
-from netcheck.records import StoredRounds
 
-T = 4
-PROFILE = small_profile(
-    "dry", prompt_len=16, max_new_tokens=T,
-    deadline=DeadlineParams(t_ref_s=0.3, a=1.5, slack_s=0.2), dispatch_timeout_s=5.0,
-    result_timeout_s=3.0,
-)  # fmt: skip
-FP = FAKE_FINGERPRINT
-EMPTY = StoredRounds((), {}, {}, ())
+PROFILE = emulated_profile("dry")
 # confirm_cycles 3 of a pair: a block of 9 rounds loading each member 6 times (12
 # canaries at canaries_max 1); the honest pair is not confirmed at its first look and
 # would go on to a second block (confirm_max_cycles 6).

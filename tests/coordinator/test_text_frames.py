@@ -9,11 +9,11 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fake_coordinator_support import dial, node_endpoint
 
 from netcheck.errors import CloseCode
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import raw_session, running_coordinator, small_profile
-from netcheck.node.client import NodeClient
 from netcheck.protocol.messages import ProfileClaim
 
 PROFILE = small_profile("text")
@@ -54,34 +54,16 @@ async def test_node_closes_a_text_welcome_with_protocol_error() -> None:
     the connection without a code)."""
     codes: list[int | None] = []
 
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
+    async def text_welcome(ws: web.WebSocketResponse) -> None:
         await ws.receive()  # hello
         await ws.send_str("welcome")
         await ws.receive(timeout=5.0)
         codes.append(ws.close_code)
-        return ws
 
-    app = web.Application()
-    app.router.add_get("/v1/ws", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    client = NodeClient(
-        f"ws://127.0.0.1:{port}/v1/ws",
-        Ed25519PrivateKey.generate(),
-        Ed25519PrivateKey.generate().public_key(),
-        PROFILE.name,
-        MadeUpWorker(FP, PROFILE.max_new_tokens),
-    )
-    try:
+    async with node_endpoint(text_welcome) as url:
+        client = dial(url, MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name)
         assert await client.run_session() is CloseCode.PROTOCOL_ERROR
         async with asyncio.timeout(5):
             while not codes:
                 await asyncio.sleep(0.01)
-    finally:
-        await runner.cleanup()
     assert codes == [CloseCode.PROTOCOL_ERROR]

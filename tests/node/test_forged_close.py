@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fake_coordinator_support import dial, node_endpoint
 
 import netcheck.node.client as client_mod
 from netcheck.errors import CloseCode
@@ -31,36 +31,18 @@ async def forger(code: int, after_hello: bool = True) -> AsyncIterator[tuple[str
     ``code`` (after reading ``hello`` if ``after_hello``); yields (url, attempts)."""
     attempts: list[int] = []
 
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
+    async def script(ws: web.WebSocketResponse) -> None:
         attempts.append(code)
         if after_hello:
             await ws.receive(timeout=5.0)
         await ws.close(code=code, message=CloseCode(code).name.lower().encode())
-        return ws
 
-    app = web.Application()
-    app.router.add_get("/v1/ws", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"ws://127.0.0.1:{port}/v1/ws", attempts
-    finally:
-        await runner.cleanup()
+    async with node_endpoint(script) as url:
+        yield url, attempts
 
 
 def node(url: str) -> NodeClient:
-    return NodeClient(
-        url,
-        Ed25519PrivateKey.generate(),
-        Ed25519PrivateKey.generate().public_key(),
-        PROFILE.name,
-        MadeUpWorker(FP, PROFILE.max_new_tokens),
-    )
+    return dial(url, MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name)
 
 
 @pytest.mark.parametrize("code", REFUSALS, ids=lambda c: c.name)

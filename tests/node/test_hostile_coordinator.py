@@ -10,23 +10,23 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import WSMsgType, web
+from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fake_coordinator_support import Script, dial, fake_coordinator, node_endpoint, read, serving
 
 import netcheck.node.client as client_mod
-from netcheck.config import load_node_config
+from netcheck.config import NodeConfig, load_node_config
 from netcheck.errors import NetcheckError
 from netcheck.keys import generate_key, public_key_text
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.node.client import NodeClient
 from netcheck.node.doctor import ask_coordinator
 from netcheck.node.serving import MAX_JOBS_IN_FLIGHT, MAX_PROBES_IN_FLIGHT
-from netcheck.protocol.handshake import CoordinatorHandshake
 from netcheck.protocol.jobs import seal_job
 from netcheck.protocol.messages import (
     Ack,
@@ -41,46 +41,9 @@ from netcheck.protocol.messages import (
     Result,
 )
 from netcheck.protocol.session import Session
-from netcheck.protocol.states import Role
 
 FP: dict[str, str | int] = {"engine": "fake", "batch_size": 4, "prompt_len": 32}
 KEY, NONCE = os.urandom(32), bytes(12)
-Script = Callable[[web.WebSocketResponse, Session], Awaitable[None]]
-
-
-@contextlib.asynccontextmanager
-async def hostile(script: Script) -> AsyncIterator[tuple[str, Ed25519PrivateKey]]:
-    """A server on the node endpoint that completes the real handshake with its own key
-    (the node pins it), then runs ``script(ws, session)``; yields (url, its key)."""
-    identity = Ed25519PrivateKey.generate()
-
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        hs = CoordinatorHandshake(identity, lambda key: True)
-        await ws.send_bytes(hs.receive_hello((await ws.receive()).data))
-        accepted = hs.receive_auth((await ws.receive()).data)
-        await script(ws, Session(Role.COORDINATOR, accepted.transport))
-        return ws
-
-    app = web.Application()
-    app.router.add_get("/v1/ws", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"ws://127.0.0.1:{port}/v1/ws", identity
-    finally:
-        await runner.cleanup()
-
-
-async def read(ws: web.WebSocketResponse, session: Session) -> Message:
-    """The node's next message (through the coordinator's state table)."""
-    frame = await ws.receive(timeout=10)
-    assert frame.type is WSMsgType.BINARY, frame
-    return session.receive_frame(frame.data)
 
 
 def job(round_id: str) -> Job:
@@ -95,8 +58,8 @@ async def run_node(script: Script, worker: Any) -> tuple[NodeClient, list[dict[s
     old = loop.get_exception_handler()
     loop.set_exception_handler(lambda _loop, ctx: unhandled.append(ctx))
     try:
-        async with hostile(script) as (url, identity):
-            node = NodeClient(url, Ed25519PrivateKey.generate(), identity.public_key(), "p", worker)
+        async with fake_coordinator(script) as (url, identity):
+            node = dial(url, worker, "p", identity.public_key())
             await asyncio.wait_for(node.run_session(), 30)
         for _ in range(3):  # let finished tasks be collected and reported
             await asyncio.sleep(0.05)
@@ -221,38 +184,19 @@ async def test_a_silent_server_is_given_up_after_the_handshake_timeout(
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await asyncio.sleep(30)
 
-    async def no_welcome(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
+    async def no_welcome(ws: web.WebSocketResponse) -> None:
         await asyncio.sleep(30)
-        return ws
 
-    if upgrade:
-        app = web.Application()
-        app.router.add_get("/v1/ws", no_welcome)
-        runner = web.AppRunner(app, shutdown_timeout=0.1)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    else:
-        server = await asyncio.start_server(silent, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-    node = NodeClient(
-        f"ws://127.0.0.1:{port}/v1/ws",
-        Ed25519PrivateKey.generate(),
-        Ed25519PrivateKey.generate().public_key(),
-        "p",
-        MadeUpWorker(FP, 4),
-    )
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        if upgrade:
+            url = await stack.enter_async_context(node_endpoint(no_welcome, 0.1))
+        else:
+            server = await asyncio.start_server(silent, "127.0.0.1", 0)
+            stack.callback(server.close)
+            url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/ws"
+        node = dial(url, MadeUpWorker(FP, 4), "p")
         with pytest.raises(TimeoutError) as err:
             await asyncio.wait_for(node.run_session(), 5)
-    finally:
-        if upgrade:
-            await runner.cleanup()
-        else:
-            server.close()
     step = "handshake not completed" if upgrade else "no websocket upgrade answer"
     assert f"{step} within 0.5 s" in str(err.value)
 
@@ -290,23 +234,21 @@ async def test_doctor_query_refuses_a_bad_reply(
 
     app = web.Application()
     app.router.add_post("/v1/doctor", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    async with serving(app) as port:
+        cfg = node_config(tmp_path, f"ws://127.0.0.1:{port}/v1/ws")
+        with pytest.raises(NetcheckError, match=says):
+            await ask_coordinator(cfg, "p", FP)
+
+
+def node_config(tmp_path: Path, url: str) -> NodeConfig:
+    """A node config in ``tmp_path`` (with a fresh identity key) that dials ``url``."""
     generate_key(tmp_path / "node.pem")
     key = public_key_text(Ed25519PrivateKey.generate())
     (tmp_path / "node.toml").write_text(
-        f'coordinator_url = "ws://127.0.0.1:{port}/v1/ws"\ncoordinator_key = "{key}"\n'
+        f'coordinator_url = "{url}"\ncoordinator_key = "{key}"\n'
         'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
     )
-    cfg = load_node_config(tmp_path / "node.toml")
-    try:
-        with pytest.raises(NetcheckError, match=says):
-            await ask_coordinator(cfg, "p", FP)
-    finally:
-        await runner.cleanup()
+    return load_node_config(tmp_path / "node.toml")
 
 
 def test_doctor_query_accepts_the_real_reply_shape() -> None:
@@ -324,32 +266,14 @@ async def test_preflight_names_a_text_answer_to_hello(tmp_path: Path) -> None:
     although nothing was closed."""
     from netcheck.node.preflight import CoordinatorUnreachable, probe_coordinator
 
-    async def text_service(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
+    async def text_service(ws: web.WebSocketResponse) -> None:
         await ws.receive()
         await ws.send_str('{"hello": "world"}')
         await asyncio.sleep(1)
-        return ws
 
-    app = web.Application()
-    app.router.add_get("/v1/ws", text_service)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    generate_key(tmp_path / "node.pem")
-    key = public_key_text(Ed25519PrivateKey.generate())
-    (tmp_path / "node.toml").write_text(
-        f'coordinator_url = "ws://127.0.0.1:{port}/v1/ws"\ncoordinator_key = "{key}"\n'
-        'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
-    )
-    try:
+    async with node_endpoint(text_service, 0.1) as url:
         with pytest.raises(CoordinatorUnreachable, match="answered hello with a text frame"):
-            await probe_coordinator(load_node_config(tmp_path / "node.toml"), timeout_s=3)
-    finally:
-        await runner.cleanup()
+            await probe_coordinator(node_config(tmp_path, url), timeout_s=3)
 
 
 class OutOfRangeWorker(MadeUpWorker):

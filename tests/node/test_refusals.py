@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from aiohttp import WSMsgType, web
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fake_coordinator_support import dial, node_endpoint
 
 from netcheck.engines.fingerprint import fingerprint_id
 from netcheck.errors import CloseCode
 from netcheck.keys import public_key_text
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import running_coordinator, small_profile
-from netcheck.node.client import NodeClient, NodeFatalError, refusal_message
+from netcheck.node.client import NodeFatalError, refusal_message
 from netcheck.protocol.codec import encode_message
 from netcheck.protocol.handshake import SUITE, VERSION
 from netcheck.protocol.messages import Welcome
@@ -61,9 +62,7 @@ async def test_impostor_welcome_shows_presented_key() -> None:
     """A server whose welcome names another key: the message shows pinned and presented key."""
     impostor = Ed25519PrivateKey.generate()
 
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
+    async def forged_welcome(ws: web.WebSocketResponse) -> None:
         await ws.receive()  # hello
         welcome = Welcome(
             version=VERSION,
@@ -76,27 +75,11 @@ async def test_impostor_welcome_shows_presented_key() -> None:
         await ws.send_bytes(encode_message(welcome))
         msg = await ws.receive(timeout=5.0)
         assert msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.CLOSING)
-        return ws
 
-    app = web.Application()
-    app.router.add_get("/v1/ws", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     pinned = Ed25519PrivateKey.generate()
-    client = NodeClient(
-        f"ws://127.0.0.1:{port}/v1/ws",
-        Ed25519PrivateKey.generate(),
-        pinned.public_key(),
-        PROFILE.name,
-        worker(),
-    )
-    try:
+    async with node_endpoint(forged_welcome) as url:
+        client = dial(url, worker(), PROFILE.name, pinned.public_key())
         assert await client.run_session() is CloseCode.WRONG_COORDINATOR_KEY
-    finally:
-        await runner.cleanup()
     text = client.last_refusal or ""
     assert text.startswith("WRONG_COORDINATOR_KEY")
     assert public_key_text(pinned) in text
