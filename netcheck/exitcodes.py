@@ -28,6 +28,11 @@ code  name                   meaning
                              opened or used: server unreachable or refusing the
                              login, a file that is not a database, not writable,
                              disk full
+11    STOPPED                ``screen run``: the run ended without its judgement:
+                             cancelled by another client (the admin API, e.g. a
+                             second terminal), stopped by the coordinator's
+                             shutdown, or ended in a state that is not a completed
+                             run (the report printed is partial)
 130   INTERRUPTED            Ctrl-C
 ====  =====================  ==========================================================
 """
@@ -51,6 +56,7 @@ class Exit(IntEnum):
     NOTHING_CHECKED = 8
     NODES_FAILED = 9
     STORAGE = 10
+    STOPPED = 11
     INTERRUPTED = 130
 
 
@@ -63,6 +69,7 @@ def exit_code_for(exc: BaseException) -> int:
         AdminUnreachable,
         NodesFailed,
         NothingChecked,
+        RunStopped,
     )
     from netcheck.errors import (
         ConfigError,
@@ -84,6 +91,7 @@ def exit_code_for(exc: BaseException) -> int:
         (AdminNotFound, Exit.NOT_FOUND),
         (NothingChecked, Exit.NOTHING_CHECKED),
         (NodesFailed, Exit.NODES_FAILED),
+        (RunStopped, Exit.STOPPED),
     )
     for kind, code in table:
         if isinstance(exc, kind):
