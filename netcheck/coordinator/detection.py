@@ -353,8 +353,10 @@ class Screening:
         At a coordinator shutdown or once ``cancel`` (a job's) is set, the running
         confirmations stop "stopped, not judged" (no ``cleared`` record; their rounds
         count the attempt and are pooled into the next), the waiting groups and the
-        alone stage are not started, and the result carries ``"halted"`` (the cause,
-        :func:`~netcheck.coordinator.confirm_batches.halted`).
+        alone stage are not started, a running alone stage stops before its next round
+        and judges nothing more (no record; its rounds are pooled into the node's next
+        attempt, :mod:`netcheck.coordinator.alone`), and the result carries
+        ``"halted"`` (the cause, :func:`~netcheck.coordinator.confirm_batches.halted`).
 
         Returns ``{"profile", "analysis", "confirmations", "flag_ids"}`` (and
         ``"halted"`` when stopped so).
@@ -405,16 +407,18 @@ class Screening:
                      "confirm_budget_rounds = %d)", profile.name, left, BUDGET_SPENT,
                      self.config.confirm_budget_rounds)  # fmt: skip
         confirmations = [res.as_dict() for res in outcomes]
-        if cause := halted(self, cancel):
+        if not halted(self, cancel):
+            skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
+            flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report,
+                                            self.alone, skip, screened.results, confirming,
+                                            partial(halted, self, cancel))  # fmt: skip
+        out = {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
+               "flag_ids": flag_ids}  # fmt: skip
+        if cause := halted(self, cancel):  # in the groups' stage or the alone stage
             log.warning("screening analysis %s: confirmation stopped, not judged: %s",
                         profile.name, cause)  # fmt: skip
-            return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
-                    "flag_ids": flag_ids, "halted": cause}  # fmt: skip
-        skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
-        flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report, self.alone,
-                                        skip, screened.results, confirming)  # fmt: skip
-        return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
-                "flag_ids": flag_ids}  # fmt: skip
+            out["halted"] = cause
+        return out
 
     async def confirm_waiting(
         self, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
