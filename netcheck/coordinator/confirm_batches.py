@@ -210,6 +210,16 @@ def unserved(outcomes: Sequence[GroupOutcome]) -> list[int]:
             if res.run is None and res.reason == BUDGET_SPENT and not res.stopped]  # fmt: skip
 
 
+def set_aside(outcomes: Sequence[GroupOutcome]) -> list[int]:
+    """Indices of the ``outcomes`` (one per group, in order) not judged for a cause
+    that is neither the group's nor the budget's: not started or stopped unjudged
+    because the canary pool could not cover them (:data:`POOL_SHORT`) or by a shutdown
+    or a cancel (:func:`halted`). Their pairs keep their place in the budget's waiting
+    order (:func:`~netcheck.analysis.confirm_budget.next_waits`, ``kept``)."""
+    return [i for i, res in enumerate(outcomes)
+            if res.run is None and (_NOT_STARTED in res.reason or not_judged(res.reason))]  # fmt: skip
+
+
 async def confirm_groups(
     screening: ConfirmHost, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
     analysis: Analysis, *, batching: bool, progress: ConfirmProgress | None = None,

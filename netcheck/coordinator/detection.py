@@ -78,6 +78,7 @@ from netcheck.coordinator.confirm_batches import (
     halted,
     not_judged,
     pool_short,
+    set_aside,
     unserved,
 )
 from netcheck.coordinator.group_flags import (
@@ -428,7 +429,9 @@ class Screening:
         """One analysis's :func:`confirm_groups`, longest-waiting first by the profile's
         wait counts (:attr:`waits`), which it then advances
         (:func:`~netcheck.analysis.confirm_budget.next_waits`: the pairs of the groups
-        the budget left unserved count one more analysis, the rest drop). The counts
+        the budget left unserved count one more analysis, those of the groups set aside
+        for a short canary pool or a halt keep their count
+        (:func:`~netcheck.coordinator.confirm_batches.set_aside`), the rest drop). The counts
         are kept in memory only: a restart resets the order to the margin order (no
         evidence or attempt is lost; those are stored)."""
         outcomes = await confirm_groups(self, profile, groups, stored, analysis,
@@ -436,7 +439,8 @@ class Screening:
                                         progress=progress, cancel=cancel,
                                         waits=self.waits.get(profile.name))  # fmt: skip
         self.waits[profile.name] = next_waits([g.members for g in groups], unserved(outcomes),
-                                              self.waits.get(profile.name, {}))  # fmt: skip
+                                              self.waits.get(profile.name, {}),
+                                              set_aside(outcomes))  # fmt: skip
         return outcomes
 
     async def _slowness(

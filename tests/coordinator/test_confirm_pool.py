@@ -112,6 +112,32 @@ async def test_an_empty_pool_starts_no_confirmation(tmp_path: Path) -> None:
     assert res.run is None and confirm_batches.pool_short(res.reason)
 
 
+async def test_a_group_the_pool_sets_aside_keeps_its_place_in_the_waiting_order(
+    tmp_path: Path,
+) -> None:
+    """The budget's wait count of a group not started for an empty pool stays as it was
+    (2 analyses), so it is served as early as before once references are built; before,
+    its pairs dropped out as if it had been served."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 0)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        a, b = await _pair(rc)
+        screening = rc.coord.screening
+        screening.waits[PROFILE.name] = {frozenset((a, b)): 2}
+        (res,) = await screening.confirm_waiting(PROFILE, [SuspectGroup((a, b), ())], EMPTY,
+                                                 analyse(EMPTY, 0.65, DetectorConfig()))  # fmt: skip
+        waits = screening.waits[PROFILE.name]
+    assert res.run is None and confirm_batches.pool_short(res.reason)
+    assert confirm_batches.set_aside([res]) == [0]
+    group = SuspectGroup((a, b), ())
+    halted = GroupOutcome(
+        group, reason=f"{confirm_batches.CANCELLED}; {confirm_batches._NOT_STARTED}"
+    )
+    budget = GroupOutcome(group, reason="confirmation budget spent")
+    left = GroupOutcome(group, reason="1 member(s) not connected")
+    assert confirm_batches.set_aside([budget, halted, left]) == [1]
+    assert waits == {frozenset((a, b)): 2}
+
+
 async def test_a_member_without_a_canary_stops_the_run_at_that_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
