@@ -240,7 +240,7 @@ class Screening:
                         await self.analyse_and_confirm(name)
             except NetcheckError as exc:
                 log.warning("screening timer, profile %s: %s", name, exc)
-            except Exception:  # a bug (e.g. in an after-round check): the timer keeps going
+            except Exception:  # a bug (e.g. in the analysis): the timer keeps going
                 log.exception("screening timer, profile %s: the round or its analysis failed "
                               "(a bug); the timer goes on", name)  # fmt: skip
 
