@@ -21,8 +21,9 @@ code  name                   meaning
 7     NOT_FOUND              no such round, flag or node
 8     NOTHING_CHECKED        the round(s) ran but no node was checked: the canary pool
                              is empty for every connected fingerprint; or (``screen
-                             run``) a suspect group's confirmation was not started
-                             or was stopped because the pool could not cover it
+                             run``) a suspect group's confirmation (or a slowness
+                             nominee's alone rounds) was not started or was stopped
+                             because the pool could not cover it
 9     NODES_FAILED           ``--fail-on-failing``: a node got a failing verdict
 10    STORAGE                the database (or the coordinator's spool) could not be
                              opened or used: server unreachable or refusing the

@@ -127,6 +127,7 @@ async def confirm_alone(
     coord: RoundHost, flags: FlagStore, profile: Profile, report: SlownessReport,
     cfg: AloneConfig, skip: Collection[str] = (), rows: Sequence[dict[str, Any]] = (),
     progress: ConfirmProgress | None = None, halt: Callable[[], str] | None = None,
+    pool_short: list[dict[str, Any]] | None = None,
 ) -> list[int]:  # fmt: skip
     """Alone rounds and the test for every nominee of ``report`` not in ``skip``;
     returns the ids stored. Each attempt first tops the node's alone rounds up to its
@@ -140,7 +141,9 @@ async def confirm_alone(
     receipts in the evidence); ``progress`` (a job's) counts the rounds; ``halt``:
     why the stage must stop now unjudged ("" to go on; module docstring), e.g.
     :func:`~netcheck.coordinator.confirm_batches.halted` of the screening and the job's
-    cancel. A short canary pool stops a node's attempt unjudged too (module docstring).
+    cancel. A short canary pool stops a node's attempt unjudged too (module docstring);
+    each such node is appended to ``pool_short`` as ``{"node", "reason",
+    "unchecked_rounds"}`` (the analysis report's ``alone_pool_short``).
 
     Raises:
         StorageError: a round or a record could not be stored.
@@ -156,8 +159,13 @@ async def confirm_alone(
         why = nomination(tested[key], report, cfg, rows)
         for in_analysis in range(1, cfg.max_attempts + cfg.catch_up_attempts + 1):
             short = await asyncio.to_thread(alone_short, flags, profile, key, cfg)
-            if short and not await _alone_rounds(coord, profile, key, short, progress, halt):
-                break
+            if short:
+                loaded, dry = await _alone_rounds(coord, profile, key, short, progress, halt)
+                if dry and pool_short is not None:
+                    pool_short.append({"node": key, "reason": dry,
+                                       "unchecked_rounds": int(_STOPPED in dry)})  # fmt: skip
+                if not loaded or dry:
+                    break
             if _halted(halt, profile, key):  # the rounds run are pooled into the next attempt
                 break
             done = await asyncio.to_thread(record_alone_test, flags, profile, key, cfg, why,
@@ -183,20 +191,21 @@ def _halted(halt: Callable[[], str], profile: Profile, key: str) -> bool:
 async def _alone_rounds(
     coord: RoundHost, profile: Profile, key: str, rounds: int, progress: ConfirmProgress,
     halt: Callable[[], str],
-) -> int:  # fmt: skip
+) -> tuple[int, str]:  # fmt: skip
     """Up to ``rounds`` confirmation rounds loading only ``key``, while it is
     connected, ``halt()`` is "" and it gets a job (each counted in ``progress``);
-    returns how many gave it a job (0: none run, logged). None is run when the canary
-    pool cannot cover them (logged with the build command); a round in which it came
-    back ``unchecked`` (no canary) stops them."""
+    returns how many gave it a job (0: none run, logged) and, when the canary pool cut
+    them short, why (a :data:`~netcheck.coordinator.confirm_batches.POOL_SHORT` reason
+    naming the build command, logged; else ""): none is run when the pool cannot cover
+    them, and a round in which it came back ``unchecked`` (no canary) is the last."""
     fps = {s.node_key: s.fingerprint_id for s in coord.connected(profile.name)}
     short = await asyncio.to_thread(pool_shortfall, coord.store, profile, {key: rounds}, fps)
     if short:
-        log.warning("profile %s: alone rounds of %s: %s", profile.name, who(key),
-                    pool_reason(profile.name, f"{rounds} alone rounds; " + "; ".join(short),
-                                _NOT_STARTED))  # fmt: skip
-        return 0
-    loaded = 0
+        dry = pool_reason(profile.name, f"{rounds} alone rounds; " + "; ".join(short),
+                          _NOT_STARTED)  # fmt: skip
+        log.warning("profile %s: alone rounds of %s: %s", profile.name, who(key), dry)
+        return 0, dry
+    loaded, dry = 0, ""
     try:
         for i in range(rounds):
             if key not in {s.node_key for s in coord.connected(profile.name)} or halt():
@@ -205,17 +214,17 @@ async def _alone_rounds(
                                    rule="explicit", context={"slowness": key, "round": i})  # fmt: skip
             progress.rounds_done += 1
             if any(o.node_key == key and o.verdict == Verdict.UNCHECKED for o in done.outcomes):
-                log.warning("profile %s: alone rounds of %s: %s", profile.name, who(key),
-                            pool_reason(profile.name, f"round {done.round_id}: unchecked, no "
-                                        "canary", _STOPPED))  # fmt: skip
+                dry = pool_reason(profile.name, f"round {done.round_id}: unchecked, no canary",
+                                  _STOPPED)  # fmt: skip
+                log.warning("profile %s: alone rounds of %s: %s", profile.name, who(key), dry)
                 break
             loaded += bool(done.schedule.get(key))
     except RoundError as exc:
         log.warning("alone rounds of %s not run: %s", who(key), exc)
-        return 0
-    if not loaded and not halt():
+        return 0, ""
+    if not loaded and not halt() and not dry:
         log.warning("alone rounds of %s not run: not connected", who(key))
-    return loaded
+    return loaded, dry
 
 
 #: What a short canary pool did to a node's alone rounds (:data:`POOL_SHORT` reasons).

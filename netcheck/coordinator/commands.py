@@ -138,8 +138,8 @@ def screen_run(
     far, suspect groups under test and settled, and the time taken (it has no ETA). Ctrl-C cancels the run on the
     coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
     no node was checked in any round (empty canary pool), or when a suspect group's
-    confirmation was not started or was stopped because the canary pool could not cover
-    its rounds (the group is not judged: no cleared record). Exits 11 when the run ended
+    confirmation (or a slowness nominee's alone rounds) was not started or was stopped
+    because the canary pool could not cover its rounds (not judged: no cleared record). Exits 11 when the run ended
     without its judgement: cancelled by another client (a second terminal, the admin
     API) or stopped by the coordinator's shutdown (what ran is printed first).
     """
@@ -188,6 +188,9 @@ def screen_run(
                                f"{c.get('reason') or c.get('stopped', '')}"))  # fmt: skip
         elif c.get("reason"):
             console.print(Text(f"    {c['reason']}"))
+    for a in report.get("alone_pool_short", []):
+        console.print(Text(f"  slowness nominee {_who(a['node'], names)}: alone rounds cut "
+                           f"short by the canary pool, no record: {a['reason']}"))  # fmt: skip
     if report.get("flags"):
         console.print(flags_table(report["flags"], "flags raised", names))
         if any(f.get("status") == "cleared" for f in report["flags"]):

@@ -360,7 +360,9 @@ class Screening:
         ``"halted"`` (the cause, :func:`~netcheck.coordinator.confirm_batches.halted`).
 
         Returns ``{"profile", "analysis", "confirmations", "flag_ids"}`` (and
-        ``"halted"`` when stopped so).
+        ``"halted"`` when stopped so; ``"alone_pool_short"``: the slowness nominees
+        whose alone rounds the canary pool could not cover, ``{"node", "reason",
+        "unchecked_rounds"}`` each, :func:`~netcheck.coordinator.alone.confirm_alone`).
         """
         confirming = confirming or ConfirmProgress()
         confirming.stage = "analysis"
@@ -408,13 +410,16 @@ class Screening:
                      "confirm_budget_rounds = %d)", profile.name, left, BUDGET_SPENT,
                      self.config.confirm_budget_rounds)  # fmt: skip
         confirmations = [res.as_dict() for res in outcomes]
+        dry: list[dict[str, Any]] = []  # nominees the canary pool left unjudged alone
         if not halted(self, cancel):
             skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
             flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report,
                                             self.alone, skip, screened.results, confirming,
-                                            partial(halted, self, cancel))  # fmt: skip
+                                            partial(halted, self, cancel), dry)  # fmt: skip
         out = {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
                "flag_ids": flag_ids}  # fmt: skip
+        if dry:
+            out["alone_pool_short"] = dry
         if cause := halted(self, cancel):  # in the groups' stage or the alone stage
             log.warning("screening analysis %s: confirmation stopped, not judged: %s",
                         profile.name, cause)  # fmt: skip

@@ -136,11 +136,16 @@ async def test_a_pool_that_cannot_cover_the_alone_rounds_runs_none(
     async with running_coordinator(tmp_path, [FAST], store=store) as rc:
         key = (await _join(rc, {"slow": Delayed(0.2)}))["slow"]
         flags = rc.coord.screening.flags
-        ids = await confirm_alone(rc.coord, flags, FAST, _report(key), AloneConfig(rounds=8))
+        dry: list[dict[str, Any]] = []
+        ids = await confirm_alone(rc.coord, flags, FAST, _report(key), AloneConfig(rounds=8),
+                                  pool_short=dry)  # fmt: skip
         rounds, records = _alone_rounds(rc), _slow_records(rc)
     assert (ids, rounds, records) == ([], 0, [])
     text = " ".join(r.getMessage() for r in caplog.records)
     assert confirm_batches.POOL_SHORT in text and f"reference build --profile {FAST.name}" in text
+    (entry,) = dry  # in the analysis report (alone_pool_short): screen run exits 8
+    assert entry["node"] == key and entry["unchecked_rounds"] == 0
+    assert confirm_batches.pool_short(entry["reason"]) and "not started" in entry["reason"]
 
 
 async def test_an_unchecked_alone_round_stops_the_rounds(
@@ -154,6 +159,10 @@ async def test_an_unchecked_alone_round_stops_the_rounds(
     async with running_coordinator(tmp_path, [FAST], store=store) as rc:
         key = (await _join(rc, {"slow": Delayed(0.2)}))["slow"]
         flags = rc.coord.screening.flags
-        ids = await confirm_alone(rc.coord, flags, FAST, _report(key), AloneConfig(rounds=8))
+        dry: list[dict[str, Any]] = []
+        ids = await confirm_alone(rc.coord, flags, FAST, _report(key), AloneConfig(rounds=8),
+                                  pool_short=dry)  # fmt: skip
         rounds, records = _alone_rounds(rc), _slow_records(rc)
     assert (ids, rounds, records) == ([], 4, [])
+    assert [(e["node"], e["unchecked_rounds"]) for e in dry] == [(key, 1)]
+    assert "unchecked, no canary" in dry[0]["reason"]

@@ -204,3 +204,33 @@ def test_screen_run_reports_a_confirmation_the_pool_cut_short(tmp_path: Path) ->
         assert "1 suspect group(s) not judged" in msg and "3 confirmation round(s)" in msg
         assert "reference build --profile dry" in msg
     assert fine.exit_code == 0, fine.output
+
+
+def test_screen_run_reports_slowness_nominees_the_pool_left_unjudged(tmp_path: Path) -> None:
+    """A report whose alone stage the canary pool cut short (``alone_pool_short``)
+    prints the nominee and exits 8 naming the build command, as a suspect group's
+    confirmation cut short does (before session 16 the stage ran its rounds unchecked
+    and the run exited 0)."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+    from netcheck.coordinator import commands
+    from netcheck.exitcodes import Exit
+
+    dry = {"node": "ed25519:slow", "unchecked_rounds": 1,
+           "reason": "reference pool too small for profile dry (round r3: unchecked, no canary)"}  # fmt: skip
+    report = {"profile": "dry", "rounds": [], "flags": [], "confirmations": [],
+              "alone_pool_short": [dry]}  # fmt: skip
+    mp = pytest.MonkeyPatch()
+    mp.setattr(commands, "run_job", lambda *a: {"state": "done", "report": report})
+    try:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text("")
+        res = CliRunner().invoke(main, ["screen", "run", "--config", str(cfg)])
+    finally:
+        mp.undo()
+    assert res.exit_code == int(Exit.NOTHING_CHECKED), res.output
+    text = " ".join(res.output.split())
+    assert "slowness nominee ed25519:slow: alone rounds cut short by the canary pool" in text
+    assert "1 slowness nominee(s) confirmed alone not judged" in text
+    assert "reference build --profile dry" in text
