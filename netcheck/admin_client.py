@@ -44,6 +44,12 @@ class NodesFailed(NetcheckError):
     """``--fail-on-failing``: a node got a failing verdict (exit status 9)."""
 
 
+class RunStopped(NetcheckError):
+    """A coordinator job ended without its judgement: cancelled by another client (the
+    admin API's ``DELETE``), stopped by the coordinator's shutdown, or in a state that is
+    not a completed run (exit status 11)."""
+
+
 def _error_for(status: int) -> type[AdminError]:
     if status in (401, 403):
         return AdminAuthError

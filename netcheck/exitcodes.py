@@ -21,13 +21,19 @@ code  name                   meaning
 7     NOT_FOUND              no such round, flag or node
 8     NOTHING_CHECKED        the round(s) ran but no node was checked: the canary pool
                              is empty for every connected fingerprint; or (``screen
-                             run``) a suspect group's confirmation was not started
-                             or was stopped because the pool could not cover it
+                             run``) a suspect group's confirmation (or a slowness
+                             nominee's alone rounds) was not started or was stopped
+                             because the pool could not cover it
 9     NODES_FAILED           ``--fail-on-failing``: a node got a failing verdict
 10    STORAGE                the database (or the coordinator's spool) could not be
                              opened or used: server unreachable or refusing the
                              login, a file that is not a database, not writable,
                              disk full
+11    STOPPED                ``screen run``: the run ended without its judgement:
+                             cancelled by another client (the admin API, e.g. a
+                             second terminal), stopped by the coordinator's
+                             shutdown, or ended in a state that is not a completed
+                             run (the report printed is partial)
 130   INTERRUPTED            Ctrl-C
 ====  =====================  ==========================================================
 """
@@ -51,6 +57,7 @@ class Exit(IntEnum):
     NOTHING_CHECKED = 8
     NODES_FAILED = 9
     STORAGE = 10
+    STOPPED = 11
     INTERRUPTED = 130
 
 
@@ -63,6 +70,7 @@ def exit_code_for(exc: BaseException) -> int:
         AdminUnreachable,
         NodesFailed,
         NothingChecked,
+        RunStopped,
     )
     from netcheck.errors import (
         ConfigError,
@@ -84,6 +92,7 @@ def exit_code_for(exc: BaseException) -> int:
         (AdminNotFound, Exit.NOT_FOUND),
         (NothingChecked, Exit.NOTHING_CHECKED),
         (NodesFailed, Exit.NODES_FAILED),
+        (RunStopped, Exit.STOPPED),
     )
     for kind, code in table:
         if isinstance(exc, kind):

@@ -163,8 +163,9 @@ def check_round_outcome(
 def check_confirmations(report: Mapping[str, Any], *, config_path: Path | None = None) -> None:
     """Raise when a confirmation of a screening report (``report["confirmations"]``,
     admin ``POST /admin/screening``) was not started or stopped because the canary
-    pool could not cover it (entries with ``pool_short``): such a suspect group was
-    not judged (no ``cleared`` record), so the run did not do what it was asked.
+    pool could not cover it (entries with ``pool_short``; and the slowness nominees of
+    ``report["alone_pool_short"]``, the alone stage's): such a suspect group or node
+    was not judged (no ``cleared`` record), so the run did not do what it was asked.
 
     Raises:
         NothingChecked: some entry has ``pool_short``; the message counts them and
@@ -174,12 +175,15 @@ def check_confirmations(report: Mapping[str, Any], *, config_path: Path | None =
     from netcheck.references.pool import build_command, with_config
 
     short = [c for c in report.get("confirmations", ()) if c.get("pool_short")]
-    if not short:
+    alone = list(report.get("alone_pool_short", ()))
+    if not short and not alone:
         return
     profile = str(report.get("profile", ""))
-    unchecked = sum(int(c.get("unchecked_rounds", 0)) for c in short)
+    unchecked = sum(int(c.get("unchecked_rounds", 0)) for c in (*short, *alone))
+    what = [f"{len(short)} suspect group(s)"] if short else []
+    what += [f"{len(alone)} slowness nominee(s) confirmed alone"] if alone else []
     raise NothingChecked(
-        f"{len(short)} suspect group(s) not judged: the canary pool of profile {profile} "
+        f"{' and '.join(what)} not judged: the canary pool of profile {profile} "
         "could not cover their confirmation rounds"
         + (f" ({unchecked} confirmation round(s) ran with a member unchecked)" if unchecked else "")
         + ", so each was not started or was stopped, with no cleared record. Build references "

@@ -14,7 +14,8 @@ budget of ``B`` rounds (the coordinator's ``confirm_budget_rounds``) the coordin
    "Why aging" below), longest first, then by :func:`group_strength`, strongest first,
    ties in the detector's order (:func:`confirmation_order`); the batch admits them in
    that order (:func:`~netcheck.analysis.confirm_batch.admit`); after the analysis
-   :func:`next_waits` counts one more wait for the pairs left unserved;
+   :func:`next_waits` counts one more wait for the pairs left unserved (and keeps the
+   count of those set aside for a short canary pool or a halt);
 2. start a group only when its first block fits in what is left of the budget
    (:func:`first_block_rounds`); one that does not fit is **unserved**: no round, no
    record, so no attempt and no look is spent on it (attempts are counted from the
@@ -139,19 +140,31 @@ def confirmation_order(groups: Sequence[SuspectGroup], waits: PairWaits | None =
 
 
 def next_waits(
-    groups: Sequence[Sequence[str]], unserved: Collection[int], waits: PairWaits
-) -> dict[frozenset[str], int]:
+    groups: Sequence[Sequence[str]], unserved: Collection[int], waits: PairWaits,
+    kept: Collection[int] = (),
+) -> dict[frozenset[str], int]:  # fmt: skip
     """The wait counts after an analysis that nominated ``groups`` (member sequences)
     and left the indices ``unserved`` unserved by the budget: each pair of an unserved
     group waited one more analysis than in ``waits``, unless a group outside
-    ``unserved`` holds it too (it was served, or set aside otherwise); every other pair
-    is dropped (module docstring "Matching")."""
-    left = set(unserved)
-    dealt = set().union(*(group_pairs(g) for i, g in enumerate(groups) if i not in left))
+    ``unserved`` and ``kept`` holds it too (it was served, or set aside otherwise); the
+    pairs of the ``kept`` groups (not judged for a cause that is not theirs nor the
+    budget's: the canary pool could not cover them, a shutdown or a cancel stopped
+    them) keep their count as it was (neither one more: the budget did not pass them
+    over; nor dropped: they were not served), unless a served group holds them or an
+    unserved one counts them one more; every other pair is dropped (module docstring
+    "Matching")."""
+    left, keep = set(unserved), set(kept) - set(unserved)
+    dealt = set().union(
+        *(group_pairs(g) for i, g in enumerate(groups) if i not in left and i not in keep)
+    )
     out: dict[frozenset[str], int] = {}
     for i in sorted(left):
         for p in group_pairs(groups[i]) - dealt:
             out[p] = waits.get(p, 0) + 1
+    for i in sorted(keep):
+        for p in group_pairs(groups[i]) - dealt:
+            if p not in out and waits.get(p, 0):
+                out[p] = waits[p]
     return out
 
 

@@ -2,7 +2,8 @@
 
 Routes:
 
-- ``GET  /admin/status``          — connected nodes per profile, the canary pool.
+- ``GET  /admin/status``          — connected nodes per profile, the canary pool, rounds
+  whose after-round checks raised a bug (:func:`~netcheck.coordinator.late_checks.check_bugs`).
 - ``GET  /admin/references``      — the canary pool per profile and fingerprint.
 - ``GET  /admin/nodes``           — connected sessions and every known node (with
   ``connected`` and ``last_seen_at``: now while connected, else when its session ended).
@@ -47,6 +48,7 @@ from aiohttp import web
 
 from netcheck.coordinator.capacity_gate import capacity_context
 from netcheck.coordinator.jobs import ConfirmProgress, ScreeningJobs
+from netcheck.coordinator.late_checks import check_bugs
 from netcheck.coordinator.pool import live_pool
 from netcheck.errors import NetcheckError
 from netcheck.storage.durable import spooled_status
@@ -161,7 +163,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         return web.json_response(
             {"connected": len(coord.sessions), "per_profile": per_profile,
              "profiles": sorted(coord.profiles), "handshake_failures": coord.handshake_failures,
-             "references": pool}
+             "references": pool,
+             "after_round_check_bugs": [b.as_dict() for b in check_bugs(coord)]}
         )  # fmt: skip
 
     async def references(request: web.Request) -> web.Response:

@@ -29,6 +29,7 @@ from rich.text import Text
 from netcheck.admin_client import (
     AdminConflict,
     AdminError,
+    RunStopped,
     admin_call,
     coordinator_config_option,
     coordinator_label,
@@ -36,7 +37,7 @@ from netcheck.admin_client import (
 )
 from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
-from netcheck.coordinator.screen_follow import cancel_job, run_job
+from netcheck.coordinator.screen_follow import cancel_job, ended_unjudged, run_job
 from netcheck.exitcodes import Exit
 from netcheck.report import check_confirmations, check_round_outcome
 from netcheck.report import console as report_console
@@ -137,8 +138,10 @@ def screen_run(
     far, suspect groups under test and settled, and the time taken (it has no ETA). Ctrl-C cancels the run on the
     coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
     no node was checked in any round (empty canary pool), or when a suspect group's
-    confirmation was not started or was stopped because the canary pool could not cover
-    its rounds (the group is not judged: no cleared record).
+    confirmation (or a slowness nominee's alone rounds) was not started or was stopped
+    because the canary pool could not cover its rounds (not judged: no cleared record). Exits 11 when the run ended
+    without its judgement: cancelled by another client (a second terminal, the admin
+    API) or stopped by the coordinator's shutdown (what ran is printed first).
     """
     body: dict[str, Any] = {"rounds": rounds, "profile": profile_name, "check_capacity": True}
     if override is not None:
@@ -153,10 +156,15 @@ def screen_run(
         sys.exit(int(Exit.INTERRUPTED))
     if job["state"] == "failed":
         raise AdminConflict(f"screening run failed: {job['error']}")
-    report = job["report"]
+    stopped = ended_unjudged(job)
+    report = job.get("report")
+    if report is None:  # cancelled at shutdown before the runner returned: nothing to print
+        raise RunStopped(stopped or f"screening job {job.get('job_id', '?')}: no report")
     rounds_run = [{**r, "profile": report["profile"]} for r in report.get("rounds", [])]
     if as_json:
         click.echo(json.dumps(report, indent=2))
+        if stopped:
+            raise RunStopped(stopped)
         check_round_outcome(rounds_run, config_path=config_path)
         check_confirmations(report, config_path=config_path)
         return
@@ -180,6 +188,9 @@ def screen_run(
                                f"{c.get('reason') or c.get('stopped', '')}"))  # fmt: skip
         elif c.get("reason"):
             console.print(Text(f"    {c['reason']}"))
+    for a in report.get("alone_pool_short", []):
+        console.print(Text(f"  slowness nominee {_who(a['node'], names)}: alone rounds cut "
+                           f"short by the canary pool, no record: {a['reason']}"))  # fmt: skip
     if report.get("flags"):
         console.print(flags_table(report["flags"], "flags raised", names))
         if any(f.get("status") == "cleared" for f in report["flags"]):
@@ -199,6 +210,8 @@ def screen_run(
                 "lists earlier ones)"
             )
         )
+    if stopped:  # before the checks below: the run itself did not finish
+        raise RunStopped(stopped)
     check_round_outcome(rounds_run, config_path=config_path)
     check_confirmations(report, config_path=config_path)
 

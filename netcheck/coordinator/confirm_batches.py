@@ -162,7 +162,9 @@ def not_judged(reason: str) -> bool:
     return _STOPPED in reason
 
 
-def _pool_reason(profile: str, detail: str, what: str) -> str:
+def pool_reason(profile: str, detail: str, what: str) -> str:
+    """A :data:`POOL_SHORT` reason: the profile, ``detail`` (which rounds, which
+    fingerprints), ``what`` was done about it, and the command that builds more."""
     return (f"{POOL_SHORT} for profile {profile} ({detail}); {what}; build more references "
             f"with `netcheck reference build --profile {profile}`")  # fmt: skip
 
@@ -206,6 +208,16 @@ def unserved(outcomes: Sequence[GroupOutcome]) -> list[int]:
     unserved: not run, reason ``confirmation budget spent``, never started."""
     return [i for i, res in enumerate(outcomes)
             if res.run is None and res.reason == BUDGET_SPENT and not res.stopped]  # fmt: skip
+
+
+def set_aside(outcomes: Sequence[GroupOutcome]) -> list[int]:
+    """Indices of the ``outcomes`` (one per group, in order) not judged for a cause
+    that is neither the group's nor the budget's: not started or stopped unjudged
+    because the canary pool could not cover them (:data:`POOL_SHORT`) or by a shutdown
+    or a cancel (:func:`halted`). Their pairs keep their place in the budget's waiting
+    order (:func:`~netcheck.analysis.confirm_budget.next_waits`, ``kept``)."""
+    return [i for i, res in enumerate(outcomes)
+            if res.run is None and (_NOT_STARTED in res.reason or not_judged(res.reason))]  # fmt: skip
 
 
 async def confirm_groups(
@@ -346,7 +358,7 @@ async def _covered(
         short = await asyncio.to_thread(pool_shortfall, screening.coord.store, profile,
                                         _loads(block), fps)  # fmt: skip
         if short:
-            res.reason = _pool_reason(profile.name, f"first block of {len(block)} rounds; "
+            res.reason = pool_reason(profile.name, f"first block of {len(block)} rounds; "
                                       + "; ".join(short), _NOT_STARTED)  # fmt: skip
             log.warning("profile %s: confirmation of suspect group %s: %s",
                         profile.name, [node_label(m) for m in res.group.members],
@@ -372,7 +384,7 @@ async def _stop_uncovered(
                                         wanted, fps)  # fmt: skip
         if short:
             wanted -= _loads(block)
-            batch.stop(slot, _pool_reason(profile.name, f"next block of {len(block)} rounds; "
+            batch.stop(slot, pool_reason(profile.name, f"next block of {len(block)} rounds; "
                                           + "; ".join(short), _STOPPED))  # fmt: skip
 
 
@@ -429,7 +441,7 @@ async def _step(
             if part & dry:
                 if unchecked is not None:
                     unchecked[slot] = unchecked.get(slot, 0) + 1
-                batch.stop(slot, _pool_reason(profile.name, f"round {report.round_id}: "
+                batch.stop(slot, pool_reason(profile.name, f"round {report.round_id}: "
                                               f"{len(part & dry)} member(s) unchecked, no canary",
                                               _STOPPED))  # fmt: skip
         rows = await asyncio.to_thread(screening.flags.round_results, [report.round_id])

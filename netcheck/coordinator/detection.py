@@ -78,6 +78,7 @@ from netcheck.coordinator.confirm_batches import (
     halted,
     not_judged,
     pool_short,
+    set_aside,
     unserved,
 )
 from netcheck.coordinator.group_flags import (
@@ -239,7 +240,7 @@ class Screening:
                         await self.analyse_and_confirm(name)
             except NetcheckError as exc:
                 log.warning("screening timer, profile %s: %s", name, exc)
-            except Exception:  # a bug (e.g. in an after-round check): the timer keeps going
+            except Exception:  # a bug (e.g. in the analysis): the timer keeps going
                 log.exception("screening timer, profile %s: the round or its analysis failed "
                               "(a bug); the timer goes on", name)  # fmt: skip
 
@@ -353,11 +354,15 @@ class Screening:
         At a coordinator shutdown or once ``cancel`` (a job's) is set, the running
         confirmations stop "stopped, not judged" (no ``cleared`` record; their rounds
         count the attempt and are pooled into the next), the waiting groups and the
-        alone stage are not started, and the result carries ``"halted"`` (the cause,
-        :func:`~netcheck.coordinator.confirm_batches.halted`).
+        alone stage are not started, a running alone stage stops before its next round
+        and judges nothing more (no record; its rounds are pooled into the node's next
+        attempt, :mod:`netcheck.coordinator.alone`), and the result carries
+        ``"halted"`` (the cause, :func:`~netcheck.coordinator.confirm_batches.halted`).
 
         Returns ``{"profile", "analysis", "confirmations", "flag_ids"}`` (and
-        ``"halted"`` when stopped so).
+        ``"halted"`` when stopped so; ``"alone_pool_short"``: the slowness nominees
+        whose alone rounds the canary pool could not cover, ``{"node", "reason",
+        "unchecked_rounds"}`` each, :func:`~netcheck.coordinator.alone.confirm_alone`).
         """
         confirming = confirming or ConfirmProgress()
         confirming.stage = "analysis"
@@ -405,16 +410,21 @@ class Screening:
                      "confirm_budget_rounds = %d)", profile.name, left, BUDGET_SPENT,
                      self.config.confirm_budget_rounds)  # fmt: skip
         confirmations = [res.as_dict() for res in outcomes]
-        if cause := halted(self, cancel):
+        dry: list[dict[str, Any]] = []  # nominees the canary pool left unjudged alone
+        if not halted(self, cancel):
+            skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
+            flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report,
+                                            self.alone, skip, screened.results, confirming,
+                                            partial(halted, self, cancel), dry)  # fmt: skip
+        out = {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
+               "flag_ids": flag_ids}  # fmt: skip
+        if dry:
+            out["alone_pool_short"] = dry
+        if cause := halted(self, cancel):  # in the groups' stage or the alone stage
             log.warning("screening analysis %s: confirmation stopped, not judged: %s",
                         profile.name, cause)  # fmt: skip
-            return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
-                    "flag_ids": flag_ids, "halted": cause}  # fmt: skip
-        skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
-        flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report, self.alone,
-                                        skip, screened.results, confirming)  # fmt: skip
-        return {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
-                "flag_ids": flag_ids}  # fmt: skip
+            out["halted"] = cause
+        return out
 
     async def confirm_waiting(
         self, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
@@ -424,7 +434,9 @@ class Screening:
         """One analysis's :func:`confirm_groups`, longest-waiting first by the profile's
         wait counts (:attr:`waits`), which it then advances
         (:func:`~netcheck.analysis.confirm_budget.next_waits`: the pairs of the groups
-        the budget left unserved count one more analysis, the rest drop). The counts
+        the budget left unserved count one more analysis, those of the groups set aside
+        for a short canary pool or a halt keep their count
+        (:func:`~netcheck.coordinator.confirm_batches.set_aside`), the rest drop). The counts
         are kept in memory only: a restart resets the order to the margin order (no
         evidence or attempt is lost; those are stored)."""
         outcomes = await confirm_groups(self, profile, groups, stored, analysis,
@@ -432,7 +444,8 @@ class Screening:
                                         progress=progress, cancel=cancel,
                                         waits=self.waits.get(profile.name))  # fmt: skip
         self.waits[profile.name] = next_waits([g.members for g in groups], unserved(outcomes),
-                                              self.waits.get(profile.name, {}))  # fmt: skip
+                                              self.waits.get(profile.name, {}),
+                                              set_aside(outcomes))  # fmt: skip
         return outcomes
 
     async def _slowness(

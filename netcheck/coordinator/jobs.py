@@ -34,6 +34,8 @@ STOP_GRACE_S = 30.0
 #: :meth:`ScreeningJobs.close` waits for its task to end (seconds); a task that does not
 #: (a runner that swallowed the cancellation) is logged as an ERROR and left behind.
 CANCEL_WAIT_S = 10.0
+#: The ``error`` of a job cancelled at coordinator shutdown past :data:`STOP_GRACE_S`.
+SHUTDOWN_ERROR = "cancelled at coordinator shutdown"
 
 
 @dataclass
@@ -136,7 +138,7 @@ class ScreeningJobs:
             )
             job.state = "cancelled" if job.report.get("cancelled") else "done"
         except asyncio.CancelledError:  # shutdown, past the grace of close()
-            job.state, job.error = "cancelled", "cancelled at coordinator shutdown"
+            job.state, job.error = "cancelled", SHUTDOWN_ERROR
             raise
         except NetcheckError as exc:
             job.state, job.error = "failed", str(exc)

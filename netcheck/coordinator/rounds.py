@@ -173,6 +173,10 @@ async def run_round(
         RoundError: unknown profile or kind, or no node connected with the profile.
         StorageError: the plan or the outcome could not be persisted (the round is
             then not acknowledged to the operator as done).
+
+    Once the outcome is persisted the report is returned: after-round checks that the
+    database refuses or that raise a bug are kept for later
+    (:func:`~netcheck.coordinator.late_checks.after_round_checks`), never raised here.
     """
     profile = coord.profiles.get(profile_name)
     if profile is None:

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from netcheck.admin_client import admin_request
 from netcheck.config import CoordinatorConfig
+from netcheck.coordinator.jobs import SHUTDOWN_ERROR
 
 
 def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
@@ -161,3 +162,41 @@ async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:
 #: Seconds between progress polls; the most a cancel waits for the round in flight.
 POLL_S = 0.5
 CANCEL_WAIT_S = 600.0
+
+
+#: A report's ``halted`` at a shutdown (:data:`netcheck.coordinator.confirm_batches.SHUTDOWN`,
+#: not imported: the client does not load the coordinator's round code).
+SHUTDOWN_HALT = "coordinator shutdown"
+
+
+def ended_unjudged(job: Mapping[str, Any]) -> str:
+    """Why a screening job that has ended (``GET /admin/screening/jobs/{job_id}``) did
+    not end with its judgement, as one sentence for the operator; "" when it did (state
+    ``done`` with a report that is not ``cancelled``). A ``cancelled`` job was cancelled
+    by another client (``DELETE /admin/screening/jobs/{job_id}``: a second terminal, a
+    script) or stopped by the coordinator's shutdown (its ``error``, or the report's
+    ``halted``); any other state but ``failed`` (reported by the caller with its
+    ``error``) is named as it is. Used by ``screen run`` to exit 11 (``STOPPED``)."""
+    state = str(job.get("state"))
+    report = job.get("report") or {}
+    if state == "done" and job.get("report") is not None and not report.get("cancelled"):
+        return ""
+    where = f"screening job {job.get('job_id', '?')} of profile {job.get('profile', '?')}"
+    done = f"after {job.get('rounds_done', '?')} of {job.get('rounds_total', '?')} screening rounds"
+    if state not in ("cancelled", "done"):
+        return (f"{where} ended in state {state!r} {done}, not a completed run: its "
+                "analysis and confirmation were not judged")  # fmt: skip
+    halted = str(report.get("halted") or "")
+    if job.get("error") == SHUTDOWN_ERROR or halted == SHUTDOWN_HALT:
+        by = "was stopped by the coordinator's shutdown"
+    else:
+        by = ("was cancelled on the coordinator by another client (DELETE "
+              "/admin/screening/jobs/ID: another terminal or a script)")  # fmt: skip
+    if halted:
+        what = ("during its confirmation: the running confirmations stopped, not judged (no "
+                "cleared record; their rounds count toward the next attempt)")  # fmt: skip
+    elif report.get("analysis") is None:
+        what = f"{done}: no analysis, no confirmation"
+    else:
+        what = done
+    return f"{where} {by} {what}; run `screen run` again for a judgement"

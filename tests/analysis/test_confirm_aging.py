@@ -75,6 +75,18 @@ def test_waits_count_consecutive_unserved_analyses_by_pair() -> None:
     assert next_waits([("a", "b")], [], waits) == {}
 
 
+def test_waits_of_groups_set_aside_keep_their_count() -> None:
+    """A group set aside (``kept``: a short canary pool, a halt) keeps its pairs' counts
+    as they were, neither one more nor dropped (before: dropped, its place lost); a
+    served group holding a pair still resets it, and an unserved one counts it one
+    more; a kept pair that never waited stays out."""
+    waits = {_p("a", "b"): 2, _p("c", "d"): 1, _p("e", "f"): 4}
+    groups = [("a", "b"), ("c", "d"), ("c", "d", "x"), ("e", "f"), ("e", "f", "y")]
+    out = next_waits(groups, [2], waits, kept=[0, 1, 3])
+    assert out == {_p("a", "b"): 2, _p("c", "d"): 2, _p("c", "x"): 1, _p("d", "x"): 1}
+    assert next_waits([("a", "b")], [], waits) == {}  # without kept: dropped as before
+
+
 # -- the starvation attack (review brk10, finding 2; its starve.py with a hub) ------------
 
 CYCLES, MAX_CYCLES, SIGMA, BUDGET = 8, 256, 0.05, 6144

@@ -399,3 +399,58 @@ def test_reopen_help_names_every_state_it_leaves() -> None:
     assert leaves == ["acknowledged", "false-positive", "resolved"]
     out = " ".join(CliRunner().invoke(flags, ["reopen", "--help"]).output.split())
     assert "Reopen a flag (acknowledged, resolved or false-positive): back to open." in out
+
+
+def test_screen_run_that_did_not_end_judged_exits_stopped(tmp_path: Path) -> None:
+    """A job cancelled by another client (during its rounds, or during its confirmation:
+    ``halted``), stopped by the coordinator's shutdown (no report), reported ``done`` but
+    ``cancelled``, or in a state the client does not know, exits 11 (``STOPPED``) with a
+    sentence saying so, in text and with --json (before: 0, or a traceback without a
+    report); a completed run exits 0."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+    from netcheck.coordinator import commands
+    from netcheck.exitcodes import Exit
+
+    base = {"job_id": "s1", "profile": "p", "rounds_done": 3, "rounds_total": 8, "error": None}
+    report = {"profile": "p", "rounds": [], "flags": [], "confirmations": [], "analysis": None,
+              "flag_ids": [], "cancelled": True}  # fmt: skip
+    halted = {
+        **report,
+        "analysis": {"n_nodes": 1, "n_rounds": 8},
+        "halted": "screening job cancelled",
+    }
+    ended = [
+        ({**base, "state": "cancelled", "report": report}, "cancelled on the coordinator by another client"),
+        ({**base, "state": "cancelled", "report": halted}, "stopped, not judged"),
+        ({**base, "state": "cancelled", "report": None, "error": "cancelled at coordinator shutdown"},
+         "stopped by the coordinator's shutdown"),
+        ({**base, "state": "done", "report": report}, "by another client"),
+        ({**base, "state": "lost", "report": {**report, "cancelled": False}}, "ended in state 'lost'"),
+    ]  # fmt: skip
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    runner = CliRunner()
+    mp = pytest.MonkeyPatch()
+    try:
+        for job, says in ended:
+            mp.setattr(commands, "run_job", lambda *a, job=job: job)
+            for extra in ([], ["--json"]):
+                res = runner.invoke(main, ["screen", "run", "--config", str(cfg), *extra])
+                assert res.exit_code == Exit.STOPPED, (job, res.output)
+                text = " ".join(res.output.split())
+                assert "screening job s1 of profile p" in text and says in text, text
+        done = {**base, "state": "done", "report": {**report, "cancelled": False}}
+        mp.setattr(commands, "run_job", lambda *a: done)
+        assert runner.invoke(main, ["screen", "run", "--config", str(cfg)]).exit_code == 0
+    finally:
+        mp.undo()
+
+
+def test_ended_unjudged_names_the_coordinators_own_words() -> None:
+    """The client's copies of the shutdown words are the coordinator's (``halted`` and
+    the job's ``error``), so a shutdown is never called another client's cancel."""
+    from netcheck.coordinator import confirm_batches, screen_follow
+
+    assert screen_follow.SHUTDOWN_HALT == confirm_batches.SHUTDOWN

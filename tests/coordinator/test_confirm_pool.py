@@ -102,6 +102,32 @@ async def test_an_empty_pool_starts_no_confirmation(tmp_path: Path) -> None:
     assert res.run is None and confirm_batches.pool_short(res.reason)
 
 
+async def test_a_group_the_pool_sets_aside_keeps_its_place_in_the_waiting_order(
+    tmp_path: Path,
+) -> None:
+    """The budget's wait count of a group not started for an empty pool stays as it was
+    (2 analyses), so it is served as early as before once references are built; before,
+    its pairs dropped out as if it had been served."""
+    store = canary_store(tmp_path / "netcheck.db", PROFILE, FP, 0)
+    async with running_coordinator(tmp_path, [PROFILE], store=store) as rc:
+        a, b = await _pair(rc)
+        screening = rc.coord.screening
+        screening.waits[PROFILE.name] = {frozenset((a, b)): 2}
+        (res,) = await screening.confirm_waiting(PROFILE, [SuspectGroup((a, b), ())], EMPTY,
+                                                 analyse(EMPTY, 0.65, DetectorConfig()))  # fmt: skip
+        waits = screening.waits[PROFILE.name]
+    assert res.run is None and confirm_batches.pool_short(res.reason)
+    assert confirm_batches.set_aside([res]) == [0]
+    group = SuspectGroup((a, b), ())
+    halted = GroupOutcome(
+        group, reason=f"{confirm_batches.CANCELLED}; {confirm_batches._NOT_STARTED}"
+    )
+    budget = GroupOutcome(group, reason="confirmation budget spent")
+    left = GroupOutcome(group, reason="1 member(s) not connected")
+    assert confirm_batches.set_aside([budget, halted, left]) == [1]
+    assert waits == {frozenset((a, b)): 2}
+
+
 async def test_a_member_without_a_canary_stops_the_run_at_that_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,3 +194,33 @@ def test_screen_run_reports_a_confirmation_the_pool_cut_short(tmp_path: Path) ->
         assert "1 suspect group(s) not judged" in msg and "3 confirmation round(s)" in msg
         assert "reference build --profile dry" in msg
     assert fine.exit_code == 0, fine.output
+
+
+def test_screen_run_reports_slowness_nominees_the_pool_left_unjudged(tmp_path: Path) -> None:
+    """A report whose alone stage the canary pool cut short (``alone_pool_short``)
+    prints the nominee and exits 8 naming the build command, as a suspect group's
+    confirmation cut short does (before session 16 the stage ran its rounds unchecked
+    and the run exited 0)."""
+    from click.testing import CliRunner
+
+    from netcheck.cli import main
+    from netcheck.coordinator import commands
+    from netcheck.exitcodes import Exit
+
+    dry = {"node": "ed25519:slow", "unchecked_rounds": 1,
+           "reason": "reference pool too small for profile dry (round r3: unchecked, no canary)"}  # fmt: skip
+    report = {"profile": "dry", "rounds": [], "flags": [], "confirmations": [],
+              "alone_pool_short": [dry]}  # fmt: skip
+    mp = pytest.MonkeyPatch()
+    mp.setattr(commands, "run_job", lambda *a: {"state": "done", "report": report})
+    try:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text("")
+        res = CliRunner().invoke(main, ["screen", "run", "--config", str(cfg)])
+    finally:
+        mp.undo()
+    assert res.exit_code == int(Exit.NOTHING_CHECKED), res.output
+    text = " ".join(res.output.split())
+    assert "slowness nominee ed25519:slow: alone rounds cut short by the canary pool" in text
+    assert "1 slowness nominee(s) confirmed alone not judged" in text
+    assert "reference build --profile dry" in text
