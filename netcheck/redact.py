@@ -44,10 +44,14 @@ def redact_url(url: str | URL) -> str:
     else (scheme, host, port, path, other parameters) is kept.
 
     Returns :data:`UNPARSEABLE` for text that is not a URL yarl accepts (an invalid
-    port or IPv6 host); never raises.
+    port or IPv6 host), or that is not absolute yet holds an ``@`` (``u:pw@host``,
+    ``postgresql//u:pw@h/x``: a mistyped URL whose userinfo yarl cannot find); never
+    raises.
     """
     try:
         parsed = original = url if isinstance(url, URL) else URL(url)
+        if not parsed.is_absolute() and "@" in str(url):
+            return UNPARSEABLE
         if parsed.raw_user is not None or parsed.raw_password is not None:
             parsed = parsed.with_user(None).with_user(REDACTED)
         if any(is_secret_name(k) for k in parsed.query):

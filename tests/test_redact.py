@@ -33,8 +33,12 @@ def test_redact_url(url: str, shown: str) -> None:
 
 
 def test_unparseable_url_is_not_echoed() -> None:
-    """A URL yarl refuses (bad port) may still hold a password: it is not shown."""
+    """A URL yarl refuses (bad port), or a mistyped one whose userinfo yarl cannot find
+    (no scheme, a missing colon), may still hold a password: it is not shown."""
     assert redact_url("ws://u:s3cret@h:99999/") == UNPARSEABLE
+    assert redact_url("u:s3cret@h/x") == UNPARSEABLE
+    assert redact_url("postgresql//u:s3cret@h/x") == UNPARSEABLE
+    assert redact_url("no url at all") == "no url at all"
 
 
 def test_redact_urls_in_an_aiohttp_message() -> None:
