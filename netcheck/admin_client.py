@@ -14,6 +14,7 @@ import click
 
 from netcheck.config import CoordinatorConfig
 from netcheck.errors import NetcheckError
+from netcheck.redact import redact_url, redact_urls
 
 
 class AdminError(NetcheckError):
@@ -103,13 +104,15 @@ async def admin_request(
             except (ValueError, RecursionError) as exc:  # not JSON, or nested too deeply
                 raise AdminError(
                     f"{method} {path}: the reply is not JSON ({type(exc).__name__}): is "
-                    f"{url} a netcheck coordinator?"
+                    f"{redact_url(url)} a netcheck coordinator?"
                 ) from None
     except aiohttp.ClientError as exc:
-        raise AdminUnreachable(f"cannot reach the coordinator at {url}: {exc}") from exc
+        raise AdminUnreachable(
+            f"cannot reach the coordinator at {redact_url(url)}: {redact_urls(str(exc))}"
+        ) from exc
     except TimeoutError as exc:  # aiohttp's total timeout: a bare, empty TimeoutError
         raise AdminUnreachable(
-            f"the coordinator at {url} did not answer within {timeout_s:g} s"
+            f"the coordinator at {redact_url(url)} did not answer within {timeout_s:g} s"
         ) from exc
 
 
@@ -187,7 +190,8 @@ def load_admin_config(config_path: Path) -> CoordinatorConfig:
 def coordinator_label(config_path: Path) -> str:
     """``the coordinator at <admin URL> (<config path>)``: which coordinator a command
     asked, for lines that report an empty answer."""
-    return f"the coordinator at {admin_url(load_admin_config(config_path), '')} ({config_path})"
+    shown = redact_url(admin_url(load_admin_config(config_path), ""))
+    return f"the coordinator at {shown} ({config_path})"
 
 
 def node_endpoint(cfg: CoordinatorConfig) -> str:

@@ -26,7 +26,17 @@ from netcheck.errors import KeyFileError, LocalProtocolError, NetcheckError
 from netcheck.keys import parse_public_key, public_key_bytes, public_key_text
 from netcheck.protocol.jobs import SESSION_ID_BYTES, commitment, verify_receipt
 
-MAX_OUTPUTS_JSON_BYTES = 256 * 1024 * 1024  # refuse absurd --outputs-json files
+MAX_OUTPUTS_JSON_BYTES = 64 * 1024 * 1024
+"""Hard cap on an ``--outputs-json`` file (64 MiB, the largest ``max_message_bytes`` a
+coordinator accepts), also when the round's shape is not known."""
+JSON_BYTES_PER_TOKEN = 24
+"""JSON bytes one token id may take: 10 digits (ids are below 2**31), a comma and a
+space, or, pretty-printed, a comma, a newline and up to 12 spaces of indentation."""
+JSON_BYTES_PER_ROW = 64
+"""JSON bytes one output row may take besides its ids: brackets, separator, indentation."""
+JSON_FRAMING_BYTES = 64 * 1024
+"""Room for the rest of a file: the outer list, or a saved receipt object's other keys
+(``round_id``, ``node_key``, hex fields, timings) around its ``outputs``."""
 
 
 @dataclass(frozen=True)
@@ -107,12 +117,46 @@ def verify_stored_receipt(
     return ReceiptCheck(True, "signature valid; outputs match the commitment", True)
 
 
-def _load_outputs(path: Path) -> list[list[int]]:
-    if path.stat().st_size > MAX_OUTPUTS_JSON_BYTES:
-        raise click.BadParameter(f"{path}: larger than {MAX_OUTPUTS_JSON_BYTES} bytes")
+def outputs_json_limit(shape: tuple[int, int] | None) -> int:
+    """Most bytes an ``--outputs-json`` file may hold for a round of ``shape``
+    ``(batch_size, max_new_tokens)``: B rows of at most ``max_new_tokens`` ids at
+    :data:`JSON_BYTES_PER_TOKEN` each, :data:`JSON_BYTES_PER_ROW` per row and
+    :data:`JSON_FRAMING_BYTES`; never above :data:`MAX_OUTPUTS_JSON_BYTES` (the cap also
+    when ``shape`` is None). For B = 240, 32 new tokens: 265 216 bytes."""
+    if shape is None:
+        return MAX_OUTPUTS_JSON_BYTES
+    batch, tokens = shape
+    need = batch * (tokens * JSON_BYTES_PER_TOKEN + JSON_BYTES_PER_ROW) + JSON_FRAMING_BYTES
+    return min(MAX_OUTPUTS_JSON_BYTES, need)
+
+
+def _load_outputs(path: Path, shape: tuple[int, int] | None) -> list[list[int]]:
+    """The token-id lists of an ``--outputs-json`` file, reading at most
+    :func:`outputs_json_limit` bytes (plus one, to tell a larger file).
+
+    Raises:
+        click.BadParameter: larger than the limit (file and limit named), unreadable,
+            not JSON, or not a list of lists.
+    """
+    limit = outputs_json_limit(shape)
+    why = (
+        f"the most the outputs of a round of batch size {shape[0]} x {shape[1]} new tokens "
+        "can take as JSON"
+        if shape is not None
+        else "the hard cap (give --profile, --from-db or --config to bound it by the round's shape)"
+    )
     try:
-        data: Any = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
+        with path.open("rb") as f:  # bounded: a FIFO or /dev/zero reports no size
+            raw = f.read(limit + 1)
+    except OSError as exc:
+        raise click.BadParameter(f"{path}: not readable ({exc.strerror or exc})") from None
+    if len(raw) > limit:
+        raise click.BadParameter(
+            f"{path}: larger than {limit} bytes, {why}", param_hint="--outputs-json"
+        )
+    try:
+        data: Any = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise click.BadParameter(f"{path}: not readable JSON ({exc})") from None
     if isinstance(data, dict) and "outputs" in data:
         data = data["outputs"]
@@ -121,7 +165,10 @@ def _load_outputs(path: Path) -> list[list[int]]:
     return data
 
 
-def _row_from_db(url: str, round_id: str, node_key: str) -> dict[str, Any]:
+def _row_from_db(
+    url: str, round_id: str, node_key: str
+) -> tuple[dict[str, Any], tuple[int, int] | None]:
+    """The stored result of ``node_key`` in ``round_id`` and the round's declared shape."""
     from netcheck.errors import ConfigError
     from netcheck.storage import Store
     from netcheck.storage.urls import missing_sqlite_file
@@ -136,6 +183,7 @@ def _row_from_db(url: str, round_id: str, node_key: str) -> dict[str, Any]:
     store = Store(url, read_only=True)  # an auditor's copy may sit on a read-only mount
     try:
         row = store.result_row(round_id, canonical)
+        shape = store.round_shape(round_id)
     finally:
         store.close()
     if row is None:
@@ -145,7 +193,7 @@ def _row_from_db(url: str, round_id: str, node_key: str) -> dict[str, Any]:
         raise click.ClickException(
             f"the stored result has no {', '.join(missing)} (no signed result was received)"
         )
-    return row
+    return row, shape
 
 
 @click.group()
@@ -162,7 +210,17 @@ def receipt() -> None:
 @click.option(
     "--outputs-json",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="JSON list of token-id lists (or {'outputs': ...}); recomputes the commitment.",
+    help="JSON list of token-id lists (or {'outputs': ...}); recomputes the commitment. "
+    "Read up to what the round's shape can hold (batch size x max new tokens, from the "
+    "database or --profile), 64 MiB at most.",
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    metavar="NAME",
+    help="Profile of the receipt's round (name in configs/profiles or a .toml path): its "
+    "batch size and max new tokens bound what --outputs-json may hold. Not needed with "
+    "--from-db or --config (the round's own shape is read).",
 )
 @click.option(
     "--from-db",
@@ -186,6 +244,7 @@ def verify_command(
     commitment_hex: str | None,
     signature_hex: str | None,
     outputs_json: Path | None,
+    profile_name: str | None,
     from_db: str | None,
     config_path: Path | None,
 ) -> None:
@@ -204,8 +263,12 @@ def verify_command(
 
         from_db = load_coordinator_config(config_path).database
     outputs: Sequence[Sequence[int]] | None = None
-    if outputs_json is not None:
-        outputs = _load_outputs(outputs_json)
+    shape: tuple[int, int] | None = None
+    if profile_name is not None:
+        from netcheck.config import load_profile
+
+        profile = load_profile(profile_name)
+        shape = (profile.batch_size, profile.max_new_tokens)
     if from_db is not None:
         if session_id or commitment_hex or signature_hex:
             raise click.UsageError(
@@ -213,7 +276,7 @@ def verify_command(
                 "do not give them too"
             )
         try:
-            row = _row_from_db(from_db, round_id, node_key)
+            row, stored_shape = _row_from_db(from_db, round_id, node_key)
         except KeyFileError as exc:
             click.echo(f"INVALID: malformed input: {exc}", err=True)
             raise SystemExit(1) from None
@@ -221,12 +284,15 @@ def verify_command(
             raise click.ClickException(str(exc)) from None
         session_id, commitment_hex = row["session_id"], row["commitment"]
         signature_hex = row["signature"]
-        if outputs is None and row.get("outputs") is not None:
+        shape = stored_shape or shape
+        if outputs_json is None and row.get("outputs") is not None:
             outputs = row["outputs"]
     elif not (session_id and commitment_hex and signature_hex):
         raise click.UsageError(
             "give --session-id, --commitment and --signature, or --from-db or --config"
         )
+    if outputs_json is not None:
+        outputs = _load_outputs(outputs_json, shape)
     assert session_id is not None and commitment_hex is not None and signature_hex is not None
     check = verify_stored_receipt(
         node_key, session_id, round_id, commitment_hex, signature_hex, outputs

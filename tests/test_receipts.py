@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.keys import public_key_text
 from netcheck.protocol.jobs import commitment, sign_receipt, verify_receipt
-from netcheck.receipts import receipt, verify_stored_receipt
+from netcheck.receipts import (
+    MAX_OUTPUTS_JSON_BYTES,
+    outputs_json_limit,
+    receipt,
+    verify_stored_receipt,
+)
 from netcheck.records import NodeOutcome, NodeRecord, RoundPlan, Verdict
 from netcheck.storage import Store
 
@@ -169,6 +176,7 @@ def test_store_result_row(signed, tmp_path: Path):
         assert row is not None
         assert row["signature"] == signed["signature_hex"] and row["outputs"] == OUTPUTS
         assert store.result_row(ROUND, "ed25519:other") is None
+        assert store.round_shape(ROUND) == (2, 3) and store.round_shape("nope") is None
 
 
 def test_cli_from_db(signed, tmp_path: Path):
@@ -257,3 +265,77 @@ def test_cli_from_db_reads_a_read_only_copy(signed) -> None:
         )
     assert code == 0, output
     assert "outputs match" in output
+
+
+def _padded(path: Path, size: int) -> Path:
+    """A valid outputs file (OUTPUTS), padded with spaces to ``size`` bytes."""
+    text = json.dumps({"outputs": OUTPUTS})
+    path.write_text(text + " " * (size - len(text)))
+    return path
+
+
+def test_outputs_json_bounded_by_the_stored_rounds_shape(signed, tmp_path: Path):
+    """With --from-db, an --outputs-json larger than what the round's shape (B = 2 rows
+    of at most 3 ids) can hold as JSON is refused naming the file and the limit; one
+    byte less is read. It accepted up to 256 MB whatever the round."""
+    url = f"sqlite:///{tmp_path / 'n.db'}"
+    _store_result(url, signed, outputs=OUTPUTS)
+    limit = outputs_json_limit((2, 3))
+    assert limit == 2 * (3 * 24 + 64) + 64 * 1024
+    base = ["verify", "--round-id", ROUND, "--node-key", signed["node_key"], "--from-db", url]
+    runner = CliRunner()
+    fits = _padded(tmp_path / "fits.json", limit)
+    ok = runner.invoke(receipt, [*base, "--outputs-json", str(fits)])
+    assert ok.exit_code == 0 and "outputs match" in ok.output, ok.output
+    big = _padded(tmp_path / "big.json", limit + 1)
+    result = runner.invoke(receipt, [*base, "--outputs-json", str(big)])
+    assert result.exit_code == 2
+    assert f"{big}: larger than {limit} bytes" in result.output
+    assert "batch size 2 x 3 new tokens" in result.output
+
+
+def test_outputs_json_bounded_by_profile(signed, tmp_path: Path):
+    """--profile gives the shape when the receipt's fields come from the options."""
+    limit = outputs_json_limit((16, 64))  # configs/profiles/cpu-tiny.toml
+    big = _padded(tmp_path / "big.json", limit + 1)
+    args = [*_args(signed), "--profile", "cpu-tiny", "--outputs-json", str(big)]
+    result = CliRunner().invoke(receipt, args)
+    assert result.exit_code == 2 and f"larger than {limit} bytes" in result.output
+    fits = _padded(tmp_path / "fits.json", limit)
+    args = [*_args(signed), "--profile", "cpu-tiny", "--outputs-json", str(fits)]
+    assert CliRunner().invoke(receipt, args).exit_code == 0
+
+
+def test_outputs_json_hard_cap_without_a_shape(signed, tmp_path: Path):
+    """Without a shape the hard cap (64 MiB) applies, and the error says how to bound it."""
+    big = tmp_path / "big.json"
+    with big.open("wb") as f:  # sparse: no disk used
+        f.truncate(MAX_OUTPUTS_JSON_BYTES + 1)
+    result = CliRunner().invoke(receipt, [*_args(signed), "--outputs-json", str(big)])
+    assert result.exit_code == 2
+    assert f"larger than {MAX_OUTPUTS_JSON_BYTES} bytes, the hard cap" in result.output
+
+
+def test_outputs_json_read_is_bounded(signed, tmp_path: Path):
+    """A pipe that reports no size is read only up to the limit, not to its end: the
+    writer finds the reader gone (it read the whole 1 MiB, then failed on the JSON)."""
+    fifo = tmp_path / "outputs.fifo"
+    os.mkfifo(fifo)
+    outcome: dict[str, object] = {}
+
+    def write() -> None:
+        try:
+            with fifo.open("wb") as f:
+                for _ in range(64):
+                    f.write(b" " * 16384)
+            outcome["wrote"] = "all"
+        except BrokenPipeError:
+            outcome["wrote"] = "stopped"
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    args = [*_args(signed), "--profile", "cpu-tiny", "--outputs-json", str(fifo)]
+    result = CliRunner().invoke(receipt, args)
+    writer.join(10)
+    assert result.exit_code == 2 and "larger than" in result.output, result.output
+    assert outcome.get("wrote") == "stopped"

@@ -118,6 +118,36 @@ class SlownessConfig:
             raise ValueError("need floor > 1, 0 < alpha < 1 and min_rounds >= 1")
 
 
+def floor_problem(
+    floor: float, profile: str, t_ref_s: float, result_timeout_s: float
+) -> str | None:
+    """Why ``slowness_floor`` = ``floor`` turns the test off for ``profile``, or None.
+
+    The coordinator stops collecting results ``result_timeout_s`` after the release, so
+    no answered round has a ratio above ``result_timeout_s / t_ref_s``; at a floor at or
+    above it no answered round is ever above the floor, and the test (with the alone
+    stage it feeds, hence every ``slow`` flag) can never fire. A warning, not an error:
+    an operator may mean to switch the stage off.
+
+    Args:
+        floor: the coordinator's ``slowness_floor`` (ratio to ``t_ref``).
+        profile: the profile's name, for the message.
+        t_ref_s: the profile's ``[deadline] t_ref_s``, seconds.
+        result_timeout_s: the profile's ``result_timeout_s``, seconds.
+    """
+    if floor * t_ref_s < result_timeout_s:
+        return None
+    return (
+        f"slowness_floor = {floor:g}: for profile {profile}, {floor:g} x t_ref_s "
+        f"({t_ref_s:g} s) = {floor * t_ref_s:.4g} s is at or above its result_timeout_s "
+        f"({result_timeout_s:g} s), the longest service time the coordinator measures: no "
+        "answered round can be above the floor, so the persistent-slowness stage (and the "
+        "alone stage's slow flags it feeds) can never fire. Set slowness_floor near the "
+        f"spread of the class's cards (default {SlownessConfig.floor:g}; `netcheck engine "
+        "pool` reports the floor a class needs)"
+    )
+
+
 def spent_level(alpha: float, look: int) -> float:
     """The level of the ``look``-th test (1-based): ``alpha * 6 / (pi^2 look^2)``;
     the levels of all looks sum to ``alpha``.

@@ -182,7 +182,10 @@ class CoordinatorConfig(FileConfig):
     differ by more (``netcheck engine pool`` reports the slowest pooled card against it)
     or while ``t_ref`` is stale; it also sets the test's reference check (no rejection
     when the median node is above it). The alone stage's floor (1.2, rounds without a
-    neighbour) is a separate constant and does not follow this value."""
+    neighbour) is a separate constant and does not follow this value. A floor with
+    ``slowness_floor * t_ref_s >= result_timeout_s`` for a profile turns the stage off
+    for it (netcheck.analysis.slowness.floor_problem): a warning at start and in
+    ``coordinator check``, not an error."""
     slowness_alpha: float = Field(default=0.01, gt=0, lt=1)
     """Persistent-slowness test: a node whose median sits at ``slowness_floor`` is
     rejected with at most this probability over its whole life (spent over the looks,

@@ -324,9 +324,10 @@ def admin_app(coord: Coordinator) -> web.Application:
                 limit=10_000 if review else limit,
             )  # fmt: skip
             states = reviews().current(f.flag_id for f in found)
+            histories = reviews().histories(f.flag_id for f in found)
             names = coord.config.node_names
             rows = [
-                {**f.as_dict(), "review": states[f.flag_id],
+                {**f.as_dict(), "review": states[f.flag_id], "reviews": histories[f.flag_id],
                  "node_names": [names.get(k) for k in f.node_keys]}
                 for f in found
             ]  # fmt: skip

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from netcheck.analysis.slowness import floor_problem
 from netcheck.capacity import unsafe_profiles
 from netcheck.config import CoordinatorConfig, Profile, load_coordinator_config
 from netcheck.coordinator.assembly import make_runner
@@ -99,6 +100,10 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
     # another host, so its command is named without a program (as the capacity 409 does)
     for status in unsafe_profiles(list(coord.profiles.values()), prog=None):
         log.warning("%s", status.message)
+    for p in coord.profiles.values():  # a floor that turns the slowness stage off, unsaid
+        floor = coord.config.slowness_floor
+        if problem := floor_problem(floor, p.name, p.deadline.t_ref_s, p.result_timeout_s):
+            log.warning("%s", problem)
     if coord.config.open_enrollment and coord.config.allowed_nodes:
         log.warning("open_enrollment = true: allowed_nodes is ignored, any key may join")
     stop = asyncio.Event()

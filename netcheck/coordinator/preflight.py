@@ -13,7 +13,8 @@ whose :class:`~netcheck.node.doctor.Check` it returns). In order:
 4. the screening schedule secret is readable, long enough and mode 0600, or would be
    created at the first start (:func:`netcheck.keys.check_secret`);
 5. the spool's folder is writable (round results wait there when the database is down);
-6. every profile named loads (with the capacity warning a start logs);
+6. every profile named loads (with the capacity warning a start logs, and the warning
+   that `slowness_floor` is too high for the profile's slowness stage ever to fire);
 7. the database could be opened (:func:`netcheck.storage.probe.probe_database`: a SQLite
    file and its folder writable, or a PostgreSQL server reachable; nothing created);
 8. each profile's reference pool holds unspent canaries
@@ -38,6 +39,7 @@ import click
 
 from netcheck.admin_client import admin_url, invoked_as, load_admin_config
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
+from netcheck.analysis.slowness import floor_problem
 from netcheck.capacity import capacity_status
 from netcheck.config import CoordinatorConfig, Profile
 from netcheck.coordinator.session_types import message_cap_problem
@@ -163,6 +165,10 @@ def profile_checks(cfg: CoordinatorConfig) -> tuple[list[Check], dict[str, Profi
             checks.append(Check(f"profile {name}", True, f"{detail}; {problem}", True))
         else:
             checks.append(Check(f"profile {name}", True, detail))
+        floor = cfg.slowness_floor  # a warning, as at start: the operator may mean it
+        if off := floor_problem(floor, profile.name, profile.deadline.t_ref_s,
+                                profile.result_timeout_s):  # fmt: skip
+            checks.append(Check("slowness_floor", True, off, warning=True))
     return checks, profiles
 
 

@@ -1,14 +1,21 @@
 """Render a calibration result (:func:`netcheck.engines.calibrate.run_calibration`):
 markdown, the ``[deadline]`` and ``[capacity]`` TOML tables, and a profile file with
-those tables replaced."""
+those tables updated in place (tomlkit: the file's comments and layout are kept)."""
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
+from tomlkit.items import Comment, Item, Table, Whitespace
+
 from netcheck.capacity import MIN_MARGIN, TARGET_MARGIN, UNSAFE_TEXT
+
+#: How the comment :func:`toml_tables` writes under a table header starts: the line
+#: that says where and when the figures were measured, replaced on each update.
+PROVENANCE_PREFIXES = ("# measured", "# CPU figures")
 
 
 def _toml_value(value: Any) -> str:
@@ -53,18 +60,65 @@ def toml_tables(result: dict[str, Any]) -> str:
 
 
 def replace_tables(profile_text: str, tables: str) -> str:
-    """``profile_text`` with its ``[deadline]`` and ``[capacity]`` tables (each up to the
-    next table header or the end) removed and ``tables`` appended."""
-    kept: list[str] = []
-    skipping = False
-    for line in profile_text.splitlines():
-        header = re.match(r"^\s*\[([^\]]+)\]\s*(#.*)?$", line)
-        if header:
-            skipping = header.group(1).strip() in ("deadline", "capacity")
-        if not skipping:
-            kept.append(line)
-    body = "\n".join(kept).rstrip() + "\n"
-    return body + "\n" + tables
+    """``profile_text`` with each table of ``tables`` (``[deadline]``, ``[capacity]``, as
+    :func:`toml_tables` writes them) put in, editing the document in place with tomlkit:
+
+    - a table the profile has keeps its place, its hand-written comment lines and blank
+      lines, and the inline comment of each key (next to the new value); its keys take
+      the new values, keys the new table lacks are removed, new keys are added at its
+      end; its provenance comment (a line starting with :data:`PROVENANCE_PREFIXES`) is
+      replaced by the new one, or the new one is put first;
+    - a table the profile lacks is appended;
+    - everything else of the file is left byte for byte.
+
+    Raises:
+        ValueError: ``profile_text`` or ``tables`` is not TOML, or the profile holds one
+            of the names as something other than a table.
+    """
+    try:
+        doc = tomlkit.parse(profile_text)
+        new = tomlkit.parse(tables)
+    except TOMLKitError as exc:
+        raise ValueError(f"cannot update the profile's tables: not TOML ({exc})") from None
+    for name, fresh in new.items():
+        if not isinstance(fresh, Table):
+            continue
+        old = doc.get(name)
+        if old is None:
+            doc.add(name, fresh)
+        elif isinstance(old, Table):
+            doc[name] = _merged_table(old, fresh)
+        else:
+            raise ValueError(f"the profile's {name!r} is not a [{name}] table")
+    return tomlkit.dumps(doc)
+
+
+def _merged_table(old: Table, fresh: Table) -> Table:
+    """``old`` with ``fresh``'s provenance comment (first) and values (:func:`replace_tables`)."""
+    out = tomlkit.table()
+    for _, item in fresh.value.body:
+        if isinstance(item, Comment):
+            out.add(item)
+            break
+    for key, item in old.value.body:
+        if key is None:  # a comment or blank line of the file; its provenance line is replaced
+            provenance = isinstance(item, Comment) and item.as_string().strip().startswith(
+                PROVENANCE_PREFIXES
+            )
+            if isinstance(item, Comment | Whitespace) and not provenance:
+                out.add(item)
+            continue
+        if key.key not in fresh:  # the calibration no longer writes it
+            continue
+        value = fresh.item(key.key)
+        if isinstance(value, Item) and item.trivia.comment:  # kept beside the new value
+            value.trivia.comment_ws = item.trivia.comment_ws
+            value.trivia.comment = item.trivia.comment
+        out.add(key.key, value)
+    for name in fresh:
+        if name not in out:
+            out.add(name, fresh.item(name))
+    return out
 
 
 def render_markdown(result: dict[str, Any], command: str) -> str:

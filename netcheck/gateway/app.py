@@ -15,6 +15,7 @@ from netcheck.coordinator.server import WS_PATH
 from netcheck.errors import ConfigError
 from netcheck.gateway.gateway import Gateway
 from netcheck.keys import public_key_text
+from netcheck.redact import redact_url
 
 log = logging.getLogger("netcheck.gateway")
 
@@ -51,7 +52,7 @@ async def serve(config_path: Path, ready: asyncio.Event | None = None) -> None:
         await runner.cleanup()
         raise ConfigError(f"{config_path}: gateway_id: {exc}") from None
     log.info("gateway %s (coordinator key %s) listening on %s; %s", cfg.gateway_id,
-             public_key_text(gw.identity), url,
+             public_key_text(gw.identity), redact_url(url),
              "round leader" if gw.control.is_leader else "follower")  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -23,6 +23,7 @@ from netcheck.node.preflight import (
 from netcheck.node.verdicts import default_log_path
 from netcheck.node.warmup import assess, warm_up
 from netcheck.node.workers import EngineWorker, Worker
+from netcheck.redact import redact_url
 
 log = logging.getLogger("netcheck.node")
 
@@ -61,13 +62,13 @@ async def run_node(config_path: Path, make_worker: WorkerFactory = engine_worker
     label = cfg.name or config_path.stem
     log.info(
         "%s: starting netcheck %s node: key %s, profile %s, coordinator %s",
-        label, __version__, public_key_text(identity), profile.name, cfg.coordinator_url,
+        label, __version__, public_key_text(identity), profile.name, redact_url(cfg.coordinator_url),
     )  # fmt: skip
     try:  # a wrong URL or key must not wait for the engine (minutes on a GPU)
         await probe_coordinator(cfg)
         log.info(
             "%s: coordinator at %s holds the pinned key and admits this node",
-            label, cfg.coordinator_url,
+            label, redact_url(cfg.coordinator_url),
         )  # fmt: skip
     except CoordinatorRefused as exc:  # not authenticated (§8.1): said now, then retried
         log.error(

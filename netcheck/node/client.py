@@ -60,6 +60,7 @@ from netcheck.protocol.messages import (
 )
 from netcheck.protocol.session import close_code_for, close_reason
 from netcheck.protocol.transport import HEADER_BYTES, TAG_BYTES
+from netcheck.redact import redact_url, redact_urls
 from netcheck.text import untrusted
 
 log = logging.getLogger("netcheck.node")
@@ -189,9 +190,15 @@ class NodeClient(RoundServing):
                     self._refused(wrong_endpoint_message(self.url, exc.status))
                     refused = True
                 else:
-                    log.warning("%s: coordinator at %s: %s", self.label, self.url, exc)
+                    log.warning(
+                        "%s: coordinator at %s: %s",
+                        self.label, redact_url(self.url), redact_urls(str(exc)),
+                    )  # fmt: skip
             except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
-                log.warning("%s: cannot reach coordinator at %s: %s", self.label, self.url, exc)
+                log.warning(
+                    "%s: cannot reach coordinator at %s: %s",
+                    self.label, redact_url(self.url), redact_urls(str(exc)),
+                )  # fmt: skip
             if stop.is_set():
                 break
             low, cap = REFUSAL_BACKOFF_S if refused else RECONNECT_BACKOFF_S

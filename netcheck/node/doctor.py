@@ -30,9 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import aiohttp
+from yarl import URL
 
 from netcheck.admin_client import invoked_as
 from netcheck.capacity import capacity_status
@@ -40,6 +40,7 @@ from netcheck.config import NodeConfig, Profile, load_node_config
 from netcheck.errors import NetcheckError
 from netcheck.keys import load_private_key, public_key_text
 from netcheck.node.preflight import HANDSHAKE_TIMEOUT_S, probe_coordinator
+from netcheck.redact import redact_url, redact_urls
 from netcheck.text import untrusted
 
 __all__ = ["HANDSHAKE_TIMEOUT_S", "Check", "ask_coordinator", "probe_coordinator", "run_checks"]
@@ -114,13 +115,15 @@ async def ask_coordinator(
         "node_key": public_key_text(identity), "profile": profile, "fingerprint": fingerprint,
         "time": at, "signature": sign_doctor(identity, profile, fingerprint, at).hex(),
     }  # fmt: skip
-    url = urlparse(cfg.coordinator_url)
-    scheme = "https" if url.scheme == "wss" else "http"
-    target = f"{scheme}://{url.netloc}{PATH}"
+    url = URL(cfg.coordinator_url)
+    # The userinfo is kept for the request (a proxy may want it), never shown.
+    target_url = url.with_scheme("https" if url.scheme == "wss" else "http").with_path(PATH)
+    target_url = target_url.with_query(None).with_fragment(None)
+    target = redact_url(target_url)
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http,
-            http.post(target, json=body) as resp,
+            http.post(target_url, json=body) as resp,
         ):
             if resp.status == 404:
                 raise NetcheckError(
@@ -131,7 +134,7 @@ async def ask_coordinator(
                 text = raw[:300].decode("utf-8", errors="replace")
                 raise NetcheckError(f"{target}: HTTP {resp.status}: {untrusted(text)}")
     except (aiohttp.ClientError, TimeoutError) as exc:
-        raise NetcheckError(f"cannot reach {target}: {exc}") from exc
+        raise NetcheckError(f"cannot reach {target}: {redact_urls(str(exc))}") from exc
     try:
         answer = json.loads(raw)
     except (ValueError, RecursionError):  # RecursionError: nested too deeply
@@ -222,7 +225,7 @@ def run_checks(
         key_text = asyncio.run(probe_coordinator(cfg))
         # Stops at `welcome` (auth would open a session and replace a running node's);
         # profile and references are asked with a signed query after the engine loads.
-        return f"{cfg.coordinator_url} answered as {key_text[:20]}..., this node is admitted"
+        return f"{redact_url(cfg.coordinator_url)} answered as {key_text[:20]}..., this node is admitted"
 
     def engine() -> str:
         from netcheck.engines import load_engine

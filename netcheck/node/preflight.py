@@ -40,6 +40,7 @@ from netcheck.node.refusals import (
 )
 from netcheck.protocol.handshake import NodeHandshake
 from netcheck.protocol.messages import ProfileClaim
+from netcheck.redact import redact_url, redact_urls
 
 HANDSHAKE_TIMEOUT_S = 10.0
 
@@ -91,7 +92,7 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
             msg = await ws.receive(timeout=timeout_s)
             if msg.type is aiohttp.WSMsgType.TEXT:  # not closed: some other websocket service
                 raise CoordinatorUnreachable(
-                    f"{cfg.coordinator_url} answered hello with a text frame, not a binary "
+                    f"{redact_url(cfg.coordinator_url)} answered hello with a text frame, not a binary "
                     "welcome: is it a netcheck coordinator's node endpoint?"
                 )
             if msg.type != aiohttp.WSMsgType.BINARY:
@@ -114,8 +115,12 @@ async def probe_coordinator(cfg: NodeConfig, timeout_s: float = HANDSHAKE_TIMEOU
             raise CoordinatorRefused(
                 wrong_endpoint_message(cfg.coordinator_url, exc.status)
             ) from None
-        raise CoordinatorUnreachable(f"cannot reach {cfg.coordinator_url}: {exc}") from None
+        raise CoordinatorUnreachable(
+            f"cannot reach {redact_url(cfg.coordinator_url)}: {redact_urls(str(exc))}"
+        ) from None
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         reason = str(exc) or type(exc).__name__
-        raise CoordinatorUnreachable(f"cannot reach {cfg.coordinator_url}: {reason}") from None
+        raise CoordinatorUnreachable(
+            f"cannot reach {redact_url(cfg.coordinator_url)}: {redact_urls(reason)}"
+        ) from None
     return public_key_text(pinned)

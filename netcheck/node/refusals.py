@@ -14,6 +14,7 @@ from netcheck.errors import CloseCode, ProtocolError
 from netcheck.keys import public_key_text
 from netcheck.protocol.codec import decode_message
 from netcheck.protocol.messages import Welcome
+from netcheck.redact import redact_url
 
 #: Close codes that say the coordinator refuses this node's configuration. They are not
 #: authenticated (docs/protocol.md §8.1), so they are retried, with REFUSAL_BACKOFF_S.
@@ -40,16 +41,20 @@ def not_an_endpoint(status: int) -> bool:
 
 def wrong_endpoint_message(url: str, status: int) -> str:
     """What to tell the node operator when ``url`` answered a websocket upgrade with an
-    HTTP ``status`` instead of switching protocols."""
-    from urllib.parse import urlsplit
+    HTTP ``status`` instead of switching protocols. Credentials in ``url`` are not
+    shown (:func:`netcheck.redact.redact_url`)."""
+    from yarl import URL
 
-    parts = urlsplit(url)
     hint = ""
-    if parts.path.rstrip("/") != WS_PATH:
-        fixed = parts._replace(path=WS_PATH, query="", fragment="").geturl()
+    try:
+        parsed: URL | None = URL(url)
+    except ValueError:
+        parsed = None
+    if parsed is not None and parsed.path.rstrip("/") != WS_PATH:
+        fixed = redact_url(parsed.with_path(WS_PATH).with_query(None).with_fragment(None))
         hint = f'; the node endpoint\'s path is {WS_PATH}: set coordinator_url = "{fixed}"'
     return (
-        f"coordinator_url {url} is not a netcheck node endpoint: the server answered "
+        f"coordinator_url {redact_url(url)} is not a netcheck node endpoint: the server answered "
         f"the websocket upgrade with HTTP {status}{hint}"
     )
 
@@ -69,7 +74,7 @@ def refusal_message(
 
     Args:
         code: the close code, sent by the coordinator or raised by our handshake.
-        url: the coordinator URL dialled.
+        url: the coordinator URL dialled (shown with credentials hidden).
         pinned_key: ``coordinator_key`` from the node config (key text).
         node_key: this node's public key text.
         profile: the profile claimed.
@@ -83,20 +88,20 @@ def refusal_message(
             else "it refused the pinned key without naming its own"
         )
         return (
-            f"{code.name}: the server at {url} does not hold the coordinator key pinned as "
+            f"{code.name}: the server at {redact_url(url)} does not hold the coordinator key pinned as "
             f"coordinator_key in the node config ({pinned_key}); {presented}. Check "
             "coordinator_url, or set coordinator_key to the public key the coordinator's "
             "operator gives you (what `netcheck keygen` printed for its identity key)"
         )
     if code is CloseCode.UNKNOWN_NODE_KEY:
         return (
-            f"{code.name}: the coordinator at {url} does not admit this node's key "
+            f"{code.name}: the coordinator at {redact_url(url)} does not admit this node's key "
             f"{node_key}; ask the operator to add it to allowed_nodes"
         )
     if code is CloseCode.PROFILE_MISMATCH:
         fp = f" or this node's engine fingerprint {fingerprint[:12]}" if fingerprint else ""
         return (
-            f"{code.name}: the coordinator at {url} does not accept the claimed profile "
+            f"{code.name}: the coordinator at {redact_url(url)} does not accept the claimed profile "
             f"{profile!r}{fp}; set profile in the node config to one the coordinator lists "
             "in its profiles, running the engine that profile names"
         )
@@ -110,7 +115,7 @@ def superseded_message(url: str, node_key: str) -> str:
     second process, here or on another host, that uses the same identity key: the two
     then take turns, each dropped when the other connects (docs/protocol.md §8)."""
     return (
-        f"SUPERSEDED: the coordinator at {url} closed this session because another "
+        f"SUPERSEDED: the coordinator at {redact_url(url)} closed this session because another "
         f"connection proved this node's key {node_key}: probably another node process "
         "(on this host or another) uses the same identity_key, and the two will keep "
         "replacing each other. Run one node process per key: stop the other one, or give "

@@ -32,6 +32,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.pool import StaticPool
 
 from netcheck.errors import DatabaseURLError, StorageError, StorageUnavailable
+from netcheck.redact import redact_url
 from netcheck.storage import migrate
 from netcheck.storage.tables import metadata
 
@@ -93,8 +94,9 @@ def _sqlite_read_only(parsed: URL, path: Path, flag: str) -> URL:
 
 
 def _shown(url: URL) -> str:
-    """``url`` quoted for an error message, its password hidden."""
-    return repr(url.render_as_string(hide_password=True))
+    """``url`` quoted for an error message, its credentials (user, password, a
+    ``?password=`` parameter) hidden (:func:`netcheck.redact.redact_url`)."""
+    return repr(redact_url(url.render_as_string(hide_password=False)))
 
 
 class Database:

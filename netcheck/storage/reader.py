@@ -78,6 +78,10 @@ _EXPORT_TABLES = {"rounds": rounds, "verdicts": verdicts, "timings": results}
 REVIEW_COLUMNS: dict[str, str] = {
     "review": "text", "reviewed_by": "text", "reviewed_at": "float", "review_note": "text",
 }  # fmt: skip
+#: The last column of the flags export: the flag's whole review history, a JSON list of
+#: ``{"state", "by", "at", "note"}`` (``at`` in Unix seconds), oldest first (by row id);
+#: ``[]`` for a flag never reviewed.
+REVIEW_HISTORY_COLUMN = "reviews"
 
 
 def _type_name(column: Any) -> str:
@@ -382,6 +386,27 @@ class Reader(GroupQueries):
                 for r in conn.execute(query)
             }
 
+    def flag_review_histories(self) -> dict[int, list[dict[str, Any]]]:
+        """flag id -> its ``flag_reviews`` rows as ``{"state", "by", "at", "note"}``, in
+        the order they were made (row id, not wall-clock ``at``); flags never reviewed
+        (or no such table) are absent.
+
+        Raises:
+            StorageError: the database failed.
+        """
+        table = self._reviews_table()
+        if table is None:
+            return {}
+        t = table.c
+        query = select(t.flag_id, t.state, t.by, t.at, t.note).order_by(t.id)
+        out: dict[int, list[dict[str, Any]]] = {}
+        with self._conn("read flag review history") as conn:
+            for r in conn.execute(query):
+                out.setdefault(int(r.flag_id), []).append(
+                    {"state": r.state, "by": r.by, "at": r.at, "note": r.note}
+                )
+        return out
+
     def flag_columns(self) -> tuple[str, ...]:
         """Column names of the ``flags`` table (empty without one)."""
         table = self._flags_table()
@@ -395,7 +420,8 @@ class Reader(GroupQueries):
             table = self._flags_table()
             if table is None:
                 return {}
-            return {c.name: _type_name(c) for c in table.columns} | REVIEW_COLUMNS
+            history = {REVIEW_HISTORY_COLUMN: "json"}
+            return {c.name: _type_name(c) for c in table.columns} | REVIEW_COLUMNS | history
         table = _EXPORT_TABLES[kind]
         return {c: _type_name(table.c[c]) for c in EXPORT_COLUMNS[kind]}
 
@@ -406,7 +432,8 @@ class Reader(GroupQueries):
 
         Rows are in a fixed order (insertion order: ``rounds.seq``, the others' ``id``);
         ``round_id`` limits rounds, verdicts and timings to one round. Flags carry their
-        review state after the stored columns (:data:`REVIEW_COLUMNS`).
+        latest review after the stored columns (:data:`REVIEW_COLUMNS`), then their whole
+        review history (:data:`REVIEW_HISTORY_COLUMN`).
 
         Raises:
             KeyError: unknown ``kind``.
@@ -416,9 +443,15 @@ class Reader(GroupQueries):
             if not cols:
                 return (), []
             reviews = self.flag_review_states()
+            histories = self.flag_review_histories()
             none = dict.fromkeys(REVIEW_COLUMNS) | {"review": "open"}
-            rows = [f.as_dict() | reviews.get(int(f.flag_id), none) for f in self.flags()]
-            return cols + tuple(REVIEW_COLUMNS), rows
+            rows = [
+                f.as_dict()
+                | reviews.get(int(f.flag_id), none)
+                | {REVIEW_HISTORY_COLUMN: histories.get(int(f.flag_id), [])}
+                for f in self.flags()
+            ]
+            return (*cols, *REVIEW_COLUMNS, REVIEW_HISTORY_COLUMN), rows
         cols = EXPORT_COLUMNS[kind]
         table = _EXPORT_TABLES[kind]
         order = rounds.c.seq if kind == "rounds" else table.c.id

@@ -95,6 +95,24 @@ class ReviewStore:
         with self.store._read("read flag reviews") as conn:
             return [dict(r._mapping) for r in conn.execute(query.order_by(t.c.id))]
 
+    def histories(self, flag_ids: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
+        """flag id -> its review rows (``state``, ``by``, ``note``, ``at``), oldest first
+        (as :meth:`history`); ``[]`` for a flag never reviewed."""
+        ids = list(flag_ids)
+        out: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+        if not ids:
+            return out
+        t = flag_reviews
+        query = (
+            select(t.c.flag_id, t.c.state, t.c.by, t.c.note, t.c.at)
+            .where(t.c.flag_id.in_(ids))
+            .order_by(t.c.id)
+        )
+        with self.store._read("read flag reviews") as conn:
+            for r in conn.execute(query):
+                out[r.flag_id].append({"state": r.state, "by": r.by, "note": r.note, "at": r.at})
+        return out
+
     def current(self, flag_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         """flag id -> its latest review row (``state``, ``by``, ``note``, ``at``); flags
         never reviewed map to ``{"state": "open"}``."""

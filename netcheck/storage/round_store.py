@@ -277,6 +277,20 @@ class RoundStore(Database):
         with self._read("read verdicts") as conn:
             return [dict(row._mapping) for row in conn.execute(query)]
 
+    def round_shape(self, round_id: str) -> tuple[int, int] | None:
+        """The declared shape of a round's results: ``(batch_size, max_new_tokens)`` of
+        its ``rounds`` row (B rows of at most that many token ids), or None if there is no
+        such round. Bounds what ``netcheck receipt verify`` reads (:mod:`netcheck.receipts`).
+
+        Raises StorageError if the database failed.
+        """
+        query = select(rounds.c.batch_size, rounds.c.max_new_tokens).where(
+            rounds.c.round_id == round_id
+        )
+        with self._read("read round shape") as conn:
+            row = conn.execute(query).first()
+        return None if row is None else (int(row[0]), int(row[1]))
+
     def result_row(self, round_id: str, node_key: str) -> dict[str, Any] | None:
         """The ``results`` row of one node in one round, or None if there is none.
 

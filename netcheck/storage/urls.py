@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from netcheck.errors import ConfigError
+from netcheck.redact import redact_url
 
 
 def missing_sqlite_file(url: str) -> str | None:
@@ -12,15 +13,17 @@ def missing_sqlite_file(url: str) -> str | None:
     (other backends, in-memory SQLite, or an existing file).
 
     Raises:
-        ConfigError: ``url`` is not a database URL.
+        ConfigError: ``url`` is not a database URL (named with its credentials hidden,
+            :func:`netcheck.redact.redact_url`), or its port is not a number.
     """
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
-        raise ConfigError(f"not a database URL: {url!r} ({exc})") from None
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
+        why = exc if isinstance(exc, ArgumentError) else "its port is not a number"
+        raise ConfigError(f"not a database URL: {redact_url(url)!r} ({why})") from None
     database = parsed.database or ""
     is_file = parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
     if is_file and not Path(database).expanduser().exists():

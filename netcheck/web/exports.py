@@ -22,7 +22,12 @@ surface (docs/glossary.md):
   re-analysis;
 - names: ``node_name`` after ``node_key`` (verdicts, timings) and ``node_names`` after
   ``node_keys`` (flags, a JSON list in the same order): the operator's display name
-  (``node_names`` in the coordinator config), empty/null when none.
+  (``node_names`` in the coordinator config), empty/null when none;
+- review history (flags): the last column, ``reviews`` (type ``json``), lists every
+  review of the flag oldest first as ``{"state", "by", "at", "at_unix", "note"}``, ``at``
+  in ISO 8601 UTC and ``at_unix`` the stored number, like the time columns; ``[]`` for a
+  flag never reviewed. ``review``, ``reviewed_by``, ``reviewed_at`` and ``review_note``
+  stay: they repeat the latest entry.
 """
 
 from __future__ import annotations
@@ -82,8 +87,21 @@ def presented(
             r["node_name"] = names.get(str(r["node_key"]))
         if isinstance(r.get("node_keys"), list):
             r["node_names"] = [names.get(str(k)) for k in r["node_keys"]]
+        if isinstance(r.get("reviews"), list):
+            r["reviews"] = [_review_entry(e) for e in r["reviews"]]
         out.append(r)
     return cols, out_types, out
+
+
+def _review_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One review of the ``reviews`` history: ``at`` as ISO 8601 UTC, then ``at_unix``."""
+    return {
+        "state": entry.get("state"),
+        "by": entry.get("by"),
+        "at": iso_utc(entry.get("at")),
+        "at_unix": entry.get("at"),
+        "note": entry.get("note"),
+    }
 
 
 def _cell(value: Any) -> str:

@@ -99,3 +99,40 @@ def test_a_message_cap_below_a_profiles_results_is_refused_at_start(tmp_path: Pa
     _, profiles, store = coordinator_parts(load_coordinator_config(cfg), cfg)
     store.close()
     assert list(profiles) == ["cpu-tiny"]
+
+
+async def test_serve_warns_when_slowness_floor_can_never_fire(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slowness_floor so high that no answered round can be above it (100 x t_ref_s
+    of cpu-tiny = 200 s > its result_timeout_s 120 s) turned the slowness stage off
+    without a word: now a WARNING at start naming the field, its value and the profile."""
+    import logging
+
+    generate_key(tmp_path / "c.pem")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'host = "127.0.0.1"\nport = 0\nidentity_key = "c.pem"\nopen_enrollment = true\n'
+        f'database = "sqlite:///{tmp_path / "c.db"}"\nadmin_token = "{"t" * 24}"\n'
+        'profiles = ["cpu-tiny"]\nslowness_floor = 100\n'
+    )
+    ready = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="netcheck.coordinator"):
+        task = asyncio.create_task(serve(cfg, ready))
+        await asyncio.wait_for(ready.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    warned = [r for r in caplog.records if "slowness_floor = 100" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+    assert "for profile cpu-tiny" in warned[0].getMessage()
+    assert "can never fire" in warned[0].getMessage()
+
+
+def test_floor_problem_bound() -> None:
+    """The floor is a problem exactly when floor x t_ref_s reaches result_timeout_s."""
+    from netcheck.analysis.slowness import floor_problem
+
+    assert floor_problem(1.25, "p", 2.0, 120.0) is None
+    assert floor_problem(59.9, "p", 2.0, 120.0) is None
+    assert floor_problem(60.0, "p", 2.0, 120.0) is not None

@@ -185,3 +185,17 @@ def test_a_message_cap_below_a_profiles_results_fails_the_profile_check(tmp_path
     line = lines(out)["profile cpu-tiny"]
     assert line.startswith("FAIL") and "max_message_bytes: 8192 is below" in line, out
     assert "Set it to at least 9296" in line
+
+
+def test_a_slowness_floor_that_can_never_fire_is_a_warning(tmp_path: Path) -> None:
+    """``slowness_floor = 100``: 100 x cpu-tiny's t_ref (2 s) is above its
+    result_timeout_s (120 s), so no answered round is ever above the floor and the
+    slowness stage is off without a word. Now a warning naming the field and value (not a
+    failure: the operator may mean it); the default floor gives none."""
+    code, out = check(write_config(tmp_path, "slowness_floor = 100\n"))
+    line = lines(out).get("slowness_floor", "")
+    assert line.startswith("warn") and "slowness_floor = 100: for profile cpu-tiny" in line, out
+    assert "can never fire" in line and "result_timeout_s (120 s)" in line
+    assert "FAIL  slowness_floor" not in out
+    code, out = check(write_config(tmp_path, "slowness_floor = 1.5\n"))
+    assert "slowness_floor" not in lines(out), out

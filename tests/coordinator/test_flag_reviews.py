@@ -45,6 +45,7 @@ def test_transitions_are_checked(tmp_path: Path) -> None:
         ("acknowledged", "ann"), ("false-positive", "bob"),
     ]  # fmt: skip
     assert reviews.current([fid])[fid]["note"] == "same rack, declared"
+    assert reviews.histories([fid, fid + 1]) == {fid: reviews.history(fid), fid + 1: []}
     store.close()
 
 
@@ -122,6 +123,9 @@ async def test_review_through_cli_api_and_dashboard(tmp_path: Path) -> None:
             ).output
         )
         assert listed["flags"][0]["review"]["state"] == "acknowledged"
+        # the list carries the whole history too, in order (it held the latest only)
+        history = [(r["state"], r["by"]) for r in listed["flags"][0]["reviews"]]
+        assert history == [("acknowledged", "ann"), ("open", "ann"), ("acknowledged", "ann")]
         shown = json.loads(
             (
                 await asyncio.to_thread(

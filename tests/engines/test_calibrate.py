@@ -206,3 +206,35 @@ def test_run_calibration_on_cpu() -> None:
     assert result["margin"] == pytest.approx(result["t_k_s"][1] / d.deadline_s(0.05))
     assert steps[0] == "loading the engine" and steps[-1] == "done"
     assert result["t_k_suspect"] is bool(result["warnings"])
+
+
+def test_update_keeps_the_profiles_comments_and_layout() -> None:
+    """``--update-profile`` dropped every hand-written comment inside [deadline] and
+    [capacity] (it cut the tables out and appended new ones). Now comment lines, blank
+    lines and inline comments stay where they were, the provenance line is replaced,
+    stale keys go, and the file outside the tables is unchanged."""
+    profile = (
+        '# head comment\nname = "x"  # the name\n\n'
+        "[deadline]\n"
+        "# measured by an old run, 2026-01-01\n"
+        "t_ref_s = 2.0                 # reference time of one batch\n"
+        "a = 1.5\n"
+        "# hand: b was raised after the s9 incident, keep >= 1.2\n"
+        "b = 1.2\n"
+        "\n"
+        "old_key = 7\n"
+        "slack_s = 0.5\n\n"
+        "[other]\n"
+        "x = 1  # keep me\n"
+    )
+    tables = toml_tables(_result())
+    new = replace_tables(profile, tables)
+    assert new.startswith('# head comment\nname = "x"  # the name\n\n[deadline]\n# CPU figures')
+    assert "# measured by an old run" not in new
+    assert "t_ref_s = 1.1                 # reference time of one batch\n" in new
+    assert "# hand: b was raised after the s9 incident, keep >= 1.2\nb = 1.1\n" in new
+    assert "old_key" not in new and "slack_s = 0.02" in new
+    assert (
+        new.index("[deadline]") < new.index("[other]\nx = 1  # keep me\n") < new.index("[capacity]")
+    )
+    assert replace_tables(new, tables) == new  # idempotent

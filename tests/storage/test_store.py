@@ -255,3 +255,14 @@ def test_abort_unfinished_rounds(store: Store) -> None:
     status = {r["round_id"]: (r["status"], r["finished_at"]) for r in store.list_rounds()}
     assert status == {"R1": ("aborted", 4.0), "R2": ("complete", 3.0)}
     assert store.canary_ids_used() == ["r000", "r001"]
+
+
+def test_database_error_hides_user_and_query_password() -> None:
+    """The 'cannot open database' error hid only the userinfo password (SQLAlchemy's
+    hide_password): a ``?password=`` parameter (libpq reads one) was shown. Now both,
+    and the user name, are hidden (netcheck.redact)."""
+    with pytest.raises(StorageError) as info:
+        Store("postgresql+psycopg://alice:s3cret@127.0.0.1:1/x?password=qp4ss")
+    text = str(info.value)
+    assert "cannot open database 'postgresql+psycopg://***@127.0.0.1:1/x?password=***'" in text
+    assert "s3cret" not in text and "qp4ss" not in text and "alice" not in text

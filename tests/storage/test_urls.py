@@ -23,3 +23,13 @@ def test_not_a_url_is_a_config_error() -> None:
     """Text that is no database URL is refused with the URL named."""
     with pytest.raises(ConfigError, match="not a database URL"):
         missing_sqlite_file("no url at all")
+
+
+@pytest.mark.parametrize("url", ["postgresql://u:s3cret@h:notaport/x", "postgresql//u:s3cret@h/x"])
+def test_a_bad_url_is_named_without_its_credentials(url: str) -> None:
+    """A URL with a password that SQLAlchemy refuses was echoed whole (an unknown
+    backend), or escaped as a bare ValueError (a port that is no number, a traceback in
+    `receipt verify --from-db`): now a ConfigError with the credentials hidden."""
+    with pytest.raises(ConfigError, match="not a database URL") as info:
+        missing_sqlite_file(url)
+    assert "s3cret" not in str(info.value)

@@ -42,15 +42,20 @@ def db_rows(store: Any, kind: str) -> list[dict[str, Any]]:
         names = dict(conn.execute(select(tables.nodes.c.node_key, tables.nodes.c.name)).all())
         if kind == "flags":  # the latest review row of each flag (open when none)
             fr = tables.flag_reviews
-            latest: dict[int, Any] = {}
+            history: dict[int, list[Any]] = {}
             for r in conn.execute(select(fr).order_by(fr.c.id)):
-                latest[r.flag_id] = r
+                history.setdefault(r.flag_id, []).append(r)
             for row in rows:
-                rv = latest.get(row["flag_id"])
+                rv = history[row["flag_id"]][-1] if row["flag_id"] in history else None
                 row["review"] = rv.state if rv else "open"
                 row["reviewed_by"] = rv.by if rv else None
                 row["reviewed_at"] = rv.at if rv else None
                 row["review_note"] = rv.note if rv else None
+                row["reviews"] = [
+                    {"state": h.state, "by": h.by, "at": datetime.fromtimestamp(h.at, UTC)
+                     .isoformat(timespec="microseconds"), "at_unix": h.at, "note": h.note}
+                    for h in history.get(row["flag_id"], [])
+                ]  # fmt: skip
     for r in rows:
         for c in TIMES.get(kind, ()):
             r[f"{c}_unix"] = r[c]
@@ -145,8 +150,8 @@ async def test_flags_export_carries_the_review_state(tmp_path: Path, profile: Pr
             async with http.get(f"{base}/flags.csv") as resp:
                 text = await resp.text()
     cols = doc["columns"]
-    assert cols[-5:] == ["review", "reviewed_by", "reviewed_at", "reviewed_at_unix",
-                         "review_note"]  # fmt: skip
+    assert cols[-6:-1] == ["review", "reviewed_by", "reviewed_at", "reviewed_at_unix",
+                           "review_note"]  # fmt: skip
     assert doc["types"]["reviewed_at"] == "time"
     by_id = {r["flag_id"]: r for r in doc["rows"]}
     assert len(by_id) > 1
@@ -159,3 +164,37 @@ async def test_flags_export_carries_the_review_state(tmp_path: Path, profile: Pr
     _, csv_rows = parse_csv(text, doc["types"])
     csv_one = next(r for r in csv_rows if r["flag_id"] == 1)
     assert csv_one["review"] == "false-positive" and csv_one["reviewed_by"] == "alice"
+
+
+async def test_flags_export_carries_the_whole_review_history(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """The flags export held only the latest review: now its last column, ``reviews``,
+    lists every review in the order made (who, when, state, note), in the JSON and the
+    CSV form, ``[]`` for a flag never reviewed; the latest-review columns stay."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        fill_synthetic(rc.coord.store, n_rounds=6, n_honest=2, seed=3)
+        reviews = ReviewStore(rc.coord.store)
+        made = [
+            reviews.review(1, "acknowledged", "bob", "looking"),
+            reviews.review(1, "open", "bob", "not mine"),
+            reviews.review(1, "resolved", "alice", 'one card, "two" sockets'),
+        ]
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        base = f"http://127.0.0.1:{rc.port}/export"
+        async with aiohttp.ClientSession(headers=headers) as http:
+            async with http.get(f"{base}/flags.json") as resp:
+                doc = await resp.json()
+            async with http.get(f"{base}/flags.csv") as resp:
+                text = await resp.text()
+    assert doc["columns"][-1] == "reviews" and doc["types"]["reviews"] == "json"
+    by_id = {r["flag_id"]: r for r in doc["rows"]}
+    history = by_id[1]["reviews"]
+    assert [(h["state"], h["by"], h["note"], h["at_unix"]) for h in history] == [
+        (m["state"], m["by"], m["note"], m["at"]) for m in made
+    ]
+    assert all(h["at"].endswith("+00:00") for h in history)
+    assert by_id[1]["review"] == "resolved" and by_id[1]["reviewed_by"] == "alice"
+    assert all(r["reviews"] == [] for i, r in by_id.items() if i != 1)
+    _, csv_rows = parse_csv(text, doc["types"])
+    assert next(r for r in csv_rows if r["flag_id"] == 1)["reviews"] == history
