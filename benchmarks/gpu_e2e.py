@@ -337,7 +337,10 @@ async def run_screening_phase(
     rounds + analysis + confirmation (the coordinator's ``Screening.run``) until a
     ``shared-backend`` flag (phases in :data:`FIRST_FLAG_PHASES`: the first flag of any
     kind naming a farm identity, checked after every round: the block is cancelled
-    there) or ``max_rounds``."""
+    there) or ``max_rounds``. ``screening_rounds`` (of the summary and of each flag in
+    ``flag_timeline``: the rounds run when it was first seen) counts the rounds of the
+    screening loop, every 4th of which is a full round (``screening_full_every``), not
+    the confirmation rounds."""
     flags_db = rc.coord.screening.flags
     shared = sorted(label for label, _, _ in specs if "shared" in label)
     farm_keys = {k for k, lab in labels.items() if lab in shared}
@@ -448,10 +451,11 @@ def round_table(
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, dict[str, int]]]]:  # fmt: skip
     """Per round (oldest first): its kind, the identities loaded, how many farm
     identities were loaded (``farm_loaded``) and, per loaded identity, its verdict and
-    ``elapsed_s`` (release -> arrival, s; None when nothing arrived); and per identity the
-    verdict counts by ``"<round kind> alone"`` / ``"<round kind> co-loaded"`` (alone: no
-    other farm identity loaded). ``verdicts``: per node key, its stored verdicts
-    (``round_id``, ``verdict``, ``elapsed_s``); ``labels``: node key -> label."""
+    ``elapsed_s`` (release -> arrival, s; None when nothing arrived), with the verdict's
+    ``reason`` when it is not ``pass``; and per identity the verdict counts by
+    ``"<round kind> alone"`` / ``"<round kind> co-loaded"`` (alone: no other farm
+    identity loaded). ``verdicts``: per node key, its stored verdicts (``round_id``,
+    ``verdict``, ``elapsed_s``, ``reason``); ``labels``: node key -> label."""
     by_round = {k: {v["round_id"]: v for v in vs} for k, vs in verdicts.items()}
     table: list[dict[str, Any]] = []
     counts: dict[str, dict[str, dict[str, int]]] = {lab: {} for lab in labels.values()}
@@ -469,8 +473,11 @@ def round_table(
             if v is None:
                 continue
             el = v.get("elapsed_s")
-            row[labels[k]] = {"verdict": v["verdict"],
-                              "elapsed_s": None if el is None else round(float(el), 4)}  # fmt: skip
+            cell_v: dict[str, Any] = {"verdict": v["verdict"],
+                                      "elapsed_s": None if el is None else round(float(el), 4)}  # fmt: skip
+            if v["verdict"] != "pass" and v.get("reason"):
+                cell_v["reason"] = v["reason"]  # e.g. "4.6 s after release, deadline 3.0 s"
+            row[labels[k]] = cell_v
             co = "co-loaded" if k in farm_keys and n_farm >= 2 else "alone"
             cell = counts[labels[k]].setdefault(f"{row['kind']} {co}", {})
             cell[v["verdict"]] = cell.get(v["verdict"], 0) + 1

@@ -51,7 +51,8 @@ def test_round_table_splits_verdicts_by_co_load_of_the_farm() -> None:
     }
     verdicts = {
         "kA": [{"round_id": "r1", "verdict": "pass", "elapsed_s": 2.2},
-               {"round_id": "r4", "verdict": "late", "elapsed_s": 4.61234}],
+               {"round_id": "r4", "verdict": "late", "elapsed_s": 4.61234,
+                "reason": "4.612 s after release, deadline 3.045 s"}],
         "kB": [{"round_id": "r1", "verdict": "missing", "elapsed_s": None},
                {"round_id": "r2", "verdict": "pass", "elapsed_s": 2.4},
                {"round_id": "r4", "verdict": "missing", "elapsed_s": None}],
@@ -62,7 +63,9 @@ def test_round_table_splits_verdicts_by_co_load_of_the_farm() -> None:
     assert [r["round_id"] for r in table] == ["r1", "r2", "r4"]
     assert table[0]["farm_loaded"] == 2 and table[1]["farm_loaded"] == 1
     assert table[1]["loaded"] == ["honest-card1", "shared-B-card0"]
-    assert table[2]["shared-A-card0"] == {"verdict": "late", "elapsed_s": 4.6123}
+    assert table[2]["shared-A-card0"] == {
+        "verdict": "late", "elapsed_s": 4.6123, "reason": "4.612 s after release, deadline 3.045 s"
+    }  # fmt: skip
     assert table[0]["shared-B-card0"] == {"verdict": "missing", "elapsed_s": None}
     assert counts["shared-B-card0"] == {
         "full co-loaded": {"missing": 1}, "screening alone": {"pass": 1},
