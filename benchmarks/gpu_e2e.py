@@ -381,8 +381,8 @@ async def run_screening_phase(
         done += len(rep["rounds"])
         for f in rep["flags"]:
             flags[f["flag_id"]] = f
-        note([flags_db.get_flag(fid) for fid in sorted(flags) if fid not in seen], done,
-             "analysis")  # fmt: skip
+        stored_flags = (flags_db.get_flag(fid) for fid in sorted(flags) if fid not in seen)
+        note([f for f in stored_flags if f is not None], done, "analysis")
         conf = [{"group": named(c["group"]), "verdict": c["verdict"],
                  "attempt": c.get("attempt"), "flags": [named(f) for f in c.get("flags", [])]}
                 for c in rep.get("confirmations", [])]  # fmt: skip
