@@ -116,17 +116,7 @@ class ReviewStore:
     def current(self, flag_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         """flag id -> its latest review row (``state``, ``by``, ``note``, ``at``); flags
         never reviewed map to ``{"state": "open"}``."""
-        ids = list(flag_ids)
-        out: dict[int, dict[str, Any]] = {i: {"state": "open"} for i in ids}
-        if not ids:
-            return out
-        t = flag_reviews
-        query = (
-            select(t.c.flag_id, t.c.state, t.c.by, t.c.note, t.c.at)
-            .where(t.c.flag_id.in_(ids))
-            .order_by(t.c.id)
-        )
-        with self.store._read("read flag reviews") as conn:
-            for r in conn.execute(query):
-                out[r.flag_id] = {"state": r.state, "by": r.by, "note": r.note, "at": r.at}
-        return out
+        return {
+            i: rows[-1] if rows else {"state": "open"}
+            for i, rows in self.histories(flag_ids).items()
+        }
