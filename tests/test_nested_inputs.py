@@ -61,7 +61,7 @@ def test_engine_pool_refuses_a_deeply_nested_record(tmp_path: Path) -> None:
 
 def test_receipt_outputs_file_nested_too_deeply(tmp_path: Path) -> None:
     with pytest.raises(click.BadParameter, match="not readable JSON"):
-        _load_outputs(deep_json(tmp_path, "outputs.json"))
+        _load_outputs(deep_json(tmp_path, "outputs.json"), None)
 
 
 def test_node_status_skips_a_deeply_nested_line(tmp_path: Path) -> None:
