@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from netcheck.config import load_coordinator_config
+from netcheck.config import CoordinatorConfig, load_coordinator_config
 from netcheck.errors import ConfigError
 from netcheck.lab.sim.live import LiveConfig
 
 KEY = "ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"
 
 
-def _load(tmp_path: Path, lines: str) -> object:
+def _load(tmp_path: Path, lines: str) -> CoordinatorConfig:
     path = tmp_path / "c.toml"
     path.write_text(f'{lines}\nidentity_key = "keys/c.pem"\nallowed_nodes = ["{KEY}"]\n'
                     'admin_token = "0123456789abcdef"\nprofiles = ["cpu-tiny"]\n')  # fmt: skip
@@ -25,12 +25,12 @@ def _load(tmp_path: Path, lines: str) -> object:
 def test_budget_default_and_accepted_values(tmp_path: Path) -> None:
     """The default is the simulator's; 0 (no bound) and a pair's first look load."""
     cfg = _load(tmp_path, "")
-    assert cfg.confirm_budget_rounds == LiveConfig().confirm_budget_rounds  # type: ignore[attr-defined]
-    assert _load(tmp_path, "confirm_budget_rounds = 0").confirm_budget_rounds == 0  # type: ignore[attr-defined]
+    assert cfg.confirm_budget_rounds == LiveConfig().confirm_budget_rounds
+    assert _load(tmp_path, "confirm_budget_rounds = 0").confirm_budget_rounds == 0
     assert (
         _load(tmp_path, "confirm_cycles = 4\nconfirm_budget_rounds = 12").confirm_budget_rounds
         == 12
-    )  # type: ignore[attr-defined]
+    )
 
 
 @pytest.mark.parametrize(

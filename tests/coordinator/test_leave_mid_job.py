@@ -50,7 +50,7 @@ def _watch_for_job_head(
     ``leave``, cuts its connection) before the rest of the frame arrives."""
     tcp = ws._writer.transport  # type: ignore[attr-defined]
     tcp.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    proto = tcp.get_protocol()
+    proto: Any = tcp.get_protocol()
     received = proto.data_received
 
     def data_received(data: bytes) -> None:

@@ -24,7 +24,7 @@ def test_every_message_type_is_handled_ended_or_refused_exactly_once() -> None:
     assert sum(len(s) for s in sets) == len(MESSAGE_TYPES)
 
 
-@pytest.mark.parametrize("cls", sorted(REFUSED_FROM_NODE, key=lambda c: c.__name__))
+@pytest.mark.parametrize("cls", sorted(REFUSED_FROM_NODE, key=lambda c: c.__name__))  # type: ignore[attr-defined]
 def test_refused_types_close_with_unexpected_message(cls: type[Any]) -> None:
     """A refused type reaching the dispatcher is an UNEXPECTED_MESSAGE protocol error."""
     session = NodeSession.__new__(NodeSession)  # the refusal reads no session state

@@ -41,8 +41,8 @@ def write_lock(url: str) -> Iterator[None]:
         return
     engine = create_engine(url)
     try:
-        with engine.connect() as conn, conn.begin():
-            conn.execute(text("LOCK TABLE rounds, reference_prompts IN EXCLUSIVE MODE"))
+        with engine.connect() as sa_conn, sa_conn.begin():
+            sa_conn.execute(text("LOCK TABLE rounds, reference_prompts IN EXCLUSIVE MODE"))
             yield
     finally:
         engine.dispose()

@@ -23,7 +23,7 @@ def test_every_message_type_is_handled_ignored_or_refused_exactly_once() -> None
     assert sum(len(s) for s in sets) == len(MESSAGE_TYPES)
 
 
-@pytest.mark.parametrize("cls", sorted(REFUSED_FROM_COORDINATOR, key=lambda c: c.__name__))
+@pytest.mark.parametrize("cls", sorted(REFUSED_FROM_COORDINATOR, key=lambda c: c.__name__))  # type: ignore[attr-defined]
 async def test_refused_types_close_with_unexpected_message(cls: type[Any]) -> None:
     """A refused type is an UNEXPECTED_MESSAGE protocol error; ignored ones pass."""
     client = NodeClient.__new__(NodeClient)  # routing reads no client state
