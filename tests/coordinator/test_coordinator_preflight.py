@@ -20,7 +20,12 @@ FP = {"engine": "torch", "model": "synth:tiny"}
 
 
 def write_config(tmp_path: Path, extra: str = "", profiles: str = '["cpu-tiny"]') -> Path:
+    """A coordinator.toml in ``tmp_path``; a free loopback port unless ``extra`` names
+    one (the default 8470 may be taken by another process on a shared machine, which
+    would fail the listen-address check too)."""
     cfg = tmp_path / "coordinator.toml"
+    if "port =" not in extra:
+        extra += f"port = {free_port()}\n"
     cfg.write_text(
         'identity_key = "keys/coordinator.pem"\nopen_enrollment = true\n'
         f'admin_token = "a-test-token-of-some-length"\nprofiles = {profiles}\n'
