@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from config_support import COORD, KEY, write
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from netcheck.config import (
@@ -21,7 +22,6 @@ from netcheck.errors import ConfigError
 from netcheck.keys import public_key_text
 
 REPO = Path(__file__).resolve().parents[2]
-KEY = "ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"  # a real key (seed 0x42 * 32); not the all-zero placeholder of the examples
 
 PROFILE = """
 engine = "torch"
@@ -33,12 +33,6 @@ max_new_tokens = 16
 [deadline]
 t_ref_s = 2.0
 """
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 def test_repo_profiles_load() -> None:
@@ -278,14 +272,6 @@ def test_example_configs_load(tmp_path: Path) -> None:
         edited.unlink()
     assert n.identity_key == REPO / "configs" / "keys" / "node.pem"
     assert n.coordinator_url.startswith("ws://")
-
-
-COORD = f"""
-identity_key = "keys/c.pem"
-allowed_nodes = ["{KEY}"]
-admin_token = "0123456789abcdef"
-profiles = ["cpu-tiny"]
-"""
 
 
 def test_coordinator_paths(tmp_path: Path) -> None:

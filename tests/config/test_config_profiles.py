@@ -6,17 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from config_support import COORD, KEY, write
 
 from netcheck.config import DEFAULT_PROFILES_DIR, load_coordinator_config, load_node_config
 from netcheck.errors import ConfigError
 
-KEY = "ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"  # a real key (seed 0x42 * 32)
-COORD = f"""
-identity_key = "keys/c.pem"
-allowed_nodes = ["{KEY}"]
-admin_token = "0123456789abcdef"
-profiles = ["cpu-tiny"]
-"""
 NODE = f"""
 coordinator_url = "ws://127.0.0.1:8470/v1/ws"
 coordinator_key = "{KEY}"
@@ -31,12 +25,6 @@ def calibrated(folder: Path, t_ref_s: float) -> None:
     lines = [f"t_ref_s = {t_ref_s}" if ln.startswith("t_ref_s") else ln for ln in text.split("\n")]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "cpu-tiny.toml").write_text("\n".join(lines))
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 @pytest.mark.parametrize("body", [COORD, NODE])

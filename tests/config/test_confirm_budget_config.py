@@ -7,30 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from config_support import load_coordinator
 
-from netcheck.config import CoordinatorConfig, load_coordinator_config
 from netcheck.errors import ConfigError
 from netcheck.lab.sim.live import LiveConfig
-
-KEY = "ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"
-
-
-def _load(tmp_path: Path, lines: str) -> CoordinatorConfig:
-    path = tmp_path / "c.toml"
-    path.write_text(f'{lines}\nidentity_key = "keys/c.pem"\nallowed_nodes = ["{KEY}"]\n'
-                    'admin_token = "0123456789abcdef"\nprofiles = ["cpu-tiny"]\n')  # fmt: skip
-    return load_coordinator_config(path)
 
 
 def test_budget_default_and_accepted_values(tmp_path: Path) -> None:
     """The default is the simulator's; 0 (no bound) and a pair's first look load."""
-    cfg = _load(tmp_path, "")
+    cfg = load_coordinator(tmp_path, "")
     assert cfg.confirm_budget_rounds == LiveConfig().confirm_budget_rounds
-    assert _load(tmp_path, "confirm_budget_rounds = 0").confirm_budget_rounds == 0
-    assert (
-        _load(tmp_path, "confirm_cycles = 4\nconfirm_budget_rounds = 12").confirm_budget_rounds
-        == 12
-    )
+    assert load_coordinator(tmp_path, "confirm_budget_rounds = 0").confirm_budget_rounds == 0
+    cfg = load_coordinator(tmp_path, "confirm_cycles = 4\nconfirm_budget_rounds = 12")
+    assert cfg.confirm_budget_rounds == 12
 
 
 @pytest.mark.parametrize(
@@ -44,6 +33,7 @@ def test_budget_default_and_accepted_values(tmp_path: Path) -> None:
     ],
 )  # fmt: skip
 def test_budget_rejects(tmp_path: Path, lines: str, message: str) -> None:
+    """Each bad value is a ConfigError naming the field (and, below a first look, the bound)."""
     with pytest.raises(ConfigError) as err:
-        _load(tmp_path, lines)
+        load_coordinator(tmp_path, lines)
     assert message in str(err.value)

@@ -7,27 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from config_support import load_coordinator
 
 from netcheck.analysis.slowness import SlownessConfig
-from netcheck.config import CoordinatorConfig, load_coordinator_config
 from netcheck.errors import ConfigError
-
-KEY = "ed25519:IVL40Zt5HSRFMkLhXy6rbLfP-ntqXtMAl5YOBpiB2xI"
-
-
-def _load(tmp_path: Path, lines: str) -> CoordinatorConfig:
-    path = tmp_path / "c.toml"
-    path.write_text(f'{lines}\nidentity_key = "keys/c.pem"\nallowed_nodes = ["{KEY}"]\n'
-                    'admin_token = "0123456789abcdef"\nprofiles = ["cpu-tiny"]\n')  # fmt: skip
-    return load_coordinator_config(path)
 
 
 def test_defaults_are_the_library_defaults_and_values_load(tmp_path: Path) -> None:
-    cfg = _load(tmp_path, "")
+    """Unset, the three fields are SlownessConfig's defaults; set, they load as written."""
+    cfg = load_coordinator(tmp_path, "")
     lib = SlownessConfig()
     assert (cfg.slowness_floor, cfg.slowness_alpha, cfg.slowness_min_rounds) == (
         lib.floor, lib.alpha, lib.min_rounds)  # fmt: skip
-    cfg = _load(tmp_path, "slowness_floor = 1.4\nslowness_alpha = 0.05\nslowness_min_rounds = 12")
+    cfg = load_coordinator(
+        tmp_path, "slowness_floor = 1.4\nslowness_alpha = 0.05\nslowness_min_rounds = 12"
+    )
     assert (cfg.slowness_floor, cfg.slowness_alpha, cfg.slowness_min_rounds) == (1.4, 0.05, 12)
 
 
@@ -46,15 +40,16 @@ def test_defaults_are_the_library_defaults_and_values_load(tmp_path: Path) -> No
     ],
 )  # fmt: skip
 def test_bad_values_name_the_file_and_the_field(tmp_path: Path, lines: str, message: str) -> None:
+    """Each bad value is a ConfigError naming ``c.toml`` and the field."""
     with pytest.raises(ConfigError) as err:
-        _load(tmp_path, lines)
+        load_coordinator(tmp_path, lines)
     assert message in str(err.value)
 
 
 def test_min_rounds_above_the_window_is_refused(tmp_path: Path) -> None:
     """More loaded rounds than the window holds would silently test no node at all."""
     with pytest.raises(ConfigError) as err:
-        _load(tmp_path, "slowness_min_rounds = 129")
+        load_coordinator(tmp_path, "slowness_min_rounds = 129")
     assert "slowness_min_rounds (129) must be <= screening_window_rounds (128)" in str(err.value)
-    cfg = _load(tmp_path, "slowness_min_rounds = 16\nscreening_window_rounds = 16")
+    cfg = load_coordinator(tmp_path, "slowness_min_rounds = 16\nscreening_window_rounds = 16")
     assert cfg.slowness_min_rounds == 16

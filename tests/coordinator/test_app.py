@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,36 @@ from netcheck.storage import Store
 PROFILE = small_profile("app", deadline={"t_ref_s": 5.0}, result_timeout_s=20.0)
 
 
+def coordinator_config(tmp_path: Path, profiles: str, extra: str = "") -> Path:
+    """Write ``tmp_path/c.toml`` (and a fresh ``c.pem``): loopback, a free port, open
+    enrollment, SQLite in ``c.db``, ``profiles`` (a TOML list) and ``extra`` lines."""
+    generate_key(tmp_path / "c.pem")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'host = "127.0.0.1"\nport = 0\nidentity_key = "c.pem"\nopen_enrollment = true\n'
+        f'database = "sqlite:///{tmp_path / "c.db"}"\nadmin_token = "{"t" * 24}"\n'
+        f"profiles = {profiles}\n{extra}"
+    )
+    return cfg
+
+
+async def start_and_stop(cfg: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``serve(cfg)`` until it is ready (30 s at most), then cancelled; its WARNING
+    lines (logger ``netcheck.coordinator``) are in ``caplog``."""
+    ready = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="netcheck.coordinator"):
+        task = asyncio.create_task(serve(cfg, ready))
+        await asyncio.wait_for(ready.wait(), 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
 async def test_second_serve_on_same_port_and_database_does_not_abort_the_live_round(
     tmp_path: Path,
 ) -> None:
+    """A second ``serve`` on the live coordinator's port and database is refused
+    ("cannot listen") and leaves its round running: ``complete``, never ``aborted``."""
     db = tmp_path / "netcheck.db"
     store = Store(f"sqlite:///{db}")
     add_hash_references(store, PROFILE, 20)
@@ -53,22 +81,8 @@ async def test_serve_states_unsafe_profiles_at_start(
 ) -> None:
     """Issue 10: at start the coordinator logs every profile that cannot tell two
     identities on one card apart (cpu-factoring has no [capacity] table)."""
-    import logging
-
-    generate_key(tmp_path / "c.pem")
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'host = "127.0.0.1"\nport = 0\nidentity_key = "c.pem"\nopen_enrollment = true\n'
-        f'database = "sqlite:///{tmp_path / "c.db"}"\nadmin_token = "{"t" * 24}"\n'
-        'profiles = ["cpu-factoring", "h200-torch-8b-bf16"]\n'
-    )
-    ready = asyncio.Event()
-    with caplog.at_level(logging.WARNING, logger="netcheck.coordinator"):
-        task = asyncio.create_task(serve(cfg, ready))
-        await asyncio.wait_for(ready.wait(), 30)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    cfg = coordinator_config(tmp_path, '["cpu-factoring", "h200-torch-8b-bf16"]')
+    await start_and_stop(cfg, caplog)
     text = caplog.text
     assert "profile cpu-factoring: capacity not measured" in text
     assert "cannot tell two identities on one card apart" in text
@@ -86,13 +100,7 @@ def test_a_message_cap_below_a_profiles_results_is_refused_at_start(tmp_path: Pa
     from netcheck.config import load_coordinator_config
     from netcheck.coordinator.app import coordinator_parts
 
-    generate_key(tmp_path / "c.pem")
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'host = "127.0.0.1"\nport = 0\nidentity_key = "c.pem"\nopen_enrollment = true\n'
-        f'database = "sqlite:///{tmp_path / "c.db"}"\nadmin_token = "{"t" * 24}"\n'
-        'profiles = ["cpu-tiny"]\nmax_message_bytes = 8192\n'
-    )
+    cfg = coordinator_config(tmp_path, '["cpu-tiny"]', "max_message_bytes = 8192\n")
     with pytest.raises(ConfigError, match=r"max_message_bytes: 8192 is below .* cpu-tiny may send"):
         coordinator_parts(load_coordinator_config(cfg), cfg)
     cfg.write_text(cfg.read_text().replace("8192", "9296"))  # 16 x 64 ids: 5 B each + 4 KiB
@@ -107,22 +115,8 @@ async def test_serve_warns_when_slowness_floor_can_never_fire(
     """A slowness_floor so high that no answered round can be above it (100 x t_ref_s
     of cpu-tiny = 200 s > its result_timeout_s 120 s) turned the slowness stage off
     without a word: now a WARNING at start naming the field, its value and the profile."""
-    import logging
-
-    generate_key(tmp_path / "c.pem")
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(
-        f'host = "127.0.0.1"\nport = 0\nidentity_key = "c.pem"\nopen_enrollment = true\n'
-        f'database = "sqlite:///{tmp_path / "c.db"}"\nadmin_token = "{"t" * 24}"\n'
-        'profiles = ["cpu-tiny"]\nslowness_floor = 100\n'
-    )
-    ready = asyncio.Event()
-    with caplog.at_level(logging.WARNING, logger="netcheck.coordinator"):
-        task = asyncio.create_task(serve(cfg, ready))
-        await asyncio.wait_for(ready.wait(), 30)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    cfg = coordinator_config(tmp_path, '["cpu-tiny"]', "slowness_floor = 100\n")
+    await start_and_stop(cfg, caplog)
     warned = [r for r in caplog.records if "slowness_floor = 100" in r.getMessage()]
     assert len(warned) == 1 and warned[0].levelno == logging.WARNING
     assert "for profile cpu-tiny" in warned[0].getMessage()

@@ -7,6 +7,7 @@ is recorded as a valid result, and the coordinator keeps serving its other nodes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from pathlib import Path
 
@@ -41,10 +42,24 @@ def _store(tmp_path: Path) -> Store:
     return canary_store(tmp_path / "netcheck.db", PROFILE, FP, 16, answer=(1, 2, 3, 4))
 
 
-async def _raw_session(rc: RunningCoordinator, identity: Ed25519PrivateKey):  # type: ignore[no-untyped-def]
-    """Open a websocket and complete the handshake by hand; returns (http, ws, transport)."""
+@contextlib.asynccontextmanager
+async def _raw_session(  # type: ignore[no-untyped-def]
+    rc: RunningCoordinator, identity: Ed25519PrivateKey, honest: bool = True
+):
+    """A session for ``identity`` whose handshake is completed by hand; with ``honest``,
+    an honest node connected first. Yields (http, ws, transport) once the coordinator
+    holds every session (2, or 1); the websocket and its HTTP client are closed on exit."""
+    if honest:
+        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
+        await rc.wait_connected(1, timeout_s=5.0)
     claim = ProfileClaim(profile=PROFILE.name, fingerprint=FP, software="test")
-    return await hand_session(rc, identity, claim)
+    http, ws, transport = await hand_session(rc, identity, claim)
+    try:
+        await rc.wait_connected(2 if honest else 1, timeout_s=5.0)
+        yield http, ws, transport
+    finally:
+        await ws.close()
+        await http.close()
 
 
 def _assert_nothing_valid(store: Store, round_id: str, node_key: str) -> None:
@@ -64,11 +79,7 @@ async def test_truncation_mid_round(tmp_path: Path, cut: str) -> None:
     identity = Ed25519PrivateKey.generate()
     node_key = public_key_text(identity)
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
-        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
-        await rc.wait_connected(1, timeout_s=5.0)
-        http, ws, transport = await _raw_session(rc, identity)
-        try:
-            await rc.wait_connected(2, timeout_s=5.0)
+        async with _raw_session(rc, identity) as (http, ws, transport):
             round_task = asyncio.create_task(run_round(rc.coord, PROFILE.name))
             job, _release = await serve_until_release(ws, transport)
             if cut == "close_without_bye":
@@ -83,9 +94,6 @@ async def test_truncation_mid_round(tmp_path: Path, cut: str) -> None:
                 await ws.send_bytes(frame[: len(frame) // 2])
                 await http.close()
             report = await asyncio.wait_for(round_task, 8.0)
-        finally:
-            await ws.close()
-            await http.close()
         verdicts = {o.node_key: str(o.verdict) for o in report.outcomes}
         assert verdicts[node_key] == "missing"
         assert len(verdicts) == 2  # the other node got a verdict too: it was served
@@ -103,15 +111,8 @@ async def test_silent_peer_in_round(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     identity = Ed25519PrivateKey.generate()
     node_key = public_key_text(identity)
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
-        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
-        await rc.wait_connected(1, timeout_s=5.0)
-        http, ws, _transport = await _raw_session(rc, identity)
-        try:
-            await rc.wait_connected(2, timeout_s=5.0)
+        async with _raw_session(rc, identity):
             report = await asyncio.wait_for(run_round(rc.coord, PROFILE.name), 8.0)
-        finally:
-            await ws.close()
-            await http.close()
         verdicts = {o.node_key: str(o.verdict) for o in report.outcomes}
         assert verdicts[node_key] == "missing"
         assert len(verdicts) == 2
@@ -127,17 +128,10 @@ async def test_silent_peer_dropped_by_heartbeat(
     identity = Ed25519PrivateKey.generate()
     node_key = public_key_text(identity)
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
-        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
-        await rc.wait_connected(1, timeout_s=5.0)
-        http, ws, _transport = await _raw_session(rc, identity)
-        try:
-            await rc.wait_connected(2, timeout_s=5.0)
-            async with asyncio.timeout(5.0):  # never read again: no pong is sent
-                while node_key in rc.coord.sessions:
-                    await asyncio.sleep(0.05)
-        finally:
-            await ws.close()
-            await http.close()
+        # the raw session never reads again: no pong is sent
+        async with _raw_session(rc, identity), asyncio.timeout(5.0):
+            while node_key in rc.coord.sessions:
+                await asyncio.sleep(0.05)
         assert len(rc.coord.sessions) == 1
         survivor = next(iter(rc.coord.sessions.values()))
         assert await survivor.measure_rtt(12, timeout_s=2.0) is not None
@@ -147,20 +141,17 @@ async def test_rtt_on_a_failed_session_returns_none(tmp_path: Path) -> None:
     """measure_rtt and probe_rtt return None, as documented, for a session the node's
     input already failed (not yet closed): nothing is sealed, nothing raised."""
     identity = Ed25519PrivateKey.generate()
-    async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
-        http, ws, _transport = await _raw_session(rc, identity)
-        try:
-            await rc.wait_connected(1, timeout_s=5.0)
-            session = rc.coord.sessions[public_key_text(identity)]
-            with pytest.raises(ProtocolError):  # what a refused frame from the node does
-                session.protocol.refuse(CloseCode.UNEXPECTED_MESSAGE, "test")
-            assert session.gone() and not session.closed.is_set()
-            assert await session.measure_rtt(21, timeout_s=1.0) is None
-            assert await session.probe_rtt(22, bytes(32), timeout_s=1.0) is None
-            assert await session.measure_probe(23, bytes(32), timeout_s=1.0) is None
-        finally:
-            await ws.close()
-            await http.close()
+    async with (
+        running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc,
+        _raw_session(rc, identity, honest=False),
+    ):
+        session = rc.coord.sessions[public_key_text(identity)]
+        with pytest.raises(ProtocolError):  # what a refused frame from the node does
+            session.protocol.refuse(CloseCode.UNEXPECTED_MESSAGE, "test")
+        assert session.gone() and not session.closed.is_set()
+        assert await session.measure_rtt(21, timeout_s=1.0) is None
+        assert await session.probe_rtt(22, bytes(32), timeout_s=1.0) is None
+        assert await session.measure_probe(23, bytes(32), timeout_s=1.0) is None
 
 
 async def test_unsolicited_reply_flood_closes_rate_limited(
@@ -172,11 +163,7 @@ async def test_unsolicited_reply_flood_closes_rate_limited(
     identity = Ed25519PrivateKey.generate()
     node_key = public_key_text(identity)
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path)) as rc:
-        rc.start(rc.node(MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name))
-        await rc.wait_connected(1, timeout_s=5.0)
-        http, ws, transport = await _raw_session(rc, identity)
-        try:
-            await rc.wait_connected(2, timeout_s=5.0)
+        async with _raw_session(rc, identity) as (http, ws, transport):
             with caplog.at_level(logging.WARNING, logger="netcheck.coordinator"):
                 for i in range(EXCESS_REPLY_BURST + 50):
                     await ws.send_bytes(transport.seal(EchoReply(1_000_000 + i)))
@@ -184,9 +171,6 @@ async def test_unsolicited_reply_flood_closes_rate_limited(
                     pass  # echoes of the keepalive, if any
             assert ws.close_code == CloseCode.RATE_LIMITED
             assert msg.extra == "rate_limited"
-        finally:
-            await ws.close()
-            await http.close()
         async with asyncio.timeout(5.0):
             while node_key in rc.coord.sessions:
                 await asyncio.sleep(0.02)

@@ -6,24 +6,15 @@ import asyncio
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from node_support import node_config
 
 from netcheck.engines.fingerprint import fingerprint_id
-from netcheck.keys import generate_key, load_private_key, public_key_text
+from netcheck.keys import load_private_key, public_key_text
 from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.node.doctor import run_checks
 from netcheck.storage import ReferenceRow, Store
 
 PROFILE = small_profile("cpu-tiny")  # same name as the repo profile the doctor loads
-
-
-def write_node_config(tmp_path: Path, url: str, coordinator_key: str) -> Path:
-    generate_key(tmp_path / "node.pem")
-    cfg = tmp_path / "node.toml"
-    cfg.write_text(
-        f'coordinator_url = "{url}"\ncoordinator_key = "{coordinator_key}"\n'
-        f'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
-    )
-    return cfg
 
 
 async def doctor(cfg: Path, selftest: bool = False) -> dict[str, tuple[bool, str]]:
@@ -50,7 +41,7 @@ async def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
     """Right key, reachable coordinator, engine and quick selftest: all ok, no session."""
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
         add_refs(rc.coord.store, await asyncio.to_thread(engine_fingerprint))
-        cfg = write_node_config(tmp_path, rc.url, public_key_text(rc.identity))
+        cfg = node_config(tmp_path, rc.url, public_key_text(rc.identity))
         got = await doctor(cfg, selftest=True)
         assert all(ok for ok, _ in got.values()), got  # "host load" may warn: it passes
         assert list(got) == [
@@ -65,7 +56,7 @@ async def test_wrong_pinned_key_fails_at_coordinator(tmp_path: Path) -> None:
     """A node pinning another coordinator key fails the coordinator check."""
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
         other = public_key_text(Ed25519PrivateKey.generate())
-        cfg = write_node_config(tmp_path, rc.url, other)
+        cfg = node_config(tmp_path, rc.url, other)
         got = await doctor(cfg)
         assert got["coordinator"][0] is False
         assert "WRONG_COORDINATOR_KEY" in got["coordinator"][1]
@@ -78,7 +69,7 @@ async def test_unadmitted_key_and_unreachable(tmp_path: Path) -> None:
     async with running_coordinator(
         tmp_path, [PROFILE], allowed=[Ed25519PrivateKey.generate()]
     ) as rc:
-        cfg = write_node_config(tmp_path, rc.url, public_key_text(rc.identity))
+        cfg = node_config(tmp_path, rc.url, public_key_text(rc.identity))
         got = await doctor(cfg)
         assert "UNKNOWN_NODE_KEY" in got["coordinator"][1]
         mine = public_key_text(load_private_key(tmp_path / "node.pem"))
@@ -112,7 +103,7 @@ async def test_refused_profile_and_foreign_fingerprint_fail(tmp_path: Path) -> N
     were built with another cpu_threads, each fail naming the cause; no session opens."""
     other = small_profile("other")
     async with running_coordinator(tmp_path, [other]) as rc:
-        cfg = write_node_config(tmp_path, rc.url, public_key_text(rc.identity))
+        cfg = node_config(tmp_path, rc.url, public_key_text(rc.identity))
         got = await doctor(cfg)
         ok, detail = got["coordinator accepts"]
         assert not ok and "does not accept profile 'cpu-tiny'" in detail and "other" in detail
@@ -120,7 +111,7 @@ async def test_refused_profile_and_foreign_fingerprint_fail(tmp_path: Path) -> N
     second = tmp_path / "second"
     second.mkdir()
     async with running_coordinator(second, [PROFILE]) as rc:
-        cfg = write_node_config(second, rc.url, public_key_text(rc.identity))
+        cfg = node_config(second, rc.url, public_key_text(rc.identity))
         fp = await asyncio.to_thread(engine_fingerprint)
         add_refs(rc.coord.store, {**fp, "cpu_threads": 7})
         got = await doctor(cfg)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from node_support import OFFLINE_URL, node_config
 
-from netcheck.keys import generate_key, public_key_text
+from netcheck.keys import public_key_text
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.node.app import run_node
@@ -18,16 +19,6 @@ from netcheck.node.workers import Worker
 
 PROFILE = small_profile("preflight")
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "44" * 32}
-
-
-def node_config(tmp_path: Path, url: str, coordinator_key: str) -> Path:
-    generate_key(tmp_path / "node.pem")
-    cfg = tmp_path / "node.toml"
-    cfg.write_text(
-        f'coordinator_url = "{url}"\ncoordinator_key = "{coordinator_key}"\n'
-        'identity_key = "node.pem"\nprofile = "cpu-tiny"\nname = "n1"\n'
-    )
-    return cfg
 
 
 class Loads:
@@ -68,7 +59,8 @@ async def test_wrong_key_or_url_is_reported_before_the_engine_loads(
             key = Ed25519PrivateKey.generate().public_key()
         else:
             path = "/ws"
-        cfg = node_config(tmp_path, f"ws://127.0.0.1:{rc.port}{path}", public_key_text(key))
+        url = f"ws://127.0.0.1:{rc.port}{path}"
+        cfg = node_config(tmp_path, url, public_key_text(key), name="n1")
         loads = Loads()
         await run_until_loaded(cfg, loads)
     assert loads.called
@@ -89,8 +81,7 @@ async def test_unreachable_coordinator_still_loads_the_engine(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A coordinator that is down may come up later: the node warns, loads and retries."""
-    cfg = node_config(tmp_path, "ws://127.0.0.1:1/v1/ws", public_key_text(generate_key(
-        tmp_path / "coord.pem")))  # fmt: skip
+    cfg = node_config(tmp_path, OFFLINE_URL, name="n1")
     caplog.set_level(logging.INFO, logger="netcheck")
     loads = Loads()
     await run_until_loaded(cfg, loads)

@@ -8,9 +8,10 @@ import logging
 from pathlib import Path
 
 import pytest
-from aiohttp import web
+from fake_coordinator_support import dial
+from node_support import node_config, overloaded_endpoint
 
-from netcheck.keys import generate_key, public_key_text
+from netcheck.keys import load_private_key, public_key_text
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.node.app import run_node
@@ -52,42 +53,23 @@ async def test_overloaded_proxy_is_retried(tmp_path: Path) -> None:
     """A 503 from a proxy in front of the coordinator is transient: the node keeps trying."""
     assert not not_an_endpoint(503) and not not_an_endpoint(429)
 
-    async def busy(request: web.Request) -> web.Response:
-        return web.Response(status=503)
-
-    app = web.Application()
-    app.router.add_get("/v1/ws", busy)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    key = generate_key(tmp_path / "k.pem")
-    client = NodeClient(
-        f"ws://127.0.0.1:{port}/v1/ws", key, key.public_key(), PROFILE.name,
-        MadeUpWorker(FP, PROFILE.max_new_tokens),
-    )  # fmt: skip
-    stop = asyncio.Event()
-    task = asyncio.create_task(client.run_forever(stop))
-    await asyncio.sleep(1.0)
-    assert not task.done()  # still retrying
-    stop.set()
-    await asyncio.wait_for(task, 10)
-    await runner.cleanup()
+    async with overloaded_endpoint() as port:
+        url = f"ws://127.0.0.1:{port}/v1/ws"
+        client = dial(url, MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name)
+        stop = asyncio.Event()
+        task = asyncio.create_task(client.run_forever(stop))
+        await asyncio.sleep(1.0)
+        assert not task.done()  # still retrying
+        stop.set()
+        await asyncio.wait_for(task, 10)
 
 
 async def test_start_banner_names_key_profile_and_fingerprint(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Before the engine loads the node logs its key and profile; after, the fingerprint."""
-    node_key = generate_key(tmp_path / "node.pem")
-    coord_key = generate_key(tmp_path / "coord.pem")
-    cfg = tmp_path / "node.toml"
-    cfg.write_text(
-        'coordinator_url = "ws://127.0.0.1:1/"\n'
-        f'coordinator_key = "{public_key_text(coord_key)}"\n'
-        'identity_key = "node.pem"\nprofile = "cpu-tiny"\nname = "n1"\n'
-    )
+    cfg = node_config(tmp_path, "ws://127.0.0.1:1/", name="n1")
+    node_key = load_private_key(tmp_path / "node.pem")
 
     async def make_worker(profile: object) -> Worker:
         return MadeUpWorker(FP, PROFILE.max_new_tokens)

@@ -9,14 +9,14 @@ import logging
 from pathlib import Path
 
 import pytest
-from aiohttp import web
+from fake_coordinator_support import dial
+from node_support import node_config, overloaded_endpoint
 
 from netcheck.errors import CloseCode, NetcheckError
-from netcheck.keys import generate_key, public_key_text
+from netcheck.keys import public_key_text
 from netcheck.lab.adversary import MadeUpWorker
 from netcheck.lab.testing import running_coordinator, small_profile
 from netcheck.node.app import run_node
-from netcheck.node.client import NodeClient
 from netcheck.node.doctor import ask_coordinator
 from netcheck.node.refusals import refusal_message, superseded_message, wrong_endpoint_message
 from netcheck.node.workers import Worker
@@ -24,16 +24,6 @@ from netcheck.node.workers import Worker
 PROFILE = small_profile("redact")
 FP: dict[str, str | int] = {"engine": "fake", "weight_hash": "55" * 32}
 SECRETS = ("s3cret", "t0k3n")
-
-
-def node_config(tmp_path: Path, url: str, coordinator_key: str) -> Path:
-    generate_key(tmp_path / "node.pem")
-    cfg = tmp_path / "node.toml"
-    cfg.write_text(
-        f'coordinator_url = "{url}"\ncoordinator_key = "{coordinator_key}"\n'
-        'identity_key = "node.pem"\nprofile = "cpu-tiny"\nname = "n1"\n'
-    )
-    return cfg
 
 
 class Stop(Exception):
@@ -58,7 +48,7 @@ async def test_start_up_log_hides_credentials(
     caplog.set_level(logging.INFO, logger="netcheck")
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
         url = f"ws://bob:s3cret@127.0.0.1:{rc.port}{path}?token=t0k3n"
-        cfg = node_config(tmp_path, url, public_key_text(rc.identity.public_key()))
+        cfg = node_config(tmp_path, url, public_key_text(rc.identity.public_key()), name="n1")
         with pytest.raises(Stop):
             await run_node(cfg, no_engine)
     assert_hidden(caplog.text)
@@ -73,8 +63,7 @@ async def test_unreachable_warning_hides_credentials(
 ) -> None:
     """The pre-flight's 'cannot reach' warning shows the URL redacted."""
     caplog.set_level(logging.INFO, logger="netcheck")
-    key = public_key_text(generate_key(tmp_path / "coord.pem"))
-    cfg = node_config(tmp_path, "ws://bob:s3cret@127.0.0.1:1/v1/ws?token=t0k3n", key)
+    cfg = node_config(tmp_path, "ws://bob:s3cret@127.0.0.1:1/v1/ws?token=t0k3n", name="n1")
     with pytest.raises(Stop):
         await run_node(cfg, no_engine)
     assert "cannot reach ws://***@127.0.0.1:1/v1/ws?token=***" in caplog.text
@@ -88,29 +77,16 @@ async def test_reconnect_warning_hides_the_url_in_aiohttp_text(
     dialled (``url='ws://bob:s3cret@...'``): both copies are redacted."""
     caplog.set_level(logging.INFO, logger="netcheck")
 
-    async def busy(request: web.Request) -> web.Response:
-        return web.Response(status=503)
-
-    app = web.Application()
-    app.router.add_get("/v1/ws", busy)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    key = generate_key(tmp_path / "k.pem")
-    client = NodeClient(
-        f"ws://bob:s3cret@127.0.0.1:{port}/v1/ws?token=t0k3n", key, key.public_key(),
-        PROFILE.name, MadeUpWorker(FP, PROFILE.max_new_tokens),
-    )  # fmt: skip
-    stop = asyncio.Event()
-    task = asyncio.create_task(client.run_forever(stop))
-    async with asyncio.timeout(10):
-        while "503" not in caplog.text:
-            await asyncio.sleep(0.01)
-    stop.set()
-    await asyncio.wait_for(task, 10)
-    await runner.cleanup()
+    async with overloaded_endpoint() as port:
+        url = f"ws://bob:s3cret@127.0.0.1:{port}/v1/ws?token=t0k3n"
+        client = dial(url, MadeUpWorker(FP, PROFILE.max_new_tokens), PROFILE.name)
+        stop = asyncio.Event()
+        task = asyncio.create_task(client.run_forever(stop))
+        async with asyncio.timeout(10):
+            while "503" not in caplog.text:
+                await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.wait_for(task, 10)
     assert "/v1/ws?token=***'" in caplog.text  # aiohttp's copy (it drops the userinfo)
     assert_hidden(caplog.text)
 
@@ -134,8 +110,7 @@ async def test_doctor_query_hides_credentials(tmp_path: Path) -> None:
     """The doctor's signed query to an unreachable coordinator names it redacted."""
     from netcheck.config import load_node_config
 
-    key = public_key_text(generate_key(tmp_path / "coord.pem"))
-    cfg = load_node_config(node_config(tmp_path, "ws://bob:s3cret@127.0.0.1:1/v1/ws", key))
+    cfg = load_node_config(node_config(tmp_path, "ws://bob:s3cret@127.0.0.1:1/v1/ws", name="n1"))
     with pytest.raises(NetcheckError) as info:
         await ask_coordinator(cfg, "cpu-tiny", FP, timeout_s=5)
     assert "cannot reach http://***@127.0.0.1:1/" in str(info.value)

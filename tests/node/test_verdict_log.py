@@ -10,9 +10,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from node_support import OFFLINE_URL, node_config
 
 from netcheck.cli import main
-from netcheck.keys import generate_key, public_key_text
+from netcheck.keys import public_key_text
 from netcheck.node import verdicts
 from netcheck.protocol.messages import VerdictNotice
 from netcheck.protocol.verdicts import sign_verdict
@@ -25,19 +26,13 @@ def notice(round_id: str) -> VerdictNotice:
     return sign_verdict(COORDINATOR, SESSION, NODE, round_id, "pass", "", 0.5, 1.0)
 
 
-def node_config(tmp_path: Path) -> Path:
-    generate_key(tmp_path / "node.pem")
-    cfg = tmp_path / "node.toml"
-    cfg.write_text(
-        'coordinator_url = "ws://127.0.0.1:1/v1/ws"\n'
-        f'coordinator_key = "{public_key_text(COORDINATOR)}"\n'
-        'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
-    )
-    return cfg
+def _config(tmp_path: Path) -> Path:
+    """A node config pinning ``COORDINATOR`` (whose verdicts the log holds)."""
+    return node_config(tmp_path, OFFLINE_URL, public_key_text(COORDINATOR))
 
 
 def test_status_skips_undecodable_lines(tmp_path: Path) -> None:
-    cfg = node_config(tmp_path)
+    cfg = _config(tmp_path)
     log = verdicts.default_log_path(cfg)
     verdicts.append(log, notice("r1"), SESSION, NODE)
     with log.open("ab") as fh:
@@ -49,7 +44,7 @@ def test_status_skips_undecodable_lines(tmp_path: Path) -> None:
 
 
 def test_status_of_a_log_that_is_a_folder_is_a_clear_error(tmp_path: Path) -> None:
-    cfg = node_config(tmp_path)
+    cfg = _config(tmp_path)
     verdicts.default_log_path(cfg).mkdir()
     result = CliRunner().invoke(main, ["node", "status", "--config", str(cfg)])
     assert result.exit_code == 3, result.output

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from node_support import OFFLINE_URL, node_config
 
 from netcheck.cli import main
-from netcheck.keys import generate_key, public_key_text
 
 
 @pytest.mark.parametrize(
@@ -29,13 +28,7 @@ from netcheck.keys import generate_key, public_key_text
     ],
 )
 def test_a_line_with_a_field_of_the_wrong_type_is_shown(tmp_path: Path, line: str) -> None:
-    generate_key(tmp_path / "node.pem")
-    cfg = tmp_path / "node.toml"
-    cfg.write_text(
-        'coordinator_url = "ws://127.0.0.1:1/v1/ws"\n'
-        f'coordinator_key = "{public_key_text(Ed25519PrivateKey.generate())}"\n'
-        'identity_key = "node.pem"\nprofile = "cpu-tiny"\n'
-    )
+    cfg = node_config(tmp_path, OFFLINE_URL)
     (tmp_path / "node.verdicts.jsonl").write_text(line + "\n")
     result = CliRunner().invoke(main, ["node", "status", "--config", str(cfg)])
     assert result.exit_code == 0, (result.output, result.exception)

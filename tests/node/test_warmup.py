@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from node_support import OFFLINE_URL, node_config
 
 from netcheck.config import DeadlineParams
-from netcheck.keys import generate_key, public_key_text
 from netcheck.lab.testing import small_profile
 from netcheck.node.app import run_node
 from netcheck.node.warmup import assess, warm_up
@@ -80,18 +80,6 @@ def test_assess_compares_the_last_batch_with_t_ref_and_deadline(
     assert result.level == level and text in result.message
 
 
-def _config(tmp_path: Path, warmup: int) -> Path:
-    generate_key(tmp_path / "node.pem")
-    coord = generate_key(tmp_path / "coord.pem")
-    cfg = tmp_path / "node.toml"
-    cfg.write_text(
-        'coordinator_url = "ws://127.0.0.1:1/v1/ws"\n'
-        f'coordinator_key = "{public_key_text(coord)}"\n'
-        f'identity_key = "node.pem"\nprofile = "cpu-tiny"\nwarmup_batches = {warmup}\n'
-    )
-    return cfg
-
-
 @pytest.mark.parametrize("warmup", [0, 2])
 async def test_node_warms_up_the_engine_before_joining(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, warmup: int
@@ -104,7 +92,9 @@ async def test_node_warms_up_the_engine_before_joining(
         return EngineWorker(engine)  # type: ignore[arg-type]
 
     caplog.set_level(logging.INFO, logger="netcheck")
-    task = asyncio.create_task(run_node(_config(tmp_path, warmup), make_worker))
+    task = asyncio.create_task(
+        run_node(node_config(tmp_path, OFFLINE_URL, warmup_batches=warmup), make_worker)
+    )
     async with asyncio.timeout(20):
         # the client's own lines ("cannot reach coordinator", "reconnecting in"): the
         # preflight's warning also says "retrying", and comes before the warm-up

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from web_support import web_coordinator
 
 from netcheck.config import Profile, load_profile
 from netcheck.lab.sample import fill_synthetic
+from netcheck.lab.testing import RunningCoordinator
 from netcheck.storage import tables
 from netcheck.storage.reader import EXPORT_COLUMNS
 from netcheck.storage.reviews import ReviewStore
@@ -73,58 +76,64 @@ def profile() -> Profile:
     return load_profile("cpu-tiny")
 
 
+@contextlib.asynccontextmanager
+async def export_client(
+    tmp_path: Path, profile: Profile, n_rounds: int, seed: int
+) -> AsyncIterator[tuple[RunningCoordinator, aiohttp.ClientSession, str]]:
+    """A coordinator holding ``fill_synthetic``'s sample (``n_rounds`` rounds, 2 honest
+    nodes, ``seed``), an HTTP client carrying its admin token, and the exports' base URL."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        fill_synthetic(rc.coord.store, n_rounds=n_rounds, n_honest=2, seed=seed)
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        async with aiohttp.ClientSession(headers=headers) as http:
+            yield rc, http, f"http://127.0.0.1:{rc.port}/export"
+
+
+async def json_and_csv(http: aiohttp.ClientSession, url: str) -> tuple[dict[str, Any], str]:
+    """The export at ``url`` (no suffix) as JSON and as CSV text, each answered 200,
+    the CSV as ``text/csv``."""
+    async with http.get(f"{url}.json") as resp:
+        assert resp.status == 200
+        doc = await resp.json()
+    async with http.get(f"{url}.csv") as resp:
+        assert resp.status == 200
+        assert resp.content_type == "text/csv"
+        text = await resp.text()
+    return doc, text
+
+
 async def test_csv_and_json_exports_round_trip(tmp_path: Path, profile: Profile) -> None:
     """Every export, parsed back (CSV with the published types), equals the database rows."""
-    async with web_coordinator(tmp_path, [profile]) as rc:
-        fill_synthetic(rc.coord.store, n_rounds=6, n_honest=2, seed=3)
+    async with export_client(tmp_path, profile, n_rounds=6, seed=3) as (rc, http, base):
         reviews = ReviewStore(rc.coord.store)
         reviews.review(1, "acknowledged", "bob")
         reviews.review(1, "false-positive", "alice", 'same card, "two" sockets, 1 GPU')
-        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
-        base = f"http://127.0.0.1:{rc.port}/export"
-        async with aiohttp.ClientSession(headers=headers) as http:
-            for kind in KINDS:
-                expected = db_rows(rc.coord.store, kind)
-                assert expected, kind
-                async with http.get(f"{base}/{kind}.json") as resp:
-                    assert resp.status == 200
-                    doc = await resp.json()
-                assert doc["rows"] == expected, kind
-                async with http.get(f"{base}/{kind}.csv") as resp:
-                    assert resp.status == 200
-                    assert resp.content_type == "text/csv"
-                    text = await resp.text()
-                columns, rows = parse_csv(text, doc["types"])
-                assert columns == doc["columns"]
-                assert rows == expected, kind
+        for kind in KINDS:
+            expected = db_rows(rc.coord.store, kind)
+            assert expected, kind
+            doc, text = await json_and_csv(http, f"{base}/{kind}")
+            assert doc["rows"] == expected, kind
+            columns, rows = parse_csv(text, doc["types"])
+            assert columns == doc["columns"]
+            assert rows == expected, kind
 
 
 async def test_round_filter_and_unknown_export(tmp_path: Path, profile: Profile) -> None:
     """?round_id= limits an export to one round; an unknown export is a 404."""
-    async with web_coordinator(tmp_path, [profile]) as rc:
-        fill_synthetic(rc.coord.store, n_rounds=3, n_honest=2, seed=4)
-        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
-        base = f"http://127.0.0.1:{rc.port}/export"
-        async with aiohttp.ClientSession(headers=headers) as http:
-            async with http.get(f"{base}/verdicts.json?round_id=r0001-synthetic") as resp:
-                rows = (await resp.json())["rows"]
-            assert rows and {r["round_id"] for r in rows} == {"r0001-synthetic"}
-            async with http.get(f"{base}/secrets.csv") as resp:
-                assert resp.status == 404
+    async with export_client(tmp_path, profile, n_rounds=3, seed=4) as (_rc, http, base):
+        async with http.get(f"{base}/verdicts.json?round_id=r0001-synthetic") as resp:
+            rows = (await resp.json())["rows"]
+        assert rows and {r["round_id"] for r in rows} == {"r0001-synthetic"}
+        async with http.get(f"{base}/secrets.csv") as resp:
+            assert resp.status == 404
 
 
 async def test_exports_show_iso_times_and_node_names(tmp_path: Path, profile: Profile) -> None:
     """recorded_at is ISO 8601 UTC (the number is recorded_at_unix); node_name follows
     node_key."""
-    async with web_coordinator(tmp_path, [profile]) as rc:
-        fill_synthetic(rc.coord.store, n_rounds=2, n_honest=2, seed=5)
-        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
-        base = f"http://127.0.0.1:{rc.port}/export"
-        async with aiohttp.ClientSession(headers=headers) as http:
-            async with http.get(f"{base}/verdicts.json") as resp:
-                doc = await resp.json()
-            async with http.get(f"{base}/verdicts.csv") as resp:
-                header = (await resp.text()).splitlines()[0].split(",")
+    async with export_client(tmp_path, profile, n_rounds=2, seed=5) as (_rc, http, base):
+        doc, text = await json_and_csv(http, f"{base}/verdicts")
+    header = text.splitlines()[0].split(",")
     assert doc["types"]["recorded_at"] == "time" and doc["types"]["recorded_at_unix"] == "float"
     row = doc["rows"][0]
     assert row["recorded_at"].endswith("+00:00") and "T" in row["recorded_at"]
@@ -137,18 +146,11 @@ async def test_exports_show_iso_times_and_node_names(tmp_path: Path, profile: Pr
 async def test_flags_export_carries_the_review_state(tmp_path: Path, profile: Profile) -> None:
     """An analyst's review (state, who, when, note) is in both flag exports: the latest
     review of a flag, ``open`` with empty cells for a flag never reviewed."""
-    async with web_coordinator(tmp_path, [profile]) as rc:
-        fill_synthetic(rc.coord.store, n_rounds=6, n_honest=2, seed=3)
+    async with export_client(tmp_path, profile, n_rounds=6, seed=3) as (rc, http, base):
         reviews = ReviewStore(rc.coord.store)
         reviews.review(1, "acknowledged", "bob")
         row = reviews.review(1, "false-positive", "alice", "one card, two sockets")
-        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
-        base = f"http://127.0.0.1:{rc.port}/export"
-        async with aiohttp.ClientSession(headers=headers) as http:
-            async with http.get(f"{base}/flags.json") as resp:
-                doc = await resp.json()
-            async with http.get(f"{base}/flags.csv") as resp:
-                text = await resp.text()
+        doc, text = await json_and_csv(http, f"{base}/flags")
     cols = doc["columns"]
     assert cols[-6:-1] == ["review", "reviewed_by", "reviewed_at", "reviewed_at_unix",
                            "review_note"]  # fmt: skip
@@ -172,21 +174,14 @@ async def test_flags_export_carries_the_whole_review_history(
     """The flags export held only the latest review: now its last column, ``reviews``,
     lists every review in the order made (who, when, state, note), in the JSON and the
     CSV form, ``[]`` for a flag never reviewed; the latest-review columns stay."""
-    async with web_coordinator(tmp_path, [profile]) as rc:
-        fill_synthetic(rc.coord.store, n_rounds=6, n_honest=2, seed=3)
+    async with export_client(tmp_path, profile, n_rounds=6, seed=3) as (rc, http, base):
         reviews = ReviewStore(rc.coord.store)
         made = [
             reviews.review(1, "acknowledged", "bob", "looking"),
             reviews.review(1, "open", "bob", "not mine"),
             reviews.review(1, "resolved", "alice", 'one card, "two" sockets'),
         ]
-        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
-        base = f"http://127.0.0.1:{rc.port}/export"
-        async with aiohttp.ClientSession(headers=headers) as http:
-            async with http.get(f"{base}/flags.json") as resp:
-                doc = await resp.json()
-            async with http.get(f"{base}/flags.csv") as resp:
-                text = await resp.text()
+        doc, text = await json_and_csv(http, f"{base}/flags")
     assert doc["columns"][-1] == "reviews" and doc["types"]["reviews"] == "json"
     by_id = {r["flag_id"]: r for r in doc["rows"]}
     history = by_id[1]["reviews"]
