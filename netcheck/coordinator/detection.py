@@ -3,7 +3,8 @@
 docs/detection.md describes the method; the statistics are the pure functions of
 :mod:`netcheck.analysis` (:mod:`~netcheck.analysis.screening` for the analysis,
 :mod:`~netcheck.analysis.evidence` for the flags' evidence documents). This module wires
-them to live rounds and to storage:
+them to live rounds and to storage, with :mod:`~netcheck.coordinator.screening_timer`
+(the background timer) and :mod:`~netcheck.coordinator.analysis_pass` (steps 2 to 4):
 
 1. **Screening rounds** (:meth:`Screening.screening_round`): each node connected with
    the profile is loaded with probability ``screening_load_probability`` (1/2) from
@@ -41,47 +42,23 @@ them to live rounds and to storage:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from netcheck.analysis import evidence as ev
 from netcheck.analysis.alone import AloneConfig
-from netcheck.analysis.coins import COIN_RULE
-from netcheck.analysis.confirm import (
-    ConfirmationObservation,
-    ConfirmConfig,
-)
-from netcheck.analysis.confirm_budget import BUDGET_SPENT, next_waits
+from netcheck.analysis.confirm import ConfirmationObservation, ConfirmConfig
 from netcheck.analysis.confirm_run import ConfirmationRun
 from netcheck.analysis.detectors import DetectorConfig, SuspectGroup
 from netcheck.analysis.schedule import MIN_SECRET_BYTES, rule_name
-from netcheck.analysis.screening import (
-    SCREEN_KINDS,
-    Analysis,
-    analyse,
-    hmac_load_rule,
-    round_kind,
-)
-from netcheck.analysis.slowness import SlownessConfig, SlownessReport, persistent_slowness
+from netcheck.analysis.screening import Analysis, hmac_load_rule, round_kind
+from netcheck.analysis.slowness import SlownessConfig, SlownessReport
 from netcheck.config import CoordinatorConfig, Profile
-from netcheck.coordinator import checks
-from netcheck.coordinator.alone import confirm_alone, slow_nodes
-from netcheck.coordinator.confirm_batches import (
-    ALREADY_FLAGGED,
-    GroupOutcome,
-    confirm_groups,
-    halted,
-    not_judged,
-    pool_short,
-    set_aside,
-    unserved,
-)
+from netcheck.coordinator import analysis_pass, checks
+from netcheck.coordinator.confirm_batches import GroupOutcome
 from netcheck.coordinator.group_flags import (
+    already_flagged,
     prior_observations,
     shared_flags,
     store_group_flags,
@@ -89,6 +66,7 @@ from netcheck.coordinator.group_flags import (
 from netcheck.coordinator.hooks import RoundHost
 from netcheck.coordinator.jobs import ConfirmProgress
 from netcheck.coordinator.rounds import run_round
+from netcheck.coordinator.screening_timer import ScreeningTimer
 from netcheck.errors import NetcheckError, RoundError, StorageUnavailable
 from netcheck.keys import load_or_create_secret
 from netcheck.records import (
@@ -106,12 +84,6 @@ if TYPE_CHECKING:
     from aiohttp import web
 
 log = logging.getLogger("netcheck.screening")
-
-#: At shutdown, how long the app's cleanup waits for a timer round in flight to end as
-#: ``aborted`` (:meth:`Screening.attach`). Its sessions are closed by then, so it ends
-#: in well under a second unless the database is down: then ``storage_retry_s`` (10 s
-#: by default) of retries before the spool. After this the timer task is cancelled.
-TIMER_STOP_GRACE_S = 30.0
 
 
 class DetectionHost(RoundHost, Protocol):
@@ -148,93 +120,42 @@ class Screening:
             min_rounds=self.config.slowness_min_rounds,
         )
         self.alone = AloneConfig()
-        self._analyses: dict[str, int] = {}
+        # per profile: the slowness test's last look (analysis_pass.slowness)
+        self.looks: dict[str, int] = {}
         # per profile: analyses each node pair's group waited unserved (in memory only)
         self.waits: dict[str, dict[frozenset[str], int]] = {}
         self.lock = asyncio.Lock()
         self._index: dict[str, int] = {}
-        self._timer: asyncio.Task[None] | None = None
-        self._timer_sleeping = False  # the timer waits between ticks (safe to cancel)
-        self._stopping = False  # shutdown began: the timer starts no further round
+        self.timer = ScreeningTimer(self)
 
-    # -- lifecycle ---------------------------------------------------------------------
+    # -- lifecycle (netcheck.coordinator.screening_timer) ------------------------------
 
     def attach(self, app: web.Application) -> None:
-        """Start the screening timer with ``app`` (if configured) and stop it on shutdown.
-
-        At shutdown a timer round in flight ends like any round then (an admin-run one
-        included): the coordinator's ``on_shutdown`` closes the sessions and the round
-        is stored ``aborted`` (reason ``shutdown``, no verdicts, no node blamed;
-        :func:`~netcheck.coordinator.rounds.run_round`). So ``on_shutdown`` here only
-        stops the timer from starting another round (cancelling it at once when it
-        waits between rounds), and ``on_cleanup``, which runs after every
-        ``on_shutdown``, waits for the round in flight (at most
-        :data:`TIMER_STOP_GRACE_S`) before cancelling the timer. Cancelling the round
-        itself would leave it ``planned`` until the next start marks it aborted.
-        """
-        app.on_startup.append(self._on_startup)
-        app.on_shutdown.append(self._on_shutdown)
-        app.on_cleanup.append(self._on_cleanup)
-
-    async def _on_startup(self, app: web.Application) -> None:
-        self._stopping = False
-        if self.config.screening_interval_s > 0:
-            self.start_timer()
-
-    async def _on_shutdown(self, app: web.Application) -> None:
-        self._stopping = True
-        if self._timer_sleeping:
-            await self.stop_timer()
-
-    async def _on_cleanup(self, app: web.Application) -> None:
-        timer = self._timer
-        if timer is not None and not timer.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(timer), TIMER_STOP_GRACE_S)
-            except TimeoutError:
-                log.warning("screening timer: the round in flight did not end within %.0f s "
-                            "of shutdown; cancelled", TIMER_STOP_GRACE_S)  # fmt: skip
-        await self.stop_timer()
+        """Start the screening timer with ``app`` (if configured) and stop it on shutdown
+        (:meth:`~netcheck.coordinator.screening_timer.ScreeningTimer.attach`)."""
+        self.timer.attach(app)
 
     def start_timer(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         """Run :meth:`tick` every ``screening_interval_s`` in the background."""
-        if self._timer is None or self._timer.done():
-            self._timer = asyncio.get_running_loop().create_task(self._timer_loop(sleep))
+        self.timer.start(sleep)
 
     async def stop_timer(self) -> None:
         """Cancel the timer task, if any, and wait for it."""
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
-
-    async def _timer_loop(self, sleep: Callable[[float], Awaitable[None]]) -> None:
-        log.info("screening timer: one round per profile every %.1f s",
-                 self.config.screening_interval_s)  # fmt: skip
-        while not self._stopping:
-            self._timer_sleeping = True
-            try:
-                await sleep(self.config.screening_interval_s)
-            finally:
-                self._timer_sleeping = False
-            if self._stopping:
-                break
-            await self.tick()
+        await self.timer.stop()
 
     async def tick(self) -> None:
         """One timer step: a screening round per profile with connected nodes, and the
         analysis + confirmation every ``screening_analyze_every`` rounds. Errors are
         logged, never raised (the timer keeps going)."""
         for name in sorted(self.coord.profiles):
-            if self._stopping or not self.coord.connected(name):
+            if self.timer.stopping or not self.coord.connected(name):
                 continue
             try:
                 async with self.lock:
-                    if self._stopping:  # shutdown began while an admin run held the lock
+                    if self.timer.stopping:  # shutdown began while an admin run held the lock
                         return
                     await self.screening_round(name)
-                    if self._stopping:  # the round ended aborted: nothing to analyse
+                    if self.timer.stopping:  # the round ended aborted: nothing to analyse
                         return
                     if self._index[name] % self.config.screening_analyze_every == 0:
                         await self.analyse_and_confirm(name)
@@ -245,12 +166,6 @@ class Screening:
                               "(a bug); the timer goes on", name)  # fmt: skip
 
     # -- rounds ------------------------------------------------------------------------
-
-    def _profile(self, name: str) -> Profile:
-        profile = self.coord.profiles.get(name)
-        if profile is None:
-            raise RoundError(f"unknown profile {name!r}")
-        return profile
 
     async def screening_round(
         self, profile_name: str, context: Mapping[str, Any] | None = None
@@ -304,7 +219,7 @@ class Screening:
         Raises:
             RoundError: unknown profile, ``n_rounds < 0``, or no node connected.
         """
-        self._profile(profile_name)
+        analysis_pass.known_profile(self.coord, profile_name)
         if n_rounds < 0:
             raise RoundError("rounds must be >= 0")
         cancelled = False
@@ -342,135 +257,38 @@ class Screening:
         brief.pop("evidence", None)
         return brief
 
-    # -- analysis and confirmation -------------------------------------------------------
+    # -- analysis and confirmation (netcheck.coordinator.analysis_pass) ------------------
 
     async def analyse_and_confirm(
         self, profile_name: str, confirming: ConfirmProgress | None = None,
         cancel: asyncio.Event | None = None,
     ) -> dict[str, Any]:  # fmt: skip
-        """Analyse the stored window of ``profile_name``, confirm every suspect group
-        (``confirming``: updated as it goes, for a job's progress).
-
-        At a coordinator shutdown or once ``cancel`` (a job's) is set, the running
-        confirmations stop "stopped, not judged" (no ``cleared`` record; their rounds
-        count the attempt and are pooled into the next), the waiting groups and the
-        alone stage are not started, a running alone stage stops before its next round
-        and judges nothing more (no record; its rounds are pooled into the node's next
-        attempt, :mod:`netcheck.coordinator.alone`), and the result carries
-        ``"halted"`` (the cause, :func:`~netcheck.coordinator.confirm_batches.halted`).
-
-        Returns ``{"profile", "analysis", "confirmations", "flag_ids"}`` (and
-        ``"halted"`` when stopped so; ``"alone_pool_short"``: the slowness nominees
-        whose alone rounds the canary pool could not cover, ``{"node", "reason",
-        "unchecked_rounds"}`` each, :func:`~netcheck.coordinator.alone.confirm_alone`).
-        """
-        confirming = confirming or ConfirmProgress()
-        confirming.stage = "analysis"
-        profile = self._profile(profile_name)
-        deadline_s = profile.deadline_s(0.0)
-        kinds = (RoundKind.SCREENING,) if self.detector.drop_full_rounds else SCREEN_KINDS
-        stored = await asyncio.to_thread(
-            partial(self.flags.recent_rounds, kind_rules=[(RoundKind.CONFIRMATION, COIN_RULE)]),
-            profile.name, kinds, self.config.screening_window_rounds,
-        )  # fmt: skip
-        flag_ids: list[int] = []
-        confirmations: list[dict[str, Any]] = []
-        if len(stored.round_ids) < 2:
-            return {"profile": profile.name, "analysis": None, "confirmations": [],
-                    "flag_ids": []}  # fmt: skip
-        analysis = await asyncio.to_thread(analyse, stored, deadline_s, self.detector)
-        summary = ev.detection_summary(analysis)
-        summary["load_probability"] = self.config.screening_load_probability
-        screened = stored  # the slowness test reads screening rounds only (its docstring)
-        if any(stored.kinds.get(r) == RoundKind.CONFIRMATION for r in stored.round_ids):
-            screened = await asyncio.to_thread(
-                self.flags.recent_rounds, profile.name, kinds, self.config.screening_window_rounds
-            )
-        slow_ids, slow_report = await self._slowness(profile, screened)
-        flag_ids += slow_ids
-        log.info(
-            "screening analysis %s: %d nodes x %d rounds, %d edges, %d suspect groups",
-            profile.name, summary["n_nodes"], summary["n_rounds"], len(summary["edges"]),
-            len(summary["groups"]),
-        )  # fmt: skip
-        outcomes = await self.confirm_waiting(profile, analysis.detection.groups, stored,
-                                              analysis, confirming, cancel)  # fmt: skip
-        left = len(unserved(outcomes))
-        for res in outcomes:
-            if (
-                res.run is None
-                and not pool_short(res.reason)
-                and not not_judged(res.reason)
-                and res.reason not in (ALREADY_FLAGGED, BUDGET_SPENT)
-            ):  # (a short pool or a stop is logged where it is found, naming the profile)
-                log.warning("confirmation of %s not run: %s", res.group.members, res.reason)
-            flag_ids.extend(res.ids)
-        if left:
-            log.info("screening analysis %s: %d suspect groups left for the next analysis (%s, "
-                     "confirm_budget_rounds = %d)", profile.name, left, BUDGET_SPENT,
-                     self.config.confirm_budget_rounds)  # fmt: skip
-        confirmations = [res.as_dict() for res in outcomes]
-        dry: list[dict[str, Any]] = []  # nominees the canary pool left unjudged alone
-        if not halted(self, cancel):
-            skip = await asyncio.to_thread(slow_nodes, self.flags, profile.name)
-            flag_ids += await confirm_alone(self.coord, self.flags, profile, slow_report,
-                                            self.alone, skip, screened.results, confirming,
-                                            partial(halted, self, cancel), dry)  # fmt: skip
-        out = {"profile": profile.name, "analysis": summary, "confirmations": confirmations,
-               "flag_ids": flag_ids}  # fmt: skip
-        if dry:
-            out["alone_pool_short"] = dry
-        if cause := halted(self, cancel):  # in the groups' stage or the alone stage
-            log.warning("screening analysis %s: confirmation stopped, not judged: %s",
-                        profile.name, cause)  # fmt: skip
-            out["halted"] = cause
-        return out
+        """:func:`~netcheck.coordinator.analysis_pass.analyse_and_confirm` of this coordinator."""
+        return await analysis_pass.analyse_and_confirm(self, profile_name, confirming, cancel)
 
     async def confirm_waiting(
         self, profile: Profile, groups: Sequence[SuspectGroup], stored: StoredRounds,
         analysis: Analysis, progress: ConfirmProgress | None = None,
         cancel: asyncio.Event | None = None,
     ) -> list[GroupOutcome]:  # fmt: skip
-        """One analysis's :func:`confirm_groups`, longest-waiting first by the profile's
-        wait counts (:attr:`waits`), which it then advances
-        (:func:`~netcheck.analysis.confirm_budget.next_waits`: the pairs of the groups
-        the budget left unserved count one more analysis, those of the groups set aside
-        for a short canary pool or a halt keep their count
-        (:func:`~netcheck.coordinator.confirm_batches.set_aside`), the rest drop). The counts
-        are kept in memory only: a restart resets the order to the margin order (no
-        evidence or attempt is lost; those are stored)."""
-        outcomes = await confirm_groups(self, profile, groups, stored, analysis,
-                                        batching=self.config.confirm_batching,
-                                        progress=progress, cancel=cancel,
-                                        waits=self.waits.get(profile.name))  # fmt: skip
-        self.waits[profile.name] = next_waits([g.members for g in groups], unserved(outcomes),
-                                              self.waits.get(profile.name, {}),
-                                              set_aside(outcomes))  # fmt: skip
-        return outcomes
+        """:func:`~netcheck.coordinator.analysis_pass.confirm_waiting` of this coordinator."""
+        return await analysis_pass.confirm_waiting(self, profile, groups, stored, analysis,
+                                                   progress, cancel)  # fmt: skip
 
     async def _slowness(
         self, profile: Profile, stored: StoredRounds
     ) -> tuple[list[int], SlownessReport]:
-        """The persistent-slowness test over ``stored`` as the next look: the larger of
-        this process's analyses of the profile and the stored screening and full rounds
-        / ``screening_analyze_every`` (survives a restart); returns flag ids (none
-        unless ``direct_flags``) and the report (its rejections and nominees are
-        confirmed alone after the contention confirmations). Each round is judged at
-        the load probability its stored schedule rule carries
-        (:func:`~netcheck.coordinator.checks.stored_load_probabilities`; others at the
-        configured one), each node at the largest null rate and nomination floor over
-        its rounds: a window that still holds rounds of a larger ``q`` than the
-        configured one is not judged at the smaller null."""
-        count = await asyncio.to_thread(self.flags.count_rounds, profile.name, SCREEN_KINDS)
-        look = max(self._analyses.get(profile.name, 0) + 1,
-                   -(-count // self.config.screening_analyze_every))  # fmt: skip
-        self._analyses[profile.name] = look
-        round_q = await asyncio.to_thread(checks.stored_load_probabilities, self.flags,
-                                          stored.round_ids)  # fmt: skip
-        report = persistent_slowness(stored, profile.reference_t_s, look, self.slowness,
-                                     self.config.screening_load_probability, round_q)  # fmt: skip
-        ids = await asyncio.to_thread(checks.slowness, self.flags, profile, stored, report)
-        return ids, report
+        """:func:`~netcheck.coordinator.analysis_pass.slowness` of this coordinator."""
+        return await analysis_pass.slowness(self, profile, stored)
+
+    async def confirm_group(
+        self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis
+    ) -> tuple[ConfirmationRun, list[int]]:
+        """:func:`~netcheck.coordinator.analysis_pass.confirm_group` of this coordinator.
+
+        Raises:
+            RoundError: the group was not run, or stopped before its first look."""
+        return await analysis_pass.confirm_group(self, profile, group, stored, analysis)
 
     def _shared_flags(self, profile: str, status: FlagStatus | None) -> list[list[str]]:
         """Node sets of the ``shared-backend`` and ``declared-host`` flags of ``profile``."""
@@ -478,28 +296,7 @@ class Screening:
 
     def _already_flagged(self, profile: str, members: Sequence[str]) -> bool:
         """Every pair of ``members`` is already inside one confirmed flag."""
-        flagged = [set(f) for f in self._shared_flags(profile, FlagStatus.CONFIRMED)]
-        return all(
-            any({a, b} <= f for f in flagged)
-            for a, b in itertools.combinations(sorted(set(members)), 2)
-        )
-
-    async def confirm_group(
-        self, profile: Profile, group: SuspectGroup, stored: StoredRounds, analysis: Analysis
-    ) -> tuple[ConfirmationRun, list[int]]:
-        """Confirmation rounds for one suspect group alone (:func:`confirm_groups` with
-        one group, in planned order); stores one ``shared-backend`` flag per confirmed
-        clique, or one ``cleared`` record; returns the run and the flag ids.
-
-        Raises:
-            RoundError: a member is not connected, or its first look does not fit in
-                ``confirm_budget_rounds`` (nothing is run or stored), or the run
-                stopped before its first look (nothing stored).
-        """
-        (res,) = await confirm_groups(self, profile, [group], stored, analysis, batching=False)
-        if res.run is None:
-            raise RoundError(res.reason or "not run")
-        return res.run, res.ids
+        return already_flagged(self.flags, profile, members)
 
     def _prior_observations(
         self, profile: str, members: Sequence[str], deadline_s: float,

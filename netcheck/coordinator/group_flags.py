@@ -40,6 +40,16 @@ def shared_flags(flags: FlagStore, profile: str, status: FlagStatus | None) -> l
     ]
 
 
+def already_flagged(flags: FlagStore, profile: str, members: Sequence[str]) -> bool:
+    """Every pair of ``members`` is already inside one confirmed ``shared-backend`` or
+    ``declared-host`` flag of ``profile``."""
+    flagged = [set(f) for f in shared_flags(flags, profile, FlagStatus.CONFIRMED)]
+    return all(
+        any({a, b} <= f for f in flagged)
+        for a, b in itertools.combinations(sorted(set(members)), 2)
+    )
+
+
 def started_runs(flags: FlagStore, profile: str, members: Collection[str]) -> list[tuple[str, ...]]:
     """The groups of the confirmation runs of ``profile`` that stored a round in which
     one of ``members`` has a result row, one per run

@@ -26,9 +26,9 @@ log = logging.getLogger("netcheck.admin")
 KEEP_FINISHED = 32
 #: At shutdown, how long :meth:`ScreeningJobs.close` waits for a job's round in flight
 #: to end as ``aborted`` before cancelling the job (seconds; as the screening timer's
-#: grace, :data:`netcheck.coordinator.detection.TIMER_STOP_GRACE_S`): its sessions are
-#: closed by then, so it ends in well under a second unless the database is down (then
-#: ``storage_retry_s``, 10 s by default, of retries before the spool).
+#: grace, :data:`netcheck.coordinator.screening_timer.TIMER_STOP_GRACE_S`): its
+#: sessions are closed by then, so it ends in well under a second unless the database
+#: is down (then ``storage_retry_s``, 10 s by default, of retries before the spool).
 STOP_GRACE_S = 30.0
 #: After cancelling a job still running past :data:`STOP_GRACE_S`, how long
 #: :meth:`ScreeningJobs.close` waits for its task to end (seconds); a task that does not

@@ -18,7 +18,7 @@ import pytest
 from test_confirm_pool import PROFILE, _confirm, _pair, _state
 
 from netcheck.analysis.detector_config import SuspectGroup
-from netcheck.coordinator import confirm_batches, detection
+from netcheck.coordinator import analysis_pass, confirm_batches
 from netcheck.coordinator import jobs as jobs_module
 from netcheck.coordinator.jobs import ConfirmProgress, ScreeningJobs
 from netcheck.lab.testing import FAKE_FINGERPRINT, RunningCoordinator, canary_store
@@ -73,7 +73,7 @@ async def test_cancelling_a_job_mid_confirmation_ends_it_cancelled_unjudged(
     block: the confirmation stops before its next round, stores no record, the job ends
     ``cancelled`` with ``halted`` in its report (before: ran on, ``done``). The next
     attempt pools the cut run's rounds."""
-    real = detection.analyse
+    real = analysis_pass.analyse
 
     def nominating(*args: Any) -> Any:
         out = real(*args)
@@ -81,7 +81,7 @@ async def test_cancelling_a_job_mid_confirmation_ends_it_cancelled_unjudged(
         return dataclasses.replace(out, detection=dataclasses.replace(out.detection,
                                                                       groups=(group,)))  # fmt: skip
 
-    monkeypatch.setattr(detection, "analyse", nominating)
+    monkeypatch.setattr(analysis_pass, "analyse", nominating)
     caplog.set_level(logging.WARNING, logger="netcheck.screening")
     store = canary_store(tmp_path / "netcheck.db", PROFILE, FAKE_FINGERPRINT, 80)
     async with live(tmp_path, [PROFILE], store=store) as rc:

@@ -48,7 +48,7 @@ async def test_a_bug_in_an_after_round_check_does_not_stop_the_timer(
             if len(ran) >= 3:
                 break
             await asyncio.sleep(0.02)
-        timer = screening._timer
+        timer = screening.timer.task
         await screening.stop_timer()
         assert len(ran) >= 3, "the timer stopped after the first failing round"
         assert timer is not None
