@@ -483,3 +483,13 @@ def test_a_missing_identity_key_names_the_keygen_command(
     found = {c.name: c for c in run_checks(cfg, selftest=False)}
     assert not found["identity key"].ok
     assert found["identity key"].detail.endswith(f".venv/bin/netcheck keygen '{key}'")
+
+
+def test_reference_build_without_a_database_says_which_option_and_why() -> None:
+    """``reference build`` with neither --config nor --database names what --config is
+    for and an example (was "give --config or --database"). Checked to fail before."""
+    result = CliRunner().invoke(main, ["reference", "build", "--profile", "cpu-tiny"])
+    assert result.exit_code == 2
+    out = " ".join(result.output.split())
+    assert "give --config FILE, the coordinator config whose database receives" in out
+    assert "(e.g. --config configs/coordinator.toml), or --database URL" in out
