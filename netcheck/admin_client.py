@@ -156,6 +156,17 @@ def invoked_as(argv0: str | None = None) -> str:
     return shlex.quote(str(path))
 
 
+def keygen_fix(exc: BaseException) -> str:
+    """For a missing identity key (:class:`~netcheck.errors.KeyFileMissing`), the text
+    to append to its message: ``; create it with: .venv/bin/netcheck keygen PATH`` (the
+    command as this one was called, :func:`invoked_as`); ``""`` for any other error."""
+    from netcheck.errors import KeyFileMissing
+
+    if not isinstance(exc, KeyFileMissing):
+        return ""
+    return f"; create it with: {invoked_as()} keygen {shlex.quote(str(exc.path))}"
+
+
 def with_start_hint(
     exc: AdminUnreachable, config_path: Path, cfg: CoordinatorConfig
 ) -> AdminUnreachable:

@@ -166,7 +166,10 @@ def reference_build(
 
     setup_logging()
     if database is None and config_path is None:
-        raise click.UsageError("give --config or --database")
+        raise click.UsageError(
+            "give --config FILE, the coordinator config whose database receives the "
+            "references (e.g. --config configs/coordinator.toml), or --database URL"
+        )
     if config_path is not None:  # profiles resolve as the coordinator resolves them
         cfg = load_coordinator_config(config_path)
         database = database or cfg.database

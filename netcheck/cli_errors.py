@@ -39,9 +39,10 @@ class NetcheckGroup(click.Group):
                 exc.option_name, f"{exc.message} {hint}", exc.possibilities, exc.ctx
             ) from exc
         except NetcheckError as exc:
+            from netcheck.admin_client import keygen_fix
             from netcheck.exitcodes import exit_code_for
 
-            click.secho(f"error: {exc}", fg="red", err=True)
+            click.secho(f"error: {exc}{keygen_fix(exc)}", fg="red", err=True)
             sys.exit(exit_code_for(exc))
 
 

@@ -5,6 +5,7 @@ Hierarchy::
     NetcheckError
     ├── ConfigError          bad or missing configuration; message names the field
     ├── KeyFileError         identity key file missing, unreadable or malformed
+    │   └── KeyFileMissing   no file at the path (``netcheck keygen`` makes one)
     ├── ProtocolError        the *peer* broke the wire protocol (carries a CloseCode)
     │   ├── HandshakeError   handshake failed (bad signature, unknown key, version ...)
     │   ├── FrameError       transport frame rejected (auth tag, counter, size)
@@ -71,6 +72,19 @@ class ConfigError(NetcheckError):
 
 class KeyFileError(NetcheckError):
     """An identity key file is missing, unreadable, too permissive or malformed."""
+
+
+class KeyFileMissing(KeyFileError):
+    """No identity key file at ``path``: the command line adds the ``netcheck keygen``
+    line that creates it (:func:`netcheck.admin_client.keygen_fix`).
+
+    Args:
+        path: the key file's path, as the config resolved it.
+    """
+
+    def __init__(self, path: object) -> None:
+        super().__init__(f"{path}: key file not found")
+        self.path = path
 
 
 class ProtocolError(NetcheckError):

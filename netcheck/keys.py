@@ -20,7 +20,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from netcheck.errors import ConfigError, KeyFileError
+from netcheck.errors import ConfigError, KeyFileError, KeyFileMissing
 
 log = logging.getLogger("netcheck.keys")
 
@@ -68,14 +68,15 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
     """Load an identity key written by ``generate_key``.
 
     Raises:
-        KeyFileError: if the file is missing or unreadable, is readable or writable by
-            group or others (mode & 0o077), or does not hold an Ed25519 PEM key.
+        KeyFileMissing: no file at ``path`` (a :class:`KeyFileError`).
+        KeyFileError: if the file is unreadable, is readable or writable by group or
+            others (mode & 0o077), or does not hold an Ed25519 PEM key.
     """
     path = Path(path)
     try:
         st = path.stat()
     except FileNotFoundError:
-        raise KeyFileError(f"{path}: key file not found") from None
+        raise KeyFileMissing(path) from None
     except OSError as exc:
         raise KeyFileError(f"{path}: cannot stat key file: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):

@@ -450,3 +450,46 @@ def test_an_unknown_option_gets_no_global_option_hint() -> None:
     result = CliRunner().invoke(main, ["nodes", "--bogus"], prog_name="netcheck")
     assert result.exit_code == 2 and "No such option '--bogus'" in result.output
     assert "netcheck itself" not in result.output
+
+
+def test_a_missing_identity_key_names_the_keygen_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node config whose key file does not exist yet: ``node run`` (exit 3) and
+    ``doctor`` both name the ``netcheck keygen`` line that creates it, called as this
+    command was (the coordinator's ``check`` already did; ``node run`` and ``doctor``
+    said only "key file not found"). Checked to fail before the change."""
+    from netcheck.node.doctor import run_checks
+
+    cfg = tmp_path / "node dir" / "node.toml"
+    cfg.parent.mkdir()
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from netcheck.keys import public_key_text
+
+    coordinator_key = public_key_text(Ed25519PrivateKey.generate())
+    cfg.write_text(
+        'coordinator_url = "ws://127.0.0.1:1/v1/ws"\n'
+        f'coordinator_key = "{coordinator_key}"\n'
+        'identity_key = "keys/node.pem"\nprofile = "cpu-tiny"\n'
+    )
+    key = cfg.parent / "keys" / "node.pem"
+    monkeypatch.setattr(sys, "argv", [".venv/bin/netcheck", "node", "run"])
+    result = CliRunner().invoke(main, ["node", "run", "--config", str(cfg)])
+    assert result.exit_code == Exit.CONFIG, result.output
+    assert f"{key}: key file not found; create it with: .venv/bin/netcheck keygen '{key}'" in (
+        " ".join(result.output.split())
+    )
+    found = {c.name: c for c in run_checks(cfg, selftest=False)}
+    assert not found["identity key"].ok
+    assert found["identity key"].detail.endswith(f".venv/bin/netcheck keygen '{key}'")
+
+
+def test_reference_build_without_a_database_says_which_option_and_why() -> None:
+    """``reference build`` with neither --config nor --database names what --config is
+    for and an example (was "give --config or --database"). Checked to fail before."""
+    result = CliRunner().invoke(main, ["reference", "build", "--profile", "cpu-tiny"])
+    assert result.exit_code == 2
+    out = " ".join(result.output.split())
+    assert "give --config FILE, the coordinator config whose database receives" in out
+    assert "(e.g. --config configs/coordinator.toml), or --database URL" in out

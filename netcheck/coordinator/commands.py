@@ -335,7 +335,8 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
     pairs = zip(flag.get("node_keys", []), flag.get("node_names") or [], strict=False)
     names = {k: n for k, n in pairs if n}  # the operator's display names, as in the table
     for r in flag.get("reviews", []):
-        console.print(Text(f"review: {r['state']} by {r['by']} at {_when(r['at'])}: {r['note']}"))
+        note = f": {r['note']}" if r.get("note") else ""
+        console.print(Text(f"review: {r['state']} by {r['by']} at {_when(r['at'])}{note}"))
     ev = flag.get("evidence", {})
     rule = flag.get("rule") or ev.get("rule")
     if rule:
@@ -373,8 +374,36 @@ def flags_show(config_path: Path, flag_id: int, as_json: bool) -> None:
         console.print(Text(f"  ... {len(rounds) - SHOWN_ROUNDS} more ({where})"))
     if page:
         console.print(Text(f"dashboard: {page}"))
-    console.print(f"receipts: {len(ev.get('receipts', []))} (session id, commitment, signature)")
+    console.print(Text(_receipts_line(ev.get("receipts") or [], links, url, prog, config)))
     console.print(Text(f"full evidence: {prog} flags show {config} --json {flag_id}"))
+
+
+def _receipts_line(
+    receipts: list[dict[str, Any]],
+    links: dict[str, str] | None,
+    url: Callable[[str], str],
+    prog: str,
+    config: str,
+) -> str:
+    """The ``flags show`` line on a flag's signed result receipts: how many, where to
+    download them (``receipts.json``, with the admin token as a header) and the command
+    that checks one offline (filled in with the first receipt's node and round)."""
+    line = f"receipts: {len(receipts)} (session id, commitment, signature)"
+    if not receipts:
+        return line
+    if links and links.get("receipts"):
+        line += (
+            f"; download them: curl -H 'Authorization: Bearer <admin_token>' "
+            f"{url(links['receipts'])}"
+        )
+    first = receipts[0]
+    node_key, round_id = first.get("node_key"), first.get("round_id")
+    if node_key and round_id:
+        line += (
+            f"; check one offline: {prog} receipt verify {config} "
+            f"--node-key {shlex.quote(str(node_key))} --round-id {shlex.quote(str(round_id))}"
+        )
+    return line
 
 
 #: Evidence rounds ``flags show`` lists; the rest are in --json and on the dashboard.

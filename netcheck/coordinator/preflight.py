@@ -37,7 +37,7 @@ from pathlib import Path
 
 import click
 
-from netcheck.admin_client import admin_url, invoked_as, load_admin_config
+from netcheck.admin_client import admin_url, invoked_as, keygen_fix, load_admin_config
 from netcheck.analysis.schedule import MIN_SECRET_BYTES
 from netcheck.analysis.slowness import floor_problem
 from netcheck.capacity import capacity_status
@@ -112,9 +112,7 @@ def identity_check(cfg: CoordinatorConfig) -> Check:
     try:
         key = load_private_key(path)
     except NetcheckError as exc:
-        keygen = f"{invoked_as()} keygen {shlex.quote(str(path))}"
-        fix = f"; create it with: {keygen}" if not path.exists() else ""
-        return Check("identity key", False, f"{exc}{fix}")
+        return Check("identity key", False, f"{exc}{keygen_fix(exc)}")
     return Check("identity key", True, f"{path} ({public_key_text(key)}, for node configs)")
 
 

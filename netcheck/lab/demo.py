@@ -52,6 +52,7 @@ from netcheck.lab.demo_report import (
     report_overruns,
     starved_nodes,
     summarize,
+    void_line,
 )
 from netcheck.lab.demo_sizing import (
     describe,
@@ -417,12 +418,8 @@ async def _run(
         )
         if starved and reruns < STARVED_RERUNS:
             reruns += 1
-            console.print(
-                f"[yellow]round {i + 1} void (EMULATION)[/yellow]: {', '.join(starved)} failed on "
-                "time after an EMULATION OVERRUN: real compute on this host's CPU outlasted "
-                "the emulated GPU (the host got busier since the demo timed it), so the round "
-                f"timed the host, not the method; running it again ({reruns}/{STARVED_RERUNS})"
-            )
+            rid = str(report["round_id"])
+            console.print(void_line(i + 1, rid, starved, reruns, STARVED_RERUNS))
             continue
         reports.append(report)
         starved_rounds.append(set(starved))

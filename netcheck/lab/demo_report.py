@@ -75,6 +75,23 @@ def starved_nodes(
     return sorted(out)
 
 
+def void_line(number: int, round_id: str, starved: Sequence[str], rerun: int, most: int) -> str:
+    """The demo's line for round ``number`` (1-based, id ``round_id``) made void because
+    the honest nodes ``starved`` failed on time after an overrun (:func:`starved_nodes`),
+    re-run as the ``rerun``-th of ``most``. It names the round: the void round stays in
+    the database (``round list``, the dashboard) and its verdicts count like any round's
+    (a late verdict there is a capacity strike), so an analyst reading the stored rounds
+    afterwards can tell it from the counted ones."""
+    return (
+        f"[yellow]round {number} void (EMULATION)[/yellow]: {', '.join(starved)} failed on "
+        "time after an EMULATION OVERRUN: real compute on this host's CPU outlasted "
+        "the emulated GPU (the host got busier since the demo timed it), so the round "
+        f"timed the host, not the method; running it again ({rerun}/{most}). {round_id} "
+        "stays in the database (`round list`, the dashboard) with its verdicts: the "
+        "summary below leaves it out"
+    )
+
+
 HOST_BUSY = "host too busy"
 """What :func:`summarize` returns when the only failures were honest nodes failing on time
 in rounds where their real compute outlasted the emulated GPU (:func:`starved_nodes`)."""

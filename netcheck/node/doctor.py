@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from netcheck.admin_client import invoked_as
+from netcheck.admin_client import invoked_as, keygen_fix
 from netcheck.capacity import capacity_status
 from netcheck.config import NodeConfig, Profile, load_node_config
 from netcheck.errors import NetcheckError
@@ -196,7 +196,7 @@ def run_checks(
         try:
             detail = fn()
         except NetcheckError as exc:
-            checks.append(Check(name, False, str(exc)))
+            checks.append(Check(name, False, f"{exc}{keygen_fix(exc)}"))
             return False
         checks.append(Check(name, True, detail))
         return True

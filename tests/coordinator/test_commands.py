@@ -149,6 +149,58 @@ def test_flags_show_puts_the_deciding_table_first_and_caps_the_rounds(
     assert len(out.splitlines()) < 40, out
 
 
+def test_flags_show_says_where_the_receipts_are_and_drops_an_empty_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An analyst reading ``flags show`` is told how to download the flag's receipts
+    (the receipts.json URL, token as a header) and the ``receipt verify`` command for
+    one of them; a review without a note ends at its time (was ``...:`` and nothing).
+    Checked to fail before the change."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    key = "ed25519:" + "C" * 43
+    receipt = {
+        "round_id": "r20261202T233519-57ee65",
+        "node_key": key,
+        "session_id": "ab" * 16,
+        "commitment": "cd" * 32,
+        "signature": "ef" * 64,
+    }
+    flag = {
+        "flag_id": 1, "kind": "capacity", "status": "confirmed", "profile": "p",
+        "node_keys": [key], "statistic": 0.001, "threshold": 0.01, "created_at": 0.0,
+        "evidence_rounds": [], "evidence": {"receipts": [receipt]},
+        "reviews": [{"state": "open", "by": "ana", "at": 0.0, "note": ""},
+                    {"state": "acknowledged", "by": "ana", "at": 0.0, "note": "looking"}],
+        "links": {"dashboard": "/dashboard/flags/1",
+                  "receipts": "/dashboard/flags/1/receipts.json"},
+    }  # fmt: skip
+    cfg = tmp_path / "coordinator.toml"
+    cfg.write_text(
+        'host = "127.0.0.1"\nport = 8472\nidentity_key = "k.pem"\nopen_enrollment = true\n'
+        'admin_token = "a-test-token-of-some-length"\nprofiles = ["cpu-tiny"]\n'
+    )
+    monkeypatch.setattr(commands, "admin_call", lambda *a, **k: flag)
+    result = CliRunner().invoke(
+        commands.flags, ["show", "1", "--config", str(cfg)], terminal_width=400
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "review: open by ana at 1970-01-01T00:00:00+00:00" in lines
+    assert "review: acknowledged by ana at 1970-01-01T00:00:00+00:00: looking" in lines
+    out = " ".join(result.output.split())
+    assert (
+        "download them: curl -H 'Authorization: Bearer <admin_token>' "
+        "http://127.0.0.1:8472/dashboard/flags/1/receipts.json" in out
+    )
+    assert (
+        f"check one offline: netcheck receipt verify --config {cfg} "
+        f"--node-key {key} --round-id r20261202T233519-57ee65" in out
+    )
+
+
 def test_flags_list_filters_by_review_state() -> None:
     """``flags list --review open`` asks the API for the flags nobody has reviewed yet
     (``GET /admin/flags?review=open``), alongside the other filters."""

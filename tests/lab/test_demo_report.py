@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from netcheck.lab.demo_report import report_overruns
 
@@ -86,3 +87,17 @@ def test_summary_tells_a_starved_host_from_a_false_alarm_and_an_escape() -> None
     outcome, text = run([rnd(), rnd(honest_1="late")], [{"honest-1"}, set()])
     assert outcome == "failed" and "FALSE ALARM" in text  # late where not starved
     assert run([rnd(honest_1="late", made_up="pass")], [{"honest-1"}])[0] == "failed"
+
+
+def test_a_void_round_is_named_and_said_to_stay_in_the_database() -> None:
+    """The void line names the round's id and says it stays stored (``round list``
+    shows it after the demo, its late verdicts among the evidence of a capacity flag):
+    a newcomer reviewing the demo's database could not tell the void rounds from the
+    counted ones. Checked to fail before the change (no ``void_line``)."""
+    from netcheck.lab.demo_report import void_line
+
+    line = void_line(1, "r20261202T233519-57ee65", ["honest-1", "honest-2"], 1, 2)
+    text = Text.from_markup(line).plain
+    assert text.startswith("round 1 void (EMULATION): honest-1, honest-2 failed on time")
+    assert "running it again (1/2)" in text
+    assert "r20261202T233519-57ee65 stays in the database (`round list`" in text
