@@ -9,8 +9,11 @@ Formats (``/export/{kind}.csv`` and ``/export/{kind}.json``):
 - CSV: a header row of column names, then one line per row. An empty cell is null; a
   ``json`` column (``skipped``, ``timing``, ``summary``, ``extra``, flag evidence) holds
   compact JSON text; booleans are ``true``/``false``; floats are written with Python's
-  shortest round-tripping ``repr``. :func:`parse_csv` with the ``types`` turns an export
-  back into exactly the database rows (the round-trip is tested).
+  shortest round-tripping ``repr``. A text cell that a spreadsheet would run as a
+  formula (starting with ``=``, ``+``, ``-``, ``@``, a tab, CR or LF; a node chooses its
+  error text, docs/dashboard.md "Exports") is written with a ``'`` in front, and so is
+  one already starting with ``'``. :func:`parse_csv` with the ``types`` turns an export
+  back into exactly the database rows (the round-trip is tested), taking that ``'`` off.
 
 What :func:`presented` adds to the stored columns, so an export reads like every other
 surface (docs/glossary.md):
@@ -104,6 +107,11 @@ def _review_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: First characters that make a spreadsheet (Excel, LibreOffice, Google Sheets) read a
+#: cell as a formula (OWASP "CSV injection"), and the quote that marks an escaped cell.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "'")
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -115,7 +123,8 @@ def _cell(value: Any) -> str:
         return str(value)
     if isinstance(value, dict | list | tuple):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return str(value)
+    text = str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def to_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
@@ -144,9 +153,12 @@ def to_json(
 
 
 def parse_cell(text: str, type_name: str) -> Any:
-    """Decode one CSV cell back into its database value (``type_name`` as in the export)."""
+    """Decode one CSV cell back into its database value (``type_name`` as in the export);
+    a text cell's leading ``'`` (formula escape, see the module docstring) is taken off."""
     if text == "":
         return None
+    if text.startswith("'"):  # no number, time or JSON text starts with one
+        return text[1:]
     if type_name == "json":
         return json.loads(text)
     if type_name == "time":  # ISO 8601 text; the exact number is in <column>_unix
