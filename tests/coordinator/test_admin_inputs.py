@@ -178,8 +178,14 @@ async def test_a_token_that_is_not_utf8_is_401_not_500(
 
 @pytest.mark.parametrize(
     "fields",
-    [{"by": "a\x00b"}, {"by": "ana\r\n2026-12-01 INFO forged line"}, {"note": "n\x00te"}],
-    ids=["nul-by", "crlf-by", "nul-note"],
+    [
+        {"by": "a\x00b"},
+        {"by": "ana\r\n2026-12-01 INFO forged line"},
+        {"note": "n\x00te"},
+        {"by": "\ud800"},
+        {"note": "x\udfff"},
+    ],
+    ids=["nul-by", "crlf-by", "nul-note", "surrogate-by", "surrogate-note"],
 )
 async def test_review_with_control_characters_is_400_on_every_backend(
     tmp_path: Path, db_url: str, fields: dict[str, str], caplog: pytest.LogCaptureFixture
@@ -187,7 +193,9 @@ async def test_review_with_control_characters_is_400_on_every_backend(
     """NUL in ``by`` or ``note`` reached PostgreSQL, which refuses it in text: a
     StorageError the handler did not catch (500). CR/LF in ``by`` (a name, written into
     the log line of the review) forged log lines. Now 400 first; a note keeps its
-    newlines and tabs, and nothing is stored for a refused review."""
+    newlines and tabs, and nothing is stored for a refused review. A lone surrogate
+    (``"\\ud800"``, valid JSON) in ``by`` or ``note`` could not be encoded for the
+    database: a 500, now a 400 too."""
     store = Store(db_url)
     fid = FlagStore(store).add_flag("slow", "confirmed", PROFILE.name, ["ed25519:x"], 1.0, 2.0, {})
     async with admin(tmp_path, store) as (_rc, call):
