@@ -269,3 +269,26 @@ async def test_a_misspelt_field_is_400_and_named(
         assert status == 400, text
         assert text.startswith(f"unknown field(s) {named}; expected: "), text
         assert rc.coord.store.list_rounds() == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [({"state": "nope"}, "unknown state 'nope'"), ({"by": ""}, "by must name"),
+     ({"by": "   "}, "by must name"), ({"by": "x" * 201}, "by must name"),
+     ({"note": "x" * 2001}, "note is longer than 2000")],
+    ids=["state", "empty-by", "blank-by", "long-by", "long-note"],
+)  # fmt: skip
+async def test_a_review_the_store_would_refuse_is_400_naming_the_field(
+    tmp_path: Path, fields: dict[str, str], named: str
+) -> None:
+    """An unknown state, an empty or too long ``by`` or a too long ``note`` was a 409
+    (the code for a move the flag's state does not allow), though no state could make
+    the request right: now a 400 naming the field, and nothing is stored."""
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    fid = FlagStore(store).add_flag("slow", "confirmed", PROFILE.name, ["ed25519:x"], 1.0, 2.0, {})
+    async with admin(tmp_path, store) as (_rc, call):
+        body = {"state": "acknowledged", "by": "ana", **fields}
+        status, text = await call("POST", f"/admin/flags/{fid}/review", json=body)
+        assert (status, text.startswith(named)) == (400, True), text
+        status, text = await call("GET", f"/admin/flags/{fid}")
+        assert status == 200 and '"reviews": []' in text, text
