@@ -271,3 +271,35 @@ async def test_logout_is_post_only_and_refuses_other_origins(
                 assert resp.cookies[COOKIE].value == ""
             async with http.get(f"{base}/dashboard/nodes", allow_redirects=False) as resp:
                 assert resp.status == 302  # logged out: back to the login form
+
+
+async def test_a_new_token_logs_every_browser_out(tmp_path: Path, profile: Profile) -> None:
+    """The cookie is an HMAC of the token: once the token changes (docs/dashboard.md,
+    "Logging in"), the old cookie leads to the login form again; a cookie holding the
+    token itself is never a session."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        base = f"http://127.0.0.1:{rc.port}"
+        old = rc.coord.config.admin_token
+        jar = aiohttp.CookieJar(unsafe=True)
+        async with aiohttp.ClientSession(cookie_jar=jar) as http:
+            form = {"token": old, "next": "/dashboard/flags"}
+            async with http.post(f"{base}/dashboard/login", data=form) as resp:
+                assert resp.status == 200 and str(resp.url).endswith("/dashboard/flags")
+            # a restart with a new admin_token, as the dashboard sees it
+            rotated = rc.coord.config.model_copy(update={"admin_token": old + "-rotated"})
+            rc.coord.config = rotated
+            async with http.get(f"{base}/dashboard/flags", allow_redirects=False) as resp:
+                assert resp.status == 302
+                assert resp.headers["Location"].startswith("/dashboard/login?next=")
+        for cookie in (old, rc.coord.config.admin_token, session_cookie_value(old)):
+            async with (
+                aiohttp.ClientSession(cookies={COOKIE: cookie}) as http,
+                http.get(f"{base}/export/flags.csv") as resp,
+            ):
+                assert resp.status == 401, cookie
+        new_cookie = session_cookie_value(rc.coord.config.admin_token)
+        async with (
+            aiohttp.ClientSession(cookies={COOKIE: new_cookie}) as http,
+            http.get(f"{base}/export/flags.csv") as resp,
+        ):
+            assert resp.status == 200
