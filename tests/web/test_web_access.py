@@ -15,6 +15,7 @@ from aiohttp.test_utils import make_mocked_request
 from web_support import web_coordinator
 
 from netcheck.config import Profile, load_profile
+from netcheck.lab.sample import fill_synthetic
 from netcheck.web.access import COOKIE, session_cookie_value
 
 
@@ -303,3 +304,26 @@ async def test_a_new_token_logs_every_browser_out(tmp_path: Path, profile: Profi
             http.get(f"{base}/export/flags.csv") as resp,
         ):
             assert resp.status == 200
+
+
+async def test_every_private_answer_is_neither_cached_nor_sniffed(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """Only the HTML pages carried ``nosniff`` and ``no-store``: exports, receipts,
+    metrics, the admin API and their errors (a 404 echoing the URL, a 401) had neither,
+    so a browser kept evidence exports in its disk cache."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        fill_synthetic(rc.coord.store, n_rounds=3, n_honest=2, seed=1)
+        base = f"http://127.0.0.1:{rc.port}"
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        paths = ("/export/flags.csv", "/export/rounds.json", "/export/x<b>.csv", "/metrics",
+                 "/dashboard/flags/1/receipts.json", "/dashboard/nope", "/dashboard/nodes",
+                 "/admin/flags/1", "/admin/flags/x")  # fmt: skip
+        async with aiohttp.ClientSession() as http:
+            for path, sent in [(p, headers) for p in paths] + [("/export/flags.csv", {})]:
+                async with http.get(base + path, headers=sent, allow_redirects=False) as resp:
+                    got = (resp.headers.get("X-Content-Type-Options"),
+                           resp.headers.get("Cache-Control"))  # fmt: skip
+                    assert got == ("nosniff", "no-store"), (path, resp.status, got)
+            async with http.get(base + "/", allow_redirects=False) as resp:
+                assert "X-Content-Type-Options" not in resp.headers  # not a private path
