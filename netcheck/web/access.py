@@ -147,9 +147,14 @@ class AccessMixin:
         query_token = request.query.get("token")
         if query_token is not None and not page:
             raise web.HTTPUnauthorized(text=TOKEN_IN_URL_REFUSED)
+        rest = request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"})
+        if path == "/dashboard/login" and query_token is not None:
+            # a login link to the form itself: logs in like any page, never left in the URL
+            if self.token_ok(query_token):
+                return self.with_cookie(safe_next(request.query.get("next")))
+            raise web.HTTPFound(str(rest))
         if path in ("/dashboard/login", "/dashboard/logout"):
             return await handler(request)
-        rest = request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"})
         if query_token is not None:  # a page here: every other ?token= was refused above
             if self.token_ok(query_token):
                 return self.with_cookie(str(rest))
