@@ -327,3 +327,56 @@ async def test_every_private_answer_is_neither_cached_nor_sniffed(
                     assert got == ("nosniff", "no-store"), (path, resp.status, got)
             async with http.get(base + "/", allow_redirects=False) as resp:
                 assert "X-Content-Type-Options" not in resp.headers  # not a private path
+
+
+#: Routes that need no admin token: the node endpoint, the node's doctor query (signed),
+#: the redirects to the dashboard and the login form itself (docs/dashboard.md).
+PUBLIC = {("GET", "/v1/ws"), ("POST", "/v1/doctor"), ("GET", "/"), ("GET", "/dashboard/login"),
+          ("POST", "/dashboard/login"), ("POST", "/dashboard/logout")}  # fmt: skip
+
+
+def _every_route(app: web.Application) -> list[tuple[str, str]]:
+    """(method, path with each {name} filled) of every route, sub-applications included
+    (their resources carry the mount prefix already)."""
+    out: list[tuple[str, str]] = []
+    for resource in app.router.resources():
+        sub = getattr(resource, "_app", None)
+        if isinstance(sub, web.Application):
+            out += _every_route(sub)
+            continue
+        path = resource.canonical
+        path = path.replace("{kind}.{fmt}", "rounds.csv").replace("{fmt}", "csv")
+        for part in ("{node_key}", "{round_id}", "{flag_id}", "{job_id}"):
+            path = path.replace(part, "1")
+        out += [(route.method, path) for route in resource if route.method != "HEAD"]
+    return out
+
+
+async def test_every_route_but_the_public_ones_needs_the_token(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """Walks the application's routes (so a route added later is covered too): without
+    credentials, or with the right token in the query string of anything but a page
+    GET, each is refused (401; a page GET: 302 to the login form) before it runs."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        routes = _every_route(rc.runner.app)
+        assert ("DELETE", "/admin/screening/jobs/1") in routes
+        assert ("POST", "/admin/flags/1/review") in routes
+        base = f"http://127.0.0.1:{rc.port}"
+        token = rc.coord.config.admin_token
+        async with aiohttp.ClientSession() as http:
+            for method, path in routes:
+                if (method, path) in PUBLIC:
+                    continue
+                page = method == "GET" and path.startswith("/dashboard")
+                for query in ("", f"?token={token}"):
+                    async with http.request(
+                        method, base + path + query, json={}, allow_redirects=False
+                    ) as resp:
+                        want = 302 if page else 401
+                        assert resp.status == want, (method, path, query[:1], resp.status)
+                        if page and query:  # a login link: exchanged, then taken out
+                            assert token not in resp.headers["Location"]
+                        elif page:
+                            assert resp.headers["Location"].startswith("/dashboard/login?")
+        assert len(routes) > 25
