@@ -3,7 +3,9 @@
 Formats (``/export/{kind}.csv`` and ``/export/{kind}.json``):
 
 - JSON: ``{"kind": ..., "columns": [...], "types": {column: type}, "rows": [{column:
-  value}, ...]}``; values are the database values (JSON columns as JSON). ``type`` is
+  value}, ...]}``; values are the database values (JSON columns as JSON), strict JSON:
+  a non-finite float (inf, NaN), in a column or inside a JSON column, is ``null`` (as in
+  the admin API; Python wrote ``Infinity``, which ``JSON.parse`` and ``jq`` refuse). ``type`` is
   ``int``, ``float``, ``bool``, ``json``, ``text`` or ``time`` (ISO 8601 UTC text), from
   the table definition.
 - CSV: a header row of column names, then one line per row. An empty cell is null; a
@@ -137,18 +139,31 @@ def to_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float, at any depth, as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return value
+
+
 def to_json(
     kind: str, columns: Sequence[str], types: Mapping[str, str], rows: Sequence[Mapping[str, Any]]
 ) -> str:
-    """Rows as the JSON export document (``types``: column -> int|float|bool|json|text)."""
+    """Rows as the JSON export document (``types``: column -> int|float|bool|json|text),
+    strict JSON (non-finite floats as ``null``)."""
     return json.dumps(
         {
             "kind": kind,
             "columns": list(columns),
             "types": dict(types),
-            "rows": [dict(r) for r in rows],
+            "rows": [_strict(dict(r)) for r in rows],
         },
         default=str,
+        allow_nan=False,
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
+import math
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -232,3 +234,30 @@ async def test_csv_cells_that_a_spreadsheet_would_run_are_quoted(
         _, timings = await json_and_csv(http, f"{base}/timings")
         assert '"\'=HYPERLINK(""http://evil.example' in timings
         assert "''=already quoted" in timings and "'-2+3" in timings
+
+
+async def test_json_exports_are_strict_json_with_non_finite_floats(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """An inf in a float column or inside a JSON column was written as ``Infinity``,
+    which JSON.parse and jq refuse: now ``null`` in the JSON form (as in the admin API);
+    the CSV form keeps ``Infinity`` and reads back as inf."""
+    async with export_client(tmp_path, profile, n_rounds=2, seed=7) as (rc, http, base):
+        with rc.coord.store._engine.begin() as conn:
+            conn.execute(tables.verdicts.update().values(elapsed_s=float("inf")))
+            conn.execute(tables.rounds.update().values(summary={"total_s": float("-inf")}))
+
+        def refuse(constant: str) -> Any:
+            raise ValueError(f"not strict JSON: {constant}")
+
+        cases = (("verdicts", "elapsed_s", None), ("rounds", "summary", "total_s"))
+        for kind, column, inside in cases:
+            doc, text = await json_and_csv(http, f"{base}/{kind}")
+            async with http.get(f"{base}/{kind}.json") as resp:
+                json.loads(await resp.text(), parse_constant=refuse)
+            for row in doc["rows"]:
+                assert (row[column] if inside is None else row[column][inside]) is None
+            _, rows = parse_csv(text, doc["types"])
+            for row in rows:
+                value = row[column] if inside is None else row[column][inside]
+                assert value is not None and math.isinf(value), kind
