@@ -24,7 +24,8 @@ Routes:
   rule in plain words and links to its evidence rounds (:func:`flag_links`).
 - ``POST /admin/flags/{flag_id}/review`` — body ``{"state", "by", "note"}``: move the
   flag's review state (open -> acknowledged -> resolved / false-positive; reopen);
-  409 for a transition not allowed (:mod:`netcheck.storage.reviews`).
+  409 for a transition not allowed (:mod:`netcheck.storage.reviews`); an unknown
+  state, an empty or too long ``by`` or a too long ``note`` is a 400.
 
 Every request needs ``Authorization: Bearer <admin_token>`` from the coordinator config,
 and must come from a loopback address (the server also binds to loopback by default).
@@ -54,7 +55,8 @@ from netcheck.errors import NetcheckError
 from netcheck.storage.durable import spooled_status
 from netcheck.storage.flags import FLAG_STATUSES, MAX_FLAG_ID, jsonable
 from netcheck.storage.reader import Reader
-from netcheck.storage.reviews import REVIEW_STATES, ReviewError, ReviewStore
+from netcheck.storage.reviews import MAX_NOTE_CHARS, REVIEW_STATES, ReviewError, ReviewStore
+from netcheck.storage.tables import MAX_BY_CHARS
 from netcheck.web.flagview import flag_view
 from netcheck.web.inputs import (
     MAX_OFFSET,
@@ -366,6 +368,18 @@ def admin_app(coord: Coordinator) -> web.Application:
             if has_control_chars(checked):
                 raise web.HTTPBadRequest(text=f"{name} must not hold control characters")
             fields[name] = value
+        # What the store would refuse whatever the flag's state: a bad request (400
+        # naming the field), not a conflict (409 is for a move the state does not allow).
+        if fields["state"] not in REVIEW_STATES:
+            raise web.HTTPBadRequest(
+                text=f"unknown state {fields['state'][:40]!r}; one of: {', '.join(REVIEW_STATES)}"
+            )
+        if not fields["by"].strip() or len(fields["by"]) > MAX_BY_CHARS:
+            raise web.HTTPBadRequest(
+                text=f"by must name who reviews (1..{MAX_BY_CHARS} characters)"
+            )
+        if len(fields["note"]) > MAX_NOTE_CHARS:
+            raise web.HTTPBadRequest(text=f"note is longer than {MAX_NOTE_CHARS} characters")
         if coord.screening.flags.get_flag(flag_id) is None:
             raise web.HTTPNotFound(text=f"no flag {flag_id}")
         try:

@@ -88,6 +88,21 @@ def cross_origin(request: web.Request) -> bool:
     return origin is not None and origin != f"{request.scheme}://{request.host}"
 
 
+#: Headers of every answer on a protected path or ``/admin/`` (pages set them too):
+#: exports, receipts, metrics and error texts hold node keys, evidence, reflected URL
+#: text; not cached (a shared analyst machine keeps no copy on disk) and never sniffed
+#: as another type than the one sent.
+PRIVATE_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+
+
+async def private_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare`` hook: :data:`PRIVATE_HEADERS` on the answers of the
+    dashboard, exports, metrics and the admin API, errors (401, 403, 404) included."""
+    if protected(request.path) or request.path.startswith("/admin/"):
+        for name, value in PRIVATE_HEADERS.items():
+            response.headers.setdefault(name, value)
+
+
 class AccessMixin:
     """Token checks, the session cookie and the access middleware of the dashboard."""
 
@@ -132,9 +147,14 @@ class AccessMixin:
         query_token = request.query.get("token")
         if query_token is not None and not page:
             raise web.HTTPUnauthorized(text=TOKEN_IN_URL_REFUSED)
+        rest = request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"})
+        if path == "/dashboard/login" and query_token is not None:
+            # a login link to the form itself: logs in like any page, never left in the URL
+            if self.token_ok(query_token):
+                return self.with_cookie(safe_next(request.query.get("next")))
+            raise web.HTTPFound(str(rest))
         if path in ("/dashboard/login", "/dashboard/logout"):
             return await handler(request)
-        rest = request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"})
         if query_token is not None:  # a page here: every other ?token= was refused above
             if self.token_ok(query_token):
                 return self.with_cookie(str(rest))

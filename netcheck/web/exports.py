@@ -3,14 +3,19 @@
 Formats (``/export/{kind}.csv`` and ``/export/{kind}.json``):
 
 - JSON: ``{"kind": ..., "columns": [...], "types": {column: type}, "rows": [{column:
-  value}, ...]}``; values are the database values (JSON columns as JSON). ``type`` is
+  value}, ...]}``; values are the database values (JSON columns as JSON), strict JSON:
+  a non-finite float (inf, NaN), in a column or inside a JSON column, is ``null`` (as in
+  the admin API; Python wrote ``Infinity``, which ``JSON.parse`` and ``jq`` refuse). ``type`` is
   ``int``, ``float``, ``bool``, ``json``, ``text`` or ``time`` (ISO 8601 UTC text), from
   the table definition.
 - CSV: a header row of column names, then one line per row. An empty cell is null; a
   ``json`` column (``skipped``, ``timing``, ``summary``, ``extra``, flag evidence) holds
   compact JSON text; booleans are ``true``/``false``; floats are written with Python's
-  shortest round-tripping ``repr``. :func:`parse_csv` with the ``types`` turns an export
-  back into exactly the database rows (the round-trip is tested).
+  shortest round-tripping ``repr``. A text cell that a spreadsheet would run as a
+  formula (starting with ``=``, ``+``, ``-``, ``@``, a tab, CR or LF; a node chooses its
+  error text, docs/dashboard.md "Exports") is written with a ``'`` in front, and so is
+  one already starting with ``'``. :func:`parse_csv` with the ``types`` turns an export
+  back into exactly the database rows (the round-trip is tested), taking that ``'`` off.
 
 What :func:`presented` adds to the stored columns, so an export reads like every other
 surface (docs/glossary.md):
@@ -104,6 +109,11 @@ def _review_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: First characters that make a spreadsheet (Excel, LibreOffice, Google Sheets) read a
+#: cell as a formula (OWASP "CSV injection"), and the quote that marks an escaped cell.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n", "'")
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -115,7 +125,8 @@ def _cell(value: Any) -> str:
         return str(value)
     if isinstance(value, dict | list | tuple):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return str(value)
+    text = str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def to_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
@@ -128,25 +139,41 @@ def to_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
+def _strict(value: Any) -> Any:
+    """``value`` with every non-finite float, at any depth, as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    return value
+
+
 def to_json(
     kind: str, columns: Sequence[str], types: Mapping[str, str], rows: Sequence[Mapping[str, Any]]
 ) -> str:
-    """Rows as the JSON export document (``types``: column -> int|float|bool|json|text)."""
+    """Rows as the JSON export document (``types``: column -> int|float|bool|json|text),
+    strict JSON (non-finite floats as ``null``)."""
     return json.dumps(
         {
             "kind": kind,
             "columns": list(columns),
             "types": dict(types),
-            "rows": [dict(r) for r in rows],
+            "rows": [_strict(dict(r)) for r in rows],
         },
         default=str,
+        allow_nan=False,
     )
 
 
 def parse_cell(text: str, type_name: str) -> Any:
-    """Decode one CSV cell back into its database value (``type_name`` as in the export)."""
+    """Decode one CSV cell back into its database value (``type_name`` as in the export);
+    a text cell's leading ``'`` (formula escape, see the module docstring) is taken off."""
     if text == "":
         return None
+    if text.startswith("'"):  # no number, time or JSON text starts with one
+        return text[1:]
     if type_name == "json":
         return json.loads(text)
     if type_name == "time":  # ISO 8601 text; the exact number is in <column>_unix

@@ -10,6 +10,7 @@ aiohttp's 500 handler.
 from __future__ import annotations
 
 import hmac
+import json
 import re
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
@@ -71,7 +72,9 @@ async def json_object(
 
     Raises:
         web.HTTPBadRequest: the body is not JSON (bad syntax or encoding, nesting too
-            deep for the parser), not an object, or holds a key not in ``fields``.
+            deep for the parser), not an object, holds a key not in ``fields``, or a
+            string with a lone surrogate (``"\\ud800"``: valid JSON, but not text that
+            UTF-8, the database or a log can hold; a review's ``by`` was a 500).
     """
     body: Any = {}
     if request.body_exists:  # not can_read_body: the body middleware has read it already
@@ -89,7 +92,26 @@ async def json_object(
         raise web.HTTPBadRequest(
             text=f"unknown field(s) {shown}; expected: {', '.join(sorted(fields or ()))}"
         )
+    for key, value in body.items():
+        try:
+            text = key + json.dumps(value, ensure_ascii=False)
+        except RecursionError:
+            raise web.HTTPBadRequest(text=f"{ascii(key)[1:-1][:40]} is nested too deeply") from None
+        if not is_utf8_text(text):
+            raise web.HTTPBadRequest(
+                text=f"{ascii(key)[1:-1][:40]} holds a lone surrogate (e.g. \\ud800): not text"
+            )
     return body
+
+
+def is_utf8_text(text: str) -> bool:
+    """False when ``text`` holds a lone surrogate (U+D800..U+DFFF), which JSON's ``\\uXXXX``
+    escapes can spell but UTF-8 cannot encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def optional_name(body: Mapping[str, Any], field: str) -> str | None:

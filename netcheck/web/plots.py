@@ -30,7 +30,12 @@ from matplotlib.backends.backend_svg import FigureCanvasSVG  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 _LOCK = threading.Lock()
-_RC: Any = {"svg.fonttype": "none", "svg.hashsalt": "netcheck", "font.size": 9}
+#: ``text.parse_math`` off: labels are node names, and one holding ``$...$`` was parsed
+#: as mathtext (a name like ``gpu $\frac{$`` raised ValueError: every page plotting the
+#: node was a 500). Text kept as SVG text is escaped by matplotlib.
+_RC: Any = {
+    "svg.fonttype": "none", "svg.hashsalt": "netcheck", "font.size": 9, "text.parse_math": False,
+}  # fmt: skip
 
 #: Colour of each verdict in every plot (colour-blind-safe Okabe-Ito palette).
 VERDICT_COLORS = {

@@ -25,7 +25,9 @@ no token). A browser POST whose ``Origin`` or ``Sec-Fetch-Site`` says it came fr
 another origin is refused (403), so another site (even another port on localhost, which
 SameSite counts as the same site) cannot log a browser out. The login form must be
 ``application/x-www-form-urlencoded`` (multipart is a 400). Query parameters and form bodies are checked by :mod:`netcheck.web.inputs`:
-bad ones are a 400, never a 500.
+bad ones are a 400, never a 500. Every answer there and on ``/admin/`` (exports, receipts,
+metrics, errors) is sent with ``X-Content-Type-Options: nosniff`` and
+``Cache-Control: no-store`` (:data:`netcheck.web.access.PRIVATE_HEADERS`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from netcheck.storage.reader import Reader
+from netcheck.web.access import private_headers
 from netcheck.web.banner import pool_middleware
 from netcheck.web.pages import Dashboard
 
@@ -69,6 +72,7 @@ def add_web_routes(
     d = Dashboard(coord, allow_remote=allow_remote, capacity_warnings=capacity_warnings)
     app[WEB_KEY] = d.reader
     app.middlewares.append(d.dashboard_auth)
+    app.on_response_prepare.append(private_headers)  # nosniff, no-store
     app.middlewares.append(pool_middleware(coord))  # inside the auth check
     r = app.router
     r.add_get("/", d.root)

@@ -178,8 +178,14 @@ async def test_a_token_that_is_not_utf8_is_401_not_500(
 
 @pytest.mark.parametrize(
     "fields",
-    [{"by": "a\x00b"}, {"by": "ana\r\n2026-12-01 INFO forged line"}, {"note": "n\x00te"}],
-    ids=["nul-by", "crlf-by", "nul-note"],
+    [
+        {"by": "a\x00b"},
+        {"by": "ana\r\n2026-12-01 INFO forged line"},
+        {"note": "n\x00te"},
+        {"by": "\ud800"},
+        {"note": "x\udfff"},
+    ],
+    ids=["nul-by", "crlf-by", "nul-note", "surrogate-by", "surrogate-note"],
 )
 async def test_review_with_control_characters_is_400_on_every_backend(
     tmp_path: Path, db_url: str, fields: dict[str, str], caplog: pytest.LogCaptureFixture
@@ -187,7 +193,9 @@ async def test_review_with_control_characters_is_400_on_every_backend(
     """NUL in ``by`` or ``note`` reached PostgreSQL, which refuses it in text: a
     StorageError the handler did not catch (500). CR/LF in ``by`` (a name, written into
     the log line of the review) forged log lines. Now 400 first; a note keeps its
-    newlines and tabs, and nothing is stored for a refused review."""
+    newlines and tabs, and nothing is stored for a refused review. A lone surrogate
+    (``"\\ud800"``, valid JSON) in ``by`` or ``note`` could not be encoded for the
+    database: a 500, now a 400 too."""
     store = Store(db_url)
     fid = FlagStore(store).add_flag("slow", "confirmed", PROFILE.name, ["ed25519:x"], 1.0, 2.0, {})
     async with admin(tmp_path, store) as (_rc, call):
@@ -261,3 +269,26 @@ async def test_a_misspelt_field_is_400_and_named(
         assert status == 400, text
         assert text.startswith(f"unknown field(s) {named}; expected: "), text
         assert rc.coord.store.list_rounds() == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [({"state": "nope"}, "unknown state 'nope'"), ({"by": ""}, "by must name"),
+     ({"by": "   "}, "by must name"), ({"by": "x" * 201}, "by must name"),
+     ({"note": "x" * 2001}, "note is longer than 2000")],
+    ids=["state", "empty-by", "blank-by", "long-by", "long-note"],
+)  # fmt: skip
+async def test_a_review_the_store_would_refuse_is_400_naming_the_field(
+    tmp_path: Path, fields: dict[str, str], named: str
+) -> None:
+    """An unknown state, an empty or too long ``by`` or a too long ``note`` was a 409
+    (the code for a move the flag's state does not allow), though no state could make
+    the request right: now a 400 naming the field, and nothing is stored."""
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    fid = FlagStore(store).add_flag("slow", "confirmed", PROFILE.name, ["ed25519:x"], 1.0, 2.0, {})
+    async with admin(tmp_path, store) as (_rc, call):
+        body = {"state": "acknowledged", "by": "ana", **fields}
+        status, text = await call("POST", f"/admin/flags/{fid}/review", json=body)
+        assert (status, text.startswith(named)) == (400, True), text
+        status, text = await call("GET", f"/admin/flags/{fid}")
+        assert status == 200 and '"reviews": []' in text, text

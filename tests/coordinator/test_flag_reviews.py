@@ -62,7 +62,7 @@ def check_dashboard(driver: Any, base: str, token: str, fid: int) -> None:
 async def test_a_refused_review_names_the_command_to_run(tmp_path: Path) -> None:
     """`flags ack` on a false-positive flag exits 6 and says to run `flags reopen` first
     (with the same --config), then `flags ack`; `flags false-positive` on it again says
-    it already is; a 409 the state does not explain gets no hint."""
+    it already is; a note over 2000 characters is a 400 (exit 2), without a hint."""
     import shlex
 
     async with running_coordinator(tmp_path, [PROFILE]) as rc:
@@ -88,7 +88,7 @@ async def test_a_refused_review_names_the_command_to_run(tmp_path: Path) -> None
         again = await asyncio.to_thread(flags_cli, "false-positive")
         assert again.exit_code == Exit.CONFLICT and "(it is false-positive already)" in again.output
         long_note = await asyncio.to_thread(flags_cli, "reopen", "--note", "x" * 2001)
-        assert long_note.exit_code == Exit.CONFLICT, long_note.output
+        assert long_note.exit_code == Exit.USAGE, long_note.output  # a 400, not a 409
         assert "longer than" in long_note.output and "run `" not in long_note.output
 
 

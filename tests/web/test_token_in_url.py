@@ -114,3 +114,25 @@ async def test_token_in_url_is_taken_out_for_a_browser_logged_in_already(
                     assert "token" not in where and where.endswith("/dashboard/flags?status=open")
             async with http.get(f"{base}/dashboard/flags", cookies=jar) as resp:
                 assert resp.status == 200
+
+
+async def test_token_in_the_login_form_url_is_taken_out(tmp_path: Path, profile: Profile) -> None:
+    """``/dashboard/login?token=...`` showed the login form with the token left in the URL
+    (and in the browser's history), unlike every other page: now the right token logs in
+    and goes to ``next`` (or the nodes page), a wrong one leads to the form without it."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        base = f"http://127.0.0.1:{rc.port}"
+        token = rc.coord.config.admin_token
+        async with aiohttp.ClientSession() as http:
+            url = f"{base}/dashboard/login?next=%2Fdashboard%2Fflags&token={token}"
+            async with http.get(url, allow_redirects=False) as resp:
+                assert resp.status == 302, resp.status
+                assert resp.headers["Location"] == "/dashboard/flags"
+                assert resp.cookies[COOKIE].value != token
+            url = f"{base}/dashboard/login?token={token}&next=//evil.example/"
+            async with http.get(url, allow_redirects=False) as resp:
+                assert resp.headers["Location"] == "/dashboard/nodes"  # no open redirect
+            url = f"{base}/dashboard/login?next=%2Fdashboard%2Fflags&token=old-secret"
+            async with http.get(url, allow_redirects=False) as resp:
+                assert resp.status == 302 and COOKIE not in resp.cookies
+                assert resp.headers["Location"] == "/dashboard/login?next=/dashboard/flags"

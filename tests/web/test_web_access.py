@@ -15,6 +15,7 @@ from aiohttp.test_utils import make_mocked_request
 from web_support import web_coordinator
 
 from netcheck.config import Profile, load_profile
+from netcheck.lab.sample import fill_synthetic
 from netcheck.web.access import COOKIE, session_cookie_value
 
 
@@ -271,3 +272,111 @@ async def test_logout_is_post_only_and_refuses_other_origins(
                 assert resp.cookies[COOKIE].value == ""
             async with http.get(f"{base}/dashboard/nodes", allow_redirects=False) as resp:
                 assert resp.status == 302  # logged out: back to the login form
+
+
+async def test_a_new_token_logs_every_browser_out(tmp_path: Path, profile: Profile) -> None:
+    """The cookie is an HMAC of the token: once the token changes (docs/dashboard.md,
+    "Logging in"), the old cookie leads to the login form again; a cookie holding the
+    token itself is never a session."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        base = f"http://127.0.0.1:{rc.port}"
+        old = rc.coord.config.admin_token
+        jar = aiohttp.CookieJar(unsafe=True)
+        async with aiohttp.ClientSession(cookie_jar=jar) as http:
+            form = {"token": old, "next": "/dashboard/flags"}
+            async with http.post(f"{base}/dashboard/login", data=form) as resp:
+                assert resp.status == 200 and str(resp.url).endswith("/dashboard/flags")
+            # a restart with a new admin_token, as the dashboard sees it
+            rotated = rc.coord.config.model_copy(update={"admin_token": old + "-rotated"})
+            rc.coord.config = rotated
+            async with http.get(f"{base}/dashboard/flags", allow_redirects=False) as resp:
+                assert resp.status == 302
+                assert resp.headers["Location"].startswith("/dashboard/login?next=")
+        for cookie in (old, rc.coord.config.admin_token, session_cookie_value(old)):
+            async with (
+                aiohttp.ClientSession(cookies={COOKIE: cookie}) as http,
+                http.get(f"{base}/export/flags.csv") as resp,
+            ):
+                assert resp.status == 401, cookie
+        new_cookie = session_cookie_value(rc.coord.config.admin_token)
+        async with (
+            aiohttp.ClientSession(cookies={COOKIE: new_cookie}) as http,
+            http.get(f"{base}/export/flags.csv") as resp,
+        ):
+            assert resp.status == 200
+
+
+async def test_every_private_answer_is_neither_cached_nor_sniffed(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """Only the HTML pages carried ``nosniff`` and ``no-store``: exports, receipts,
+    metrics, the admin API and their errors (a 404 echoing the URL, a 401) had neither,
+    so a browser kept evidence exports in its disk cache."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        fill_synthetic(rc.coord.store, n_rounds=3, n_honest=2, seed=1)
+        base = f"http://127.0.0.1:{rc.port}"
+        headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
+        paths = ("/export/flags.csv", "/export/rounds.json", "/export/x<b>.csv", "/metrics",
+                 "/dashboard/flags/1/receipts.json", "/dashboard/nope", "/dashboard/nodes",
+                 "/admin/flags/1", "/admin/flags/x")  # fmt: skip
+        async with aiohttp.ClientSession() as http:
+            for path, sent in [(p, headers) for p in paths] + [("/export/flags.csv", {})]:
+                async with http.get(base + path, headers=sent, allow_redirects=False) as resp:
+                    got = (resp.headers.get("X-Content-Type-Options"),
+                           resp.headers.get("Cache-Control"))  # fmt: skip
+                    assert got == ("nosniff", "no-store"), (path, resp.status, got)
+            async with http.get(base + "/", allow_redirects=False) as resp:
+                assert "X-Content-Type-Options" not in resp.headers  # not a private path
+
+
+#: Routes that need no admin token: the node endpoint, the node's doctor query (signed),
+#: the redirects to the dashboard and the login form itself (docs/dashboard.md).
+PUBLIC = {("GET", "/v1/ws"), ("POST", "/v1/doctor"), ("GET", "/"), ("GET", "/dashboard/login"),
+          ("POST", "/dashboard/login"), ("POST", "/dashboard/logout")}  # fmt: skip
+
+
+def _every_route(app: web.Application) -> list[tuple[str, str]]:
+    """(method, path with each {name} filled) of every route, sub-applications included
+    (their resources carry the mount prefix already)."""
+    out: list[tuple[str, str]] = []
+    for resource in app.router.resources():
+        sub = getattr(resource, "_app", None)
+        if isinstance(sub, web.Application):
+            out += _every_route(sub)
+            continue
+        path = resource.canonical
+        path = path.replace("{kind}.{fmt}", "rounds.csv").replace("{fmt}", "csv")
+        for part in ("{node_key}", "{round_id}", "{flag_id}", "{job_id}"):
+            path = path.replace(part, "1")
+        out += [(route.method, path) for route in resource if route.method != "HEAD"]
+    return out
+
+
+async def test_every_route_but_the_public_ones_needs_the_token(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """Walks the application's routes (so a route added later is covered too): without
+    credentials, or with the right token in the query string of anything but a page
+    GET, each is refused (401; a page GET: 302 to the login form) before it runs."""
+    async with web_coordinator(tmp_path, [profile]) as rc:
+        routes = _every_route(rc.runner.app)
+        assert ("DELETE", "/admin/screening/jobs/1") in routes
+        assert ("POST", "/admin/flags/1/review") in routes
+        base = f"http://127.0.0.1:{rc.port}"
+        token = rc.coord.config.admin_token
+        async with aiohttp.ClientSession() as http:
+            for method, path in routes:
+                if (method, path) in PUBLIC:
+                    continue
+                page = method == "GET" and path.startswith("/dashboard")
+                for query in ("", f"?token={token}"):
+                    async with http.request(
+                        method, base + path + query, json={}, allow_redirects=False
+                    ) as resp:
+                        want = 302 if page else 401
+                        assert resp.status == want, (method, path, query[:1], resp.status)
+                        if page and query:  # a login link: exchanged, then taken out
+                            assert token not in resp.headers["Location"]
+                        elif page:
+                            assert resp.headers["Location"].startswith("/dashboard/login?")
+        assert len(routes) > 25

