@@ -37,7 +37,12 @@ from netcheck.admin_client import (
 )
 from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
-from netcheck.coordinator.screen_follow import cancel_job, ended_unjudged, run_job
+from netcheck.coordinator.screen_follow import (
+    cancel_job,
+    ended_unjudged,
+    run_job,
+    still_cancelling,
+)
 from netcheck.exitcodes import Exit
 from netcheck.report import check_confirmations, check_round_outcome
 from netcheck.report import console as report_console
@@ -136,7 +141,9 @@ def screen_run(
 
     Shows rounds done and an ETA while it runs, then the confirmation: rounds run so
     far, suspect groups under test and settled, and the time taken (it has no ETA). Ctrl-C cancels the run on the
-    coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
+    coordinator (the round in flight finishes; no analysis; it waits at most 600 s for
+    that, then names the job still cancelling; a second Ctrl-C stops the wait) and exits
+    130. Exits 8 when
     no node was checked in any round (empty canary pool), or when a suspect group's
     confirmation (or a slowness nominee's alone rounds) was not started or was stopped
     because the canary pool could not cover its rounds (not judged: no cleared record). Exits 11 when the run ended
@@ -150,9 +157,20 @@ def screen_run(
     try:
         job = run_job(config_path, body, held)
     except KeyboardInterrupt:
-        job = cancel_job(config_path, held) if "job_id" in held else None
+        try:
+            job = cancel_job(config_path, held) if "job_id" in held else None
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, say what is not known
+            where = f"/admin/screening/jobs/{held['job_id']}"
+            click.echo(f"interrupted again: screening job {held['job_id']} may still be "
+                       f"running or cancelling on the coordinator; GET {where} shows its "
+                       f"state, DELETE {where} cancels it", err=True)  # fmt: skip
+            sys.exit(int(Exit.INTERRUPTED))
         done = "" if job is None else f" after {job['rounds_done']} of {job['rounds_total']} rounds"
-        click.echo(f"interrupted: screening run cancelled on the coordinator{done}", err=True)
+        late = "" if job is None else still_cancelling(job)
+        if late:
+            click.echo(f"interrupted: cancel requested{done}; {late}", err=True)
+        else:
+            click.echo(f"interrupted: screening run cancelled on the coordinator{done}", err=True)
         sys.exit(int(Exit.INTERRUPTED))
     if job["state"] == "failed":
         raise AdminConflict(f"screening run failed: {job['error']}")

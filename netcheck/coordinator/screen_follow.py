@@ -149,14 +149,30 @@ def confirm_text(
 
 
 async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:
-    """Cancel the job on the coordinator and wait (bounded) until it has stopped."""
+    """Cancel the job on the coordinator and wait (at most :data:`CANCEL_WAIT_S`) until it
+    has stopped; returns the job as last seen: still in state ``cancelling`` when the wait
+    ran out (its round in flight has not ended; the coordinator still stops it), which
+    the caller reports (:func:`still_cancelling`) instead of raising ``TimeoutError``."""
     path = f"/admin/screening/jobs/{held['job_id']}"
     job = await admin_request(cfg, "DELETE", path, timeout_s=30)
-    async with asyncio.timeout(CANCEL_WAIT_S):
-        while job.get("state") == "cancelling":
-            await asyncio.sleep(POLL_S)
-            job = await admin_request(cfg, "GET", path, timeout_s=30)
+    give_up = time.monotonic() + CANCEL_WAIT_S
+    while job.get("state") == "cancelling" and time.monotonic() < give_up:
+        await asyncio.sleep(POLL_S)
+        job = await admin_request(cfg, "GET", path, timeout_s=30)
     return job
+
+
+def still_cancelling(job: Mapping[str, Any]) -> str:
+    """The sentence for a job that a Ctrl-C asked to cancel and that was still in state
+    ``cancelling`` when ``screen run`` stopped waiting (:data:`CANCEL_WAIT_S`); "" for a
+    job that stopped."""
+    if job.get("state") != "cancelling":
+        return ""
+    job_id = job.get("job_id", "?")
+    return (f"screening job {job_id} is still cancelling on the coordinator after "
+            f"{CANCEL_WAIT_S:.0f} s (its round in flight has not ended); the coordinator "
+            f"stops it when that round ends: GET /admin/screening/jobs/{job_id} shows its "
+            "state")  # fmt: skip
 
 
 #: Seconds between progress polls; the most a cancel waits for the round in flight.

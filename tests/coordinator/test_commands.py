@@ -454,3 +454,60 @@ def test_ended_unjudged_names_the_coordinators_own_words() -> None:
     from netcheck.coordinator import confirm_batches, screen_follow
 
     assert screen_follow.SHUTDOWN_HALT == confirm_batches.SHUTDOWN
+
+
+def test_ctrl_c_on_a_job_that_stays_cancelling_says_so_and_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C on ``screen run`` whose job is still ``cancelling`` when the wait for it runs
+    out (its round in flight stuck behind a slow database, say): one clear line naming
+    the job and how to follow it, exit 130 (before: a ``TimeoutError`` traceback)."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands, screen_follow
+    from netcheck.exitcodes import Exit
+
+    def interrupted(config: object, body: object, held: dict[str, object]) -> object:
+        held["job_id"] = "s7"
+        raise KeyboardInterrupt
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        return {"job_id": "s7", "state": "cancelling", "rounds_done": 3, "rounds_total": 32}
+
+    monkeypatch.setattr(commands, "run_job", interrupted)
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.01)
+    monkeypatch.setattr(screen_follow, "CANCEL_WAIT_S", 0.05)
+    result = CliRunner().invoke(commands.screen, ["run", "--config", str(_config(tmp_path))])
+    assert result.exit_code == Exit.INTERRUPTED, (result.output, result.exception)
+    out = " ".join(result.output.split())
+    assert "cancel requested after 3 of 32 rounds" in out, out
+    assert "screening job s7 is still cancelling on the coordinator after 0 s" in out, out
+    assert "GET /admin/screening/jobs/s7" in out and "Traceback" not in out
+
+
+def test_second_ctrl_c_while_cancelling_exits_130_naming_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second Ctrl-C while ``screen run`` waits for the cancelled job to stop: exit 130
+    with a line naming the job and the requests that show or cancel it (before: click's
+    "Aborted!" and exit 1)."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+    from netcheck.exitcodes import Exit
+
+    def interrupted(config: object, body: object, held: dict[str, object]) -> object:
+        held["job_id"] = "s8"
+        raise KeyboardInterrupt
+
+    def interrupted_again(config: object, held: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "run_job", interrupted)
+    monkeypatch.setattr(commands, "cancel_job", interrupted_again)
+    result = CliRunner().invoke(commands.screen, ["run", "--config", str(_config(tmp_path))])
+    assert result.exit_code == Exit.INTERRUPTED, (result.output, result.exception)
+    out = " ".join(result.output.split())
+    assert "interrupted again: screening job s8 may still be running" in out, out
+    assert "DELETE /admin/screening/jobs/s8 cancels it" in out
