@@ -28,7 +28,24 @@ def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> An
     try:
         return asyncio.run(_follow(cfg, body, held))
     except AdminUnreachable as exc:
-        raise with_start_hint(exc, config_path, cfg) from exc.__cause__
+        hinted = with_start_hint(exc, config_path, cfg)
+        if "job_id" not in held:
+            raise hinted from exc.__cause__
+        raise AdminUnreachable(f"{lost_job(held)}: {hinted}") from exc.__cause__
+
+
+def lost_job(held: Mapping[str, Any]) -> str:
+    """What ``screen run`` says when its coordinator stops answering during the job in
+    ``held`` (``job_id``, and ``rounds_done``/``rounds_total`` once polled): the job is
+    gone if the coordinator stopped (jobs live in its memory), the rounds stored so far
+    are kept."""
+    done = ""
+    if "rounds_done" in held:
+        done = f" after {held['rounds_done']} of {held['rounds_total']} rounds"
+    return (f"lost the coordinator during screening job {held['job_id']}{done}: if it "
+            "stopped, the job is gone (jobs live in its memory; the rounds stored so far "
+            "are kept, a round in flight is marked aborted at its next start) and no "
+            "analysis ran; run `screen run` again once it is back")  # fmt: skip
 
 
 def cancel_job(config_path: Path, held: dict[str, Any]) -> Any:
@@ -67,6 +84,7 @@ async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, 
         while job["state"] in ("running", "cancelling"):
             await asyncio.sleep(POLL_S)
             job = await admin_request(cfg, "GET", path, timeout_s=30)
+            held["rounds_done"], held["rounds_total"] = job["rounds_done"], job["rounds_total"]
             if after_t0 is None and _screening_done(job):
                 after_t0 = time.monotonic()
             after_s = None if after_t0 is None else time.monotonic() - after_t0

@@ -511,3 +511,49 @@ def test_second_ctrl_c_while_cancelling_exits_130_naming_the_job(
     out = " ".join(result.output.split())
     assert "interrupted again: screening job s8 may still be running" in out, out
     assert "DELETE /admin/screening/jobs/s8 cancels it" in out
+
+
+def test_coordinator_lost_during_screen_run_says_the_job_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator stops answering while ``screen run`` follows its job (killed,
+    restarted): exit 4 with a line naming the job, the rounds done, that the job is gone
+    and what is kept, then the start hint (before: only "nothing listens there: start
+    it", as if no run had been going)."""
+    import aiohttp
+    from click.testing import CliRunner
+
+    from netcheck.admin_client import AdminUnreachable
+    from netcheck.coordinator import screen_follow
+    from netcheck.exitcodes import Exit
+
+    base = {"job_id": "s9", "profile": "p", "rounds_total": 32, "eta_s": None}
+    polls = iter([{**base, "state": "running", "rounds_done": 5}])
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        if path == "/admin/nodes":
+            return {"known": []}
+        try:
+            return next(polls)
+        except StopIteration:
+            refused = aiohttp.ClientConnectorError(
+                aiohttp.client_reqrep.ConnectionKey(
+                    "127.0.0.1", 8471, False, True, None, None, None
+                ),
+                ConnectionRefusedError(111, "Connection refused"),
+            )
+            raise AdminUnreachable("cannot reach the coordinator") from refused
+
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    from netcheck.cli import main
+
+    cfg = _config(tmp_path)
+    result = CliRunner().invoke(main, ["screen", "run", "--config", str(cfg)])
+    assert result.exit_code == Exit.UNREACHABLE, (result.output, result.exception)
+    out = " ".join(result.output.split())
+    assert "lost the coordinator during screening job s9 after 5 of 32 rounds" in out, out
+    assert "the job is gone" in out and "rounds stored so far are kept" in out
+    assert "nothing listens there: start it with" in out
