@@ -32,7 +32,9 @@ and must come from a loopback address (the server also binds to loopback by defa
 Bodies and query parameters are checked by :mod:`netcheck.web.inputs`: a body that is
 not a JSON object, a ``profile`` that is neither absent, ``null`` (the first profile)
 nor a non-empty string, or a non-integer or out-of-range number is a 400 naming the
-field. An unknown profile, or no node to validate, is a 409.
+field. An unknown profile, or no node to validate, is a 409. A database that fails
+(PostgreSQL down, SQLite disk full, locked past the retry budget) is a 503 whose text
+starts ``database unavailable:`` (:func:`storage_errors`; the CLI exits 10), not a 500.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from netcheck.coordinator.capacity_gate import capacity_context
 from netcheck.coordinator.jobs import ConfirmProgress, ScreeningJobs
 from netcheck.coordinator.late_checks import check_bugs
 from netcheck.coordinator.pool import live_pool
-from netcheck.errors import NetcheckError
+from netcheck.errors import NetcheckError, StorageError
 from netcheck.storage.durable import spooled_status
 from netcheck.storage.flags import FLAG_STATUSES, MAX_FLAG_ID, jsonable
 from netcheck.storage.reader import Reader
@@ -132,6 +134,22 @@ def _is_loopback(remote: str | None) -> bool:
 ADMIN_PREFIX = "/admin"
 
 
+#: The start of a 503's text: the database failed (:func:`storage_errors`).
+DATABASE_UNAVAILABLE = "database unavailable"
+
+
+@web.middleware
+async def storage_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A :class:`~netcheck.errors.StorageError` out of an admin handler (the database
+    down, full or locked) as a 503 naming it, logged as one WARNING line (before: a 500
+    "Server got itself in trouble" and a traceback, CLI exit 2)."""
+    try:
+        return await handler(request)
+    except StorageError as exc:
+        log.warning("admin %s %s: %s", request.method, request.path, exc)
+        raise web.HTTPServiceUnavailable(text=f"{DATABASE_UNAVAILABLE}: {exc}") from None
+
+
 def admin_app(coord: Coordinator) -> web.Application:
     """The admin API as an aiohttp sub-application (routes relative to
     :data:`ADMIN_PREFIX`) with its authentication middleware."""
@@ -202,6 +220,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         profile = optional_name(body, "profile") or default_profile()
         try:
             report = await coord.start_round(profile)
+        except StorageError:
+            raise  # a 503 (storage_errors), not a refusal
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         body = report.as_dict()
@@ -300,6 +320,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         profile, n, context = await screening_args(request)
         try:
             report = await coord.screening.run(profile, n, context=context)
+        except StorageError:
+            raise  # a 503 (storage_errors), not a refusal
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         return web.json_response(report)
@@ -394,6 +416,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         return web.json_response(jsonable({**doc, **flag_links(doc), "node_names": names}))
 
     app.middlewares.append(auth)
+    app.middlewares.append(storage_errors)  # inside auth: only an admin learns of it
     app.router.add_get("/status", status)
     app.router.add_get("/references", references)
     app.router.add_get("/nodes", nodes)

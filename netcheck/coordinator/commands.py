@@ -29,6 +29,7 @@ from rich.text import Text
 from netcheck.admin_client import (
     AdminConflict,
     AdminError,
+    AdminStorageError,
     RunStopped,
     admin_call,
     coordinator_config_option,
@@ -173,6 +174,8 @@ def screen_run(
             click.echo(f"interrupted: screening run cancelled on the coordinator{done}", err=True)
         sys.exit(int(Exit.INTERRUPTED))
     if job["state"] == "failed":
+        if job.get("error_kind") == "storage":  # the database, not a refusal: exit 10
+            raise AdminStorageError(f"screening run failed: {job['error']}")
         raise AdminConflict(f"screening run failed: {job['error']}")
     stopped = ended_unjudged(job)
     report = job.get("report")
