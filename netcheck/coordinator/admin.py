@@ -34,7 +34,8 @@ not a JSON object, a ``profile`` that is neither absent, ``null`` (the first pro
 nor a non-empty string, or a non-integer or out-of-range number is a 400 naming the
 field. An unknown profile, or no node to validate, is a 409. A database that fails
 (PostgreSQL down, SQLite disk full, locked past the retry budget) is a 503 whose text
-starts ``database unavailable:`` (:func:`storage_errors`; the CLI exits 10), not a 500.
+starts ``database unavailable:`` (:func:`netcheck.web.unavailable.storage_errors`; the
+CLI exits 10), not a 500.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from netcheck.web.inputs import (
     query_int,
     token_matches,
 )
+from netcheck.web.unavailable import storage_errors
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
@@ -132,22 +134,6 @@ def _is_loopback(remote: str | None) -> bool:
 
 #: Where :func:`admin_app` is mounted (``app.add_subapp(ADMIN_PREFIX, admin_app(coord))``).
 ADMIN_PREFIX = "/admin"
-
-
-#: The start of a 503's text: the database failed (:func:`storage_errors`).
-DATABASE_UNAVAILABLE = "database unavailable"
-
-
-@web.middleware
-async def storage_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-    """A :class:`~netcheck.errors.StorageError` out of an admin handler (the database
-    down, full or locked) as a 503 naming it, logged as one WARNING line (before: a 500
-    "Server got itself in trouble" and a traceback, CLI exit 2)."""
-    try:
-        return await handler(request)
-    except StorageError as exc:
-        log.warning("admin %s %s: %s", request.method, request.path, exc)
-        raise web.HTTPServiceUnavailable(text=f"{DATABASE_UNAVAILABLE}: {exc}") from None
 
 
 def admin_app(coord: Coordinator) -> web.Application:
@@ -221,7 +207,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         try:
             report = await coord.start_round(profile)
         except StorageError:
-            raise  # a 503 (storage_errors), not a refusal
+            raise  # a 503 (web.unavailable.storage_errors), not a refusal
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         body = report.as_dict()
@@ -321,7 +307,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         try:
             report = await coord.screening.run(profile, n, context=context)
         except StorageError:
-            raise  # a 503 (storage_errors), not a refusal
+            raise  # a 503 (web.unavailable.storage_errors), not a refusal
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         return web.json_response(report)
@@ -416,7 +402,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         return web.json_response(jsonable({**doc, **flag_links(doc), "node_names": names}))
 
     app.middlewares.append(auth)
-    app.middlewares.append(storage_errors)  # inside auth: only an admin learns of it
+    app.middlewares.append(storage_errors(("/admin/",)))  # inside auth: admins only
     app.router.add_get("/status", status)
     app.router.add_get("/references", references)
     app.router.add_get("/nodes", nodes)

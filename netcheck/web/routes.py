@@ -38,6 +38,7 @@ from aiohttp import web
 from netcheck.storage.reader import Reader
 from netcheck.web.banner import pool_middleware
 from netcheck.web.pages import Dashboard
+from netcheck.web.unavailable import storage_errors
 
 if TYPE_CHECKING:
     from netcheck.web.view import CoordinatorView
@@ -69,6 +70,8 @@ def add_web_routes(
     d = Dashboard(coord, allow_remote=allow_remote, capacity_warnings=capacity_warnings)
     app[WEB_KEY] = d.reader
     app.middlewares.append(d.dashboard_auth)
+    # inside the auth check: a failing database is a 503 naming it, banner included
+    app.middlewares.append(storage_errors(("/dashboard", "/export/", "/metrics")))
     app.middlewares.append(pool_middleware(coord))  # inside the auth check
     r = app.router
     r.add_get("/", d.root)
