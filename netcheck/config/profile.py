@@ -153,6 +153,13 @@ class Profile(Model):
                 f"{'factoring' if self.workload == 'factoring' else 'torch or vllm'}, "
                 f"got {self.engine!r}"
             )
+        if self.workload == "factoring" and self.max_new_tokens != 2:
+            # the answer is the pair [p, q]: the engine refuses any other length, so
+            # every node and `reference build` failed only once they loaded it
+            raise ValueError(
+                f"max_new_tokens: workload 'factoring' answers [p, q], 2 numbers; got "
+                f"{self.max_new_tokens}"
+            )
         if self.canaries_min > self.canaries_max:
             raise ValueError(
                 f"canaries_min ({self.canaries_min}) must be <= canaries_max ({self.canaries_max})"

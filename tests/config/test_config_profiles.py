@@ -109,3 +109,18 @@ def test_a_profile_beyond_the_protocol_frames_is_refused_naming_the_field(
     with pytest.raises(ConfigError, match=field.split()[0] + r": Input should be less than"):
         load_profile(str(path))
     load_profile(str(write(tmp_path / "ok" / "cpu-factoring.toml", text)))  # the shipped one
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_a_factoring_profile_must_answer_two_numbers(tmp_path: Path, tokens: int) -> None:
+    """The factoring workload answers [p, q]: another max_new_tokens is a config error
+    naming the field (before: accepted by the config and `coordinator check`, then
+    `reference build` and every node failed loading the engine)."""
+    from netcheck.config import load_profile
+
+    text = (DEFAULT_PROFILES_DIR / "cpu-factoring.toml").read_text()
+    line = "max_new_tokens = 2"
+    assert line in text
+    path = write(tmp_path / "cpu-factoring.toml", text.replace(line, f"max_new_tokens = {tokens}"))
+    with pytest.raises(ConfigError, match="max_new_tokens: workload 'factoring' answers"):
+        load_profile(str(path))
