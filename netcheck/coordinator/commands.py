@@ -43,6 +43,7 @@ from netcheck.coordinator.screen_follow import (
     ended_unjudged,
     run_job,
     still_cancelling,
+    stop_signals_interrupt,
 )
 from netcheck.exitcodes import Exit
 from netcheck.report import check_confirmations, check_round_outcome
@@ -144,7 +145,7 @@ def screen_run(
     far, suspect groups under test and settled, and the time taken (it has no ETA). Ctrl-C cancels the run on the
     coordinator (the round in flight finishes; no analysis; it waits at most 600 s for
     that, then names the job still cancelling; a second Ctrl-C stops the wait) and exits
-    130. Exits 8 when
+    130; so do SIGTERM and SIGHUP (a closed terminal or SSH session). Exits 8 when
     no node was checked in any round (empty canary pool), or when a suspect group's
     confirmation (or a slowness nominee's alone rounds) was not started or was stopped
     because the canary pool could not cover its rounds (not judged: no cleared record). Exits 11 when the run ended
@@ -156,7 +157,8 @@ def screen_run(
         body["capacity_override"] = override
     held: dict[str, Any] = {}
     try:
-        job = run_job(config_path, body, held)
+        with stop_signals_interrupt():  # SIGTERM, SIGHUP: as Ctrl-C, the job is cancelled
+            job = run_job(config_path, body, held)
     except KeyboardInterrupt:
         try:
             job = cancel_job(config_path, held) if "job_id" in held else None

@@ -6,8 +6,10 @@ Ctrl-C. The job's fields are in docs/admin-api.md (``/admin/screening/jobs``).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,30 @@ def lost_job(held: Mapping[str, Any]) -> str:
             "stopped, the job is gone (jobs live in its memory; the rounds stored so far "
             "are kept, a round in flight is marked aborted at its next start) and no "
             "analysis ran; run `screen run` again once it is back")  # fmt: skip
+
+
+#: Signals that end ``screen run`` the way Ctrl-C does (its job cancelled on the
+#: coordinator): a closed terminal or SSH session (SIGHUP), ``kill``, ``timeout`` or a
+#: service manager (SIGTERM). Before, they ended the client at once and its job ran on,
+#: unseen, spending canaries, with the next ``screen run`` waiting behind it.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """Within the block, :data:`STOP_SIGNALS` raise ``KeyboardInterrupt`` as SIGINT does
+    (so the caller's Ctrl-C path cancels the job); the previous handlers after it. A
+    no-op off the main thread (signal handlers can only be set there)."""
+    try:
+        before = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
+    except ValueError:  # not the main thread (a test runner's worker thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def cancel_job(config_path: Path, held: dict[str, Any]) -> Any:

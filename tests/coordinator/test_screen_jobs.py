@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from click.testing import CliRunner
 from test_pool_surfaces import write_config
 from test_screening_live import FP, PROFILE, T, _join, _store
@@ -52,9 +53,17 @@ async def test_screen_run_shows_progress_and_whole_keys(tmp_path: Path) -> None:
     assert f"{flag}" in listed.output
 
 
-async def test_ctrl_c_cancels_the_run_on_the_coordinator(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"]
+)
+async def test_ctrl_c_cancels_the_run_on_the_coordinator(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     """SIGINT to `netcheck screen run` stops the coordinator's job: exit 130, job
-    cancelled after a few of its 500 rounds, and no further round starts."""
+    cancelled after a few of its 500 rounds, and no further round starts. So do SIGTERM
+    (`kill`, `timeout`) and SIGHUP (the terminal or SSH session closed); before, they
+    ended the client at once and its job ran on unseen, spending canaries, with the next
+    `screen run` waiting behind it at "0 of N rounds"."""
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path, 2000)) as rc:
         await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
         cfg = write_config(tmp_path, rc).read_text().replace('"pool"', f'"{PROFILE.name}"')
@@ -72,7 +81,7 @@ async def test_ctrl_c_cancels_the_run_on_the_coordinator(tmp_path: Path) -> None
                 if stored:
                     break
                 await asyncio.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == Exit.INTERRUPTED, err.decode()
         assert b"cancelled on the coordinator" in err
