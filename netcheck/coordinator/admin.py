@@ -284,7 +284,7 @@ def admin_app(coord: Coordinator) -> web.Application:
             )
 
         job = jobs.start(profile, n, runner)
-        return web.json_response(jsonable(job.as_dict()), status=202)
+        return web.json_response(jsonable(jobs.view(job)), status=202)
 
     def find_job(request: web.Request) -> Any:
         job = jobs.jobs.get(request.match_info["job_id"])
@@ -293,11 +293,11 @@ def admin_app(coord: Coordinator) -> web.Application:
         return job
 
     async def job_status(request: web.Request) -> web.Response:
-        return web.json_response(jsonable(find_job(request).as_dict()))
+        return web.json_response(jsonable(jobs.view(find_job(request))))
 
     async def cancel_job(request: web.Request) -> web.Response:
         job = jobs.cancel(find_job(request).job_id)
-        return web.json_response(jsonable(job.as_dict() if job else {}))
+        return web.json_response(jsonable(jobs.view(job) if job else {}))
 
     async def close_jobs(app: web.Application) -> None:
         await jobs.close()

@@ -154,6 +154,24 @@ class ScreeningJobs:
         log.info("screening job %s %s after %d of %d rounds", job.job_id, job.state,
                  job.rounds_done, job.rounds_total)  # fmt: skip
 
+    def waiting_for(self, job: ScreeningJob) -> str | None:
+        """The id of an earlier job still ``running`` or ``cancelling`` while ``job``
+        has run no round yet: only one screening runs at a time, so ``job`` waits for
+        it (another client's run, or one whose client was killed). None otherwise."""
+        if job.state != "running" or job.rounds_done:
+            return None
+        for other in self.jobs.values():
+            if other is job:
+                return None
+            if other.state in ("running", "cancelling"):
+                return other.job_id
+        return None
+
+    def view(self, job: ScreeningJob) -> dict[str, Any]:
+        """``job`` as the admin API shows it: :meth:`ScreeningJob.as_dict` and
+        ``waiting_for`` (:meth:`waiting_for`)."""
+        return {**job.as_dict(), "waiting_for": self.waiting_for(job)}
+
     def cancel(self, job_id: str) -> ScreeningJob | None:
         """Ask a job to stop after its current round; None for an unknown id."""
         job = self.jobs.get(job_id)

@@ -142,7 +142,8 @@ CONFIRM_STAGES = ("groups", "alone")
 def _line_state(job: Mapping[str, Any]) -> tuple[Any, ...]:
     """What, when it changes, earns a new progress line off a terminal."""
     c = job.get("confirmation") or {}
-    return (job["rounds_done"], c.get("stage"), c.get("groups_active"), c.get("groups_done"))
+    return (job["rounds_done"], c.get("stage"), c.get("groups_active"), c.get("groups_done"),
+            job.get("waiting_for"))  # fmt: skip
 
 
 #: Without a terminal, ``screen run`` repeats its progress line this often (seconds)
@@ -155,13 +156,18 @@ def _screening_done(job: Mapping[str, Any]) -> bool:
 
 
 def eta_text(job: Mapping[str, Any], after_s: float | None = None) -> str:
-    """What a screening job's progress line ends with: ``ETA <s>`` until its last
+    """What a screening job's progress line ends with: while it waits for an earlier
+    job (``waiting_for``), that job and how to cancel it; ``ETA <s>`` until its last
     screening round ends; once they are all done, what the analysis and confirmation
     are doing (:func:`confirm_text`), for how long (``after_s``), and that they have no
     ETA (a suspect group's confirmation takes from a few rounds to hundreds); a job
     that has ended, its state."""
     if job["state"] not in ("running", "cancelling"):
         return str(job["state"])
+    if job.get("waiting_for"):
+        other = job["waiting_for"]
+        return (f"waiting for screening job {other} to end (one screening at a time; "
+                f"DELETE /admin/screening/jobs/{other} cancels it)")  # fmt: skip
     if _screening_done(job):
         return confirm_text(job, after_s)
     return "ETA -" if job["eta_s"] is None else f"ETA {job['eta_s']:.0f} s"

@@ -180,3 +180,40 @@ async def test_close_waits_for_a_job_to_stop_and_cancels_it_only_after_the_grace
     assert (polite.state, polite.report) == ("cancelled", {"cancelled": True, "rounds": []})
     assert stuck.state == "cancelled" and stuck.error == "cancelled at coordinator shutdown"
     assert stuck.task is not None and stuck.task.cancelled()
+
+
+async def test_a_job_waiting_behind_another_says_which_and_how_to_cancel_it() -> None:
+    """One screening runs at a time: a second job, before its first round, names the
+    job it waits for (``waiting_for``) and ``screen run``'s line says so with the
+    request that cancels it (before: "0 of N rounds, ETA -" for as long as the other
+    ran, e.g. a job whose client was killed)."""
+    from netcheck.coordinator.jobs import ScreeningJobs
+    from netcheck.coordinator.screen_follow import eta_text
+
+    lock = asyncio.Lock()
+
+    async def runner(profile: str, n: int, progress: Any, cancel: asyncio.Event,
+                     confirming: Any) -> dict[str, Any]:  # fmt: skip
+        async with lock:  # as Screening.run: one at a time
+            for i in range(n):
+                if cancel.is_set():
+                    return {"cancelled": True, "rounds": []}
+                await asyncio.sleep(0.05)
+                progress(i + 1, n)
+        return {"rounds": []}
+
+    jobs = ScreeningJobs(runner)
+    first = jobs.start("p", 1000)
+    second = jobs.start("p", 2)
+    await asyncio.sleep(0.2)
+    assert jobs.view(first)["waiting_for"] is None and first.rounds_done > 0
+    view = jobs.view(second)
+    assert view["waiting_for"] == first.job_id
+    line = eta_text(view)
+    assert f"waiting for screening job {first.job_id} to end" in line
+    assert f"DELETE /admin/screening/jobs/{first.job_id}" in line
+    jobs.cancel(first.job_id)
+    assert second.task is not None
+    await asyncio.wait_for(second.task, 5)
+    assert jobs.view(second)["waiting_for"] is None and second.state == "done"
+    assert "waiting" not in eta_text(jobs.view(second))
