@@ -22,13 +22,24 @@ from netcheck.coordinator.jobs import SHUTDOWN_ERROR
 
 def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
     """Start a screening job on the coordinator named by ``config_path`` and follow it
-    to its end (``held`` receives ``job_id`` and ``names`` as soon as known)."""
-    from netcheck.admin_client import AdminUnreachable, with_start_hint
+    to its end (``held`` receives ``job_id`` and ``names`` as soon as known).
+
+    Raises:
+        AdminUnreachable: the coordinator stopped answering (during the job: named,
+            :func:`lost_job`).
+        RunStopped: the job is gone from a coordinator that restarted between two polls
+            (exit 11).
+    """
+    from netcheck.admin_client import AdminNotFound, AdminUnreachable, RunStopped, with_start_hint
     from netcheck.config import load_coordinator_config
 
     cfg = load_coordinator_config(config_path)
     try:
         return asyncio.run(_follow(cfg, body, held))
+    except AdminNotFound as exc:  # the coordinator restarted between two polls
+        if "job_id" not in held:
+            raise
+        raise RunStopped(f"{lost_job(held)} ({exc})") from None
     except AdminUnreachable as exc:
         hinted = with_start_hint(exc, config_path, cfg)
         if "job_id" not in held:

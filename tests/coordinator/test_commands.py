@@ -557,3 +557,38 @@ def test_coordinator_lost_during_screen_run_says_the_job_is_gone(
     assert "lost the coordinator during screening job s9 after 5 of 32 rounds" in out, out
     assert "the job is gone" in out and "rounds stored so far are kept" in out
     assert "nothing listens there: start it with" in out
+
+
+def test_job_gone_after_a_quick_coordinator_restart_exits_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator restarted between two polls (jobs live in its memory): its 404
+    for the job is exit 11 with the job, its rounds and what is kept (before: "HTTP
+    404: no screening job", exit 7, as if the id were mistyped)."""
+    from click.testing import CliRunner
+
+    from netcheck.admin_client import AdminNotFound
+    from netcheck.cli import main
+    from netcheck.coordinator import screen_follow
+    from netcheck.exitcodes import Exit
+
+    base = {"job_id": "s10", "profile": "p", "rounds_total": 32, "eta_s": None}
+    polls = iter([{**base, "state": "running", "rounds_done": 7}])
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        if path == "/admin/nodes":
+            return {"known": []}
+        try:
+            return next(polls)
+        except StopIteration:
+            raise AdminNotFound(f"GET {path}: HTTP 404: no screening job 's10'") from None
+
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    result = CliRunner().invoke(main, ["screen", "run", "--config", str(_config(tmp_path))])
+    assert result.exit_code == Exit.STOPPED, (result.output, result.exception)
+    out = " ".join(result.output.split())
+    assert "lost the coordinator during screening job s10 after 7 of 32 rounds" in out, out
+    assert "HTTP 404" in out
