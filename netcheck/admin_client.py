@@ -33,6 +33,10 @@ class AdminConflict(AdminError):
     """The coordinator refused the request as things stand (409) (exit status 6)."""
 
 
+class AdminStorageError(AdminError):
+    """The coordinator's database failed (503: down, full, locked) (exit status 10)."""
+
+
 class AdminNotFound(AdminError):
     """No such round, flag or node (404) (exit status 7)."""
 
@@ -58,6 +62,8 @@ def _error_for(status: int) -> type[AdminError]:
         return AdminConflict
     if status == 404:
         return AdminNotFound
+    if status == 503:
+        return AdminStorageError
     return AdminError
 
 
@@ -85,7 +91,8 @@ async def admin_request(
     Raises:
         AdminUnreachable: nothing answered at the address (connection refused, bad host,
             no answer within ``timeout_s``).
-        AdminAuthError, AdminConflict, AdminNotFound: a 401/403, 409 or 404 reply.
+        AdminAuthError, AdminConflict, AdminNotFound, AdminStorageError: a 401/403, 409,
+            404 or 503 reply.
         AdminError: any other error reply (with its text), or a reply that is not JSON.
     """
     headers = {"Authorization": f"Bearer {cfg.admin_token}"}

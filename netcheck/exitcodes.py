@@ -28,7 +28,8 @@ code  name                   meaning
 10    STORAGE                the database (or the coordinator's spool) could not be
                              opened or used: server unreachable or refusing the
                              login, a file that is not a database, not writable,
-                             disk full
+                             disk full; also the coordinator's, through its admin
+                             API (a 503, or a screening job failed by it)
 11    STOPPED                ``screen run``: the run ended without its judgement:
                              cancelled by another client (the admin API, e.g. a
                              second terminal), stopped by the coordinator's
@@ -67,6 +68,7 @@ def exit_code_for(exc: BaseException) -> int:
         AdminAuthError,
         AdminConflict,
         AdminNotFound,
+        AdminStorageError,
         AdminUnreachable,
         NodesFailed,
         NothingChecked,
@@ -86,6 +88,7 @@ def exit_code_for(exc: BaseException) -> int:
         (NodeFatalError, Exit.CONFIG),
         (DatabaseURLError, Exit.CONFIG),  # before StorageError, its base
         (StorageError, Exit.STORAGE),
+        (AdminStorageError, Exit.STORAGE),  # the coordinator's database, through its API
         (AdminUnreachable, Exit.UNREACHABLE),
         (AdminAuthError, Exit.AUTH),
         (AdminConflict, Exit.CONFLICT),

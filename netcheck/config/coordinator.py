@@ -249,11 +249,13 @@ class CoordinatorConfig(FileConfig):
     @field_validator("node_names", "node_hosts")
     @classmethod
     def _check_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for text in value:
+        for text, name in value.items():
             try:
                 parse_public_key(text)
             except KeyFileError as exc:
                 raise ValueError(str(exc)) from None  # names the key
+            if not name.isprintable():  # shown in log lines and tables: no forged lines
+                raise ValueError(f"{text}: {name!r} has a control character: remove it")
         return value
 
     @field_validator("admin_token")

@@ -34,6 +34,7 @@ class NodeConfig(FileConfig):
     place of the profile's ``device``. The engine fingerprint records the card *model*,
     not its index, so one profile and one reference set serve every card of a host."""
     name: str = ""
+    """Label of this node in its own log lines (never sent); printable characters only."""
     warmup_batches: int = Field(default=2, ge=0, le=16)
     """Full batches of fresh prompts run after the engine loads and before the node
     joins (answers discarded): the first batch pays one-time costs (CUDA context, kernel
@@ -56,6 +57,15 @@ class NodeConfig(FileConfig):
             raise ValueError("coordinator_url has no host")
         if url.explicit_port is not None and not 1 <= url.explicit_port <= 65535:
             raise ValueError(f"port must be 1..65535, got {url.explicit_port}")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        # it starts every log line of the node: a newline or an escape sequence would
+        # forge lines or recolour the terminal
+        if not value.isprintable():
+            raise ValueError("has a control character (a newline, escape, tab, ...): remove it")
         return value
 
     @field_validator("coordinator_key")

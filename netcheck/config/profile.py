@@ -13,6 +13,12 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from netcheck.config.base import Model, load_model, read_toml
 from netcheck.errors import ConfigError
 
+#: The largest batch and output length a job or result frame carries
+#: (``netcheck.protocol.messages.MAX_BATCH`` and ``MAX_TOKENS``, docs/protocol.md §5.2;
+#: not imported: config and protocol share a layer; tests/config check they agree).
+PROTOCOL_MAX_BATCH = 65536
+PROTOCOL_MAX_TOKENS = 65536
+
 DEFAULT_PROFILES_DIR = Path(__file__).resolve().parent.parent.parent / "configs" / "profiles"
 """Where :func:`load_profile` looks up a profile given by name (the repository's
 ``configs/profiles``)."""
@@ -96,13 +102,15 @@ class Profile(Model):
     dtype: Literal["float32", "bfloat16", "float16"]
     device: str = "cpu"
     """``cpu``, ``cuda``, ``cuda:<n>`` or ``auto``."""
-    batch_size: int = Field(gt=1)
-    """B: prompts per mixed batch."""
+    batch_size: int = Field(gt=1, le=PROTOCOL_MAX_BATCH)
+    """B: prompts per mixed batch; at most 65,536, the most a job frame may carry
+    (docs/protocol.md §5.2: beyond it no job frame could be built for a round)."""
     prompt_len: int = Field(ge=2)
     """Padded prompt length, tokens; at least 2 (at 1 an engine that adds ``<s>`` keeps
     only it, so every prompt is the same input)."""
-    max_new_tokens: int = Field(gt=0)
-    """Fixed output length, tokens (generation ignores EOS)."""
+    max_new_tokens: int = Field(gt=0, le=PROTOCOL_MAX_TOKENS)
+    """Fixed output length, tokens (generation ignores EOS); at most 65,536, as the
+    protocol's job and result frames."""
     canaries_min: int = Field(default=1, ge=1)
     canaries_max: int = Field(default=3, ge=1)
     deadline: DeadlineParams
@@ -144,6 +152,13 @@ class Profile(Model):
                 f"workload {self.workload!r} needs engine "
                 f"{'factoring' if self.workload == 'factoring' else 'torch or vllm'}, "
                 f"got {self.engine!r}"
+            )
+        if self.workload == "factoring" and self.max_new_tokens != 2:
+            # the answer is the pair [p, q]: the engine refuses any other length, so
+            # every node and `reference build` failed only once they loaded it
+            raise ValueError(
+                f"max_new_tokens: workload 'factoring' answers [p, q], 2 numbers; got "
+                f"{self.max_new_tokens}"
             )
         if self.canaries_min > self.canaries_max:
             raise ValueError(

@@ -33,7 +33,10 @@ and must come from a loopback address (the server also binds to loopback by defa
 Bodies and query parameters are checked by :mod:`netcheck.web.inputs`: a body that is
 not a JSON object, a ``profile`` that is neither absent, ``null`` (the first profile)
 nor a non-empty string, or a non-integer or out-of-range number is a 400 naming the
-field. An unknown profile, or no node to validate, is a 409.
+field. An unknown profile, or no node to validate, is a 409. A database that fails
+(PostgreSQL down, SQLite disk full, locked past the retry budget) is a 503 whose text
+starts ``database unavailable:`` (:func:`netcheck.web.unavailable.storage_errors`; the
+CLI exits 10), not a 500.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from netcheck.coordinator.capacity_gate import capacity_context
 from netcheck.coordinator.jobs import ConfirmProgress, ScreeningJobs
 from netcheck.coordinator.late_checks import check_bugs
 from netcheck.coordinator.pool import live_pool
-from netcheck.errors import NetcheckError
+from netcheck.errors import NetcheckError, StorageError
 from netcheck.storage.durable import spooled_status
 from netcheck.storage.flags import FLAG_STATUSES, MAX_FLAG_ID, jsonable
 from netcheck.storage.reader import Reader
@@ -70,6 +73,7 @@ from netcheck.web.inputs import (
     query_int,
     token_matches,
 )
+from netcheck.web.unavailable import storage_errors
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
@@ -204,6 +208,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         profile = optional_name(body, "profile") or default_profile()
         try:
             report = await coord.start_round(profile)
+        except StorageError:
+            raise  # a 503 (web.unavailable.storage_errors), not a refusal
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         body = report.as_dict()
@@ -280,7 +286,7 @@ def admin_app(coord: Coordinator) -> web.Application:
             )
 
         job = jobs.start(profile, n, runner)
-        return web.json_response(jsonable(job.as_dict()), status=202)
+        return web.json_response(jsonable(jobs.view(job)), status=202)
 
     def find_job(request: web.Request) -> Any:
         job = jobs.jobs.get(request.match_info["job_id"])
@@ -289,11 +295,11 @@ def admin_app(coord: Coordinator) -> web.Application:
         return job
 
     async def job_status(request: web.Request) -> web.Response:
-        return web.json_response(jsonable(find_job(request).as_dict()))
+        return web.json_response(jsonable(jobs.view(find_job(request))))
 
     async def cancel_job(request: web.Request) -> web.Response:
         job = jobs.cancel(find_job(request).job_id)
-        return web.json_response(jsonable(job.as_dict() if job else {}))
+        return web.json_response(jsonable(jobs.view(job) if job else {}))
 
     async def close_jobs(app: web.Application) -> None:
         await jobs.close()
@@ -302,6 +308,8 @@ def admin_app(coord: Coordinator) -> web.Application:
         profile, n, context = await screening_args(request)
         try:
             report = await coord.screening.run(profile, n, context=context)
+        except StorageError:
+            raise  # a 503 (web.unavailable.storage_errors), not a refusal
         except NetcheckError as exc:
             raise web.HTTPConflict(text=str(exc)) from None
         return web.json_response(report)
@@ -408,6 +416,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         return web.json_response(jsonable({**doc, **flag_links(doc), "node_names": names}))
 
     app.middlewares.append(auth)
+    app.middlewares.append(storage_errors(("/admin/",)))  # inside auth: admins only
     app.router.add_get("/status", status)
     app.router.add_get("/references", references)
     app.router.add_get("/nodes", nodes)

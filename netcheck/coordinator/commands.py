@@ -29,6 +29,7 @@ from rich.text import Text
 from netcheck.admin_client import (
     AdminConflict,
     AdminError,
+    AdminStorageError,
     RunStopped,
     admin_call,
     coordinator_config_option,
@@ -37,7 +38,13 @@ from netcheck.admin_client import (
 )
 from netcheck.analysis.detector_config import DetectorConfig
 from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
-from netcheck.coordinator.screen_follow import cancel_job, ended_unjudged, run_job
+from netcheck.coordinator.screen_follow import (
+    cancel_job,
+    ended_unjudged,
+    run_job,
+    still_cancelling,
+    stop_signals_interrupt,
+)
 from netcheck.exitcodes import Exit
 from netcheck.report import check_confirmations, check_round_outcome
 from netcheck.report import console as report_console
@@ -136,7 +143,9 @@ def screen_run(
 
     Shows rounds done and an ETA while it runs, then the confirmation: rounds run so
     far, suspect groups under test and settled, and the time taken (it has no ETA). Ctrl-C cancels the run on the
-    coordinator (the round in flight finishes; no analysis) and exits 130. Exits 8 when
+    coordinator (the round in flight finishes; no analysis; it waits at most 600 s for
+    that, then names the job still cancelling; a second Ctrl-C stops the wait) and exits
+    130; so do SIGTERM and SIGHUP (a closed terminal or SSH session). Exits 8 when
     no node was checked in any round (empty canary pool), or when a suspect group's
     confirmation (or a slowness nominee's alone rounds) was not started or was stopped
     because the canary pool could not cover its rounds (not judged: no cleared record). Exits 11 when the run ended
@@ -148,13 +157,27 @@ def screen_run(
         body["capacity_override"] = override
     held: dict[str, Any] = {}
     try:
-        job = run_job(config_path, body, held)
+        with stop_signals_interrupt():  # SIGTERM, SIGHUP: as Ctrl-C, the job is cancelled
+            job = run_job(config_path, body, held)
     except KeyboardInterrupt:
-        job = cancel_job(config_path, held) if "job_id" in held else None
+        try:
+            job = cancel_job(config_path, held) if "job_id" in held else None
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, say what is not known
+            where = f"/admin/screening/jobs/{held['job_id']}"
+            click.echo(f"interrupted again: screening job {held['job_id']} may still be "
+                       f"running or cancelling on the coordinator; GET {where} shows its "
+                       f"state, DELETE {where} cancels it", err=True)  # fmt: skip
+            sys.exit(int(Exit.INTERRUPTED))
         done = "" if job is None else f" after {job['rounds_done']} of {job['rounds_total']} rounds"
-        click.echo(f"interrupted: screening run cancelled on the coordinator{done}", err=True)
+        late = "" if job is None else still_cancelling(job)
+        if late:
+            click.echo(f"interrupted: cancel requested{done}; {late}", err=True)
+        else:
+            click.echo(f"interrupted: screening run cancelled on the coordinator{done}", err=True)
         sys.exit(int(Exit.INTERRUPTED))
     if job["state"] == "failed":
+        if job.get("error_kind") == "storage":  # the database, not a refusal: exit 10
+            raise AdminStorageError(f"screening run failed: {job['error']}")
         raise AdminConflict(f"screening run failed: {job['error']}")
     stopped = ended_unjudged(job)
     report = job.get("report")

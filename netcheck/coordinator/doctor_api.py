@@ -4,12 +4,15 @@ Tells an admitted node, without a session, whether its profile is accepted and w
 references exist for its engine fingerprint (and if not, which fingerprint fields differ
 from the profile's reference sets). Bad JSON or fields: 400; bad signature, stale time
 or a key that is not admitted: 403. The time must be finite (NaN would pass the skew
-test, so a signed query would never expire).
+test, so a signed query would never expire). A database that fails under the
+coordinator: 503 with :data:`DOCTOR_UNAVAILABLE` (the node is not told the database's
+own words; the coordinator logs them), not a 500 and a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -17,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from netcheck.engines.fingerprint import fingerprint_id
-from netcheck.errors import KeyFileError, MessageError
+from netcheck.errors import KeyFileError, MessageError, StorageError
 from netcheck.keys import parse_public_key
+from netcheck.logs import node_label as who
 from netcheck.protocol.doctor import MAX_SKEW_S, verify_doctor
 from netcheck.protocol.messages import ProfileClaim
 from netcheck.references.mismatch import explain_mismatch
@@ -26,6 +30,14 @@ from netcheck.web.inputs import json_object
 
 if TYPE_CHECKING:
     from netcheck.coordinator.server import Coordinator
+
+log = logging.getLogger("netcheck.coordinator")
+
+#: The text of the 503 a node's doctor query gets while the database fails.
+DOCTOR_UNAVAILABLE = (
+    "the coordinator cannot read its reference sets now (its database is unavailable); "
+    "try again later"
+)
 
 
 def _fields(body: Any) -> tuple[str, str, dict[str, str | int], float, bytes]:
@@ -100,7 +112,11 @@ def add_doctor_route(app: web.Application, coord: Coordinator) -> None:
                         "profile_references": coord.store.count_references(profile=profile),
                         "mismatch": mismatch}  # fmt: skip
 
-            out.update(await asyncio.to_thread(read))
+            try:
+                out.update(await asyncio.to_thread(read))
+            except StorageError as exc:  # the node learns that, not the database's words
+                log.warning("doctor query of node %s: %s", who(key_text), exc)
+                raise web.HTTPServiceUnavailable(text=DOCTOR_UNAVAILABLE) from None
         return web.json_response(out)
 
     app.router.add_post("/v1/doctor", doctor)

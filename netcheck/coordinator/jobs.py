@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from netcheck.errors import NetcheckError
+from netcheck.errors import NetcheckError, StorageError
 
 log = logging.getLogger("netcheck.admin")
 
@@ -82,6 +82,8 @@ class ScreeningJob:
     state: str = "running"
     finished_at: float | None = None
     error: str | None = None
+    #: ``"storage"`` for a job failed by the database (the CLI exits 10), else None
+    error_kind: str | None = None
     report: dict[str, Any] | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     confirmation: ConfirmProgress = field(default_factory=ConfirmProgress)
@@ -110,7 +112,8 @@ class ScreeningJob:
             "job_id": self.job_id, "profile": self.profile, "state": self.state,
             "rounds_done": self.rounds_done, "rounds_total": self.rounds_total,
             "started_at": self.started_at, "finished_at": self.finished_at,
-            "eta_s": self.eta_s(), "error": self.error, "report": self.report,
+            "eta_s": self.eta_s(), "error": self.error, "error_kind": self.error_kind,
+            "report": self.report,
             "confirmation": self.confirmation.as_dict(),
         }  # fmt: skip
 
@@ -142,6 +145,7 @@ class ScreeningJobs:
             raise
         except NetcheckError as exc:
             job.state, job.error = "failed", str(exc)
+            job.error_kind = "storage" if isinstance(exc, StorageError) else None
         except Exception as exc:  # a bug: keep the coordinator up, report it, log it
             log.exception("screening job %s failed", job.job_id)
             job.state, job.error = "failed", f"internal error: {type(exc).__name__}"
@@ -149,6 +153,24 @@ class ScreeningJobs:
             job.finished_at = time.time()
         log.info("screening job %s %s after %d of %d rounds", job.job_id, job.state,
                  job.rounds_done, job.rounds_total)  # fmt: skip
+
+    def waiting_for(self, job: ScreeningJob) -> str | None:
+        """The id of an earlier job still ``running`` or ``cancelling`` while ``job``
+        has run no round yet: only one screening runs at a time, so ``job`` waits for
+        it (another client's run, or one whose client was killed). None otherwise."""
+        if job.state != "running" or job.rounds_done:
+            return None
+        for other in self.jobs.values():
+            if other is job:
+                return None
+            if other.state in ("running", "cancelling"):
+                return other.job_id
+        return None
+
+    def view(self, job: ScreeningJob) -> dict[str, Any]:
+        """``job`` as the admin API shows it: :meth:`ScreeningJob.as_dict` and
+        ``waiting_for`` (:meth:`waiting_for`)."""
+        return {**job.as_dict(), "waiting_for": self.waiting_for(job)}
 
     def cancel(self, job_id: str) -> ScreeningJob | None:
         """Ask a job to stop after its current round; None for an unknown id."""

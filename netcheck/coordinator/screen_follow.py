@@ -6,8 +6,10 @@ Ctrl-C. The job's fields are in docs/admin-api.md (``/admin/screening/jobs``).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +22,67 @@ from netcheck.coordinator.jobs import SHUTDOWN_ERROR
 
 def run_job(config_path: Path, body: dict[str, Any], held: dict[str, Any]) -> Any:
     """Start a screening job on the coordinator named by ``config_path`` and follow it
-    to its end (``held`` receives ``job_id`` and ``names`` as soon as known)."""
-    from netcheck.admin_client import AdminUnreachable, with_start_hint
+    to its end (``held`` receives ``job_id`` and ``names`` as soon as known).
+
+    Raises:
+        AdminUnreachable: the coordinator stopped answering (during the job: named,
+            :func:`lost_job`).
+        RunStopped: the job is gone from a coordinator that restarted between two polls
+            (exit 11).
+    """
+    from netcheck.admin_client import AdminNotFound, AdminUnreachable, RunStopped, with_start_hint
     from netcheck.config import load_coordinator_config
 
     cfg = load_coordinator_config(config_path)
     try:
         return asyncio.run(_follow(cfg, body, held))
+    except AdminNotFound as exc:  # the coordinator restarted between two polls
+        if "job_id" not in held:
+            raise
+        raise RunStopped(f"{lost_job(held)} ({exc})") from None
     except AdminUnreachable as exc:
-        raise with_start_hint(exc, config_path, cfg) from exc.__cause__
+        hinted = with_start_hint(exc, config_path, cfg)
+        if "job_id" not in held:
+            raise hinted from exc.__cause__
+        raise AdminUnreachable(f"{lost_job(held)}: {hinted}") from exc.__cause__
+
+
+def lost_job(held: Mapping[str, Any]) -> str:
+    """What ``screen run`` says when its coordinator stops answering during the job in
+    ``held`` (``job_id``, and ``rounds_done``/``rounds_total`` once polled): the job is
+    gone if the coordinator stopped (jobs live in its memory), the rounds stored so far
+    are kept."""
+    done = ""
+    if "rounds_done" in held:
+        done = f" after {held['rounds_done']} of {held['rounds_total']} rounds"
+    return (f"lost the coordinator during screening job {held['job_id']}{done}: if it "
+            "stopped, the job is gone (jobs live in its memory; the rounds stored so far "
+            "are kept, a round in flight is marked aborted at its next start) and no "
+            "analysis ran; run `screen run` again once it is back")  # fmt: skip
+
+
+#: Signals that end ``screen run`` the way Ctrl-C does (its job cancelled on the
+#: coordinator): a closed terminal or SSH session (SIGHUP), ``kill``, ``timeout`` or a
+#: service manager (SIGTERM). Before, they ended the client at once and its job ran on,
+#: unseen, spending canaries, with the next ``screen run`` waiting behind it.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """Within the block, :data:`STOP_SIGNALS` raise ``KeyboardInterrupt`` as SIGINT does
+    (so the caller's Ctrl-C path cancels the job); the previous handlers after it. A
+    no-op off the main thread (signal handlers can only be set there)."""
+    try:
+        before = {sig: signal.signal(sig, signal.default_int_handler) for sig in STOP_SIGNALS}
+    except ValueError:  # not the main thread (a test runner's worker thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def cancel_job(config_path: Path, held: dict[str, Any]) -> Any:
@@ -67,6 +121,7 @@ async def _follow(cfg: CoordinatorConfig, body: dict[str, Any], held: dict[str, 
         while job["state"] in ("running", "cancelling"):
             await asyncio.sleep(POLL_S)
             job = await admin_request(cfg, "GET", path, timeout_s=30)
+            held["rounds_done"], held["rounds_total"] = job["rounds_done"], job["rounds_total"]
             if after_t0 is None and _screening_done(job):
                 after_t0 = time.monotonic()
             after_s = None if after_t0 is None else time.monotonic() - after_t0
@@ -98,7 +153,8 @@ CONFIRM_STAGES = ("groups", "alone")
 def _line_state(job: Mapping[str, Any]) -> tuple[Any, ...]:
     """What, when it changes, earns a new progress line off a terminal."""
     c = job.get("confirmation") or {}
-    return (job["rounds_done"], c.get("stage"), c.get("groups_active"), c.get("groups_done"))
+    return (job["rounds_done"], c.get("stage"), c.get("groups_active"), c.get("groups_done"),
+            job.get("waiting_for"))  # fmt: skip
 
 
 #: Without a terminal, ``screen run`` repeats its progress line this often (seconds)
@@ -111,13 +167,18 @@ def _screening_done(job: Mapping[str, Any]) -> bool:
 
 
 def eta_text(job: Mapping[str, Any], after_s: float | None = None) -> str:
-    """What a screening job's progress line ends with: ``ETA <s>`` until its last
+    """What a screening job's progress line ends with: while it waits for an earlier
+    job (``waiting_for``), that job and how to cancel it; ``ETA <s>`` until its last
     screening round ends; once they are all done, what the analysis and confirmation
     are doing (:func:`confirm_text`), for how long (``after_s``), and that they have no
     ETA (a suspect group's confirmation takes from a few rounds to hundreds); a job
     that has ended, its state."""
     if job["state"] not in ("running", "cancelling"):
         return str(job["state"])
+    if job.get("waiting_for"):
+        other = job["waiting_for"]
+        return (f"waiting for screening job {other} to end (one screening at a time; "
+                f"DELETE /admin/screening/jobs/{other} cancels it)")  # fmt: skip
     if _screening_done(job):
         return confirm_text(job, after_s)
     return "ETA -" if job["eta_s"] is None else f"ETA {job['eta_s']:.0f} s"
@@ -149,14 +210,30 @@ def confirm_text(
 
 
 async def _cancel(cfg: CoordinatorConfig, held: dict[str, Any]) -> Any:
-    """Cancel the job on the coordinator and wait (bounded) until it has stopped."""
+    """Cancel the job on the coordinator and wait (at most :data:`CANCEL_WAIT_S`) until it
+    has stopped; returns the job as last seen: still in state ``cancelling`` when the wait
+    ran out (its round in flight has not ended; the coordinator still stops it), which
+    the caller reports (:func:`still_cancelling`) instead of raising ``TimeoutError``."""
     path = f"/admin/screening/jobs/{held['job_id']}"
     job = await admin_request(cfg, "DELETE", path, timeout_s=30)
-    async with asyncio.timeout(CANCEL_WAIT_S):
-        while job.get("state") == "cancelling":
-            await asyncio.sleep(POLL_S)
-            job = await admin_request(cfg, "GET", path, timeout_s=30)
+    give_up = time.monotonic() + CANCEL_WAIT_S
+    while job.get("state") == "cancelling" and time.monotonic() < give_up:
+        await asyncio.sleep(POLL_S)
+        job = await admin_request(cfg, "GET", path, timeout_s=30)
     return job
+
+
+def still_cancelling(job: Mapping[str, Any]) -> str:
+    """The sentence for a job that a Ctrl-C asked to cancel and that was still in state
+    ``cancelling`` when ``screen run`` stopped waiting (:data:`CANCEL_WAIT_S`); "" for a
+    job that stopped."""
+    if job.get("state") != "cancelling":
+        return ""
+    job_id = job.get("job_id", "?")
+    return (f"screening job {job_id} is still cancelling on the coordinator after "
+            f"{CANCEL_WAIT_S:.0f} s (its round in flight has not ended); the coordinator "
+            f"stops it when that round ends: GET /admin/screening/jobs/{job_id} shows its "
+            "state")  # fmt: skip
 
 
 #: Seconds between progress polls; the most a cancel waits for the round in flight.

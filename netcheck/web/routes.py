@@ -41,6 +41,7 @@ from netcheck.storage.reader import Reader
 from netcheck.web.access import private_headers
 from netcheck.web.banner import pool_middleware
 from netcheck.web.pages import Dashboard
+from netcheck.web.unavailable import storage_errors
 
 if TYPE_CHECKING:
     from netcheck.web.view import CoordinatorView
@@ -73,6 +74,8 @@ def add_web_routes(
     app[WEB_KEY] = d.reader
     app.middlewares.append(d.dashboard_auth)
     app.on_response_prepare.append(private_headers)  # nosniff, no-store
+    # inside the auth check: a failing database is a 503 naming it, banner included
+    app.middlewares.append(storage_errors(("/dashboard", "/export/", "/metrics")))
     app.middlewares.append(pool_middleware(coord))  # inside the auth check
     r = app.router
     r.add_get("/", d.root)

@@ -532,3 +532,25 @@ def test_config_detection_fields(tmp_path: Path) -> None:
                 {"capacity_alpha": 1.0}, {"capacity_strikes": 1}):  # fmt: skip
         with pytest.raises(ValueError):
             _detection_config(tmp_path, **bad)
+
+
+@pytest.mark.parametrize("name", ["n1\\nFAKE LINE", "n1\\u001b[31mred", "n1\\ttab"])
+def test_names_with_control_characters_are_refused_naming_the_field(
+    tmp_path: Path, name: str
+) -> None:
+    """A node's ``name`` starts each of its log lines, a ``node_names``/``node_hosts`` value
+    shows in the coordinator's log lines and tables: a newline forged a log line and an
+    escape sequence recoloured the terminal (before: both accepted and printed raw)."""
+    node = (
+        f'coordinator_url = "ws://h:1/v1/ws"\ncoordinator_key = "{KEY}"\n'
+        f'identity_key = "/abs/n.pem"\nprofile = "cpu-tiny"\nname = "{name}"\n'
+    )
+    with pytest.raises(ConfigError, match="n.toml: name: .*control character"):
+        load_node_config(write(tmp_path / "n.toml", node))
+    real = public_key_text(Ed25519PrivateKey.generate())
+    for field in ("node_names", "node_hosts"):
+        text = f'{field} = {{ "{real}" = "{name}" }}' + COORD
+        with pytest.raises(ConfigError, match=f"c.toml: {field}: .*control character"):
+            load_coordinator_config(write(tmp_path / "c.toml", text))
+    ok = load_node_config(write(tmp_path / "n.toml", node.replace(name, "gpu-1 (rack 7)")))
+    assert ok.name == "gpu-1 (rack 7)"

@@ -73,3 +73,42 @@ def test_profile_path_is_relative_to_the_config(tmp_path: Path) -> None:
     text = NODE.replace('profile = "cpu-tiny"', 'profile = "mine/p.toml"')
     cfg = load_node_config(write(tmp_path / "etc" / "n.toml", text))
     assert cfg.load_profile(cfg.profile).deadline.t_ref_s == 9.0
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [("batch_size = 16", "batch_size = 65537"), ("max_new_tokens = 2", "max_new_tokens = 65537")],
+)
+def test_a_profile_beyond_the_protocol_frames_is_refused_naming_the_field(
+    tmp_path: Path, line: str, field: str
+) -> None:
+    """A batch or output length no job or result frame may carry (docs/protocol.md §5.2)
+    is a config error naming the field (before: accepted by the config and by
+    ``coordinator check``, then no job frame could be built: ``Job`` refuses it); the bounds are
+    the protocol's own."""
+    from netcheck.config import load_profile
+    from netcheck.config.profile import PROTOCOL_MAX_BATCH, PROTOCOL_MAX_TOKENS
+    from netcheck.protocol.messages import MAX_BATCH, MAX_TOKENS
+
+    assert (PROTOCOL_MAX_BATCH, PROTOCOL_MAX_TOKENS) == (MAX_BATCH, MAX_TOKENS)
+    text = (DEFAULT_PROFILES_DIR / "cpu-factoring.toml").read_text()
+    assert line in text
+    path = write(tmp_path / "cpu-factoring.toml", text.replace(line, field, 1))
+    with pytest.raises(ConfigError, match=field.split()[0] + r": Input should be less than"):
+        load_profile(str(path))
+    load_profile(str(write(tmp_path / "ok" / "cpu-factoring.toml", text)))  # the shipped one
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_a_factoring_profile_must_answer_two_numbers(tmp_path: Path, tokens: int) -> None:
+    """The factoring workload answers [p, q]: another max_new_tokens is a config error
+    naming the field (before: accepted by the config and `coordinator check`, then
+    `reference build` and every node failed loading the engine)."""
+    from netcheck.config import load_profile
+
+    text = (DEFAULT_PROFILES_DIR / "cpu-factoring.toml").read_text()
+    line = "max_new_tokens = 2"
+    assert line in text
+    path = write(tmp_path / "cpu-factoring.toml", text.replace(line, f"max_new_tokens = {tokens}"))
+    with pytest.raises(ConfigError, match="max_new_tokens: workload 'factoring' answers"):
+        load_profile(str(path))

@@ -506,3 +506,141 @@ def test_ended_unjudged_names_the_coordinators_own_words() -> None:
     from netcheck.coordinator import confirm_batches, screen_follow
 
     assert screen_follow.SHUTDOWN_HALT == confirm_batches.SHUTDOWN
+
+
+def test_ctrl_c_on_a_job_that_stays_cancelling_says_so_and_exits_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C on ``screen run`` whose job is still ``cancelling`` when the wait for it runs
+    out (its round in flight stuck behind a slow database, say): one clear line naming
+    the job and how to follow it, exit 130 (before: a ``TimeoutError`` traceback)."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands, screen_follow
+    from netcheck.exitcodes import Exit
+
+    def interrupted(config: object, body: object, held: dict[str, object]) -> object:
+        held["job_id"] = "s7"
+        raise KeyboardInterrupt
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        return {"job_id": "s7", "state": "cancelling", "rounds_done": 3, "rounds_total": 32}
+
+    monkeypatch.setattr(commands, "run_job", interrupted)
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.01)
+    monkeypatch.setattr(screen_follow, "CANCEL_WAIT_S", 0.05)
+    result = CliRunner().invoke(commands.screen, ["run", "--config", str(_config(tmp_path))])
+    assert result.exit_code == Exit.INTERRUPTED, (result.output, result.exception)
+    out = " ".join(result.output.split())
+    assert "cancel requested after 3 of 32 rounds" in out, out
+    assert "screening job s7 is still cancelling on the coordinator after 0 s" in out, out
+    assert "GET /admin/screening/jobs/s7" in out and "Traceback" not in out
+
+
+def test_second_ctrl_c_while_cancelling_exits_130_naming_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second Ctrl-C while ``screen run`` waits for the cancelled job to stop: exit 130
+    with a line naming the job and the requests that show or cancel it (before: click's
+    "Aborted!" and exit 1)."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+    from netcheck.exitcodes import Exit
+
+    def interrupted(config: object, body: object, held: dict[str, object]) -> object:
+        held["job_id"] = "s8"
+        raise KeyboardInterrupt
+
+    def interrupted_again(config: object, held: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "run_job", interrupted)
+    monkeypatch.setattr(commands, "cancel_job", interrupted_again)
+    result = CliRunner().invoke(commands.screen, ["run", "--config", str(_config(tmp_path))])
+    assert result.exit_code == Exit.INTERRUPTED, (result.output, result.exception)
+    out = " ".join(result.output.split())
+    assert "interrupted again: screening job s8 may still be running" in out, out
+    assert "DELETE /admin/screening/jobs/s8 cancels it" in out
+
+
+def test_coordinator_lost_during_screen_run_says_the_job_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator stops answering while ``screen run`` follows its job (killed,
+    restarted): exit 4 with a line naming the job, the rounds done, that the job is gone
+    and what is kept, then the start hint (before: only "nothing listens there: start
+    it", as if no run had been going)."""
+    import aiohttp
+    from click.testing import CliRunner
+
+    from netcheck.admin_client import AdminUnreachable
+    from netcheck.coordinator import screen_follow
+    from netcheck.exitcodes import Exit
+
+    base = {"job_id": "s9", "profile": "p", "rounds_total": 32, "eta_s": None}
+    polls = iter([{**base, "state": "running", "rounds_done": 5}])
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        if path == "/admin/nodes":
+            return {"known": []}
+        try:
+            return next(polls)
+        except StopIteration:
+            refused = aiohttp.ClientConnectorError(
+                aiohttp.client_reqrep.ConnectionKey(
+                    "127.0.0.1", 8471, False, True, None, None, None
+                ),
+                ConnectionRefusedError(111, "Connection refused"),
+            )
+            raise AdminUnreachable("cannot reach the coordinator") from refused
+
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    from netcheck.cli import main
+
+    cfg = _config(tmp_path)
+    result = CliRunner().invoke(main, ["screen", "run", "--config", str(cfg)])
+    assert result.exit_code == Exit.UNREACHABLE, (result.output, result.exception)
+    out = " ".join(result.output.split())
+    assert "lost the coordinator during screening job s9 after 5 of 32 rounds" in out, out
+    assert "the job is gone" in out and "rounds stored so far are kept" in out
+    assert "nothing listens there: start it with" in out
+
+
+def test_job_gone_after_a_quick_coordinator_restart_exits_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator restarted between two polls (jobs live in its memory): its 404
+    for the job is exit 11 with the job, its rounds and what is kept (before: "HTTP
+    404: no screening job", exit 7, as if the id were mistyped)."""
+    from click.testing import CliRunner
+
+    from netcheck.admin_client import AdminNotFound
+    from netcheck.cli import main
+    from netcheck.coordinator import screen_follow
+    from netcheck.exitcodes import Exit
+
+    base = {"job_id": "s10", "profile": "p", "rounds_total": 32, "eta_s": None}
+    polls = iter([{**base, "state": "running", "rounds_done": 7}])
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        if path == "/admin/nodes":
+            return {"known": []}
+        try:
+            return next(polls)
+        except StopIteration:
+            raise AdminNotFound(f"GET {path}: HTTP 404: no screening job 's10'") from None
+
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    result = CliRunner().invoke(main, ["screen", "run", "--config", str(_config(tmp_path))])
+    assert result.exit_code == Exit.STOPPED, (result.output, result.exception)
+    out = " ".join(result.output.split())
+    assert "lost the coordinator during screening job s10 after 7 of 32 rounds" in out, out
+    assert "HTTP 404" in out

@@ -76,3 +76,29 @@ async def test_time_must_be_finite_even_when_signed(tmp_path: Path, at: float) -
         url = f"http://127.0.0.1:{rc.port}{PATH}"
         async with aiohttp.ClientSession() as http, http.post(url, data=json.dumps(query(at))) as r:
             assert r.status in (400, 403), (r.status, await r.text())
+
+
+async def test_database_down_is_a_503_that_does_not_repeat_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The coordinator's database fails under it (PostgreSQL stopped): a node's doctor
+    query gets a 503 saying to try later, without the database's own words (the node is
+    a peer; the coordinator's log has them), and no traceback (before: a 500 "Server got
+    itself in trouble" and an ERROR with its traceback per query)."""
+    from sqlalchemy.exc import OperationalError
+
+    from netcheck.coordinator.doctor_api import DOCTOR_UNAVAILABLE
+
+    async with running_coordinator(tmp_path, [PROFILE]) as rc:
+
+        def refused(*args: object, **kwargs: object) -> object:
+            raise OperationalError("connect", {}, ConnectionRefusedError("port 5432 refused"))
+
+        monkeypatch.setattr(rc.coord.store._engine, "connect", refused)
+        url = f"http://127.0.0.1:{rc.port}{PATH}"
+        async with aiohttp.ClientSession() as http, http.post(url, json=query()) as r:
+            text = await r.text()
+            assert (r.status, text) == (503, DOCTOR_UNAVAILABLE)
+    assert "5432" not in text and "5432" in caplog.text  # said to the operator only
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors

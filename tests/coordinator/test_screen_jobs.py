@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from click.testing import CliRunner
 from test_pool_surfaces import write_config
 from test_screening_live import FP, PROFILE, T, _join, _store
@@ -52,9 +53,17 @@ async def test_screen_run_shows_progress_and_whole_keys(tmp_path: Path) -> None:
     assert f"{flag}" in listed.output
 
 
-async def test_ctrl_c_cancels_the_run_on_the_coordinator(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"]
+)
+async def test_ctrl_c_cancels_the_run_on_the_coordinator(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     """SIGINT to `netcheck screen run` stops the coordinator's job: exit 130, job
-    cancelled after a few of its 500 rounds, and no further round starts."""
+    cancelled after a few of its 500 rounds, and no further round starts. So do SIGTERM
+    (`kill`, `timeout`) and SIGHUP (the terminal or SSH session closed); before, they
+    ended the client at once and its job ran on unseen, spending canaries, with the next
+    `screen run` waiting behind it at "0 of N rounds"."""
     async with running_coordinator(tmp_path, [PROFILE], store=_store(tmp_path, 2000)) as rc:
         await _join(rc, {f"n{i}": MadeUpWorker(FP, T) for i in range(2)})
         cfg = write_config(tmp_path, rc).read_text().replace('"pool"', f'"{PROFILE.name}"')
@@ -72,7 +81,7 @@ async def test_ctrl_c_cancels_the_run_on_the_coordinator(tmp_path: Path) -> None
                 if stored:
                     break
                 await asyncio.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == Exit.INTERRUPTED, err.decode()
         assert b"cancelled on the coordinator" in err
@@ -171,3 +180,40 @@ async def test_close_waits_for_a_job_to_stop_and_cancels_it_only_after_the_grace
     assert (polite.state, polite.report) == ("cancelled", {"cancelled": True, "rounds": []})
     assert stuck.state == "cancelled" and stuck.error == "cancelled at coordinator shutdown"
     assert stuck.task is not None and stuck.task.cancelled()
+
+
+async def test_a_job_waiting_behind_another_says_which_and_how_to_cancel_it() -> None:
+    """One screening runs at a time: a second job, before its first round, names the
+    job it waits for (``waiting_for``) and ``screen run``'s line says so with the
+    request that cancels it (before: "0 of N rounds, ETA -" for as long as the other
+    ran, e.g. a job whose client was killed)."""
+    from netcheck.coordinator.jobs import ScreeningJobs
+    from netcheck.coordinator.screen_follow import eta_text
+
+    lock = asyncio.Lock()
+
+    async def runner(profile: str, n: int, progress: Any, cancel: asyncio.Event,
+                     confirming: Any) -> dict[str, Any]:  # fmt: skip
+        async with lock:  # as Screening.run: one at a time
+            for i in range(n):
+                if cancel.is_set():
+                    return {"cancelled": True, "rounds": []}
+                await asyncio.sleep(0.05)
+                progress(i + 1, n)
+        return {"rounds": []}
+
+    jobs = ScreeningJobs(runner)
+    first = jobs.start("p", 1000)
+    second = jobs.start("p", 2)
+    await asyncio.sleep(0.2)
+    assert jobs.view(first)["waiting_for"] is None and first.rounds_done > 0
+    view = jobs.view(second)
+    assert view["waiting_for"] == first.job_id
+    line = eta_text(view)
+    assert f"waiting for screening job {first.job_id} to end" in line
+    assert f"DELETE /admin/screening/jobs/{first.job_id}" in line
+    jobs.cancel(first.job_id)
+    assert second.task is not None
+    await asyncio.wait_for(second.task, 5)
+    assert jobs.view(second)["waiting_for"] is None and second.state == "done"
+    assert "waiting" not in eta_text(jobs.view(second))
