@@ -1,6 +1,6 @@
 """EMULATION: the live coordinator's detection loop on a simulated population.
 
-This replays what :class:`netcheck.coordinator.screening.Screening` does, round by
+This replays what :class:`netcheck.coordinator.detection.Screening` does, round by
 round, through the same code paths; only the nodes are simulated
 (:mod:`netcheck.lab.sim.population`):
 
