@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,16 +108,34 @@ def test_flags_show_prints_commands_that_run_as_shown(tmp_path: Path) -> None:
     assert f"proxy-a ({key})" in out.split("confirmation per member")[1]
 
 
+def _flags_show(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: dict[str, Any], host: str, port: int
+) -> str:
+    """``netcheck flags show <flag_id>`` against a coordinator config at ``host:port``
+    whose admin API answers ``flag``; returns the output (exit 0 asserted)."""
+    from click.testing import CliRunner
+
+    from netcheck.coordinator import commands
+
+    cfg = tmp_path / "coordinator.toml"
+    cfg.write_text(
+        f'host = "{host}"\nport = {port}\nidentity_key = "k.pem"\nopen_enrollment = true\n'
+        'admin_token = "a-test-token-of-some-length"\nprofiles = ["cpu-tiny"]\n'
+    )
+    monkeypatch.setattr(commands, "admin_call", lambda *a, **k: flag)
+    result = CliRunner().invoke(
+        commands.flags, ["show", str(flag["flag_id"]), "--config", str(cfg)], terminal_width=400
+    )
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def test_flags_show_puts_the_deciding_table_first_and_caps_the_rounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A confirmed shared-backend flag with 60 evidence rounds: the per-member table
     comes before the rounds, 10 rounds are listed and the rest summed up with where to
     find them; dashboard links are full URLs at the config's admin address."""
-    from click.testing import CliRunner
-
-    from netcheck.coordinator import commands
-
     key = "ed25519:" + "B" * 43
     rounds = [f"r20261202T0700{i:02d}-abcdef" for i in range(60)]
     flag = {
@@ -129,17 +148,7 @@ def test_flags_show_puts_the_deciding_table_first_and_caps_the_rounds(
             {"node_key": key, "n_coloaded": 8, "n_alone": 8, "slowdown": 2.0, "t": 9.0,
              "p": 1e-9, "confirmed": True}]}},
     }  # fmt: skip
-    cfg = tmp_path / "coordinator.toml"
-    cfg.write_text(
-        'host = "0.0.0.0"\nport = 8471\nidentity_key = "k.pem"\nopen_enrollment = true\n'
-        'admin_token = "a-test-token-of-some-length"\nprofiles = ["cpu-tiny"]\n'
-    )
-    monkeypatch.setattr(commands, "admin_call", lambda *a, **k: flag)
-    result = CliRunner().invoke(
-        commands.flags, ["show", "5", "--config", str(cfg)], terminal_width=400
-    )
-    assert result.exit_code == 0, result.output
-    out = result.output
+    out = _flags_show(tmp_path, monkeypatch, flag, host="0.0.0.0", port=8471)
     assert out.index("confirmation per member") < out.index("evidence rounds: 60")
     base = "http://127.0.0.1:8471"
     assert f"  {rounds[9]}  {base}/dashboard/rounds/{rounds[9]}" in out
@@ -156,9 +165,6 @@ def test_flags_show_says_where_the_receipts_are_and_drops_an_empty_note(
     (the receipts.json URL, token as a header) and the ``receipt verify`` command for
     one of them; a review without a note ends at its time (was ``...:`` and nothing).
     Checked to fail before the change."""
-    from click.testing import CliRunner
-
-    from netcheck.coordinator import commands
 
     key = "ed25519:" + "C" * 43
     receipt = {
@@ -177,20 +183,12 @@ def test_flags_show_says_where_the_receipts_are_and_drops_an_empty_note(
         "links": {"dashboard": "/dashboard/flags/1",
                   "receipts": "/dashboard/flags/1/receipts.json"},
     }  # fmt: skip
+    output = _flags_show(tmp_path, monkeypatch, flag, host="127.0.0.1", port=8472)
     cfg = tmp_path / "coordinator.toml"
-    cfg.write_text(
-        'host = "127.0.0.1"\nport = 8472\nidentity_key = "k.pem"\nopen_enrollment = true\n'
-        'admin_token = "a-test-token-of-some-length"\nprofiles = ["cpu-tiny"]\n'
-    )
-    monkeypatch.setattr(commands, "admin_call", lambda *a, **k: flag)
-    result = CliRunner().invoke(
-        commands.flags, ["show", "1", "--config", str(cfg)], terminal_width=400
-    )
-    assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = output.splitlines()
     assert "review: open by ana at 1970-01-01T00:00:00+00:00" in lines
     assert "review: acknowledged by ana at 1970-01-01T00:00:00+00:00: looking" in lines
-    out = " ".join(result.output.split())
+    out = " ".join(output.split())
     assert (
         "download them: curl -H 'Authorization: Bearer <admin_token>' "
         "http://127.0.0.1:8472/dashboard/flags/1/receipts.json" in out
