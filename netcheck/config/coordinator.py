@@ -56,6 +56,16 @@ class CoordinatorConfig(FileConfig):
     """CIDR networks of reverse proxies in front of the coordinator. A connection from
     one of them is charged to the rightmost untrusted ``X-Forwarded-For`` hop instead
     of the proxy's address (docs/protocol.md §3.3b). Empty: the TCP peer address."""
+    max_sessions: int = Field(default=1024, ge=1)
+    """Most websocket sessions at once (still handshaking or connected), all sources
+    together; an upgrade past it is closed with ``TRY_AGAIN_LATER`` before any
+    handshake work (docs/protocol.md §3.3c)."""
+    max_sessions_per_source: int = Field(default=256, ge=1)
+    """Most websocket sessions at once from one source address (the TCP peer, or the
+    forwarded client behind ``trusted_proxies``); applies with ``allowed_nodes`` too.
+    Behind a reverse proxy not listed in ``trusted_proxies`` every session has the
+    proxy's address: for more nodes than this there, list the proxy or raise it up to
+    ``max_sessions`` (docs/protocol.md §3.3c)."""
     request_header_timeout_s: float = Field(default=10.0, gt=0)
     """A connection must deliver each complete HTTP request (the websocket upgrade, an
     admin call) within this time of its accept or of the previous response, or it is

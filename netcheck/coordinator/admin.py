@@ -169,6 +169,7 @@ def admin_app(coord: Coordinator) -> web.Application:
         return web.json_response(
             {"connected": len(coord.sessions), "per_profile": per_profile,
              "profiles": sorted(coord.profiles), "handshake_failures": coord.handshake_failures,
+             "sessions_open": coord.slots.total, "sessions_refused": coord.slots.refused,
              "references": pool,
              "after_round_check_bugs": [b.as_dict() for b in check_bugs(coord)]}
         )  # fmt: skip

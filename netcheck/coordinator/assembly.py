@@ -59,6 +59,10 @@ class LiveView:
     def handshake_failures(self) -> int:
         return self._coord.handshake_failures
 
+    @property
+    def sessions_refused(self) -> int:
+        return self._coord.slots.refused
+
     def connected_keys(self) -> Collection[str]:
         return self._coord.sessions.keys()
 

@@ -14,6 +14,9 @@ Pure and sans-I/O: the caller passes the clock reading. Design (issue #12 item 2
 - Both tables are token buckets in an :class:`collections.OrderedDict` used as an LRU
   with a size cap: each attempt does O(1) work (one lookup, one ``move_to_end``, at
   most one eviction), whatever the table holds. There is no scan.
+- :class:`SessionSlots` caps concurrent websocket sessions (handshaking or connected),
+  in total and per source, so that one host cannot make the coordinator hold hundreds
+  of receive buffers (docs/protocol.md §3.3c).
 - :func:`client_address` takes the forwarded client address from ``X-Forwarded-For``
   only when the TCP peer is a configured trusted proxy (rightmost untrusted hop).
 """
@@ -134,6 +137,89 @@ class HandshakeLimiter:
             return False
         self.keys.take(key, now)  # known from now on
         return True
+
+
+@dataclass(frozen=True)
+class SlotRefusal:
+    """Why :meth:`SessionSlots.acquire` refused a connection.
+
+    Attributes:
+        scope: ``"total"`` (``max_sessions``) or ``"source"`` (``max_sessions_per_source``).
+        limit: the limit that was reached, sessions.
+        first: the first refusal of this scope (and source) since it was last below the
+            limit: the caller logs a WARNING only then, so a flood logs one line.
+    """
+
+    scope: str
+    limit: int
+    first: bool
+
+
+class SessionSlots:
+    """Concurrent session slots, in total and per source (docs/protocol.md §3.3c).
+
+    Pure: no I/O, no clock. A slot is taken when the websocket upgrade arrives, before
+    any handshake work, and given back when the connection's handler ends, whatever
+    the outcome. The per-source table holds only sources with a slot, so it never
+    holds more than ``max_total`` names.
+
+    Args:
+        max_total: most sessions at once, all sources together (``max_sessions``).
+        max_per_source: most sessions at once from one source address
+            (``max_sessions_per_source``).
+
+    Raises:
+        ValueError: a limit below 1.
+    """
+
+    def __init__(self, max_total: int, max_per_source: int) -> None:
+        if max_total < 1 or max_per_source < 1:
+            raise ValueError("max_total and max_per_source must be at least 1")
+        self.max_total = max_total
+        self.max_per_source = max_per_source
+        self.total = 0
+        #: Connections refused for a full slot table since start (status, metrics).
+        self.refused = 0
+        self._held: dict[str, int] = {}
+        self._warned: set[str] = set()  # sources refused since last below their limit
+        self._warned_total = False
+
+    def held(self, source: str) -> int:
+        """Slots ``source`` holds now."""
+        return self._held.get(source, 0)
+
+    def acquire(self, source: str) -> SlotRefusal | None:
+        """Take a slot for ``source``; None if taken, else why not (nothing taken)."""
+        held = self._held.get(source, 0)
+        if held >= self.max_per_source:
+            self.refused += 1
+            first = source not in self._warned
+            self._warned.add(source)
+            return SlotRefusal("source", self.max_per_source, first)
+        if self.total >= self.max_total:
+            self.refused += 1
+            first, self._warned_total = not self._warned_total, True
+            return SlotRefusal("total", self.max_total, first)
+        self._held[source] = held + 1
+        self.total += 1
+        return None
+
+    def release(self, source: str) -> None:
+        """Give back a slot :meth:`acquire` gave ``source``.
+
+        Raises:
+            ValueError: ``source`` holds no slot (a bug in the caller).
+        """
+        held = self._held.get(source, 0)
+        if held < 1:
+            raise ValueError(f"source {source!r} holds no session slot")
+        if held == 1:
+            del self._held[source]
+        else:
+            self._held[source] = held - 1
+        self.total -= 1
+        self._warned.discard(source)  # below its limit again: a new refusal is logged
+        self._warned_total = False
 
 
 def parse_networks(texts: Sequence[str]) -> list[Network]:

@@ -24,7 +24,13 @@ from netcheck.coordinator.arrivals import FrameOpener
 from netcheck.coordinator.detection import Screening
 from netcheck.coordinator.hooks import RoundHooks
 from netcheck.coordinator.late_checks import late_checks
-from netcheck.coordinator.limits import HandshakeLimiter, client_address, parse_networks
+from netcheck.coordinator.limits import (
+    HandshakeLimiter,
+    SessionSlots,
+    SlotRefusal,
+    client_address,
+    parse_networks,
+)
 from netcheck.coordinator.rtt import RttProber
 from netcheck.coordinator.session import NodeSession, is_too_big, receive_limits
 from netcheck.engines.fingerprint import fingerprint_id
@@ -78,6 +84,8 @@ KEEPALIVE_MISSES = 3
 #: At shutdown, how long the last try of after-round checks held in memory may take
 #: (seconds): the spool append is quick; running them waits for the database.
 HELD_CHECKS_AT_STOP_S = 10.0
+#: Message cap (bytes) of a websocket refused over a session cap: it reads only a close.
+REFUSED_MSG_BYTES = 256
 
 
 class Coordinator:
@@ -112,6 +120,8 @@ class Coordinator:
         self.limiter = HandshakeLimiter.default(self._known_keys())
         self.trusted_proxies = parse_networks(config.trusted_proxies)
         self.limit_clock = time.monotonic  #: the limiter's clock, seconds (tests replace it)
+        #: Concurrent session caps, total and per source (docs/protocol.md §3.3c).
+        self.slots = SessionSlots(config.max_sessions, config.max_sessions_per_source)
         self._readers: set[asyncio.Task[None]] = set()
         self.flags = FlagStore(store)  # round schedules and flags
         #: Round results survive a locked or unreachable database (docs/spool.md).
@@ -160,10 +170,38 @@ class Coordinator:
     # -- websocket endpoint ------------------------------------------------------
 
     async def handle_ws(self, request: web.Request) -> web.StreamResponse:
-        """Accept a node: handshake, register, then read until the session ends."""
+        """Accept a node: take a session slot (else close with ``TRY_AGAIN_LATER``),
+        handshake, register, then read until the session ends; the slot is given back
+        when this returns."""
         peer = client_address(
             request.remote, request.headers.getall("X-Forwarded-For", []), self.trusted_proxies
         )
+        slots = self.slots  # the one the slot was taken from, even if a test swaps it
+        refusal = slots.acquire(peer)
+        if refusal is not None:
+            return await self._refuse_slot(request, peer, refusal)
+        try:
+            return await self._handle_ws(request, peer)
+        finally:
+            slots.release(peer)
+
+    async def _refuse_slot(
+        self, request: web.Request, peer: str, refusal: SlotRefusal
+    ) -> web.WebSocketResponse:
+        """Close an upgrade over a session cap before any handshake work: a websocket
+        that accepts only a close frame (tiny message cap) and waits 2 s at most for it."""
+        if refusal.first:
+            limit = "max_sessions" if refusal.scope == "total" else "max_sessions_per_source"
+            log.warning(
+                "session from %s refused: %s = %d reached (further refusals not logged "
+                "until a slot frees)", peer, limit, refusal.limit,
+            )  # fmt: skip
+        ws = web.WebSocketResponse(max_msg_size=REFUSED_MSG_BYTES, compress=False, timeout=2.0)
+        await ws.prepare(request)
+        await ws.close(code=CloseCode.TRY_AGAIN_LATER, message=b"too many sessions")
+        return ws
+
+    async def _handle_ws(self, request: web.Request, peer: str) -> web.StreamResponse:
         ws = web.WebSocketResponse(
             # aiohttp refuses a message whose length *equals* max_msg_size: + 1 lets
             # the largest legal frame through (docs/protocol.md §3.3).

@@ -118,15 +118,17 @@ async def raw_session(
     claim: ProfileClaim,
     *,
     connector: aiohttp.BaseConnector | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse, Transport]:
     """Open a websocket to ``rc`` and run the handshake by hand (no NodeClient), for tests
     that then cut, stall, replay or forge frames. The caller closes the session.
+    ``headers`` go with the upgrade (e.g. ``X-Forwarded-For``).
 
     Returns:
         ``(http, ws, transport)``: the transport seals and opens the session's frames.
     """
     http = aiohttp.ClientSession(connector=connector)
-    ws = await http.ws_connect(rc.url, compress=0)
+    ws = await http.ws_connect(rc.url, compress=0, headers=headers)
     hs = NodeHandshake(identity, rc.identity.public_key(), claim)
     await ws.send_bytes(hs.start())
     welcome = await ws.receive(timeout=5.0)

@@ -9,7 +9,8 @@ Two sources:
   ``netcheck_round_duration_seconds`` (plan to verified). They live in the module-level
   :data:`REGISTRY` (not prometheus-client's global one, which other libraries fill).
 - Live state, read from the coordinator at scrape time: ``netcheck_connected_nodes
-  {profile}``, ``netcheck_handshake_failures_total``, and the canary pool:
+  {profile}``, ``netcheck_handshake_failures_total``, ``netcheck_sessions_refused_total``
+  (session caps, docs/protocol.md §3.3c), and the canary pool:
   ``netcheck_reference_unspent{profile,fingerprint}`` (unspent references) and
   ``netcheck_reference_rounds_left{profile,fingerprint}`` (full rounds the pool still
   covers for the nodes connected now; :mod:`netcheck.references.pool`).
@@ -93,6 +94,13 @@ class CoordinatorCollector(Collector):
         )
         failures.add_metric([], self.coord.handshake_failures)
         yield failures
+        refused = CounterMetricFamily(
+            "netcheck_sessions_refused",
+            "Websocket upgrades refused over max_sessions or max_sessions_per_source "
+            "since the coordinator started.",
+        )
+        refused.add_metric([], self.coord.sessions_refused)
+        yield refused
         yield from self._pool()
 
     def _pool(self) -> Iterable[Metric]:

@@ -32,6 +32,12 @@ class CoordinatorView(Protocol):
         """Handshakes rejected or timed out since the coordinator started."""
         ...
 
+    @property
+    def sessions_refused(self) -> int:
+        """Websocket upgrades refused over a session cap since the coordinator started
+        (docs/protocol.md §3.3c)."""
+        ...
+
     def connected_keys(self) -> Collection[str]:
         """Node keys (text form) with an open session now."""
         ...

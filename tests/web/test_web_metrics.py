@@ -49,6 +49,7 @@ async def test_metrics_endpoint_parses_and_shows_live_state(tmp_path: Path) -> N
     profile = load_profile("cpu-tiny")
     async with web_coordinator(tmp_path, [profile]) as rc:
         rc.coord.handshake_failures = 3
+        rc.coord.slots.refused = 2
         headers = {"Authorization": f"Bearer {rc.coord.config.admin_token}"}
         async with (
             aiohttp.ClientSession(headers=headers) as http,
@@ -63,6 +64,7 @@ async def test_metrics_endpoint_parses_and_shows_live_state(tmp_path: Path) -> N
     }
     assert samples[("netcheck_connected_nodes", (("profile", "cpu-tiny"),))] == 0
     assert samples[("netcheck_handshake_failures_total", ())] == 3
+    assert samples[("netcheck_sessions_refused_total", ())] == 2
     names = {name for name, _ in samples}
     assert {
         "netcheck_release_skew_seconds_bucket",
