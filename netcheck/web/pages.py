@@ -363,7 +363,7 @@ class Dashboard(AccessMixin):
             if f is None:
                 return None
             return {
-                "flag_id": f.flag_id,
+                "flag_id": int(f.flag_id),  # an int, as the admin API and exports give it
                 "members": list(f.members),
                 "verify_with": "netcheck receipt verify (docs/protocol.md §7.3)",
                 "receipts": self.reader.receipts(list(f.members), f.round_ids),
