@@ -76,6 +76,17 @@ def _str(t: str, f: str, v: object, max_chars: int, *, min_chars: int = 0) -> No
         raise _bad(t, f, f"length {len(v)} outside [{min_chars}, {max_chars}]")
 
 
+def _printable(t: str, f: str, v: str, what: str = "") -> None:
+    """Refuse a stored and displayed string holding a character that is not printable:
+    C0/C1 controls (a newline forges log lines, an escape recolours a terminal) and
+    format characters such as the bidi overrides U+202A-202E and U+2066-2069 (they
+    reorder what a table or log shows). ``str.isprintable``, as for node names."""
+    if not v.isprintable():
+        bad = next(c for c in v if not c.isprintable())
+        why = f"has a control or format character (U+{ord(bad):04X}): remove it"
+        raise _bad(t, f, f"{what} {why}" if what else why)
+
+
 def _int(t: str, f: str, v: object, lo: int, hi: int) -> None:
     if type(v) is not int:
         raise _bad(t, f, "expected int")
@@ -114,7 +125,14 @@ class ProfileClaim:
     """What a node claims to run (docs/protocol.md §2.4): profile name, engine
     fingerprint (``engines.fingerprint``: str -> str | int, at most 32 entries, kept in
     sorted key order) and software version string. Signed inside the handshake
-    transcript."""
+    transcript.
+
+    Raises:
+        MessageError: ``MALFORMED_MESSAGE`` naming the field (``profile_claim.software``,
+            ``profile_claim.fingerprint`` and the key, ...): a wrong type, a length or count
+            over its limit, or (software, fingerprint keys and string values) a control
+            or format character such as a bidi override.
+    """
 
     profile: str
     fingerprint: dict[str, str | int]
@@ -126,16 +144,20 @@ class ProfileClaim:
         t = self.TYPE
         _str(t, "profile", self.profile, MAX_TEXT_CHARS, min_chars=1)
         _str(t, "software", self.software, MAX_TEXT_CHARS)
+        _printable(t, "software", self.software)
         if type(self.fingerprint) is not dict:
             raise _bad(t, "fingerprint", "expected a map")
         if len(self.fingerprint) > MAX_FINGERPRINT_ITEMS:
             raise _bad(t, "fingerprint", f"more than {MAX_FINGERPRINT_ITEMS} entries")
         for key, value in self.fingerprint.items():
             _str(t, "fingerprint", key, MAX_NAME_CHARS, min_chars=1)
+            _printable(t, "fingerprint", key, "a key")  # checked before it is named
             if type(value) is int:
                 _int(t, "fingerprint", value, -INT64_MAX - 1, INT64_MAX)
             else:
                 _str(t, "fingerprint", value, MAX_TEXT_CHARS)
+                assert isinstance(value, str)
+                _printable(t, "fingerprint", value, f"the value of {key!r}")
         # One encoding (docs/protocol.md §4.1): the fingerprint, a free map inside the
         # signed claim, is kept with its keys in sorted order, so a claim sent in any
         # other order fails the receiver's canonical re-encoding check (§2.1).

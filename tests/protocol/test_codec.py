@@ -37,16 +37,20 @@ def b(n: int) -> st.SearchStrategy[bytes]:
     return st.binary(min_size=n, max_size=n)
 
 
-names = st.text(min_size=1, max_size=64)
+#: Printable text (``str.isprintable``): what a claim's fingerprint and software allow.
+printable = st.characters(
+    exclude_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"), include_characters=" "
+)
+names = st.text(printable, min_size=1, max_size=64)
 round_ids = st.from_regex(r"[A-Za-z0-9._:-]{1,64}", fullmatch=True)
 reasons = st.text(max_size=1024)
 claims = st.builds(
     ProfileClaim,
     profile=st.text(min_size=1, max_size=256),
     fingerprint=st.dictionaries(
-        names, st.text(max_size=256) | st.integers(-(2**63), 2**63 - 1), max_size=32
+        names, st.text(printable, max_size=256) | st.integers(-(2**63), 2**63 - 1), max_size=32
     ),
-    software=st.text(max_size=256),
+    software=st.text(printable, max_size=256),
 )
 tokens = st.integers(0, 2**31 - 1)
 
