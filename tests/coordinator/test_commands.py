@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -563,6 +563,33 @@ def test_second_ctrl_c_while_cancelling_exits_130_naming_the_job(
     assert "DELETE /admin/screening/jobs/s8 cancels it" in out
 
 
+def _job_polled_once_then(
+    monkeypatch: pytest.MonkeyPatch,
+    screen_follow: Any,
+    job_id: str,
+    done: int,
+    fail: Callable[[str], Exception],
+) -> None:
+    """Patch ``screen_follow``'s admin requests: the job ``job_id`` (32 rounds) starts,
+    one poll says ``done`` rounds are done, every later poll raises ``fail(path)``."""
+    base = {"job_id": job_id, "profile": "p", "rounds_total": 32, "eta_s": None}
+    polls = iter([{**base, "state": "running", "rounds_done": done}])
+
+    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
+        if method == "POST":
+            return {**base, "state": "running", "rounds_done": 0}
+        if path == "/admin/nodes":
+            return {"known": []}
+        try:
+            return next(polls)
+        except StopIteration:
+            err = fail(path)
+            raise err from err.__cause__  # the cause fail() gave, else none
+
+    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
+    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+
+
 def test_coordinator_lost_during_screen_run_says_the_job_is_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -577,27 +604,16 @@ def test_coordinator_lost_during_screen_run_says_the_job_is_gone(
     from netcheck.coordinator import screen_follow
     from netcheck.exitcodes import Exit
 
-    base = {"job_id": "s9", "profile": "p", "rounds_total": 32, "eta_s": None}
-    polls = iter([{**base, "state": "running", "rounds_done": 5}])
+    def lost(path: str) -> Exception:
+        refused = aiohttp.ClientConnectorError(
+            aiohttp.client_reqrep.ConnectionKey("127.0.0.1", 8471, False, True, None, None, None),
+            ConnectionRefusedError(111, "Connection refused"),
+        )
+        err = AdminUnreachable("cannot reach the coordinator")
+        err.__cause__ = refused
+        return err
 
-    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
-        if method == "POST":
-            return {**base, "state": "running", "rounds_done": 0}
-        if path == "/admin/nodes":
-            return {"known": []}
-        try:
-            return next(polls)
-        except StopIteration:
-            refused = aiohttp.ClientConnectorError(
-                aiohttp.client_reqrep.ConnectionKey(
-                    "127.0.0.1", 8471, False, True, None, None, None
-                ),
-                ConnectionRefusedError(111, "Connection refused"),
-            )
-            raise AdminUnreachable("cannot reach the coordinator") from refused
-
-    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
-    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    _job_polled_once_then(monkeypatch, screen_follow, "s9", 5, lost)
     from netcheck.cli import main
 
     cfg = _config(tmp_path)
@@ -622,21 +638,10 @@ def test_job_gone_after_a_quick_coordinator_restart_exits_stopped(
     from netcheck.coordinator import screen_follow
     from netcheck.exitcodes import Exit
 
-    base = {"job_id": "s10", "profile": "p", "rounds_total": 32, "eta_s": None}
-    polls = iter([{**base, "state": "running", "rounds_done": 7}])
+    def gone(path: str) -> Exception:
+        return AdminNotFound(f"GET {path}: HTTP 404: no screening job 's10'")
 
-    async def fake_request(cfg: object, method: str, path: str, *a: object, **k: object) -> object:
-        if method == "POST":
-            return {**base, "state": "running", "rounds_done": 0}
-        if path == "/admin/nodes":
-            return {"known": []}
-        try:
-            return next(polls)
-        except StopIteration:
-            raise AdminNotFound(f"GET {path}: HTTP 404: no screening job 's10'") from None
-
-    monkeypatch.setattr(screen_follow, "admin_request", fake_request)
-    monkeypatch.setattr(screen_follow, "POLL_S", 0.0)
+    _job_polled_once_then(monkeypatch, screen_follow, "s10", 7, gone)
     result = CliRunner().invoke(main, ["screen", "run", "--config", str(_config(tmp_path))])
     assert result.exit_code == Exit.STOPPED, (result.output, result.exception)
     out = " ".join(result.output.split())
