@@ -36,9 +36,8 @@ from netcheck.admin_client import (
     coordinator_label,
     invoked_as,
 )
-from netcheck.analysis.detector_config import DetectorConfig
-from netcheck.analysis.schedule import pair_coverage, rounds_for_coverage
 from netcheck.coordinator.screen_follow import (
+    analysis_line,
     cancel_job,
     ended_unjudged,
     run_job,
@@ -237,44 +236,6 @@ def screen_run(
         raise RunStopped(stopped)
     check_round_outcome(rounds_run, config_path=config_path)
     check_confirmations(report, config_path=config_path)
-
-
-#: Pair coverage below which the analysis line says that more rounds are needed.
-COVERAGE_TARGET = 0.95
-
-
-def analysis_line(analysis: Mapping[str, Any]) -> str:
-    """One plain line about a screening analysis (``report["analysis"]``): its size, what
-    it found, and the level each node pair was tested at, with where that number comes
-    from. With fewer than two nodes there is no pair to test, and it says so. With too
-    few screening rounds for two identities on one card to be linked at all
-    (:func:`~netcheck.analysis.schedule.pair_coverage` below ``COVERAGE_TARGET``), it
-    says how many are needed."""
-    n, rounds = int(analysis["n_nodes"]), int(analysis["n_rounds"])
-    size = f"analysis over {n} node{'s' if n != 1 else ''} x {rounds} rounds"
-    if n < 2:
-        return f"{size}: no node pairs to compare (screening needs 2 or more nodes)"
-    pairs = n * (n - 1)
-    p_crit = float(analysis["p_crit"])
-    line = (
-        f"{size}: {len(analysis['edges'])} edges, {len(analysis['groups'])} suspect groups "
-        f"(each ordered node pair tested at p < {p_crit:.3g}, i.e. {p_crit * pairs:.2g} "
-        f"spread over {pairs} pairs; a suspect group is flagged only after confirmation "
-        "rounds)"
-    )
-    q = float(analysis.get("load_probability", 0.5))  # absent: a coordinator before session 8
-    det = DetectorConfig()  # the coordinator's detector
-    min_rounds, one_way = det.mutual_min_rounds, det.mutual_one_way
-    coverage = pair_coverage(rounds, min_rounds, q, one_way)
-    if coverage < COVERAGE_TARGET:
-        line += (
-            f". Too few screening rounds to see every pair: two identities on one card can "
-            f"be linked only with probability {coverage:.2f} after {rounds}; "
-            f"{rounds_for_coverage(COVERAGE_TARGET, min_rounds, probability=q, either_direction=one_way)} screening "
-            f"rounds give "
-            f'{COVERAGE_TARGET:.2f} (docs/detection.md, "Rounds needed")'
-        )
-    return line
 
 
 def _who(key: str, names: Mapping[str, str]) -> str:
